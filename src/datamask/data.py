@@ -1,0 +1,104 @@
+"""Core containers: a corpus to select from and the selection made from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Corpus", "Selection"]
+
+
+@dataclass
+class Corpus:
+    """Documents to select from, held column-wise.
+
+    Parameters
+    ----------
+    ids : ndarray of shape (n_docs,)
+        Document ids, carried through unchanged to the output.
+    quality : ndarray of shape (n_docs, n_scores), float64
+        Raw quality scores, one column per score.
+    features : ndarray of shape (n_docs, dim), float32
+        Embeddings, L2-normalised row-wise by :func:`datamask.check_corpus`.
+    quality_names : list of str
+        Name of each quality column.
+    quality_weights : ndarray of shape (n_scores,)
+        Weight of each quality column in the combined score, summing to 1.
+    source : str, default="<memory>"
+        Where the rows came from, for error messages and reports.
+    extra : dict
+        Optional per-row columns kept for reports (e.g. ``n_chars``).
+    """
+
+    ids: np.ndarray
+    quality: np.ndarray
+    features: np.ndarray
+    quality_names: list[str] = field(default_factory=lambda: ["quality_score"])
+    quality_weights: np.ndarray | None = None
+    source: str = "<memory>"
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.quality = np.asarray(self.quality, dtype=np.float64)
+        if self.quality.ndim == 1:
+            self.quality = self.quality[:, None]
+        if self.quality_weights is None:
+            n = self.quality.shape[1]
+            self.quality_weights = np.full(n, 1.0 / n)
+
+    @property
+    def n_docs(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.features.shape[1])
+
+    def normalized_quality(self) -> np.ndarray:
+        """Combined quality in [0, 1]: each column min-max scaled, then weighted.
+
+        A constant column contributes 0.5 to every document, so it never favours one.
+        """
+        lo = self.quality.min(axis=0)
+        span = self.quality.max(axis=0) - lo
+        scaled = np.where(span > 0, (self.quality - lo) / np.where(span > 0, span, 1.0), 0.5)
+        return scaled @ np.asarray(self.quality_weights, dtype=np.float64)
+
+    def subset(self, rows: np.ndarray) -> Corpus:
+        """The corpus restricted to ``rows`` (quality scaling is *not* recomputed)."""
+        return Corpus(
+            ids=self.ids[rows],
+            quality=self.quality[rows],
+            features=self.features[rows],
+            quality_names=list(self.quality_names),
+            quality_weights=self.quality_weights,
+            source=self.source,
+            extra={k: v[rows] for k, v in self.extra.items()},
+        )
+
+
+@dataclass
+class Selection:
+    """The outcome of a selector on a corpus.
+
+    Attributes
+    ----------
+    selected : ndarray of int64, shape (k,)
+        Sorted row indices of the kept documents.
+    scores : ndarray of float64, shape (n_docs,)
+        Per-document score the selector ranked by (final logit for the learner,
+        pick order for greedy); higher is better.
+    meta : dict
+        Method name, settings, timings and objective terms.
+    """
+
+    selected: np.ndarray
+    scores: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def mask(self, n_docs: int) -> np.ndarray:
+        out = np.zeros(n_docs, dtype=bool)
+        out[self.selected] = True
+        return out

@@ -1,0 +1,226 @@
+"""Parquet in, parquet out. Column names are parameters; writes are atomic."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..data import Corpus
+
+__all__ = [
+    "read_corpus",
+    "features_from_arrow",
+    "selection_table",
+    "write_selection",
+    "atomic_write_table",
+    "atomic_write_json",
+]
+
+
+def _open(path: str | Path) -> pq.ParquetFile:
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"input file {str(p)!r} does not exist.")
+    if p.is_dir():
+        raise ValueError(f"input {str(p)!r} is a directory; give one parquet file.")
+    try:
+        return pq.ParquetFile(p)
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
+
+
+def _require(schema: pa.Schema, names: Sequence[str], where: str) -> None:
+    for name in names:
+        if name not in schema.names:
+            raise ValueError(
+                f"column {name!r} not found in {where}; available columns: {schema.names}."
+            )
+
+
+def features_from_arrow(
+    column: pa.ChunkedArray | pa.Array, where: str, name: str = "feature_arr"
+) -> np.ndarray:
+    """An embedding column (list, large_list or fixed_size_list of numbers) as float32 (n, d).
+
+    Raises a ValueError naming the first row whose width differs, or the first null row.
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(arr)
+    typ = arr.type
+    if not (
+        pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
+    ):
+        raise ValueError(f"column {name!r} in {where} must be a list of floats; got {typ}.")
+    if arr.null_count:
+        first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(
+            f"column {name!r} has {arr.null_count} null embeddings "
+            f"(first at row {first} of {where}); drop them before selecting."
+        )
+    if pa.types.is_fixed_size_list(typ):
+        width = typ.list_size
+    else:
+        lengths = np.diff(arr.offsets.to_numpy())
+        width = int(lengths[0]) if n else 0
+        bad = np.flatnonzero(lengths != width)
+        if len(bad):
+            raise ValueError(
+                f"embedding width {int(lengths[bad[0]])} at row {int(bad[0])} of {where} does "
+                f"not match width {width} at row 0; every embedding must have the same width."
+            )
+    values = arr.flatten()
+    if values.null_count:
+        raise ValueError(f"column {name!r} in {where} has null values inside embeddings.")
+    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        raise ValueError(f"column {name!r} in {where} must hold numbers; got {values.type}.")
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(n, width) if n else np.zeros((0, width), np.float32)
+
+
+def read_corpus(
+    path: str | Path,
+    *,
+    id_col: str = "chunk_id",
+    quality_cols: Sequence[str] = ("quality_score",),
+    quality_weights: Sequence[float] | None = None,
+    feature_col: str = "feature_arr",
+    extra_cols: Sequence[str] = (),
+    expected_dim: int | None = None,
+) -> Corpus:
+    """Read one parquet file into a :class:`~datamask.data.Corpus` (not yet validated).
+
+    Parameters
+    ----------
+    path : str or Path
+        A parquet file.
+    id_col, feature_col : str
+        Id column and embedding column (list or fixed-size list of floats, any width).
+    quality_cols : sequence of str, default=("quality_score",)
+        One or more quality columns, mixed with ``quality_weights`` (default equal).
+    extra_cols : sequence of str
+        Optional columns kept for reports when present (e.g. ``n_chars``, ``text``).
+    expected_dim : int, optional
+        Refuse embeddings of another width (used when reading many shards).
+    """
+    where = str(path)
+    pf = _open(path)
+    schema = pf.schema_arrow
+    wanted = [id_col, *quality_cols, feature_col]
+    _require(schema, wanted, where)
+    extras = [c for c in extra_cols if c in schema.names and c not in wanted]
+    try:
+        table = pf.read(columns=wanted + extras)
+    except Exception as exc:
+        raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
+    if table.num_rows == 0:
+        raise ValueError(f"{where} has no rows.")
+    ids_col = table.column(id_col)
+    if ids_col.null_count:
+        raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
+    ids = ids_col.to_numpy(zero_copy_only=False)
+    quality = []
+    for name in quality_cols:
+        col = table.column(name)
+        if not (
+            pa.types.is_floating(col.type)
+            or pa.types.is_integer(col.type)
+            or pa.types.is_boolean(col.type)
+        ):
+            raise ValueError(f"column {name!r} in {where} must be numeric; got {col.type}.")
+        values = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
+        quality.append(values)
+    features = features_from_arrow(table.column(feature_col), where, feature_col)
+    if expected_dim is not None and features.shape[1] != expected_dim:
+        raise ValueError(
+            f"embedding width {features.shape[1]} in {where} does not match {expected_dim}."
+        )
+    extra = {c: table.column(c).to_numpy(zero_copy_only=False) for c in extras}
+    return Corpus(
+        ids=ids,
+        quality=np.stack(quality, axis=1),
+        features=features,
+        quality_names=list(quality_cols),
+        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
+        source=where,
+        extra=extra,
+    )
+
+
+def selection_table(
+    ids: np.ndarray,
+    selected: np.ndarray,
+    scores: np.ndarray,
+    probabilities: np.ndarray | None = None,
+    *,
+    id_col: str = "chunk_id",
+    selected_only: bool = False,
+) -> pa.Table:
+    """Output rows: every id with ``selected``, ``logit``, ``probability`` and ``rank``.
+
+    ``rank`` is 1 for the best-scored document (ties broken by id). With
+    ``selected_only`` only the kept rows' ids (and ranks) are written.
+    """
+    n = len(ids)
+    mask = np.zeros(n, dtype=bool)
+    mask[selected] = True
+    order = np.lexsort((ids, -np.asarray(scores, dtype=np.float64)))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(1, n + 1)
+    cols: dict[str, Any] = {id_col: pa.array(ids)}
+    if selected_only:
+        rows = np.flatnonzero(mask)
+        return pa.table({id_col: pa.array(ids[rows]), "rank": pa.array(rank[rows])})
+    cols["selected"] = pa.array(mask)
+    cols["logit"] = pa.array(np.asarray(scores, dtype=np.float32))
+    if probabilities is not None:
+        cols["probability"] = pa.array(np.asarray(probabilities, dtype=np.float32))
+    cols["rank"] = pa.array(rank)
+    return pa.table(cols)
+
+
+def atomic_write_table(table: pa.Table, path: str | Path) -> None:
+    """Write ``path.tmp`` then rename it into place: a crash leaves no half file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_json(obj: Any, path: str | Path) -> None:
+    """JSON counterpart of :func:`atomic_write_table`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def write_selection(path: str | Path, table: pa.Table) -> None:
+    """Write a selection table (see :func:`selection_table`) atomically."""
+    atomic_write_table(table, path)

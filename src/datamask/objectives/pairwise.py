@@ -1,0 +1,49 @@
+"""Pairwise similarity: one minus the mean cosine similarity between kept documents."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Term
+
+__all__ = ["PairwiseSimilarity"]
+
+
+class PairwiseSimilarity(Term):
+    """``D(S) = 1 - mean_{i != j in S} <x_i, x_j>`` (the reference's ``Pair_simi``).
+
+    With unit rows, ``sum_{i != j} <x_i, x_j> = ||sum_S x||^2 - |S|``, so the value, the
+    batched values and the exact expectation under independent keep-probabilities
+    (``||X^T p||^2 - sum p^2``) all cost O(n d). Gains and expectations divide by the
+    target ``k (k - 1)`` so the term is a plain quadratic in the mask.
+    """
+
+    name = "pairwise"
+
+    def value(self, selected: torch.Tensor) -> float:
+        k = len(selected)
+        if k < 2:
+            return 1.0
+        s = self.features_[selected].double().sum(0)
+        return float(1.0 - (s @ s - k) / (k * (k - 1)))
+
+    def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+        sums = masks @ self.features_[batch]
+        m = masks.sum(1)
+        pair_sum = (sums * sums).sum(1) - m
+        return 1.0 - pair_sum / (m * (m - 1)).clamp_min(1.0)
+
+    def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
+        s = p @ self.features_
+        return 1.0 - (s @ s - p @ p) / (self.k_ * (self.k_ - 1))
+
+    def init_state(self) -> torch.Tensor:
+        return torch.zeros(
+            self.features_.shape[1], dtype=self.features_.dtype, device=self.features_.device
+        )
+
+    def gains(self, state: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        return -2.0 * (self.features_[candidates] @ state) / max(self.k_ * (self.k_ - 1), 1)
+
+    def update(self, state: torch.Tensor, j: int) -> torch.Tensor:
+        return state + self.features_[j]

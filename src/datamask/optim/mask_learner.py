@@ -1,0 +1,328 @@
+"""DATAMASK: select a subset by learning one keep-logit per document with policy gradients.
+
+Run it on the demo data::
+
+    datamask select --input examples/demo/demo_docs.parquet --output out/selection.parquet
+
+The loop follows ``shared/METHOD.md`` step by step (sample -> score -> advantage -> update)
+in :meth:`MaskLearner._reinforce_step`. Two deviations from the reference are options, and
+the default estimator is the second one:
+
+- ``estimator="reinforce"`` is the reference: Bernoulli (or exact-k Gumbel top-k) masks
+  over a random ``partial`` batch, ``n_rollout`` rewards normalised within the group
+  (or against a leave-one-out baseline), gradient ``(m - p)``.
+- ``estimator="expected"`` computes the same policy gradient, ``d E_{m~p}[J(m)] / d theta``,
+  exactly instead of by sampling: E[J] has a closed form for every term (modular quality,
+  quadratic pairwise similarity, facility location over a K-nearest-neighbour graph; DiSF
+  uses a mean-field relaxation), so the gradient has no sampling variance. The keep-
+  probabilities are ``sigmoid(theta - tau)`` with ``tau`` set each step so that they sum
+  to k: the policy keeps k documents in expectation, which is the budget of the final
+  top-k. Steps use the gradient scaled to unit RMS, so ``lr`` is in logit units.
+  Measured in ``benchmarks/`` (README "Estimators"): it reaches the greedy objective where
+  the reference estimator stalls far below.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .._device import make_generators, resolve_device
+from .._validation import check_choice, check_corpus, check_positive, check_ratio, k_from_ratio
+from ..data import Corpus, Selection
+from ..objectives import Objective, make_diversity
+
+__all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
+
+ESTIMATORS = ("expected", "reinforce")
+INITS = ("same", "quality")
+MASK_SAMPLERS = ("bernoulli", "topk")
+BASELINES = ("group", "loo")
+
+
+def top_k_rows(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Sorted row indices of the ``k`` highest scores, ties broken by ascending id."""
+    order = np.lexsort((ids, -np.asarray(scores, dtype=np.float64)))
+    return np.sort(order[:k])
+
+
+def _budget_shift(theta: torch.Tensor, k: int, n_iter: int = 60) -> torch.Tensor:
+    """``tau`` with ``sum(sigmoid(theta - tau)) == k``, by bisection (no gradient)."""
+    lo = theta.min() - 40.0
+    hi = theta.max() + 40.0
+    for _ in range(n_iter):
+        mid = (lo + hi) / 2
+        too_many = torch.sigmoid(theta - mid).sum() > k
+        lo = torch.where(too_many, mid, lo)
+        hi = torch.where(too_many, hi, mid)
+    return (lo + hi) / 2
+
+
+class MaskLearner:
+    """Policy-gradient mask learning over per-document keep-logits (DATAMASK).
+
+    Parameters
+    ----------
+    objective : Objective, optional
+        What to maximise. Default: ``Objective(make_diversity(algorithm), lamb=lamb)``.
+    algorithm : {"Facility", "Pair_simi", "DiSF"}, default="Facility"
+        Diversity term when ``objective`` is not given (the reference's names).
+    lamb : float, default=0.5
+        Quality weight when ``objective`` is not given.
+    select_ratio : float, default=0.3
+        Fraction of documents kept, in (0, 1); exactly ``round(select_ratio * n)`` are.
+    n_epochs : int, optional
+        Optimisation steps. Default 5000 for reinforce (the reference), 300 for expected.
+    partial : float, default=0.1
+        Fraction of documents drawn per step: the batch of the reinforce estimator; for
+        the expected estimator, the documents whose coverage is averaged (facility
+        location only; the other terms are exact over all documents).
+    n_rollout : int, default=128
+        Masks sampled per step (reinforce only).
+    max_lr, min_lr : float, optional
+        The learning rate falls linearly from ``max_lr`` to ``min_lr``. Defaults 10 -> 1 for
+        reinforce (the reference), 0.5 -> 0.02 for expected (logit units per step).
+    init : {"same", "quality"}, default="quality"
+        Equal logits (``p = select_ratio``) or logits from the quality ranking.
+    estimator : {"expected", "reinforce"}, default="expected"
+        See the module docstring.
+    mask_sampler : {"bernoulli", "topk"}, default="bernoulli"
+        Reinforce masks: independent Bernoulli (reference) or exact-k Gumbel top-k.
+    baseline : {"group", "loo"}, default="group"
+        Reinforce advantage: group-normalised (reference) or leave-one-out.
+    seed : int, default=0
+        Seeds every random draw; the same seed gives the same selection on the same device.
+    device : str, default="auto"
+        "auto", "cpu", "cuda" or "cuda:N".
+    progress : bool, default=False
+        Show a progress bar with the running objective.
+    log_every : int, default=0
+        Record ``history_`` (and refresh the bar) every this many steps; 0 picks ~50 points.
+
+    Attributes
+    ----------
+    selected_ : ndarray of int64, shape (k,)
+        Sorted row indices of the kept documents.
+    logits_ : ndarray of float32, shape (n_docs,)
+        Final logits theta.
+    probabilities_ : ndarray of float32, shape (n_docs,)
+        Final keep-probabilities.
+    history_ : list of dict
+        Per logged step: step, lr, the running objective and its time.
+    terms_ : dict
+        Exact objective terms of the selection.
+    fit_seconds_ : float
+        Wall time of :meth:`fit`.
+
+    Examples
+    --------
+    >>> from datamask import MaskLearner, make_clustered
+    >>> corpus = make_clustered(600, 16, 6, seed=0)
+    >>> learner = MaskLearner(select_ratio=0.1, n_epochs=50, seed=0, device="cpu").fit(corpus)
+    >>> len(learner.selected_)
+    60
+    """
+
+    def __init__(
+        self,
+        objective: Objective | None = None,
+        *,
+        algorithm: str = "Facility",
+        lamb: float = 0.5,
+        select_ratio: float = 0.3,
+        n_epochs: int | None = None,
+        partial: float = 0.1,
+        n_rollout: int = 128,
+        max_lr: float | None = None,
+        min_lr: float | None = None,
+        init: str = "quality",
+        estimator: str = "expected",
+        mask_sampler: str = "bernoulli",
+        baseline: str = "group",
+        seed: int = 0,
+        device: str = "auto",
+        progress: bool = False,
+        log_every: int = 0,
+    ) -> None:
+        self.objective = objective
+        self.algorithm = algorithm
+        self.lamb = lamb
+        self.select_ratio = select_ratio
+        self.n_epochs = n_epochs
+        self.partial = partial
+        self.n_rollout = n_rollout
+        self.max_lr = max_lr
+        self.min_lr = min_lr
+        self.init = init
+        self.estimator = estimator
+        self.mask_sampler = mask_sampler
+        self.baseline = baseline
+        self.seed = seed
+        self.device = device
+        self.progress = progress
+        self.log_every = log_every
+
+    # ----------------------------------------------------------------------------------------
+    def _check_params(self) -> None:
+        check_choice("estimator", self.estimator, ESTIMATORS)
+        check_choice("init", self.init, INITS)
+        check_choice("mask_sampler", self.mask_sampler, MASK_SAMPLERS)
+        check_choice("baseline", self.baseline, BASELINES)
+        check_ratio("select_ratio", self.select_ratio)
+        check_ratio("partial", self.partial, high_open=False)
+        check_positive("n_rollout", self.n_rollout, integer=True)
+        if self.estimator == "reinforce" and self.n_rollout < 2:
+            raise ValueError(f"n_rollout must be >= 2 to normalise rewards; got {self.n_rollout}.")
+        reinforce = self.estimator == "reinforce"
+        self.n_epochs_ = (
+            self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 300)
+        )
+        check_positive("n_epochs", self.n_epochs_, integer=True)
+        self.max_lr_ = self.max_lr if self.max_lr is not None else (10.0 if reinforce else 0.5)
+        self.min_lr_ = self.min_lr if self.min_lr is not None else (1.0 if reinforce else 0.02)
+        check_positive("max_lr", self.max_lr_)
+        check_positive("min_lr", self.min_lr_)
+        if self.min_lr_ > self.max_lr_:
+            raise ValueError(f"min_lr ({self.min_lr_}) must not exceed max_lr ({self.max_lr_}).")
+
+    def _lr(self, step: int) -> float:
+        frac = step / max(self.n_epochs_ - 1, 1)
+        return self.max_lr_ + (self.min_lr_ - self.max_lr_) * frac
+
+    def _init_logits(self, quality: torch.Tensor) -> torch.Tensor:
+        base = math.log(self.select_ratio / (1.0 - self.select_ratio))
+        theta = torch.full_like(quality, base)
+        if self.init == "quality":
+            # Logits from the quality ranking: rank mapped to a standard-normal-like spread.
+            ranks = torch.argsort(torch.argsort(quality)).to(quality.dtype)
+            z = (ranks + 0.5) / len(quality)
+            theta = theta + torch.log(z / (1.0 - z))  # logistic quantiles of the rank
+        return theta
+
+    # ----------------------------------------------------------------------------------------
+    def fit(self, corpus: Corpus) -> MaskLearner:
+        """Learn the logits on ``corpus`` and keep the top k. Returns self."""
+        self._check_params()
+        check_corpus(corpus)
+        start = time.perf_counter()
+        self.device_ = resolve_device(self.device)
+        self.k_ = k_from_ratio(self.select_ratio, corpus.n_docs)
+        if self.objective is None:
+            objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
+        else:
+            objective = self.objective
+        self.objective_ = objective.bind(corpus, self.k_, self.device_)
+        gen, _ = make_generators(self.seed, self.device_)
+        self._gen = gen
+
+        theta = self._init_logits(self.objective_.quality_)
+        n = corpus.n_docs
+        every = self.log_every or max(1, self.n_epochs_ // 50)
+        self.history_: list[dict[str, Any]] = []
+        step_fn = self._expected_step if self.estimator == "expected" else self._reinforce_step
+        bar = tqdm(
+            range(self.n_epochs_),
+            disable=not self.progress,
+            desc="datamask",
+            unit="step",
+            dynamic_ncols=True,
+        )
+        for step in bar:
+            lr = self._lr(step)
+            running = step_fn(theta, lr, n)
+            if step % every == 0 or step == self.n_epochs_ - 1:
+                running = float(running)  # sync point: once per log interval
+                self.history_.append(
+                    {
+                        "step": step,
+                        "lr": lr,
+                        "objective": running,
+                        "seconds": time.perf_counter() - start,
+                    }
+                )
+                bar.set_postfix(J=f"{running:.4f}", lr=f"{lr:.3g}")
+        bar.close()
+
+        logits = theta.float().cpu().numpy()
+        self.logits_ = logits
+        if self.estimator == "expected":
+            tau = _budget_shift(theta, self.k_)
+            self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
+        else:
+            self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
+        self.selected_ = top_k_rows(logits, corpus.ids, self.k_)
+        self.terms_ = self.objective_.term_values(self.selected_)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _reinforce_step(self, theta: torch.Tensor, lr: float, n: int) -> torch.Tensor:
+        """One step of the reference estimator. Returns the mean reward of the group."""
+        g = self.n_rollout
+        b = max(2, int(round(self.partial * n)))
+        # 1. Sample a batch: a random `partial` fraction of the documents.
+        batch = torch.randperm(n, generator=self._gen, device=self.device_)[:b]
+        p = torch.sigmoid(theta[batch])
+        # 2. Draw G masks over the batch from the current keep-probabilities.
+        if self.mask_sampler == "bernoulli":
+            masks = torch.bernoulli(p.expand(g, b), generator=self._gen)
+        else:  # exact-k: Gumbel top-k over the logits keeps round(select_ratio * b) rows
+            k_b = max(1, int(round(self.select_ratio * b)))
+            u = torch.rand(g, b, generator=self._gen, device=self.device_).clamp_(1e-12, 1.0)
+            keys = theta[batch][None] - torch.log(-torch.log(u))
+            masks = torch.zeros(g, b, device=self.device_)
+            masks.scatter_(1, keys.topk(k_b, dim=1).indices, 1.0)
+            p = masks.mean(0)  # inclusion probabilities, estimated from the group
+        # 3. Score every mask with J restricted to the batch.
+        rewards = self.objective_.batch_values(batch, masks)
+        # 4. Advantage: group-normalised rewards, or against the mean of the other G - 1.
+        if self.baseline == "group":
+            adv = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        else:
+            others = (rewards.sum() - rewards) / (g - 1)
+            adv = (rewards - others) / (rewards.std() + 1e-8)
+        # 5. Policy gradient of log-prob of a Bernoulli mask w.r.t. its logits: (m - p).
+        grad = adv @ (masks - p[None]) / g
+        # 6. Ascend with the scheduled learning rate.
+        theta.index_add_(0, batch, lr * grad)
+        return rewards.mean()
+
+    def _expected_step(self, theta: torch.Tensor, lr: float, n: int) -> torch.Tensor:
+        """One step of the exact-gradient estimator. Returns E[J] (on the sampled clients)."""
+        # 1. Sample the documents whose coverage this step measures (all when partial=1).
+        b = int(round(self.partial * n))
+        clients = (
+            None if b >= n else torch.randperm(n, generator=self._gen, device=self.device_)[:b]
+        )
+        # 2. Keep-probabilities with a budget of k in expectation.
+        tau = _budget_shift(theta, self.k_)
+        p = torch.sigmoid(theta - tau).requires_grad_(True)
+        # 3. Score: E[J] in closed form, and its exact gradient (no rollouts to sample).
+        expected = self.objective_.expected(p, clients)
+        (grad,) = torch.autograd.grad(expected, p)
+        # 4. Step along dE/dp, not dE/dtheta = dE/dp * p(1 - p): the sigmoid's slope would
+        #    freeze every document whose probability is near 0 or 1 (all of them, after a
+        #    quality init), so a low-quality document that covers a hole could never rise.
+        #    Scaled to unit RMS so the learning rate is a step in logit units.
+        grad = grad / (grad.pow(2).mean().sqrt() + 1e-12)
+        # 5. Ascend with the scheduled learning rate.
+        theta.add_(lr * grad)
+        return expected.detach()
+
+    # ----------------------------------------------------------------------------------------
+    def selection(self) -> Selection:
+        """The fitted result as a :class:`~datamask.data.Selection`."""
+        return Selection(
+            selected=self.selected_,
+            scores=self.logits_.astype(np.float64),
+            meta={
+                "method": "mask",
+                "estimator": self.estimator,
+                "terms": self.terms_,
+                "seconds": self.fit_seconds_,
+            },
+        )
