@@ -1,0 +1,153 @@
+"""Run the steps of a sharded selection as Ray tasks, on a local Ray or a cluster.
+
+Ray is imported lazily, so ``import datamask`` never needs it. Each step is one task;
+at most ``workers`` are in flight. When the cluster reports GPUs, selection tasks ask for
+``num_gpus=1`` each and the learner's ``device="auto"`` resolves to the GPU Ray assigned
+(Ray sets ``CUDA_VISIBLE_DEVICES`` per task); otherwise each task gets
+``num_cpus = CPUs // workers`` and sets torch's thread count to match, so workers do not
+oversubscribe the cores. Steps are idempotent, so Ray's retries after a lost worker are
+safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+__all__ = ["RayRunner", "import_ray"]
+
+
+def import_ray() -> Any:
+    """``import ray``, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(
+            "Please install `ray` to use RayRunner (`pip install datamask[ray]`)."
+        ) from None
+    return ray
+
+
+def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
+    """Task body: pin torch's intra-op threads to the task's CPUs, then run the step."""
+    import torch
+
+    if torch.get_num_threads() != n_threads:
+        torch.set_num_threads(n_threads)
+    return fn(*args)
+
+
+class RayRunner:
+    """Schedule steps as Ray tasks.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Tasks in flight at once. Default: the cluster's GPUs when it has any, else its CPUs.
+    address : str, optional
+        Ray cluster address (``"auto"``, ``"ray://head:10001"``, ...). Default: the Ray
+        already initialised in this process, else a new local Ray with ``max(workers,
+        CPUs)`` CPUs.
+    use_gpus : bool, optional
+        Ask one GPU per selection task. Default: when the cluster has GPUs and ``device``
+        is not ``"cpu"``.
+    device : str, default="auto"
+        The learner's device setting, used only to decide ``use_gpus``.
+
+    Attributes
+    ----------
+    n_cpus, n_gpus : int
+        Resources of the cluster when the runner started.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        address: str | None = None,
+        *,
+        use_gpus: bool | None = None,
+        device: str = "auto",
+    ) -> None:
+        ray = import_ray()
+        self._ray = ray
+        self._started = False
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING)
+            else:
+                cpus = max(workers or 0, os.cpu_count() or 1)
+                ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+            self._started = True
+        resources = ray.cluster_resources()
+        self.n_cpus = int(resources.get("CPU", 1))
+        self.n_gpus = int(resources.get("GPU", 0))
+        if use_gpus is None:
+            use_gpus = self.n_gpus > 0 and str(device).lower() != "cpu"
+        if use_gpus and self.n_gpus == 0:
+            raise ValueError("use_gpus=True but the Ray cluster reports no GPUs.")
+        self.use_gpus = use_gpus
+        self.workers = workers or (self.n_gpus if use_gpus else self.n_cpus)
+        self.cpus_per_task = max(1, self.n_cpus // self.workers)
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the manifest."""
+        return {
+            "runner": self.name,
+            "workers": self.workers,
+            "cluster_cpus": self.n_cpus,
+            "cluster_gpus": self.n_gpus,
+            "gpus_per_task": 1 if self.use_gpus else 0,
+            "cpus_per_task": self.cpus_per_task,
+        }
+
+    def map(
+        self, fn: Callable[..., Any], items: Iterable[tuple], *, use_gpu: bool = False
+    ) -> Iterator[Any]:
+        """Run ``fn(*args)`` as a task per item, ``workers`` at a time; yield as they finish.
+
+        A step's exception is raised here as itself (a ``ValueError`` naming a corrupt shard
+        stays a ``ValueError``) after the tasks still queued are cancelled.
+        """
+        ray = self._ray
+        gpu = 1 if (use_gpu and self.use_gpus) else 0
+        cpus = 1 if gpu else self.cpus_per_task
+        task = ray.remote(_call).options(num_cpus=cpus, num_gpus=gpu, max_retries=2)
+        queue = iter(items)
+        in_flight: list[Any] = []
+
+        def submit() -> bool:
+            args = next(queue, None)
+            if args is None:
+                return False
+            in_flight.append(task.remote(fn, cpus, *args))
+            return True
+
+        for _ in range(self.workers):
+            if not submit():
+                break
+        try:
+            while in_flight:
+                done, _ = ray.wait(in_flight, num_returns=1)
+                in_flight.remove(done[0])
+                try:
+                    result = ray.get(done[0])
+                except ray.exceptions.RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    raise (cause if isinstance(cause, Exception) else exc) from None
+                submit()
+                yield result
+        finally:
+            for ref in in_flight:
+                ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        """Shut Ray down if this runner started it."""
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._started = False
