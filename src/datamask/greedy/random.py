@@ -1,0 +1,44 @@
+"""Uniform random selection: the floor every other method must clear."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..data import Corpus
+from ..objectives import Objective
+from ._base import BaseSelector
+
+__all__ = ["RandomSelector"]
+
+
+class RandomSelector(BaseSelector):
+    """Keep k documents drawn uniformly without replacement (seeded).
+
+    Attributes
+    ----------
+    selected_ : ndarray of int64, shape (k,)
+        Sorted row indices of the kept documents.
+    scores_ : ndarray of float64, shape (n_docs,)
+        The uniform draws; the kept rows are the k highest.
+    terms_ : dict
+        Exact objective terms of the selection.
+    fit_seconds_ : float
+        Wall time of :meth:`fit`.
+
+    Examples
+    --------
+    >>> from datamask import make_clustered
+    >>> from datamask.greedy import RandomSelector
+    >>> corpus = make_clustered(100, 8, 4, seed=0)
+    >>> a = RandomSelector(select_ratio=0.2, seed=1, device="cpu").fit(corpus)
+    >>> b = RandomSelector(select_ratio=0.2, seed=1, device="cpu").fit(corpus)
+    >>> bool((a.selected_ == b.selected_).all())
+    True
+    """
+
+    method = "random"
+
+    def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        # numpy's generator, not torch's: the same seed gives the same rows on any device.
+        scores = self._np_rng.random(corpus.n_docs)
+        return np.argsort(-scores, kind="stable")[: self.k_], scores
