@@ -1,0 +1,407 @@
+"""Sharded selection: exact global budget, equivalence with one process, resume, bad shards.
+
+Runs on a local Ray (one per module: starting Ray is the slow part) with small shards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from datamask import Corpus, MaskLearner, make_clustered
+from datamask.distributed import (
+    LocalRunner,
+    Settings,
+    apportion,
+    group_seeds,
+    run_selection,
+)
+from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
+from datamask.io.parquet import read_corpus
+from datamask.io.shards import inspect_shards, list_shards, read_rows
+
+N_SHARDS, ROWS, DIM = 6, 300, 16
+FAST = dict(n_epochs=20, select_ratio=0.137, n_neighbors=16)
+
+
+def write_shards(root: Path, corpus, n_shards: int, *, row_group_size: int = 100) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    files = []
+    bounds = np.linspace(0, corpus.n_docs, n_shards + 1).astype(int)
+    for s in range(n_shards):
+        rows = slice(bounds[s], bounds[s + 1])
+        feats = np.asarray(corpus.features[rows], dtype=np.float32)
+        table = pa.table(
+            {
+                "chunk_id": pa.array(list(corpus.ids[rows])),
+                "quality_score": pa.array(corpus.quality[rows, 0]),
+                "feature_arr": pa.FixedSizeListArray.from_arrays(
+                    pa.array(feats.reshape(-1)), feats.shape[1]
+                ),
+            }
+        )
+        path = root / f"part-{s:05d}.parquet"
+        pq.write_table(table, path, row_group_size=row_group_size)
+        files.append(path)
+    return files
+
+
+def selected_ids(out: Path) -> list:
+    return sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return make_clustered(N_SHARDS * ROWS, DIM, 6, seed=0)
+
+
+@pytest.fixture(scope="module")
+def shard_dir(tmp_path_factory, corpus) -> Path:
+    root = tmp_path_factory.mktemp("shards")
+    write_shards(root, corpus, N_SHARDS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ray_runner():
+    ray = pytest.importorskip("ray")
+    from datamask.distributed import RayRunner
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    runner = RayRunner()
+    yield runner
+    runner.close()
+    if started:
+        ray.shutdown()
+
+
+def cli_main():
+    """``datamask.cli.main``, or a skip while the rest of the command is not in place."""
+    try:
+        from datamask.cli import build_parser, main
+
+        build_parser()
+    except ImportError as exc:
+        pytest.skip(f"the datamask command is incomplete here: {exc}")
+    return main
+
+
+# --- budget, seeds and plans ---------------------------------------------------------------
+def test_apportion_hand_computed():
+    # quotas 3 * (5, 3, 2) / 10 = (1.5, 0.9, 0.6): floors (1, 0, 0), the two seats left go
+    # to the largest remainders 0.9 and 0.6.
+    assert apportion([5, 3, 2], 3).tolist() == [1, 1, 1]
+    assert apportion([5, 3, 2], 2).tolist() == [1, 1, 0]
+    # equal remainders: the lower group id wins
+    assert apportion([1, 1, 1], 2).tolist() == [1, 1, 0]
+    assert apportion([7], 3).tolist() == [3]
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_apportion_is_exact_and_bounded(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 1000, size=rng.integers(1, 40))
+    sizes[0] += 1
+    ratio = rng.uniform(0.001, 0.999)
+    k_total = int(round(ratio * sizes.sum()))
+    k = apportion(sizes, k_total)
+    assert k.sum() == k_total
+    assert (k >= 0).all() and (k <= sizes).all()
+    assert np.all(np.abs(k - k_total * sizes / sizes.sum()) < 1)  # within one of its quota
+
+
+def test_apportion_rejects_bad_budget():
+    with pytest.raises(ValueError, match="k_total must be in"):
+        apportion([3, 4], 8)
+
+
+def test_group_seeds_one_group_keeps_the_seed():
+    assert group_seeds(7, 1) == [7]
+    assert group_seeds(7, 3) == group_seeds(7, 3)
+    assert len(set(group_seeds(7, 50))) == 50
+
+
+def test_chunks_and_even_splits_cover_every_row_once(shard_dir):
+    infos = inspect_shards(list_shards(shard_dir))
+    plan = plan_by_chunk(infos, 250)
+    sizes = [sum(p.n for p in pieces) for _, pieces in plan]
+    assert sizes == [250] * 7 + [50]
+    seen = [(p.path, r) for _, pieces in plan for p in pieces for r in range(p.start, p.stop)]
+    assert len(seen) == len(set(seen)) == N_SHARDS * ROWS
+    parts = split_evenly([Piece("a", 5, 12), Piece("b", 0, 4)], 3)
+    assert [sum(p.n for p in part) for part in parts] == [3, 4, 4]
+    assert parts[1] == [Piece("a", 8, 12)]
+
+
+# --- shard I/O ------------------------------------------------------------------------------
+def test_list_shards_dir_glob_list_and_dataset(shard_dir, tmp_path):
+    files = list_shards(shard_dir)
+    assert [f.name for f in files] == [f"part-{s:05d}.parquet" for s in range(N_SHARDS)]
+    assert list_shards(str(shard_dir / "part-0000[12].parquet")) == files[1:3]
+    assert list_shards(ds.dataset(shard_dir, format="parquet")) == files
+    # nested, with hidden and underscore names skipped as pyarrow's discovery does
+    nested = tmp_path / "nested"
+    (nested / "year=2024").mkdir(parents=True)
+    (nested / "_work").mkdir()
+    shutil.copy(files[0], nested / "year=2024" / "a.parquet")
+    shutil.copy(files[0], nested / "_work" / "b.parquet")
+    shutil.copy(files[0], nested / ".c.parquet")
+    assert list_shards(nested) == [nested / "year=2024" / "a.parquet"]
+    with pytest.raises(ValueError, match="no files match"):
+        list_shards(str(tmp_path / "nothing-*.parquet"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no"):
+        list_shards(tmp_path / "empty")
+    with pytest.raises(ValueError, match="does not exist"):
+        list_shards(tmp_path / "absent")
+
+
+def test_read_rows_crosses_row_groups(shard_dir):
+    path = list_shards(shard_dir)[2]
+    full = pq.read_table(path)
+    part = read_rows(path, 95, 213, ["chunk_id", "quality_score"])
+    assert part.column("chunk_id").to_pylist() == full.column("chunk_id").to_pylist()[95:213]
+    assert read_rows(path, 7, 7, ["chunk_id"]).num_rows == 0
+    with pytest.raises(ValueError, match="out of range"):
+        read_rows(path, 0, ROWS + 1, ["chunk_id"])
+
+
+# --- exact global count -------------------------------------------------------------------
+@pytest.mark.parametrize("partition", ["shard", "chunk", "cluster"])
+def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
+    settings = Settings(partition=partition, chunk_size=250, n_clusters=4, **FAST)
+    m = run_selection(shard_dir, tmp_path / "out", settings, runner=ray_runner, progress=False)
+    k_total = round(FAST["select_ratio"] * N_SHARDS * ROWS)
+    ids = selected_ids(tmp_path / "out")
+    assert len(ids) == len(set(ids)) == k_total == m["totals"]["k"]
+    assert set(ids) <= set(corpus.ids)
+    sizes = [g["n"] for g in m["groups"]]
+    assert sum(sizes) == N_SHARDS * ROWS
+    assert [g["k"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
+    assert m["complete"] and m["totals"]["groups_computed"] == len(sizes)
+    if partition == "cluster":
+        assert max(sizes) <= 250 and m["partition"]["n_clusters"] == 4
+    # every worker reports its memory; the selected parts carry the group id
+    assert all(g["peak_rss_mb"] > 0 for g in m["groups"])
+    table = pq.read_table(tmp_path / "out" / "selected")
+    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit"}
+
+
+def test_ids_carry_through_unchanged(tmp_path):
+    c = make_clustered(400, 8, 4, seed=1)
+    root = tmp_path / "in"
+    root.mkdir()
+    for s, rows in enumerate([slice(0, 150), slice(150, 400)]):
+        feats = c.features[rows]
+        pq.write_table(
+            pa.table(
+                {
+                    "doc": pa.array(np.arange(400, dtype=np.int64)[rows] * 1000 + 7),
+                    "q": pa.array(c.quality[rows, 0]),
+                    "emb": pa.array(list(feats), type=pa.large_list(pa.float32())),
+                }
+            ),
+            root / f"{s}.parquet",
+        )
+    settings = Settings(id_col="doc", quality_cols=("q",), feature_col="emb", **FAST)
+    run_selection(root, tmp_path / "out", settings, progress=False)
+    table = pq.read_table(tmp_path / "out" / "selected")
+    assert table.schema.field("doc").type == pa.int64()
+    assert all(v % 1000 == 7 for v in table.column("doc").to_pylist())
+    groups = pq.read_table(tmp_path / "out" / "_work" / "groups")
+    assert sorted(groups.column("doc").to_pylist()) == list(np.arange(400) * 1000 + 7)
+
+
+# --- equivalence with the single-process learner -----------------------------------------
+def test_one_group_equals_single_process_learner(shard_dir, tmp_path, ray_runner):
+    """One chunk spanning all shards = MaskLearner on the concatenated corpus."""
+    settings = Settings(partition="chunk", chunk_size=10**6, **FAST)
+    m = run_selection(shard_dir, tmp_path / "out", settings, runner=ray_runner, progress=False)
+    assert m["partition"]["n_groups"] == 1
+    parts = [read_corpus(f) for f in list_shards(shard_dir)]
+    whole = Corpus(
+        ids=np.concatenate([p.ids for p in parts]),
+        quality=np.concatenate([p.quality for p in parts]),
+        features=np.concatenate([p.features for p in parts]),
+    )
+    ref = settings.make_learner(k=None, seed=0, device="cpu").fit(whole)
+    assert isinstance(ref, MaskLearner)
+    expected = sorted(whole.ids[ref.selected_].tolist())
+    assert selected_ids(tmp_path / "out") == expected
+    rows = pq.read_table(tmp_path / "out" / "_work" / "groups" / "00000.parquet")
+    np.testing.assert_array_equal(rows.column("logit").to_numpy(), ref.logits_)
+
+
+def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, capsys):
+    main = cli_main()
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copy(list_shards(shard_dir)[0], one / "only.parquet")
+    flags = ["--select-ratio", "0.2", "--n-epochs", "20", "--n-neighbors", "16",
+             "--device", "cpu", "--no-progress"]
+    assert main(["select", "--input", str(one / "only.parquet"),
+                 "--output", str(tmp_path / "single.parquet"), *flags]) == 0
+    assert main(["select", "--input", str(one), "--output", str(tmp_path / "sharded"),
+                 "--runner", "local", *flags]) == 0
+    single = pq.read_table(tmp_path / "single.parquet").to_pydict()
+    expected = sorted(i for i, s in zip(single["chunk_id"], single["selected"], strict=True) if s)
+    assert selected_ids(tmp_path / "sharded") == expected
+    assert "docs/s" in capsys.readouterr().out
+
+
+# --- resume ---------------------------------------------------------------------------------
+KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import datamask.distributed.runner as runner
+    from datamask.distributed import Settings, run_selection
+
+    real = runner.atomic_write_json
+    markers = []
+
+    def write_then_die(obj, path):
+        if "completions" in str(path):
+            markers.append(path)
+            if len(markers) == 3:  # group 2's files are in place, its marker is not
+                os.kill(os.getpid(), signal.SIGKILL)
+        real(obj, path)
+
+    runner.atomic_write_json = write_then_die
+    settings = Settings(partition="chunk", chunk_size=250, **{fast})
+    run_selection(sys.argv[1], sys.argv[2], settings, progress=False)
+    """
+)
+
+
+def test_resume_after_a_killed_run(shard_dir, tmp_path, ray_runner):
+    settings = Settings(partition="chunk", chunk_size=250, **FAST)
+    clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
+
+    out = tmp_path / "killed"
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER.format(fast=repr(FAST)))
+    proc = subprocess.run([sys.executable, str(script), str(shard_dir), str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    work = out / "_work"
+    assert sorted(p.name for p in (work / "completions").iterdir()) == ["00000", "00001"]
+    assert (out / "selected" / "part-00002.parquet").exists()  # written, but not marked
+    assert not json.loads((out / "manifest.json").read_text())["complete"]
+
+    resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
+    computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]
+    assert computed == list(range(2, clean["totals"]["n_groups"]))
+    assert selected_ids(out) == selected_ids(tmp_path / "clean")
+
+    # A finished run started again does nothing; a lost marker redoes only its group.
+    (work / "completions" / "00005").unlink()
+    again = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
+    assert [g["gid"] for g in again["groups"] if not g["reused"]] == [5]
+    assert selected_ids(out) == selected_ids(tmp_path / "clean")
+
+
+def test_other_settings_in_the_same_work_dir_are_refused(shard_dir, tmp_path):
+    settings = Settings(partition="shard", **FAST)
+    run_selection(shard_dir, tmp_path / "out", settings, progress=False)
+    changed = Settings(partition="shard", **{**FAST, "select_ratio": 0.2})
+    with pytest.raises(ValueError, match=r"other settings \(select_ratio 0.137 -> 0.2\)"):
+        run_selection(shard_dir, tmp_path / "out", changed, progress=False)
+
+
+# --- bad shards -----------------------------------------------------------------------------
+def test_missing_shard_is_named_and_nothing_is_written(shard_dir, tmp_path):
+    files = list_shards(shard_dir)[:2] + [tmp_path / "gone.parquet"]
+    with pytest.raises(ValueError, match="gone.parquet' does not exist"):
+        run_selection(files, tmp_path / "out", Settings(**FAST), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_footer_is_named_and_nothing_is_written(shard_dir, tmp_path):
+    root = tmp_path / "in"
+    shutil.copytree(shard_dir, root)
+    (root / "part-00003.parquet").write_bytes(b"not a parquet file at all")
+    with pytest.raises(ValueError, match=r"cannot read '.*part-00003.parquet' as parquet"):
+        run_selection(root, tmp_path / "out", Settings(**FAST), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_page_fails_its_group_only(shard_dir, tmp_path, ray_runner):
+    root = tmp_path / "in"
+    shutil.copytree(shard_dir, root)
+    bad = root / "part-00004.parquet"
+    column = pq.ParquetFile(bad).metadata.row_group(0).column(2)
+    data = bytearray(bad.read_bytes())
+    start = column.data_page_offset
+    data[start : start + 200] = b"\xab" * 200  # the footer stays intact: planning passes
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"cannot read '.*part-00004.parquet' as parquet"):
+        run_selection(root, out, Settings(**FAST), runner=ray_runner, progress=False)
+    assert not (out / "selected" / "part-00004.parquet").exists()
+    assert not (out / "_work" / "completions" / "00004").exists()
+    assert not (out / "_work" / "groups" / "00004.parquet").exists()
+
+
+def test_bad_settings_fail_before_writing(shard_dir, tmp_path):
+    with pytest.raises(ValueError, match="partition must be one of"):
+        run_selection(shard_dir, tmp_path / "o", Settings(partition="rows"), progress=False)
+    with pytest.raises(ValueError, match="select_ratio must be in"):
+        run_selection(shard_dir, tmp_path / "o", Settings(select_ratio=1.5), progress=False)
+    with pytest.raises(ValueError, match="column 'score' not found in .*part-00000.parquet"):
+        run_selection(shard_dir, tmp_path / "o", Settings(quality_cols=("score",)),
+                      progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
+    main = cli_main()
+    root = tmp_path / "in"
+    shutil.copytree(shard_dir, root)
+    (root / "part-00001.parquet").write_bytes(b"\x00" * 64)
+    code = main(["select", "--input", str(root), "--output", str(tmp_path / "out"),
+                 "--runner", "local", "--no-progress"])
+    assert code == 2
+    assert "part-00001.parquet" in capsys.readouterr().err
+
+
+def test_local_runner_rejects_workers():
+    from datamask.distributed import make_runner
+
+    assert isinstance(make_runner("local", None, None), LocalRunner)
+    with pytest.raises(ValueError, match="one group at a time"):
+        make_runner("local", 4, None)
+
+
+def test_ray_runner_without_gpus_refuses_use_gpus(ray_runner):
+    from datamask.distributed import RayRunner
+
+    if ray_runner.n_gpus:
+        pytest.skip("this machine has GPUs")
+    assert ray_runner.describe()["gpus_per_task"] == 0
+    with pytest.raises(ValueError, match="reports no GPUs"):
+        RayRunner(use_gpus=True)
+
+
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU"
+)
+def test_gpu_workers_select_on_cuda(shard_dir, tmp_path, ray_runner):
+    m = run_selection(shard_dir, tmp_path / "out", Settings(**FAST), runner=ray_runner,
+                      progress=False)
+    assert m["summary"]["devices"] == ["cuda:0"]
+    assert m["summary"]["gpu_peak_mb_per_worker"] > 0
+
