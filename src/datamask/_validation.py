@@ -110,7 +110,7 @@ def check_corpus(corpus: Corpus) -> Corpus:
         )
     if not np.allclose(norms, 1.0, atol=1e-3):
         feats = feats / norms[:, None]
-    corpus.features = np.ascontiguousarray(feats)
+    corpus.features = np.require(feats, requirements=["C", "W"])  # torch wants writable
     w = np.asarray(corpus.quality_weights, dtype=np.float64)
     if w.shape != (corpus.quality.shape[1],) or not np.all(np.isfinite(w)) or (w < 0).any():
         raise ValueError(f"quality weights must be non-negative, one per column; got {w}.")

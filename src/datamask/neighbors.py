@@ -102,7 +102,9 @@ def knn_graph(
     if method != "ivf":
         raise ValueError(f"method must be 'auto', 'exact' or 'ivf'; got {method!r}.")
     n_clusters = max(1, int(math.sqrt(n)))
-    cent = spherical_kmeans(x, n_clusters, n_iter=8, sample=min(n, 50_000), generator=generator)
+    cent = spherical_kmeans(
+        x, n_clusters, n_iter=6, sample=min(n, 20 * n_clusters + 10_000), generator=generator
+    )
     probe = assign_clusters(x, cent, top=min(n_probe, n_clusters))
     home = probe[:, 0] if probe.ndim == 2 else probe
     probe = probe if probe.ndim == 2 else probe[:, None]

@@ -19,7 +19,11 @@ def _weighted_offdiag(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """
     n = weights.sum(1).clamp_min(1.0)  # (G,)
     mean = (weights @ x) / n[:, None]  # (G, d)
-    second = torch.einsum("gn,nd,ne->gde", weights, x, x) / n[:, None, None]
+    if weights.shape[0] == 1:  # one weighting (expected/value): a plain 2-D product
+        second = ((x * weights[0][:, None]).T @ x)[None] / n[:, None, None]
+    else:
+        second = torch.matmul((weights[:, :, None] * x[None]).transpose(1, 2), x)
+        second = second / n[:, None, None]
     cov = second - mean[:, :, None] * mean[:, None, :]
     inv_std = cov.diagonal(dim1=1, dim2=2).clamp_min(_EPS).rsqrt()
     corr = cov * inv_std[:, :, None] * inv_std[:, None, :]
@@ -36,27 +40,54 @@ def correlation_loss(x: torch.Tensor) -> float:
 
 
 class DiSF(Term):
-    """``D(S) = 1 - mean_{a != b} C_ab^2``, C the correlation matrix of the features of S.
+    """``D(S) = 1 - L(S) / L_k``: L the sum of squared off-diagonal correlations of the
+    standardised features, ``L_k`` its mean over random subsets of the target size k.
 
-    The reference's ``DiSF`` (arXiv 2504.20644) minimises the *sum* of squared off-diagonal
-    correlations; dividing by d (d - 1) keeps the same order and puts the term on [0, 1].
+    The reference's ``DiSF`` (arXiv 2504.20644) minimises L(S). Dividing by ``L_k`` puts
+    the term on the quality term's scale: 0 for a subset as collapsed as a random one of
+    the same size, 1 for fully decorrelated features, negative for a more collapsed subset
+    (top-k quality often is). A random baseline rather than the whole corpus, because L of
+    a sample carries a finite-sample floor of about d^2 / k. Unscaled, ``1 - L / (d (d-1))``
+    stays within 1% of 1 on real embeddings and ``lamb`` would ignore the term.
     ``expected`` is a mean-field relaxation: the correlation of the rows weighted by their
     keep-probabilities (not the exact expectation, which has no closed form).
+
+    Parameters
+    ----------
+    n_reference : int, default=4
+        Random subsets averaged for ``L_k`` (drawn with a fixed seed, so values are
+        reproducible).
     """
 
     name = "disf"
 
+    def __init__(self, n_reference: int = 4) -> None:
+        self.n_reference = n_reference
+
+    def bind(self, features: torch.Tensor, quality: torch.Tensor, k: int) -> DiSF:
+        super().bind(features, quality, k)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        n = features.shape[0]
+        size = min(max(int(k), 2), n)
+        masks = torch.zeros(self.n_reference, n, dtype=features.dtype)
+        for row in masks:
+            row[torch.randperm(n, generator=gen)[:size]] = 1.0
+        masks = masks.to(features.device)
+        self.scale_ = float(torch.cat([_weighted_offdiag(m[None], features) for m in masks]).mean())
+        self.scale_ = max(self.scale_, _EPS)
+        return self
+
     def value(self, selected: torch.Tensor) -> float:
         w = torch.ones(1, len(selected), dtype=self.features_.dtype, device=self.features_.device)
-        return float(1.0 - _weighted_offdiag(w, self.features_[selected])[0])
+        return float(1.0 - _weighted_offdiag(w, self.features_[selected])[0] / self.scale_)
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]
         chunk = max(1, (1 << 25) // (len(batch) * xb.shape[1]))
-        return torch.cat([1.0 - _weighted_offdiag(m, xb) for m in masks.split(chunk)])
+        return torch.cat([1.0 - _weighted_offdiag(m, xb) / self.scale_ for m in masks.split(chunk)])
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
-        return 1.0 - _weighted_offdiag(p[None], self.features_)[0]
+        return 1.0 - _weighted_offdiag(p[None], self.features_)[0] / self.scale_
 
     # Greedy state: count, feature sum and second-moment sum of the selection.
     def init_state(self) -> tuple[int, torch.Tensor, torch.Tensor]:
@@ -81,19 +112,18 @@ class DiSF(Term):
             inv = cov.diagonal(dim1=1, dim2=2).clamp_min(_EPS).rsqrt()
             corr = cov * inv[:, :, None] * inv[:, None, :]
             off = (corr * corr).sum((1, 2)) - (corr.diagonal(dim1=1, dim2=2) ** 2).sum(1)
-            after = 1.0 - off / (d * (d - 1))
+            after = 1.0 - off / (d * (d - 1)) / self.scale_
             out.append((after - before).to(self.features_.dtype))
         return torch.cat(out)
 
-    @staticmethod
-    def _loss_from_moments(count: int, total: torch.Tensor, second: torch.Tensor) -> float:
+    def _loss_from_moments(self, count: int, total: torch.Tensor, second: torch.Tensor) -> float:
         d = total.shape[0]
         mean = total / count
         cov = second / count - mean[:, None] * mean[None, :]
         inv = cov.diagonal().clamp_min(_EPS).rsqrt()
         corr = cov * inv[:, None] * inv[None, :]
         off = (corr * corr).sum() - (corr.diagonal() ** 2).sum()
-        return float(1.0 - off / (d * (d - 1)))
+        return float(1.0 - off / (d * (d - 1)) / self.scale_)
 
     def update(
         self, state: tuple[int, torch.Tensor, torch.Tensor], j: int

