@@ -44,6 +44,12 @@ def write_reference_layout(path: Path, corpus: Corpus, *, fixed: bool = True) ->
 
 
 @pytest.fixture
+def write_reference():
+    """The :func:`write_reference_layout` helper, for tests that write their own files."""
+    return write_reference_layout
+
+
+@pytest.fixture
 def reference_parquet(tmp_path: Path, small_corpus: Corpus) -> Path:
     return write_reference_layout(tmp_path / "docs.parquet", small_corpus)
 

@@ -1,0 +1,137 @@
+"""Parquet reading: every column layout the reference uses, and clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datamask._validation import check_corpus
+from datamask.io.parquet import atomic_write_table, read_corpus, selection_table
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_round_trip_of_every_row(tmp_path, small_corpus, fixed, write_reference):
+    path = write_reference(tmp_path / "d.parquet", small_corpus, fixed=fixed)
+    got = read_corpus(path)
+    assert list(got.ids) == list(small_corpus.ids)
+    np.testing.assert_array_equal(got.quality[:, 0], small_corpus.quality[:, 0])
+    np.testing.assert_array_equal(got.features, small_corpus.features)
+
+
+def test_several_quality_columns_are_mixed_by_weight(tmp_path):
+    x = np.eye(4, dtype=np.float32)
+    table = pa.table(
+        {
+            "id": ["a", "b", "c", "d"],
+            "edu": [0.0, 1.0, 2.0, 3.0],
+            "dclm": [3.0, 3.0, 0.0, 0.0],
+            "emb": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), 4),
+        }
+    )
+    pq.write_table(table, tmp_path / "q.parquet")
+    corpus = check_corpus(
+        read_corpus(
+            tmp_path / "q.parquet",
+            id_col="id",
+            quality_cols=["edu", "dclm"],
+            quality_weights=[3, 1],
+            feature_col="emb",
+        )
+    )
+    np.testing.assert_allclose(
+        corpus.normalized_quality(),
+        0.75 * np.array([0, 1 / 3, 2 / 3, 1]) + 0.25 * np.array([1, 1, 0, 0]),
+    )
+
+
+def _write(path, **cols):
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
+    good = write_reference(tmp_path / "good.parquet", small_corpus)
+    with pytest.raises(
+        ValueError,
+        match=r"column 'score' not found in .*good.parquet; "
+        r"available columns: \['chunk_id', 'quality_score', 'feature_arr'\]",
+    ):
+        read_corpus(good, quality_cols=["score"])
+    ragged = _write(
+        tmp_path / "ragged.parquet",
+        chunk_id=["a", "b", "c"],
+        quality_score=[1.0, 2.0, 3.0],
+        feature_arr=pa.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0, 0.0]]),
+    )
+    with pytest.raises(
+        ValueError,
+        match="embedding width 3 at row 2 of .*ragged.parquet does not match width 2 at row 0",
+    ):
+        read_corpus(ragged)
+    nan = _write(
+        tmp_path / "nan.parquet",
+        chunk_id=["a", "b", "c"],
+        quality_score=[1.0, float("nan"), 3.0],
+        feature_arr=pa.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"quality_score has 1 NaN/inf values \(first at row 1 "
+        r"of .*nan.parquet\); drop or fill them",
+    ):
+        check_corpus(read_corpus(nan))
+    inf = _write(
+        tmp_path / "inf.parquet",
+        chunk_id=["a", "b"],
+        quality_score=[1.0, 2.0],
+        feature_arr=pa.array([[1.0, float("inf")], [0.0, 1.0]]),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"features have 1 rows with NaN/inf values \(first at "
+        r"row 0",
+    ):
+        check_corpus(read_corpus(inf))
+    empty = _write(
+        tmp_path / "empty.parquet",
+        chunk_id=pa.array([], pa.string()),
+        quality_score=pa.array([], pa.float64()),
+        feature_arr=pa.array([], pa.list_(pa.float32())),
+    )
+    with pytest.raises(ValueError, match="empty.parquet has no rows"):
+        read_corpus(empty)
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not a parquet file at all")
+    with pytest.raises(ValueError, match="cannot read .*junk.parquet.* as parquet"):
+        read_corpus(junk)
+    with pytest.raises(ValueError, match="input file .*missing.parquet.* does not exist"):
+        read_corpus(tmp_path / "missing.parquet")
+    with pytest.raises(ValueError, match="embedding width 16 in .*good.parquet does not match 8"):
+        read_corpus(good, expected_dim=8)
+    zero = _write(
+        tmp_path / "zero.parquet",
+        chunk_id=["a", "b"],
+        quality_score=[1.0, 2.0],
+        feature_arr=pa.array([[0.0, 0.0], [0.0, 1.0]]),
+    )
+    with pytest.raises(ValueError, match="1 all-zero rows"):
+        check_corpus(read_corpus(zero))
+
+
+def test_selection_table_ranks_and_atomic_write(tmp_path):
+    ids = np.array(["c", "a", "b", "d"], dtype=object)
+    table = selection_table(
+        ids, np.array([0, 2]), np.array([3.0, 1.0, 2.0, 0.5]), np.array([0.9, 0.1, 0.6, 0.05])
+    )
+    assert table.column("selected").to_pylist() == [True, False, True, False]
+    assert table.column("rank").to_pylist() == [1, 3, 2, 4]
+    only = selection_table(
+        ids, np.array([0, 2]), np.array([3.0, 1.0, 2.0, 0.5]), selected_only=True
+    )
+    assert only.column("chunk_id").to_pylist() == ["c", "b"]
+    out = tmp_path / "sub" / "sel.parquet"
+    atomic_write_table(table, out)
+    assert pq.read_table(out).equals(table)
+    assert not (tmp_path / "sub" / "sel.parquet.tmp").exists()
