@@ -226,6 +226,38 @@ def test_ids_carry_through_unchanged(tmp_path):
     assert sorted(groups.column("doc").to_pylist()) == list(np.arange(400) * 1000 + 7)
 
 
+def test_tiny_groups_keep_nothing_or_everything_and_still_sum_exactly(tmp_path):
+    c = make_clustered(40, 8, 3, seed=2)
+    write_shards(tmp_path / "in", c, 2, row_group_size=7)
+    for ratio in (0.2, 0.9):
+        settings = Settings(partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio,
+                            n_neighbors=4)
+        out = tmp_path / f"out-{ratio}"
+        m = run_selection(tmp_path / "in", out, settings, progress=False)
+        ks = [g["k"] for g in m["groups"]]
+        assert sum(ks) == len(selected_ids(out)) == round(ratio * 40)
+        assert (0 in ks) if ratio == 0.2 else (3 in ks)
+
+
+def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
+    settings = Settings(partition="cluster", n_clusters=3, chunk_size=400, **FAST)
+    out = tmp_path / "out"
+    first = run_selection(shard_dir, out, settings, progress=False)
+    before = selected_ids(out)
+    clusters = out / "_work" / "clusters"
+    centroids_mtime = (clusters / "centroids.npy").stat().st_mtime_ns
+    # lose one shard's spill and every group result: the spill is redone, centroids are kept
+    (clusters / "shard-00002.json").unlink()
+    (clusters / "shard-00002.parquet").unlink()
+    shutil.rmtree(out / "_work" / "completions")
+    shutil.rmtree(out / "selected")
+    again = run_selection(shard_dir, out, settings, progress=False)
+    assert again["totals"]["groups_computed"] == first["totals"]["n_groups"]
+    assert (clusters / "centroids.npy").stat().st_mtime_ns == centroids_mtime
+    assert selected_ids(out) == before
+    assert [g["n"] for g in again["groups"]] == [g["n"] for g in first["groups"]]
+
+
 # --- equivalence with the single-process learner -----------------------------------------
 def test_one_group_equals_single_process_learner(shard_dir, tmp_path, ray_runner):
     """One chunk spanning all shards = MaskLearner on the concatenated corpus."""
@@ -251,12 +283,45 @@ def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, caps
     one = tmp_path / "one"
     one.mkdir()
     shutil.copy(list_shards(shard_dir)[0], one / "only.parquet")
-    flags = ["--select-ratio", "0.2", "--n-epochs", "20", "--n-neighbors", "16",
-             "--device", "cpu", "--no-progress"]
-    assert main(["select", "--input", str(one / "only.parquet"),
-                 "--output", str(tmp_path / "single.parquet"), *flags]) == 0
-    assert main(["select", "--input", str(one), "--output", str(tmp_path / "sharded"),
-                 "--runner", "local", *flags]) == 0
+    flags = [
+        "--select-ratio",
+        "0.2",
+        "--n-epochs",
+        "20",
+        "--n-neighbors",
+        "16",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
+    assert (
+        main(
+            [
+                "select",
+                "--input",
+                str(one / "only.parquet"),
+                "--output",
+                str(tmp_path / "single.parquet"),
+                *flags,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "select",
+                "--input",
+                str(one),
+                "--output",
+                str(tmp_path / "sharded"),
+                "--runner",
+                "local",
+                *flags,
+            ]
+        )
+        == 0
+    )
     single = pq.read_table(tmp_path / "single.parquet").to_pydict()
     expected = sorted(i for i, s in zip(single["chunk_id"], single["selected"], strict=True) if s)
     assert selected_ids(tmp_path / "sharded") == expected
@@ -294,8 +359,12 @@ def test_resume_after_a_killed_run(shard_dir, tmp_path, ray_runner):
     out = tmp_path / "killed"
     script = tmp_path / "killer.py"
     script.write_text(KILLER.format(fast=repr(FAST)))
-    proc = subprocess.run([sys.executable, str(script), str(shard_dir), str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(shard_dir), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     work = out / "_work"
     assert sorted(p.name for p in (work / "completions").iterdir()) == ["00000", "00001"]
@@ -362,8 +431,7 @@ def test_bad_settings_fail_before_writing(shard_dir, tmp_path):
     with pytest.raises(ValueError, match="select_ratio must be in"):
         run_selection(shard_dir, tmp_path / "o", Settings(select_ratio=1.5), progress=False)
     with pytest.raises(ValueError, match="column 'score' not found in .*part-00000.parquet"):
-        run_selection(shard_dir, tmp_path / "o", Settings(quality_cols=("score",)),
-                      progress=False)
+        run_selection(shard_dir, tmp_path / "o", Settings(quality_cols=("score",)), progress=False)
     assert not (tmp_path / "o").exists()
 
 
@@ -372,8 +440,18 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
     root = tmp_path / "in"
     shutil.copytree(shard_dir, root)
     (root / "part-00001.parquet").write_bytes(b"\x00" * 64)
-    code = main(["select", "--input", str(root), "--output", str(tmp_path / "out"),
-                 "--runner", "local", "--no-progress"])
+    code = main(
+        [
+            "select",
+            "--input",
+            str(root),
+            "--output",
+            str(tmp_path / "out"),
+            "--runner",
+            "local",
+            "--no-progress",
+        ]
+    )
     assert code == 2
     assert "part-00001.parquet" in capsys.readouterr().err
 
@@ -396,12 +474,10 @@ def test_ray_runner_without_gpus_refuses_use_gpus(ray_runner):
         RayRunner(use_gpus=True)
 
 
-@pytest.mark.skipif(
-    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU"
-)
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_workers_select_on_cuda(shard_dir, tmp_path, ray_runner):
-    m = run_selection(shard_dir, tmp_path / "out", Settings(**FAST), runner=ray_runner,
-                      progress=False)
+    m = run_selection(
+        shard_dir, tmp_path / "out", Settings(**FAST), runner=ray_runner, progress=False
+    )
     assert m["summary"]["devices"] == ["cuda:0"]
     assert m["summary"]["gpu_peak_mb_per_worker"] > 0
-

@@ -588,7 +588,8 @@ def run_selection(
     select_started = time.perf_counter()
     done_docs = 0
     bar = tqdm(
-        total=len(pending),
+        total=len(groups),
+        initial=len(groups) - len(pending),  # a resumed run starts where the last one stopped
         desc="select groups",
         unit="group",
         disable=not progress,

@@ -1,0 +1,112 @@
+"""Time a sharded selection end to end and report throughput and memory per worker.
+
+    python benchmarks/scale/generate.py --out /tmp/datamask-scale/1m
+    python benchmarks/scale/run.py --data /tmp/datamask-scale/1m --out /tmp/datamask-scale/run-1m \
+        --workers 2 --results /tmp/datamask-scale/run-1m.json
+
+Runs :func:`datamask.distributed.run_selection` on a local Ray (or ``--runner local``),
+then prints one markdown row: documents, shards, groups, wall time, documents/s, peak RSS
+per worker (``getrusage`` inside every worker, the largest over the run), the driver's
+peak RSS, and peak GPU memory per worker when the groups ran on CUDA. The learner
+settings are the library defaults (expected estimator, 300 steps, facility location with
+K=128, lamb 0.5) unless flags change them. ``--out`` must not exist unless you mean to
+resume it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+from datamask.distributed import LocalRunner, RayRunner, Settings, run_selection
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="folder of parquet shards")
+    p.add_argument("--out", required=True, help="output folder of the selection")
+    p.add_argument("--results", help="write the figures as JSON here too")
+    p.add_argument("--runner", choices=["ray", "local"], default="ray")
+    p.add_argument("--workers", type=int, default=None, help="default: all CPUs or GPUs")
+    p.add_argument("--partition", choices=["shard", "chunk", "cluster"], default="shard")
+    p.add_argument("--chunk-size", type=int, default=10_000)
+    p.add_argument("--n-clusters", type=int, default=None)
+    p.add_argument("--select-ratio", type=float, default=0.1)
+    p.add_argument("--n-epochs", type=int, default=None, help="default: the learner's (300)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--progress", action="store_true")
+    args = p.parse_args()
+
+    settings = Settings(
+        select_ratio=args.select_ratio,
+        n_epochs=args.n_epochs,
+        partition=args.partition,
+        chunk_size=args.chunk_size,
+        n_clusters=args.n_clusters,
+        device=args.device,
+    )
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    runner = (
+        LocalRunner()
+        if args.runner == "local"
+        else RayRunner(workers=args.workers, device=args.device)
+    )
+    ray_start = time.perf_counter() - started
+    try:
+        m = run_selection(args.data, args.out, settings, runner=runner, progress=args.progress)
+    finally:
+        runner.close()
+    wall = time.perf_counter() - started
+    t, s = m["totals"], m["summary"]
+    figures = {
+        "n_docs": t["n_docs"],
+        "n_shards": m["input"]["n_shards"],
+        "n_groups": t["n_groups"],
+        "k": t["k"],
+        "partition": m["partition"],
+        "runner": m["runner"],
+        "seconds": {"wall_incl_ray_start": wall, "ray_start": ray_start, **t["seconds"]},
+        "docs_per_second": t["n_docs"] / wall,
+        "select_docs_per_second": t["select_docs_per_second"],
+        "group_seconds": s["group_seconds"],
+        "peak_rss_mb_per_worker": s["peak_rss_mb_per_worker"],
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gpu_peak_mb_per_worker": s["gpu_peak_mb_per_worker"],
+        "devices": s["devices"],
+        "workers_seen": s["workers_seen"],
+        "groups_reused": t["groups_reused"],
+        "settings": m["settings"],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+    }
+    if args.results:
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.results).write_text(json.dumps(figures, indent=2) + "\n")
+    gpu = figures["gpu_peak_mb_per_worker"]
+    print("| docs | shards | groups | workers | wall s | docs/s | group s (median) "
+          "| peak RSS/worker MB | driver RSS MB | GPU peak/worker MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {t['n_docs']:,} | {figures['n_shards']} | {t['n_groups']} "
+        f"| {figures['workers_seen']} | {wall:.0f} | {figures['docs_per_second']:,.0f} "
+        f"| {s['group_seconds']['median']:.1f} | {s['peak_rss_mb_per_worker']:.0f} "
+        f"| {figures['driver_peak_rss_mb']:.0f} | {'-' if gpu is None else f'{gpu:.0f}'} |"
+    )
+
+
+if __name__ == "__main__":
+    main()
