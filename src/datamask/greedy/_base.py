@@ -61,8 +61,7 @@ class GreedyTrace:
         """Per logged pick: step, running objective (J of the picks so far), seconds."""
         offset = final_j - self._gain_sum  # the objective of the empty selection
         return [
-            {"step": p["step"], "objective": float(offset + p["gain_sum"]),
-             "seconds": p["seconds"]}
+            {"step": p["step"], "objective": float(offset + p["gain_sum"]), "seconds": p["seconds"]}
             for p in self._points
         ]
 
@@ -154,8 +153,13 @@ class BaseSelector:
         return self.objective_
 
     def _bar(self, total: int) -> tqdm:
-        return tqdm(total=total, disable=not self.progress, desc=self.method or "select",
-                    unit="pick", dynamic_ncols=True)
+        return tqdm(
+            total=total,
+            disable=not self.progress,
+            desc=self.method or "select",
+            unit="pick",
+            dynamic_ncols=True,
+        )
 
     def fit(self, corpus: Corpus) -> BaseSelector:
         """Select exactly k rows of ``corpus``. Returns self."""

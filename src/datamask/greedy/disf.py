@@ -174,9 +174,16 @@ class GreedyDiSF(BaseSelector):
 
     method = "disf-greedy"
 
-    def __init__(self, objective: Objective | None = None, *, algorithm: str = "DiSF",
-                 batch_size: int = 1024, implementation: str = "vectorised",
-                 eps: float = 1e-8, **kwargs) -> None:
+    def __init__(
+        self,
+        objective: Objective | None = None,
+        *,
+        algorithm: str = "DiSF",
+        batch_size: int = 1024,
+        implementation: str = "vectorised",
+        eps: float = 1e-8,
+        **kwargs,
+    ) -> None:
         super().__init__(objective, algorithm=algorithm, **kwargs)
         self.batch_size = batch_size
         self.implementation = implementation
@@ -191,8 +198,9 @@ class GreedyDiSF(BaseSelector):
         n = corpus.n_docs
         starts, quotas = batch_quotas(n, self.k_, self.batch_size)
         self.batch_starts_, self.quotas_ = starts, quotas
-        pick = self._pick_vectorised if self.implementation == "vectorised" else (
-            self._pick_reference)
+        pick = (
+            self._pick_vectorised if self.implementation == "vectorised" else (self._pick_reference)
+        )
         order: list[np.ndarray] = []
         scores = np.full(n, -float(n))
         losses = []
@@ -250,15 +258,27 @@ class GreedyDiSF(BaseSelector):
         return np.asarray(picks, dtype=np.int64)
 
 
-def time_reference(corpus: Corpus, *, select_ratio: float, batch_size: int = 1024,
-                   n_batches: int = 1, seed: int = 0, device: str = "cpu") -> dict[str, float]:
+def time_reference(
+    corpus: Corpus,
+    *,
+    select_ratio: float,
+    batch_size: int = 1024,
+    n_batches: int = 1,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, float]:
     """Time the original per-candidate loop on the first ``n_batches`` full batches.
 
     Returns the measured seconds per batch and the extrapolation to every batch of the
     corpus (the loop's cost is the same for every full batch with the same quota).
     """
-    sel = GreedyDiSF(select_ratio=select_ratio, batch_size=batch_size, seed=seed,
-                     device=device, implementation="reference")
+    sel = GreedyDiSF(
+        select_ratio=select_ratio,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        implementation="reference",
+    )
     sel._setup(corpus)
     starts, quotas = batch_quotas(corpus.n_docs, sel.k_, batch_size)
     timed = min(n_batches, len(starts))
@@ -268,6 +288,9 @@ def time_reference(corpus: Corpus, *, select_ratio: float, batch_size: int = 102
         first = int(sel._np_rng.integers(hi - lo))
         sel._pick_reference(sel.objective_.features_[lo:hi], int(quotas[b]), first)
     per_batch = (time.perf_counter() - t0) / max(timed, 1)
-    return {"seconds_per_batch": per_batch, "n_batches_timed": timed,
-            "n_batches": len(starts), "seconds_estimated": per_batch * len(starts)}
-
+    return {
+        "seconds_per_batch": per_batch,
+        "n_batches_timed": timed,
+        "n_batches": len(starts),
+        "seconds_estimated": per_batch * len(starts),
+    }

@@ -87,8 +87,9 @@ class LazyGreedy(BaseSelector):
 
     method = "greedy"
 
-    def __init__(self, objective: Objective | None = None, *, batch_size: int = 16,
-                 **kwargs) -> None:
+    def __init__(
+        self, objective: Objective | None = None, *, batch_size: int = 16, **kwargs
+    ) -> None:
         super().__init__(objective, **kwargs)
         self.batch_size = batch_size
 
@@ -108,7 +109,6 @@ class LazyGreedy(BaseSelector):
         # fresh[i] == t: bounds[i] is the exact gain of row i for the selection at pick t.
         fresh = torch.zeros(n, dtype=torch.long, device=self.device_)
         taken = torch.zeros(n, dtype=torch.bool, device=self.device_)
-        m = min(self.batch_size, n)
         with self._bar(k) as bar:
             for t in range(k):
                 if t > 0 and not self.lazy_:  # no bounds: re-evaluate every remaining row
@@ -116,6 +116,7 @@ class LazyGreedy(BaseSelector):
                     bounds[rest] = objective.gains(state, rest)
                     fresh[rest] = t
                     self.n_evaluations_ += len(rest)
+                m = min(self.batch_size, n)
                 while True:
                     # torch.argmax returns the first maximum: ties go to the lower index.
                     j = int(torch.argmax(bounds))  # sync point: once per check
@@ -129,6 +130,7 @@ class LazyGreedy(BaseSelector):
                     bounds[stale] = objective.gains(state, stale)
                     fresh[stale] = t
                     self.n_evaluations_ += len(stale)
+                    m = min(2 * m, n)  # many stale leaders: widen the next pass
                 trace.add(j, float(bounds[j]))
                 state = objective.update(state, j)
                 taken[j] = True

@@ -68,8 +68,15 @@ class StochasticGreedy(BaseSelector):
 
     method = "stochastic-greedy"
 
-    def __init__(self, objective: Objective | None = None, *, eps: float = 0.1,
-                 sample: int | None = None, batch_size: int = 16, **kwargs) -> None:
+    def __init__(
+        self,
+        objective: Objective | None = None,
+        *,
+        eps: float = 0.1,
+        sample: int | None = None,
+        batch_size: int = 16,
+        **kwargs,
+    ) -> None:
         super().__init__(objective, **kwargs)
         self.eps = eps
         self.sample = sample
