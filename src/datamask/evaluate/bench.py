@@ -1,0 +1,469 @@
+"""Side-by-side benchmark: several selectors on the same data and the same objective.
+
+    datamask bench --synthetic 10000 --out-dir out/bench
+    datamask bench --input docs.parquet --methods mask greedy topk random --out-dir out/bench
+
+Writes ``bench.md`` and ``bench.json`` (objective, every term, the evaluation metrics, wall
+time and peak memory per method) and, with matplotlib, ``curve.png`` (the learner's
+running objective against the greedy value), ``objective_vs_time.png`` and ``map.png``
+(a 2-D PCA or t-SNE map of the data with each method's selection).
+
+How memory is measured. Each method runs in a fresh process (``isolate=True``, the
+default; spawned, so it shares no allocator state with the others). Right before ``fit``
+the process resets its peak-RSS counter (``echo 5 > /proc/self/clear_refs``, Linux) and
+reads its current RSS; after ``fit`` it reads the peak (``VmHWM`` in /proc/self/status).
+``peak_mb`` is that peak minus the RSS before ``fit``: what fitting added on top of the
+loaded corpus. Where clear_refs is unavailable a thread samples RSS every 2 ms instead
+(``memory_method`` in the JSON says which). ``tracemalloc`` is not used: it cannot see
+torch's allocations. On CUDA ``gpu_peak_mb`` is ``torch.cuda.max_memory_allocated``.
+Wall time is the selector's own ``fit_seconds_`` (validation, binding, selection and the
+final exact scoring), measured inside that process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import datetime as _dt
+import multiprocessing as mp
+import os
+import platform
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data import Corpus
+from ..io.parquet import atomic_write_json
+from ..objectives import ALGORITHMS, Objective, make_diversity
+from .report import evaluate_selection
+
+__all__ = ["DEFAULT_METHODS", "bench", "format_markdown", "measure_peak_rss", "run_method"]
+
+DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
+
+#: Fitted attributes copied into the results when a selector has them.
+_EXTRA_ATTRS = ("k_", "n_epochs_", "n_evaluations_", "initial_seconds_", "sample_size_",
+                "disf_loss_", "batch_loss_", "lazy_")
+
+
+# --- memory -----------------------------------------------------------------------------------
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("VmHWM not found in /proc/self/status")
+
+
+def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    """Run ``fn()`` and measure the peak resident memory it added, in MiB.
+
+    Returns ``(fn's result, {"peak_mb", "rss_before_mb", "memory_method"})``; see the module
+    docstring for the method. Off Linux the numbers are NaN.
+    """
+    try:
+        before = _rss_bytes()
+    except OSError:
+        return fn(), {"peak_mb": float("nan"), "rss_before_mb": float("nan"),
+                      "memory_method": "unavailable"}
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak-RSS counter (VmHWM) to the current RSS
+        _hwm_bytes()
+        method = "clear_refs+VmHWM"
+    except OSError:
+        method = "rss-sampling-2ms"
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.002):
+            peak[0] = max(peak[0], _rss_bytes())
+
+    sampler = None
+    if method == "rss-sampling-2ms":
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+    try:
+        result = fn()
+    finally:
+        if sampler is not None:
+            stop.set()
+            sampler.join()
+    top = max(peak[0], _rss_bytes()) if sampler is not None else _hwm_bytes()
+    mib = 1024.0 * 1024.0
+    return result, {"peak_mb": max(0.0, (top - before) / mib), "rss_before_mb": before / mib,
+                    "memory_method": method}
+
+
+# --- one method -------------------------------------------------------------------------------
+def _save_corpus(corpus: Corpus, path: Path) -> None:
+    np.savez(path, ids=np.asarray([str(i) for i in corpus.ids]), quality=corpus.quality,
+             features=corpus.features, quality_names=np.asarray(corpus.quality_names),
+             quality_weights=np.asarray(corpus.quality_weights, dtype=np.float64),
+             source=np.asarray(corpus.source))
+
+
+def _load_corpus(path: str) -> Corpus:
+    with np.load(path, allow_pickle=False) as z:
+        return Corpus(ids=z["ids"].astype(object), quality=z["quality"], features=z["features"],
+                      quality_names=[str(s) for s in z["quality_names"]],
+                      quality_weights=z["quality_weights"], source=str(z["source"]))
+
+
+def make_objective(spec: dict[str, Any]) -> Objective:
+    """An unbound objective from ``{"algorithm": [...], "lamb": x, "n_neighbors": K,
+    "knn": "auto"}`` (the bench's picklable description of it)."""
+    names = spec["algorithm"]
+    names = [names] if isinstance(names, str) else list(names)
+    terms = []
+    for name in names:
+        if name not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}; got {name!r}.")
+        if name == "Facility":
+            terms.append(make_diversity(name, n_neighbors=spec.get("n_neighbors", 128),
+                                        knn=spec.get("knn", "auto")))
+        else:
+            terms.append(make_diversity(name))
+    return Objective(terms, lamb=spec.get("lamb", 0.5))
+
+
+def run_method(corpus: Corpus | str, method: str, params: dict[str, Any],
+               objective_spec: dict[str, Any]) -> dict[str, Any]:
+    """Fit one selector and measure it. ``corpus`` may be the path of a saved ``.npz``.
+
+    Returns the selected rows, ``terms``, ``seconds`` (``fit_seconds_``), memory numbers,
+    ``history`` and the selector's extra fitted attributes.
+    """
+    from ..greedy import make_selector
+
+    if isinstance(corpus, str):
+        corpus = _load_corpus(corpus)
+    if method == "disf-greedy-reference":
+        from ..greedy.disf import time_reference
+
+        est = time_reference(corpus, **params)
+        return {"method": method, "estimate": est, "seconds": est["seconds_estimated"]}
+    selector = make_selector(method, objective=make_objective(objective_spec), **params)
+    use_cuda = torch.cuda.is_available() and str(params.get("device", "auto")) != "cpu"
+    if use_cuda:
+        torch.cuda.reset_peak_memory_stats()
+    _, memory = measure_peak_rss(lambda: selector.fit(corpus))
+    if use_cuda:
+        memory["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    out: dict[str, Any] = {
+        "method": method,
+        "selected": np.asarray(selector.selected_, dtype=np.int64),
+        "terms": {k: float(v) for k, v in selector.terms_.items()},
+        "seconds": float(selector.fit_seconds_),
+        "history": [dict(h) for h in getattr(selector, "history_", [])],
+        "device": str(getattr(selector, "device_", "")),
+        "torch_threads": torch.get_num_threads(),
+        **memory,
+    }
+    for attr in _EXTRA_ATTRS:
+        if hasattr(selector, attr):
+            value = getattr(selector, attr)
+            out[attr.rstrip("_")] = value.item() if isinstance(value, np.generic) else value
+    return out
+
+
+def _run_isolated(npz: str, method: str, params: dict[str, Any],
+                  spec: dict[str, Any]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(run_method, npz, method, params, spec).result()
+
+
+# --- the bench ----------------------------------------------------------------------------------
+def bench(
+    corpus: Corpus,
+    *,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    algorithm: str | Sequence[str] = "Facility",
+    lamb: float = 0.5,
+    select_ratio: float = 0.1,
+    seed: int = 0,
+    device: str = "cpu",
+    n_neighbors: int = 128,
+    knn: str = "auto",
+    method_params: dict[str, dict[str, Any]] | None = None,
+    disf_reference_batches: int = 0,
+    isolate: bool = True,
+    out_dir: str | Path | None = None,
+    plots: bool = True,
+    map_method: str = "pca",
+    map_points: int = 3000,
+    title: str | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run ``methods`` on ``corpus`` with one objective; tabulate, plot and save.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        The data (validated here).
+    methods : sequence of str
+        ``--method`` names (see :data:`datamask.greedy.SELECTORS`), run in this order.
+    algorithm, lamb, n_neighbors, knn
+        The objective every method is run and scored with.
+    select_ratio, seed, device
+        Passed to every selector.
+    method_params : dict, optional
+        Extra constructor arguments per method, e.g. ``{"mask": {"n_epochs": 500}}``.
+    disf_reference_batches : int, default=0
+        When > 0 and ``disf-greedy`` is run, also time the original per-candidate loop on
+        this many batches and extrapolate to all (row ``disf-greedy (original loop)``).
+    isolate : bool, default=True
+        Run each method in a fresh spawned process (clean memory numbers; costs an
+        interpreter start per method, not counted in the times).
+    out_dir : path, optional
+        Where ``bench.md``, ``bench.json`` and the plots go; nothing is written when None.
+    plots : bool, default=True
+        Draw the PNGs (needs matplotlib; t-SNE needs scikit-learn).
+    map_method : {"pca", "tsne"}, default="pca"
+        Projection of the 2-D map.
+    map_points : int, default=3000
+        Documents drawn on the map (a seeded sample, every selected one among them kept).
+    title : str, optional
+        Heading of the markdown.
+    progress : bool, default=False
+        Print one line per finished method.
+
+    Returns
+    -------
+    dict
+        ``settings``, ``runs`` (per method: terms, metrics, seconds, peak_mb, ratios to
+        greedy), ``figures`` (headline ratios) and ``files`` written.
+    """
+    from .._validation import check_corpus, check_ratio
+    from ..greedy import SELECTORS
+
+    check_corpus(corpus)
+    check_ratio("select_ratio", select_ratio)
+    methods = list(methods)
+    if not methods:
+        raise ValueError("methods must name at least one method; got none.")
+    for m in methods:
+        if m not in SELECTORS:
+            raise ValueError(f"method must be one of {list(SELECTORS)}; got {m!r}.")
+    if map_method not in ("pca", "tsne"):
+        raise ValueError(f"map_method must be 'pca' or 'tsne'; got {map_method!r}.")
+    names = [algorithm] if isinstance(algorithm, str) else list(algorithm)
+    spec = {"algorithm": names, "lamb": float(lamb), "n_neighbors": n_neighbors, "knn": knn}
+    make_objective(spec)  # fail early on a bad name or lamb
+    method_params = dict(method_params or {})
+    unknown = sorted(set(method_params) - set(methods))
+    if unknown:
+        raise ValueError(f"method_params names methods not being run: {unknown}.")
+    if plots and out_dir is not None:
+        from .plots import require_matplotlib
+
+        require_matplotlib(tsne=map_method == "tsne")
+
+    common = {"select_ratio": select_ratio, "seed": seed, "device": device}
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="datamask-bench-") as tmp:
+        npz = str(Path(tmp) / "corpus.npz")
+        if isolate:
+            _save_corpus(corpus, Path(npz))
+        todo: list[tuple[str, str, dict[str, Any]]] = [
+            (m, m, {**common, **method_params.get(m, {})}) for m in methods
+        ]
+        if disf_reference_batches > 0 and "disf-greedy" in methods:
+            ref = {"select_ratio": select_ratio, "seed": seed, "device": device,
+                   "n_batches": disf_reference_batches,
+                   "batch_size": method_params.get("disf-greedy", {}).get("batch_size", 1024)}
+            todo.append(("disf-greedy (original loop)", "disf-greedy-reference", ref))
+        for label, method, params in todo:
+            if isolate:
+                run = _run_isolated(npz, method, params, spec)
+            else:
+                run = run_method(corpus, method, params, spec)
+            run["label"] = label
+            run["params"] = {k: v for k, v in params.items() if k not in common}
+            runs.append(run)
+            if progress:
+                j = run.get("terms", {}).get("J", float("nan"))
+                print(f"bench: {label:<28} J={j:.4f}  {run['seconds']:.2f}s", flush=True)
+
+    for run in runs:
+        if "selected" in run:
+            rep = evaluate_selection(corpus, run["selected"], algorithm=names, lamb=lamb,
+                                     device=device)
+            run["metrics"] = rep["metrics"]
+            run["length"] = rep["length"]
+    result = {
+        "title": title or f"datamask bench on {corpus.source}",
+        "settings": {
+            "source": corpus.source, "n_docs": corpus.n_docs, "dim": corpus.dim,
+            "select_ratio": select_ratio,
+            "k": int(len(runs[0]["selected"])) if "selected" in runs[0] else None,
+            "algorithm": names, "lamb": lamb, "n_neighbors": n_neighbors, "knn": knn,
+            "seed": seed, "device": device, "isolate": isolate, "methods": methods,
+            "method_params": method_params,
+        },
+        "machine": _machine(),
+        "runs": runs,
+    }
+    _add_ratios(result)
+    if out_dir is not None:
+        result["files"] = _write(result, corpus, Path(out_dir), plots=plots,
+                                 map_method=map_method, map_points=map_points, seed=seed)
+    return result
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(), "python": platform.python_version(),
+        "torch": torch.__version__, "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _add_ratios(result: dict[str, Any]) -> None:
+    """J and time relative to lazy greedy; DiSF loss and time relative to greedy DiSF."""
+    by = {r["label"]: r for r in result["runs"]}
+    greedy, disf = by.get("greedy"), by.get("disf-greedy")
+    ref = by.get("disf-greedy (original loop)")
+    figures: dict[str, Any] = {}
+    for r in result["runs"]:
+        if greedy is not None and "terms" in r:
+            r["J_vs_greedy"] = r["terms"]["J"] / greedy["terms"]["J"]
+            r["time_vs_greedy"] = r["seconds"] / greedy["seconds"]
+        if disf is not None and "metrics" in r:
+            r["disf_loss_vs_disf_greedy"] = r["metrics"]["disf_loss"] / disf["metrics"][
+                "disf_loss"]
+            r["time_saved_vs_disf_greedy"] = 1.0 - r["seconds"] / disf["seconds"]
+            if ref is not None:
+                r["time_saved_vs_original_disf"] = 1.0 - r["seconds"] / ref["seconds"]
+    mask = by.get("mask")
+    if mask is not None and greedy is not None:
+        figures["mask_J_pct_of_greedy"] = 100.0 * mask["J_vs_greedy"]
+        figures["mask_time_pct_of_greedy"] = 100.0 * mask["time_vs_greedy"]
+    if mask is not None and disf is not None:
+        figures["mask_time_saved_pct_vs_disf_greedy"] = 100.0 * mask["time_saved_vs_disf_greedy"]
+        figures["mask_disf_loss_vs_disf_greedy"] = mask["disf_loss_vs_disf_greedy"]
+        if ref is not None:
+            figures["mask_time_saved_pct_vs_original_disf"] = (
+                100.0 * mask["time_saved_vs_original_disf"])
+    result["figures"] = figures
+
+
+# --- output ---------------------------------------------------------------------------------------
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def format_markdown(result: dict[str, Any]) -> str:
+    """The bench result as markdown: settings, one table, headline figures."""
+    s, mach = result["settings"], result["machine"]
+    runs = result["runs"]
+    term_names = [t for t in runs[0].get("terms", {}) if t != "J"] if "terms" in runs[0] else []
+    lines = [
+        f"# {result['title']}",
+        "",
+        f"N={s['n_docs']}, d={s['dim']}, k={s['k']} (select_ratio={s['select_ratio']}), "
+        f"objective: lamb={s['lamb']} * quality + (1 - lamb) * {'+'.join(s['algorithm'])}, "
+        f"seed={s['seed']}, device={s['device']}.",
+        f"Machine: {mach['platform']}, {mach['cpu_count']} CPUs, torch {mach['torch']} "
+        f"({mach['torch_threads']} threads), CUDA: {mach['cuda'] or 'none'}, "
+        f"load average at the end {', '.join(f'{x:.1f}' for x in mach['load_average'] or [])};"
+        f" {mach['date']}.",
+        "Times are each selector's `fit` wall time; peak MB is the resident memory `fit` "
+        "added (fresh process per method" + ("" if s["isolate"] else "; here in-process") +
+        ", see `datamask.evaluate.bench`).",
+        "",
+    ]
+    head = (["method", "J", *term_names, "coverage", "pair sim", "DiSF loss", "NN sim",
+             "seconds", "peak MB", "J / greedy", "time / greedy"])
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+    for r in runs:
+        m = r.get("metrics", {})
+        t = r.get("terms", {})
+        cells = [r["label"], _fmt(t.get("J"), ".4f"), *[_fmt(t.get(n), ".4f") for n in term_names],
+                 _fmt(m.get("facility_coverage"), ".4f"),
+                 _fmt(m.get("mean_pairwise_similarity"), ".4f"),
+                 _fmt(m.get("disf_loss"), ".1f"), _fmt(m.get("mean_nn_similarity"), ".4f"),
+                 _fmt(r.get("seconds"), ".2f")
+                 + (" (est.)" if r.get("method") == "disf-greedy-reference" else ""),
+                 _fmt(r.get("peak_mb"), ".0f"),
+                 _fmt(100 * r["J_vs_greedy"], ".2f") + "%" if "J_vs_greedy" in r else "-",
+                 _fmt(100 * r["time_vs_greedy"], ".1f") + "%" if "time_vs_greedy" in r else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    extra = [r for r in runs if "disf_loss_vs_disf_greedy" in r]
+    if extra:
+        lines += ["", "| method | DiSF loss / greedy DiSF | time saved vs greedy DiSF"
+                  + (" | time saved vs original loop (est.)" if any(
+                      "time_saved_vs_original_disf" in r for r in extra) else "") + " |",
+                  "|---|---:|---:|" + ("---:|" if any("time_saved_vs_original_disf" in r
+                                                     for r in extra) else "")]
+        for r in extra:
+            row = (f"| {r['label']} | {r['disf_loss_vs_disf_greedy']:.4f} | "
+                   f"{100 * r['time_saved_vs_disf_greedy']:.1f}% |")
+            if "time_saved_vs_original_disf" in r:
+                row += f" {100 * r['time_saved_vs_original_disf']:.2f}% |"
+            lines.append(row)
+    for r in runs:
+        if r.get("method") == "disf-greedy-reference":
+            e = r["estimate"]
+            lines += ["", f"`disf-greedy (original loop)`: the original per-candidate loop timed "
+                      f"on {e['n_batches_timed']} of {e['n_batches']} batches "
+                      f"({e['seconds_per_batch']:.1f} s per batch), extrapolated to all."]
+    if result.get("figures"):
+        lines += ["", "Headline figures:", ""]
+        for key, value in result["figures"].items():
+            lines.append(f"- `{key}`: {value:.4g}")
+    files = result.get("files", {})
+    pngs = [v for k, v in files.items() if k.endswith("png")]
+    if pngs:
+        lines += [""] + [f"![{Path(p).stem}]({Path(p).name})" for p in pngs]
+    return "\n".join(lines) + "\n"
+
+
+def _jsonable_run(run: dict[str, Any]) -> dict[str, Any]:
+    out = dict(run)
+    if "selected" in out:
+        out["selected"] = np.asarray(out["selected"]).tolist()
+    return out
+
+
+def _write(result: dict[str, Any], corpus: Corpus, out: Path, *, plots: bool,
+           map_method: str, map_points: int, seed: int) -> dict[str, str]:
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    if plots:
+        from . import plots as P
+
+        runs = result["runs"]
+        files["curve_png"] = str(P.plot_learning_curve(runs, out / "curve.png"))
+        files["objective_vs_time_png"] = str(
+            P.plot_objective_vs_time(runs, out / "objective_vs_time.png"))
+        files["map_png"] = str(P.plot_selection_map(corpus.features, runs, out / "map.png",
+                                                    method=map_method, max_points=map_points,
+                                                    seed=seed))
+    files["markdown"] = str(out / "bench.md")
+    files["json"] = str(out / "bench.json")
+    result["files"] = files
+    md = format_markdown(result)
+    tmp = out / "bench.md.tmp"
+    tmp.write_text(md)
+    os.replace(tmp, out / "bench.md")
+    atomic_write_json({**result, "runs": [_jsonable_run(r) for r in result["runs"]]},
+                      out / "bench.json")
+    return files
