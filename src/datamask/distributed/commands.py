@@ -51,6 +51,7 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--kmeans-sample",
+        "--kmeans_sample",
         dest="kmeans_sample",
         type=int,
         help="rows sampled to fit the k-means centroids (default: 100000)",
