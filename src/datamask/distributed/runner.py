@@ -171,7 +171,7 @@ class Settings:
             )
         # The learner validates the rest; calling its check here, on the driver, means a bad
         # value fails at once instead of inside the first group on a remote worker.
-        self.make_learner(k=1, seed=0, device="cpu")._check_params()
+        self.make_learner(k=1, seed=0, device="cpu").check_params()
         return self
 
     @classmethod

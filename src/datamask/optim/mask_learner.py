@@ -189,7 +189,8 @@ class MaskLearner:
         self.log_every = log_every
 
     # ----------------------------------------------------------------------------------------
-    def _check_params(self) -> None:
+    def check_params(self) -> None:
+        """Validate the constructor parameters (raises ValueError/TypeError naming them)."""
         check_choice("estimator", self.estimator, ESTIMATORS)
         check_choice("init", self.init, INITS)
         check_choice("mask_sampler", self.mask_sampler, MASK_SAMPLERS)
@@ -228,7 +229,7 @@ class MaskLearner:
     # ----------------------------------------------------------------------------------------
     def fit(self, corpus: Corpus) -> MaskLearner:
         """Learn the logits on ``corpus`` and keep the top k. Returns self."""
-        self._check_params()
+        self.check_params()
         check_corpus(corpus)
         start = time.perf_counter()
         self.device_ = resolve_device(self.device)
