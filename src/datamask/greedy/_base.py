@@ -174,12 +174,12 @@ class BaseSelector:
             )
         self.selected_ = selected
         self.scores_ = np.asarray(scores, dtype=np.float64)
+        self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
         self.terms_ = self.objective_.term_values(self.selected_)
         trace = getattr(self, "_trace", None)
         self.history_: list[dict[str, Any]] = (
             trace.history(self.terms_["J"]) if trace is not None else []
         )
-        self.fit_seconds_ = time.perf_counter() - start
         return self
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
