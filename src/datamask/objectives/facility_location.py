@@ -27,13 +27,20 @@ class FacilityLocation(Term):
         K of the graph used by ``expected``.
     knn : {"auto", "exact", "ivf"}, default="auto"
         How the graph is built, see :func:`datamask.neighbors.knn_graph`.
+    dense_max_bytes : int, default=12 GiB
+        Greedy gains read rows of the full n x n similarity matrix, built once in blocks
+        on first use, while it fits in this many bytes (float32); above it every gain is
+        computed from the features (a pass over all n x d values per candidate).
     """
 
     name = "facility"
 
-    def __init__(self, n_neighbors: int = 128, knn: str = "auto") -> None:
+    def __init__(
+        self, n_neighbors: int = 128, knn: str = "auto", dense_max_bytes: int = 12 * 2**30
+    ) -> None:
         self.n_neighbors = n_neighbors
         self.knn = knn
+        self.dense_max_bytes = dense_max_bytes
 
     def __repr__(self) -> str:
         return f"FacilityLocation(n_neighbors={self.n_neighbors}, knn={self.knn!r})"
@@ -41,7 +48,20 @@ class FacilityLocation(Term):
     def bind(self, features: torch.Tensor, quality: torch.Tensor, k: int) -> FacilityLocation:
         super().bind(features, quality, k)
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.dense_: torch.Tensor | None = None
         return self
+
+    def _dense(self) -> torch.Tensor | None:
+        """The clipped n x n similarity matrix when it fits ``dense_max_bytes``, else None."""
+        n = self.n_docs
+        if self.dense_ is None and n * n * 4 <= self.dense_max_bytes:
+            x = self.features_
+            self.dense_ = torch.empty(n, n, dtype=x.dtype, device=x.device)
+            step = _block_rows(n)
+            for lo in range(0, n, step):
+                torch.matmul(x[lo : lo + step], x.T, out=self.dense_[lo : lo + step])
+            self.dense_.clamp_(min=0.0)
+        return self.dense_
 
     def graph(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The (indices, similarities) K-NN graph, built once on first use."""
@@ -88,12 +108,19 @@ class FacilityLocation(Term):
         return torch.zeros(self.n_docs, dtype=self.features_.dtype, device=self.features_.device)
 
     def gains(self, state: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        dense = self._dense()
         out = []
-        step = max(1, (1 << 26) // self.n_docs)  # candidate columns per block
+        step = max(1, (1 << 26) // self.n_docs)  # candidates per block
         for lo in range(0, len(candidates), step):
-            cols = self.features_ @ self.features_[candidates[lo : lo + step]].T  # (n, c)
-            out.append((cols - state[:, None]).clamp_min(0.0).sum(0) / self.n_docs)
+            cand = candidates[lo : lo + step]
+            if dense is not None:  # symmetric: row j is column j, and contiguous
+                rows = dense[cand]  # (c, n)
+            else:
+                rows = (self.features_[cand] @ self.features_.T).clamp_min(0.0)
+            out.append((rows - state[None, :]).clamp_min(0.0).sum(1) / self.n_docs)
         return torch.cat(out)
 
     def update(self, state: torch.Tensor, j: int) -> torch.Tensor:
-        return torch.maximum(state, (self.features_ @ self.features_[j]).clamp_min(0.0))
+        dense = self._dense()
+        row = dense[j] if dense is not None else (self.features_ @ self.features_[j])
+        return torch.maximum(state, row.clamp_min(0.0))
