@@ -17,7 +17,10 @@ loaded corpus. Where clear_refs is unavailable a thread samples RSS every 2 ms i
 (``memory_method`` in the JSON says which). ``tracemalloc`` is not used: it cannot see
 torch's allocations. On CUDA ``gpu_peak_mb`` is ``torch.cuda.max_memory_allocated``.
 Wall time is the selector's own ``fit_seconds_`` (validation, binding, selection and the
-final exact scoring), measured inside that process.
+final exact scoring), measured inside that process; ``cpu_seconds`` is the process' user +
+system CPU time over the same ``fit`` (all threads), and ``load_before``/``load_after`` the
+machine's 1-minute load average around it: on a shared machine, other work inflates wall
+times, and these two numbers say by how much.
 """
 
 from __future__ import annotations
@@ -105,6 +108,19 @@ def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
                     "memory_method": method}
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process, every thread included."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _load() -> float:
+    """The 1-minute load average (other work on the machine slows every timing)."""
+    return float(os.getloadavg()[0]) if hasattr(os, "getloadavg") else float("nan")
+
+
 # --- one method -------------------------------------------------------------------------------
 def _save_corpus(corpus: Corpus, path: Path) -> None:
     np.savez(path, ids=np.asarray([str(i) for i in corpus.ids]), quality=corpus.quality,
@@ -151,13 +167,21 @@ def run_method(corpus: Corpus | str, method: str, params: dict[str, Any],
     if method == "disf-greedy-reference":
         from ..greedy.disf import time_reference
 
+        load_before, cpu_before = _load(), _cpu_seconds()
         est = time_reference(corpus, **params)
-        return {"method": method, "estimate": est, "seconds": est["seconds_estimated"]}
+        est["cpu_seconds_per_batch"] = (_cpu_seconds() - cpu_before) / max(
+            est["n_batches_timed"], 1)
+        return {"method": method, "estimate": est, "seconds": est["seconds_estimated"],
+                "cpu_seconds": est["cpu_seconds_per_batch"] * est["n_batches"],
+                "load_before": load_before, "load_after": _load()}
     selector = make_selector(method, objective=make_objective(objective_spec), **params)
     use_cuda = torch.cuda.is_available() and str(params.get("device", "auto")) != "cpu"
     if use_cuda:
         torch.cuda.reset_peak_memory_stats()
+    load_before = _load()
+    cpu_before = _cpu_seconds()
     _, memory = measure_peak_rss(lambda: selector.fit(corpus))
+    cpu = _cpu_seconds() - cpu_before
     if use_cuda:
         memory["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
     out: dict[str, Any] = {
@@ -165,6 +189,9 @@ def run_method(corpus: Corpus | str, method: str, params: dict[str, Any],
         "selected": np.asarray(selector.selected_, dtype=np.int64),
         "terms": {k: float(v) for k, v in selector.terms_.items()},
         "seconds": float(selector.fit_seconds_),
+        "cpu_seconds": cpu,
+        "load_before": load_before,
+        "load_after": _load(),
         "history": [dict(h) for h in getattr(selector, "history_", [])],
         "device": str(getattr(selector, "device_", "")),
         "torch_threads": torch.get_num_threads(),
@@ -384,13 +411,14 @@ def format_markdown(result: dict[str, Any]) -> str:
         f"({mach['torch_threads']} threads), CUDA: {mach['cuda'] or 'none'}, "
         f"load average at the end {', '.join(f'{x:.1f}' for x in mach['load_average'] or [])};"
         f" {mach['date']}.",
-        "Times are each selector's `fit` wall time; peak MB is the resident memory `fit` "
-        "added (fresh process per method" + ("" if s["isolate"] else "; here in-process") +
-        ", see `datamask.evaluate.bench`).",
+        "Times are each selector's `fit` wall time (CPU s: its process' CPU time over `fit`; "
+        "load: the machine's 1-minute load average after it); peak MB is the resident memory "
+        "`fit` added (fresh process per method" + ("" if s["isolate"] else "; here in-process")
+        + ", see `datamask.evaluate.bench`).",
         "",
     ]
     head = (["method", "J", *term_names, "coverage", "pair sim", "DiSF loss", "NN sim",
-             "seconds", "peak MB", "J / greedy", "time / greedy"])
+             "seconds", "CPU s", "load", "peak MB", "J / greedy", "time / greedy"])
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
     for r in runs:
@@ -402,6 +430,7 @@ def format_markdown(result: dict[str, Any]) -> str:
                  _fmt(m.get("disf_loss"), ".1f"), _fmt(m.get("mean_nn_similarity"), ".4f"),
                  _fmt(r.get("seconds"), ".2f")
                  + (" (est.)" if r.get("method") == "disf-greedy-reference" else ""),
+                 _fmt(r.get("cpu_seconds"), ".1f"), _fmt(r.get("load_after"), ".1f"),
                  _fmt(r.get("peak_mb"), ".0f"),
                  _fmt(100 * r["J_vs_greedy"], ".2f") + "%" if "J_vs_greedy" in r else "-",
                  _fmt(100 * r["time_vs_greedy"], ".1f") + "%" if "time_vs_greedy" in r else "-"]

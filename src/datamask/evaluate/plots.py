@@ -86,7 +86,7 @@ def plot_learning_curve(runs: Sequence[dict[str, Any]], path: str | Path) -> Pat
     ax.set_xlabel("learner step")
     ax.set_ylabel("objective J")
     ax.set_title("Optimisation curve of the learner vs the baselines")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.grid(alpha=0.3)
     return _save(fig, Path(path))
 
@@ -109,7 +109,7 @@ def plot_objective_vs_time(runs: Sequence[dict[str, Any]], path: str | Path) -> 
     ax.set_xlabel("wall time of fit (s, log)")
     ax.set_ylabel("objective J")
     ax.set_title("Objective vs time (lines: running objective)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.grid(alpha=0.3, which="both")
     lo = min((r["terms"]["J"] for r in runs if "terms" in r), default=0.0)
     hi = max((r["terms"]["J"] for r in runs if "terms" in r), default=1.0)

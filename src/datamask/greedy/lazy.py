@@ -47,7 +47,7 @@ class LazyGreedy(BaseSelector):
 
     Parameters
     ----------
-    batch_size : int, default=16
+    batch_size : int, default=4
         Stale rows re-evaluated together. One evaluation streams the whole corpus, so a
         few extra candidates per pass are nearly free while a second pass is not.
     **kwargs
@@ -88,7 +88,7 @@ class LazyGreedy(BaseSelector):
     method = "greedy"
 
     def __init__(
-        self, objective: Objective | None = None, *, batch_size: int = 16, **kwargs
+        self, objective: Objective | None = None, *, batch_size: int = 4, **kwargs
     ) -> None:
         super().__init__(objective, **kwargs)
         self.batch_size = batch_size

@@ -1,0 +1,141 @@
+"""Reproduce the headline table: the learner against greedy on its own objective.
+
+    python benchmarks/headline/run.py                      # every case below
+    python benchmarks/headline/run.py --cases clustered-10k demo
+    python benchmarks/headline/run.py --out /tmp/headline  # somewhere else
+
+Cases (each is one ``datamask bench`` run, every method in a fresh process, same machine):
+
+- ``clustered-10k``, ``clustered-50k``: ``make_clustered(N, 384, 50, seed=0)``, k = 10%,
+  lamb = 0.5, facility location + quality: mask, lazy greedy, stochastic greedy, top-k,
+  random.
+- ``demo``: the shipped demo corpus (examples/demo/demo_docs.parquet), same objective.
+- ``disf-10k``, ``disf-50k``: DiSF + quality on the clustered data: the learner against
+  the batched greedy DiSF (1024 per batch), plus the original per-candidate loop timed on
+  one batch and extrapolated.
+
+Each case writes ``results/<case>/bench.{md,json}`` and three PNGs; the script then
+collects the headline figures into ``RESULTS.md``. Equivalent commands::
+
+    datamask bench --synthetic 50000 --select-ratio 0.1 --lamb 0.5 --device cpu \\
+        --out-dir benchmarks/headline/results/clustered-50k
+    datamask bench --synthetic 50000 --algorithm DiSF --methods mask disf-greedy topk random \\
+        --disf-reference-batches 1 --device cpu --out-dir benchmarks/headline/results/disf-50k
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from datamask import make_clustered
+from datamask.evaluate import bench
+from datamask.io.parquet import read_corpus
+
+HERE = Path(__file__).resolve().parent
+DEMO = HERE.parents[1] / "examples" / "demo" / "demo_docs.parquet"
+FACILITY_METHODS = ["mask", "greedy", "stochastic-greedy", "topk", "random"]
+DISF_METHODS = ["mask", "disf-greedy", "topk", "random"]
+
+CASES: dict[str, dict[str, Any]] = {
+    "clustered-10k": {"n": 10_000, "algorithm": "Facility", "methods": FACILITY_METHODS},
+    "clustered-50k": {"n": 50_000, "algorithm": "Facility", "methods": FACILITY_METHODS},
+    "demo": {"n": None, "algorithm": "Facility", "methods": FACILITY_METHODS},
+    "disf-10k": {"n": 10_000, "algorithm": "DiSF", "methods": DISF_METHODS},
+    "disf-50k": {"n": 50_000, "algorithm": "DiSF", "methods": DISF_METHODS},
+}
+
+
+def run_case(name: str, out: Path, device: str) -> dict[str, Any]:
+    spec = CASES[name]
+    if spec["n"] is None:
+        corpus = read_corpus(DEMO, extra_cols=["n_chars"])
+        corpus.source = "examples/demo/demo_docs.parquet"
+    else:
+        corpus = make_clustered(spec["n"], 384, 50, seed=0)
+        corpus.source = f"make_clustered({spec['n']}, 384, 50, seed=0)"
+    disf = spec["algorithm"] == "DiSF"
+    t0 = time.perf_counter()
+    result = bench(
+        corpus, methods=spec["methods"], algorithm=spec["algorithm"], lamb=0.5,
+        select_ratio=0.1, seed=0, device=device, isolate=True, out_dir=out / name,
+        disf_reference_batches=1 if disf else 0, map_points=3000,
+        title=f"Headline: {name} ({spec['algorithm']} + quality, k = 10%, lamb = 0.5)",
+        progress=True,
+    )
+    print(f"{name}: done in {time.perf_counter() - t0:.0f}s", flush=True)
+    return result
+
+
+def summarise(out: Path) -> str:
+    """RESULTS.md: one line per case with the headline figures, then links."""
+    lines = [
+        "# Headline results",
+        "",
+        "Produced by `python benchmarks/headline/run.py` (see its docstring). Each case is one",
+        "`datamask bench` run: every method in a fresh process on the same machine, the same",
+        "objective, k = 10%, lamb = 0.5. Times are `fit` wall times on the CPU.",
+        "",
+        "| case | N | learner J | greedy J | learner J / greedy | learner time | greedy time "
+        "| learner time / greedy | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    disf_lines = [
+        "",
+        "| case | N | learner DiSF loss | greedy DiSF loss | loss ratio | learner time "
+        "| greedy DiSF time | time saved | original loop (est.) | time saved vs original |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in CASES:
+        path = out / name / "bench.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        runs = {r["label"]: r for r in data["runs"]}
+        n = data["settings"]["n_docs"]
+        load = data["machine"]["load_average"][0] if data["machine"]["load_average"] else 0
+        mask = runs["mask"]
+        if "greedy" in runs:
+            g = runs["greedy"]
+            lines.append(
+                f"| [{name}](results/{name}/bench.md) | {n} | {mask['terms']['J']:.4f} | "
+                f"{g['terms']['J']:.4f} | {100 * mask['J_vs_greedy']:.2f}% | "
+                f"{mask['seconds']:.1f}s | {g['seconds']:.1f}s | "
+                f"{100 * mask['time_vs_greedy']:.1f}% | {load:.1f} |")
+        if "disf-greedy" in runs:
+            g = runs["disf-greedy"]
+            ref = runs.get("disf-greedy (original loop)")
+            ref_s = f"{ref['seconds']:.0f}s" if ref else "-"
+            saved_ref = (f"{100 * mask['time_saved_vs_original_disf']:.1f}%"
+                         if "time_saved_vs_original_disf" in mask else "-")
+            disf_lines.append(
+                f"| [{name}](results/{name}/bench.md) | {n} | "
+                f"{mask['metrics']['disf_loss']:.1f} | {g['metrics']['disf_loss']:.1f} | "
+                f"{mask['disf_loss_vs_disf_greedy']:.3f} | {mask['seconds']:.1f}s | "
+                f"{g['seconds']:.1f}s | {100 * mask['time_saved_vs_disf_greedy']:.1f}% | "
+                f"{ref_s} | {saved_ref} |")
+    return "\n".join(lines + disf_lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--out", default=str(HERE), help="folder for results/ and RESULTS.md")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    out = Path(args.out)
+    for name in args.cases:
+        run_case(name, out / "results", args.device)
+        summary = summarise(out / "results")
+        tmp = out / "RESULTS.md.tmp"
+        tmp.write_text(summary)
+        os.replace(tmp, out / "RESULTS.md")
+    print((out / "RESULTS.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
