@@ -21,10 +21,23 @@ FAST = {"mask": {"n_epochs": 30}, "disf-greedy": {"batch_size": 50}}
 def test_bench_writes_table_json_and_plots(tmp_path: Path):
     pytest.importorskip("matplotlib")
     corpus = make_clustered(200, 8, 4, seed=0)
-    result = bench(corpus, methods=ALL, select_ratio=0.1, device="cpu", method_params=FAST,
-                   isolate=False, out_dir=tmp_path, disf_reference_batches=1)
-    assert set(result["files"]) == {"curve_png", "objective_vs_time_png", "map_png",
-                                    "markdown", "json"}
+    result = bench(
+        corpus,
+        methods=ALL,
+        select_ratio=0.1,
+        device="cpu",
+        method_params=FAST,
+        isolate=False,
+        out_dir=tmp_path,
+        disf_reference_batches=1,
+    )
+    assert set(result["files"]) == {
+        "curve_png",
+        "objective_vs_time_png",
+        "map_png",
+        "markdown",
+        "json",
+    }
     for name in ("bench.md", "bench.json", "curve.png", "objective_vs_time.png", "map.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     for name in ("curve.png", "objective_vs_time.png", "map.png"):
@@ -42,24 +55,42 @@ def test_bench_writes_table_json_and_plots(tmp_path: Path):
         assert len(r["selected"]) == 20
         assert r["seconds"] > 0 and r["peak_mb"] >= 0
         assert set(r["metrics"]) >= {"facility_coverage", "disf_loss", "mean_nn_similarity"}
-        assert r["terms"]["J"] == pytest.approx(r["terms"]["quality"] * 0.5
-                                                + r["terms"]["facility"] * 0.5)
+        assert r["terms"]["J"] == pytest.approx(
+            r["terms"]["quality"] * 0.5 + r["terms"]["facility"] * 0.5
+        )
     assert runs["greedy"]["J_vs_greedy"] == 1.0
     assert runs["mask"]["J_vs_greedy"] == pytest.approx(
-        runs["mask"]["terms"]["J"] / runs["greedy"]["terms"]["J"])
+        runs["mask"]["terms"]["J"] / runs["greedy"]["terms"]["J"]
+    )
     assert runs["greedy"]["terms"]["J"] >= runs["random"]["terms"]["J"]
     assert runs["disf-greedy"]["disf_loss_vs_disf_greedy"] == 1.0
-    assert set(data["figures"]) >= {"mask_J_pct_of_greedy", "mask_time_pct_of_greedy",
-                                    "mask_time_saved_pct_vs_disf_greedy"}
+    assert set(data["figures"]) >= {
+        "mask_J_pct_of_greedy",
+        "mask_time_pct_of_greedy",
+        "mask_time_saved_pct_vs_disf_greedy",
+    }
     assert runs["mask"]["history"]  # the learner's curve is recorded
 
 
 def test_bench_isolated_runs_measure_memory(tmp_path: Path):
     corpus = make_clustered(150, 8, 3, seed=1)
-    result = bench(corpus, methods=["greedy", "random"], select_ratio=0.1, device="cpu",
-                   isolate=True, out_dir=None, plots=False)
-    inproc = bench(corpus, methods=["greedy", "random"], select_ratio=0.1, device="cpu",
-                   isolate=False, plots=False)
+    result = bench(
+        corpus,
+        methods=["greedy", "random"],
+        select_ratio=0.1,
+        device="cpu",
+        isolate=True,
+        out_dir=None,
+        plots=False,
+    )
+    inproc = bench(
+        corpus,
+        methods=["greedy", "random"],
+        select_ratio=0.1,
+        device="cpu",
+        isolate=False,
+        plots=False,
+    )
     for a, b in zip(result["runs"], inproc["runs"], strict=True):
         np.testing.assert_array_equal(a["selected"], b["selected"])  # same result either way
         assert a["memory_method"] in ("clear_refs+VmHWM", "rss-sampling-2ms")
@@ -79,8 +110,14 @@ def test_measure_peak_rss_sees_a_large_allocation():
 
 def test_markdown_without_greedy_has_dashes():
     corpus = make_clustered(80, 4, 2, seed=0)
-    result = bench(corpus, methods=["topk", "random"], select_ratio=0.1, device="cpu",
-                   isolate=False, plots=False)
+    result = bench(
+        corpus,
+        methods=["topk", "random"],
+        select_ratio=0.1,
+        device="cpu",
+        isolate=False,
+        plots=False,
+    )
     md = format_markdown(result)
     assert "| topk |" in md and "J / greedy" in md
     assert result["figures"] == {}
@@ -120,26 +157,75 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_bench_command(tmp_path: Path, capsys):
-    args = _parse(["--synthetic", "120", "--dim", "6", "--clusters", "3", "--out-dir",
-                   str(tmp_path), "--methods", "greedy", "stochastic-greedy", "topk",
-                   "--select_ratio", "0.1", "--eps", "0.5", "--param",
-                   "greedy.batch_size=4", "--no-plots", "--no-isolate", "--device", "cpu"])
+    args = _parse(
+        [
+            "--synthetic",
+            "120",
+            "--dim",
+            "6",
+            "--clusters",
+            "3",
+            "--out-dir",
+            str(tmp_path),
+            "--methods",
+            "greedy",
+            "stochastic-greedy",
+            "topk",
+            "--select_ratio",
+            "0.1",
+            "--eps",
+            "0.5",
+            "--param",
+            "greedy.batch_size=4",
+            "--no-plots",
+            "--no-isolate",
+            "--device",
+            "cpu",
+        ]
+    )
     assert run_bench(args) == 0
     out = capsys.readouterr().out
     assert "| stochastic-greedy |" in out
     data = json.loads((tmp_path / "bench.json").read_text())
-    assert data["settings"]["method_params"] == {"stochastic-greedy": {"eps": 0.5},
-                                                 "greedy": {"batch_size": 4}}
+    assert data["settings"]["method_params"] == {
+        "stochastic-greedy": {"eps": 0.5},
+        "greedy": {"batch_size": 4},
+    }
     assert data["settings"]["n_docs"] == 120 and data["settings"]["k"] == 12
     assert not (tmp_path / "map.png").exists()
 
 
 def test_bench_command_bad_input(tmp_path: Path):
     with pytest.raises(ValueError, match="--param takes METHOD.KEY=VALUE"):
-        run_bench(_parse(["--synthetic", "50", "--out-dir", str(tmp_path), "--param", "eps=1",
-                          "--no-plots", "--no-isolate"]))
+        run_bench(
+            _parse(
+                [
+                    "--synthetic",
+                    "50",
+                    "--out-dir",
+                    str(tmp_path),
+                    "--param",
+                    "eps=1",
+                    "--no-plots",
+                    "--no-isolate",
+                ]
+            )
+        )
     with pytest.raises(ValueError, match="lists a method twice"):
-        run_bench(_parse(["--synthetic", "50", "--out-dir", str(tmp_path), "--methods", "topk",
-                          "topk", "--no-plots", "--no-isolate"]))
+        run_bench(
+            _parse(
+                [
+                    "--synthetic",
+                    "50",
+                    "--out-dir",
+                    str(tmp_path),
+                    "--methods",
+                    "topk",
+                    "topk",
+                    "--no-plots",
+                    "--no-isolate",
+                ]
+            )
+        )
     with pytest.raises(SystemExit):  # argparse: --input and --synthetic are exclusive
         _parse(["--synthetic", "50", "--input", "x.parquet", "--out-dir", str(tmp_path)])

@@ -31,8 +31,9 @@ def brute_metrics(corpus: Corpus, rows: np.ndarray) -> dict[str, float]:
     q = corpus.normalized_quality()
     return {
         "quality_mean": q[rows].mean(),
-        "facility_coverage": np.mean([max(0.0, max(x[i] @ x[j] for j in rows))
-                                      for i in range(len(x))]),
+        "facility_coverage": np.mean(
+            [max(0.0, max(x[i] @ x[j] for j in rows)) for i in range(len(x))]
+        ),
         "mean_pairwise_similarity": sims[off].mean(),
         "disf_loss": (corr**2).sum() - np.trace(corr**2),
         "mean_nn_similarity": nn.mean(),
@@ -53,18 +54,21 @@ def test_metrics_equal_brute_force(seed):
     assert report["objective"]["terms"] == pytest.approx(terms)
     assert report["objective"]["J"] == pytest.approx(terms["J"])
     assert report["objective"]["terms"]["facility"] == pytest.approx(
-        want["facility_coverage"], rel=1e-5)
+        want["facility_coverage"], rel=1e-5
+    )
     assert report["k"] == 9 and report["n_docs"] == 60
     assert report["metrics"]["quality_mean_all"] == pytest.approx(
-        corpus.normalized_quality().mean())
+        corpus.normalized_quality().mean()
+    )
 
 
 def test_hand_computed_toy():
     # Three unit vectors: e1, e2 and (e1 + e2)/sqrt(2); select the first two.
     r = 1 / np.sqrt(2)
     x = np.array([[1, 0], [0, 1], [r, r]], dtype=np.float32)
-    corpus = Corpus(ids=np.array(["a", "b", "c"], dtype=object), quality=np.array([0.0, 1.0, 0.5]),
-                    features=x)
+    corpus = Corpus(
+        ids=np.array(["a", "b", "c"], dtype=object), quality=np.array([0.0, 1.0, 0.5]), features=x
+    )
     report = evaluate_selection(corpus, np.array([0, 1]))
     m = report["metrics"]
     assert m["facility_coverage"] == pytest.approx((1 + 1 + r) / 3)
@@ -103,12 +107,18 @@ def test_bad_rows_are_rejected():
 # --- selection files ------------------------------------------------------------------------
 def test_read_selection_formats(tmp_path: Path):
     ids = np.array([f"doc-{i}" for i in range(10)], dtype=object)
-    full = pa.table({"chunk_id": list(ids), "selected": [i % 3 == 0 for i in range(10)],
-                     "logit": np.zeros(10, np.float32)})
+    full = pa.table(
+        {
+            "chunk_id": list(ids),
+            "selected": [i % 3 == 0 for i in range(10)],
+            "logit": np.zeros(10, np.float32),
+        }
+    )
     pq.write_table(full, tmp_path / "sel.parquet")
     assert read_selection(tmp_path / "sel.parquet", ids).tolist() == [0, 3, 6, 9]
-    pq.write_table(pa.table({"chunk_id": ["doc-7", "doc-2"], "rank": [1, 2]}),
-                   tmp_path / "ids.parquet")
+    pq.write_table(
+        pa.table({"chunk_id": ["doc-7", "doc-2"], "rank": [1, 2]}), tmp_path / "ids.parquet"
+    )
     assert read_selection(tmp_path / "ids.parquet", ids).tolist() == [7, 2]
     pq.write_table(pa.table({"whatever": ["doc-5"]}), tmp_path / "one.parquet")
     assert read_selection(tmp_path / "one.parquet", ids).tolist() == [5]
@@ -145,10 +155,24 @@ def test_evaluate_command_writes_json_and_table(tmp_path: Path, small_corpus, ca
     data = write_reference_layout(tmp_path / "docs.parquet", small_corpus)
     keep = np.zeros(small_corpus.n_docs, dtype=bool)
     keep[::5] = True
-    pq.write_table(pa.table({"chunk_id": list(small_corpus.ids), "selected": keep}),
-                   tmp_path / "sel.parquet")
-    args = _parse(["--input", str(data), "--selection", str(tmp_path / "sel.parquet"),
-                   "--device", "cpu", "--algorithm", "Facility", "DiSF", "--lamb", "0.3"])
+    pq.write_table(
+        pa.table({"chunk_id": list(small_corpus.ids), "selected": keep}), tmp_path / "sel.parquet"
+    )
+    args = _parse(
+        [
+            "--input",
+            str(data),
+            "--selection",
+            str(tmp_path / "sel.parquet"),
+            "--device",
+            "cpu",
+            "--algorithm",
+            "Facility",
+            "DiSF",
+            "--lamb",
+            "0.3",
+        ]
+    )
     assert run_evaluate(args) == 0
     out = capsys.readouterr().out
     assert "facility coverage" in out and "DiSF correlation loss" in out
@@ -165,8 +189,20 @@ def test_evaluate_command_reads_length_and_prints_json(tmp_path: Path, capsys):
     table = pq.read_table(data).append_column("n_chars", pa.array(np.arange(30) + 100))
     pq.write_table(table, data)
     (tmp_path / "sel.txt").write_text("\n".join(corpus.ids[:6]))
-    args = _parse(["--input", str(data), "--selection", str(tmp_path / "sel.txt"),
-                   "--device", "cpu", "--format", "json", "--output", str(tmp_path / "r.json")])
+    args = _parse(
+        [
+            "--input",
+            str(data),
+            "--selection",
+            str(tmp_path / "sel.txt"),
+            "--device",
+            "cpu",
+            "--format",
+            "json",
+            "--output",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert run_evaluate(args) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["length"]["column"] == "n_chars"
@@ -180,19 +216,39 @@ def test_evaluate_command_bad_input(tmp_path: Path, small_corpus):
     with pytest.raises(ValueError, match="not in the data"):
         run_evaluate(_parse(["--input", str(data), "--selection", str(tmp_path / "sel.txt")]))
     with pytest.raises(ValueError, match=r"lamb must be in \[0, 1\]"):
-        run_evaluate(_parse(["--input", str(data), "--selection", str(tmp_path / "sel.txt"),
-                             "--lamb", "2"]))
+        run_evaluate(
+            _parse(["--input", str(data), "--selection", str(tmp_path / "sel.txt"), "--lamb", "2"])
+        )
     with pytest.raises(ValueError, match="column 'n_words' not found"):
-        run_evaluate(_parse(["--input", str(data), "--selection", str(tmp_path / "sel.txt"),
-                             "--length-col", "n_words"]))
+        run_evaluate(
+            _parse(
+                [
+                    "--input",
+                    str(data),
+                    "--selection",
+                    str(tmp_path / "sel.txt"),
+                    "--length-col",
+                    "n_words",
+                ]
+            )
+        )
 
 
 def test_cli_exit_codes(tmp_path: Path, small_corpus):
     cli = pytest.importorskip("datamask.cli")
     data = write_reference_layout(tmp_path / "docs.parquet", small_corpus)
     (tmp_path / "sel.txt").write_text("\n".join(small_corpus.ids[:10]))
-    ok = cli.main(["evaluate", "--input", str(data), "--selection", str(tmp_path / "sel.txt"),
-                   "--device", "cpu"])
+    ok = cli.main(
+        [
+            "evaluate",
+            "--input",
+            str(data),
+            "--selection",
+            str(tmp_path / "sel.txt"),
+            "--device",
+            "cpu",
+        ]
+    )
     assert ok == 0
     (tmp_path / "bad.txt").write_text("nope\n")
     bad = cli.main(["evaluate", "--input", str(data), "--selection", str(tmp_path / "bad.txt")])

@@ -31,8 +31,9 @@ def tiny(seed: int, n: int = 24, d: int = 6) -> Corpus:
 
 
 # --- brute force: the set function greedy maximises, in numpy float64 ----------------------
-def brute_value(corpus: Corpus, rows: list[int], algorithm: str, lamb: float, k: int,
-                disf_scale: float = 1.0) -> float:
+def brute_value(
+    corpus: Corpus, rows: list[int], algorithm: str, lamb: float, k: int, disf_scale: float = 1.0
+) -> float:
     """``lamb * sum_S q / k + (1 - lamb) * D(S)``: J at the target size k, for any |S|.
 
     ``disf_scale`` is the DiSF term's reference loss ``L_k`` (a constant of the term).
@@ -60,14 +61,14 @@ def brute_value(corpus: Corpus, rows: list[int], algorithm: str, lamb: float, k:
     return lamb * quality + (1.0 - lamb) * div
 
 
-def exhaustive_greedy(corpus: Corpus, k: int, algorithm: str, lamb: float,
-                      disf_scale: float = 1.0) -> list[int]:
+def exhaustive_greedy(
+    corpus: Corpus, k: int, algorithm: str, lamb: float, disf_scale: float = 1.0
+) -> list[int]:
     """Each step: the j maximising J(S + {j}), found by scoring every candidate set."""
     picked: list[int] = []
     for _ in range(k):
         rest = [j for j in range(corpus.n_docs) if j not in picked]
-        values = [brute_value(corpus, picked + [j], algorithm, lamb, k, disf_scale)
-                  for j in rest]
+        values = [brute_value(corpus, picked + [j], algorithm, lamb, k, disf_scale) for j in rest]
         picked.append(rest[int(np.argmax(values))])
     return picked
 
@@ -224,10 +225,12 @@ def test_disf_greedy_equals_the_original_loop():
             picks.append(best_j)
         assert [lo + p for p in picks] == order[pos : pos + q]
         pos += q
-    assert sel.disf_loss_ == pytest.approx(correlation_loss(torch.as_tensor(x[order]).float()),
-                                           rel=1e-5)
-    ref = GreedyDiSF(select_ratio=0.2, batch_size=40, device="cpu",
-                     implementation="reference").fit(corpus)
+    assert sel.disf_loss_ == pytest.approx(
+        correlation_loss(torch.as_tensor(x[order]).float()), rel=1e-5
+    )
+    ref = GreedyDiSF(select_ratio=0.2, batch_size=40, device="cpu", implementation="reference").fit(
+        corpus
+    )
     np.testing.assert_array_equal(ref.order_, sel.order_)
 
 

@@ -61,9 +61,17 @@ def run_case(name: str, out: Path, device: str) -> dict[str, Any]:
     disf = spec["algorithm"] == "DiSF"
     t0 = time.perf_counter()
     result = bench(
-        corpus, methods=spec["methods"], algorithm=spec["algorithm"], lamb=0.5,
-        select_ratio=0.1, seed=0, device=device, isolate=True, out_dir=out / name,
-        disf_reference_batches=1 if disf else 0, map_points=3000,
+        corpus,
+        methods=spec["methods"],
+        algorithm=spec["algorithm"],
+        lamb=0.5,
+        select_ratio=0.1,
+        seed=0,
+        device=device,
+        isolate=True,
+        out_dir=out / name,
+        disf_reference_batches=1 if disf else 0,
+        map_points=3000,
         title=f"Headline: {name} ({spec['algorithm']} + quality, k = 10%, lamb = 0.5)",
         progress=True,
     )
@@ -105,19 +113,24 @@ def summarise(out: Path) -> str:
                 f"| [{name}](results/{name}/bench.md) | {n} | {mask['terms']['J']:.4f} | "
                 f"{g['terms']['J']:.4f} | {100 * mask['J_vs_greedy']:.2f}% | "
                 f"{mask['seconds']:.1f}s | {g['seconds']:.1f}s | "
-                f"{100 * mask['time_vs_greedy']:.1f}% | {load:.1f} |")
+                f"{100 * mask['time_vs_greedy']:.1f}% | {load:.1f} |"
+            )
         if "disf-greedy" in runs:
             g = runs["disf-greedy"]
             ref = runs.get("disf-greedy (original loop)")
             ref_s = f"{ref['seconds']:.0f}s" if ref else "-"
-            saved_ref = (f"{100 * mask['time_saved_vs_original_disf']:.1f}%"
-                         if "time_saved_vs_original_disf" in mask else "-")
+            saved_ref = (
+                f"{100 * mask['time_saved_vs_original_disf']:.1f}%"
+                if "time_saved_vs_original_disf" in mask
+                else "-"
+            )
             disf_lines.append(
                 f"| [{name}](results/{name}/bench.md) | {n} | "
                 f"{mask['metrics']['disf_loss']:.1f} | {g['metrics']['disf_loss']:.1f} | "
                 f"{mask['disf_loss_vs_disf_greedy']:.3f} | {mask['seconds']:.1f}s | "
                 f"{g['seconds']:.1f}s | {100 * mask['time_saved_vs_disf_greedy']:.1f}% | "
-                f"{ref_s} | {saved_ref} |")
+                f"{ref_s} | {saved_ref} |"
+            )
     return "\n".join(lines + disf_lines) + "\n"
 
 

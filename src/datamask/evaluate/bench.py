@@ -49,8 +49,16 @@ __all__ = ["DEFAULT_METHODS", "bench", "format_markdown", "measure_peak_rss", "r
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
 
 #: Fitted attributes copied into the results when a selector has them.
-_EXTRA_ATTRS = ("k_", "n_epochs_", "n_evaluations_", "initial_seconds_", "sample_size_",
-                "disf_loss_", "batch_loss_", "lazy_")
+_EXTRA_ATTRS = (
+    "k_",
+    "n_epochs_",
+    "n_evaluations_",
+    "initial_seconds_",
+    "sample_size_",
+    "disf_loss_",
+    "batch_loss_",
+    "lazy_",
+)
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -76,8 +84,11 @@ def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
     try:
         before = _rss_bytes()
     except OSError:
-        return fn(), {"peak_mb": float("nan"), "rss_before_mb": float("nan"),
-                      "memory_method": "unavailable"}
+        return fn(), {
+            "peak_mb": float("nan"),
+            "rss_before_mb": float("nan"),
+            "memory_method": "unavailable",
+        }
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak-RSS counter (VmHWM) to the current RSS
@@ -104,8 +115,11 @@ def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
             sampler.join()
     top = max(peak[0], _rss_bytes()) if sampler is not None else _hwm_bytes()
     mib = 1024.0 * 1024.0
-    return result, {"peak_mb": max(0.0, (top - before) / mib), "rss_before_mb": before / mib,
-                    "memory_method": method}
+    return result, {
+        "peak_mb": max(0.0, (top - before) / mib),
+        "rss_before_mb": before / mib,
+        "memory_method": method,
+    }
 
 
 def _cpu_seconds() -> float:
@@ -123,17 +137,27 @@ def _load() -> float:
 
 # --- one method -------------------------------------------------------------------------------
 def _save_corpus(corpus: Corpus, path: Path) -> None:
-    np.savez(path, ids=np.asarray([str(i) for i in corpus.ids]), quality=corpus.quality,
-             features=corpus.features, quality_names=np.asarray(corpus.quality_names),
-             quality_weights=np.asarray(corpus.quality_weights, dtype=np.float64),
-             source=np.asarray(corpus.source))
+    np.savez(
+        path,
+        ids=np.asarray([str(i) for i in corpus.ids]),
+        quality=corpus.quality,
+        features=corpus.features,
+        quality_names=np.asarray(corpus.quality_names),
+        quality_weights=np.asarray(corpus.quality_weights, dtype=np.float64),
+        source=np.asarray(corpus.source),
+    )
 
 
 def _load_corpus(path: str) -> Corpus:
     with np.load(path, allow_pickle=False) as z:
-        return Corpus(ids=z["ids"].astype(object), quality=z["quality"], features=z["features"],
-                      quality_names=[str(s) for s in z["quality_names"]],
-                      quality_weights=z["quality_weights"], source=str(z["source"]))
+        return Corpus(
+            ids=z["ids"].astype(object),
+            quality=z["quality"],
+            features=z["features"],
+            quality_names=[str(s) for s in z["quality_names"]],
+            quality_weights=z["quality_weights"],
+            source=str(z["source"]),
+        )
 
 
 def make_objective(spec: dict[str, Any]) -> Objective:
@@ -146,15 +170,19 @@ def make_objective(spec: dict[str, Any]) -> Objective:
         if name not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}; got {name!r}.")
         if name == "Facility":
-            terms.append(make_diversity(name, n_neighbors=spec.get("n_neighbors", 128),
-                                        knn=spec.get("knn", "auto")))
+            terms.append(
+                make_diversity(
+                    name, n_neighbors=spec.get("n_neighbors", 128), knn=spec.get("knn", "auto")
+                )
+            )
         else:
             terms.append(make_diversity(name))
     return Objective(terms, lamb=spec.get("lamb", 0.5))
 
 
-def run_method(corpus: Corpus | str, method: str, params: dict[str, Any],
-               objective_spec: dict[str, Any]) -> dict[str, Any]:
+def run_method(
+    corpus: Corpus | str, method: str, params: dict[str, Any], objective_spec: dict[str, Any]
+) -> dict[str, Any]:
     """Fit one selector and measure it. ``corpus`` may be the path of a saved ``.npz``.
 
     Returns the selected rows, ``terms``, ``seconds`` (``fit_seconds_``), memory numbers,
@@ -170,10 +198,16 @@ def run_method(corpus: Corpus | str, method: str, params: dict[str, Any],
         load_before, cpu_before = _load(), _cpu_seconds()
         est = time_reference(corpus, **params)
         est["cpu_seconds_per_batch"] = (_cpu_seconds() - cpu_before) / max(
-            est["n_batches_timed"], 1)
-        return {"method": method, "estimate": est, "seconds": est["seconds_estimated"],
-                "cpu_seconds": est["cpu_seconds_per_batch"] * est["n_batches"],
-                "load_before": load_before, "load_after": _load()}
+            est["n_batches_timed"], 1
+        )
+        return {
+            "method": method,
+            "estimate": est,
+            "seconds": est["seconds_estimated"],
+            "cpu_seconds": est["cpu_seconds_per_batch"] * est["n_batches"],
+            "load_before": load_before,
+            "load_after": _load(),
+        }
     selector = make_selector(method, objective=make_objective(objective_spec), **params)
     use_cuda = torch.cuda.is_available() and str(params.get("device", "auto")) != "cpu"
     if use_cuda:
@@ -204,8 +238,9 @@ def run_method(corpus: Corpus | str, method: str, params: dict[str, Any],
     return out
 
 
-def _run_isolated(npz: str, method: str, params: dict[str, Any],
-                  spec: dict[str, Any]) -> dict[str, Any]:
+def _run_isolated(
+    npz: str, method: str, params: dict[str, Any], spec: dict[str, Any]
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         return pool.submit(run_method, npz, method, params, spec).result()
@@ -307,9 +342,13 @@ def bench(
             (m, m, {**common, **method_params.get(m, {})}) for m in methods
         ]
         if disf_reference_batches > 0 and "disf-greedy" in methods:
-            ref = {"select_ratio": select_ratio, "seed": seed, "device": device,
-                   "n_batches": disf_reference_batches,
-                   "batch_size": method_params.get("disf-greedy", {}).get("batch_size", 1024)}
+            ref = {
+                "select_ratio": select_ratio,
+                "seed": seed,
+                "device": device,
+                "n_batches": disf_reference_batches,
+                "batch_size": method_params.get("disf-greedy", {}).get("batch_size", 1024),
+            }
             todo.append(("disf-greedy (original loop)", "disf-greedy-reference", ref))
         for label, method, params in todo:
             if isolate:
@@ -325,18 +364,27 @@ def bench(
 
     for run in runs:
         if "selected" in run:
-            rep = evaluate_selection(corpus, run["selected"], algorithm=names, lamb=lamb,
-                                     device=device)
+            rep = evaluate_selection(
+                corpus, run["selected"], algorithm=names, lamb=lamb, device=device
+            )
             run["metrics"] = rep["metrics"]
             run["length"] = rep["length"]
     result = {
         "title": title or f"datamask bench on {corpus.source}",
         "settings": {
-            "source": corpus.source, "n_docs": corpus.n_docs, "dim": corpus.dim,
+            "source": corpus.source,
+            "n_docs": corpus.n_docs,
+            "dim": corpus.dim,
             "select_ratio": select_ratio,
             "k": int(len(runs[0]["selected"])) if "selected" in runs[0] else None,
-            "algorithm": names, "lamb": lamb, "n_neighbors": n_neighbors, "knn": knn,
-            "seed": seed, "device": device, "isolate": isolate, "methods": methods,
+            "algorithm": names,
+            "lamb": lamb,
+            "n_neighbors": n_neighbors,
+            "knn": knn,
+            "seed": seed,
+            "device": device,
+            "isolate": isolate,
+            "methods": methods,
             "method_params": method_params,
         },
         "machine": _machine(),
@@ -344,15 +392,24 @@ def bench(
     }
     _add_ratios(result)
     if out_dir is not None:
-        result["files"] = _write(result, corpus, Path(out_dir), plots=plots,
-                                 map_method=map_method, map_points=map_points, seed=seed)
+        result["files"] = _write(
+            result,
+            corpus,
+            Path(out_dir),
+            plots=plots,
+            map_method=map_method,
+            map_points=map_points,
+            seed=seed,
+        )
     return result
 
 
 def _machine() -> dict[str, Any]:
     return {
-        "platform": platform.platform(), "python": platform.python_version(),
-        "torch": torch.__version__, "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -371,8 +428,7 @@ def _add_ratios(result: dict[str, Any]) -> None:
             r["J_vs_greedy"] = r["terms"]["J"] / greedy["terms"]["J"]
             r["time_vs_greedy"] = r["seconds"] / greedy["seconds"]
         if disf is not None and "metrics" in r:
-            r["disf_loss_vs_disf_greedy"] = r["metrics"]["disf_loss"] / disf["metrics"][
-                "disf_loss"]
+            r["disf_loss_vs_disf_greedy"] = r["metrics"]["disf_loss"] / disf["metrics"]["disf_loss"]
             r["time_saved_vs_disf_greedy"] = 1.0 - r["seconds"] / disf["seconds"]
             if ref is not None:
                 r["time_saved_vs_original_disf"] = 1.0 - r["seconds"] / ref["seconds"]
@@ -385,7 +441,8 @@ def _add_ratios(result: dict[str, Any]) -> None:
         figures["mask_disf_loss_vs_disf_greedy"] = mask["disf_loss_vs_disf_greedy"]
         if ref is not None:
             figures["mask_time_saved_pct_vs_original_disf"] = (
-                100.0 * mask["time_saved_vs_original_disf"])
+                100.0 * mask["time_saved_vs_original_disf"]
+            )
     result["figures"] = figures
 
 
@@ -413,47 +470,79 @@ def format_markdown(result: dict[str, Any]) -> str:
         f" {mach['date']}.",
         "Times are each selector's `fit` wall time (CPU s: its process' CPU time over `fit`; "
         "load: the machine's 1-minute load average after it); peak MB is the resident memory "
-        "`fit` added (fresh process per method" + ("" if s["isolate"] else "; here in-process")
+        "`fit` added (fresh process per method"
+        + ("" if s["isolate"] else "; here in-process")
         + ", see `datamask.evaluate.bench`).",
         "",
     ]
-    head = (["method", "J", *term_names, "coverage", "pair sim", "DiSF loss", "NN sim",
-             "seconds", "CPU s", "load", "peak MB", "J / greedy", "time / greedy"])
+    head = [
+        "method",
+        "J",
+        *term_names,
+        "coverage",
+        "pair sim",
+        "DiSF loss",
+        "NN sim",
+        "seconds",
+        "CPU s",
+        "load",
+        "peak MB",
+        "J / greedy",
+        "time / greedy",
+    ]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
     for r in runs:
         m = r.get("metrics", {})
         t = r.get("terms", {})
-        cells = [r["label"], _fmt(t.get("J"), ".4f"), *[_fmt(t.get(n), ".4f") for n in term_names],
-                 _fmt(m.get("facility_coverage"), ".4f"),
-                 _fmt(m.get("mean_pairwise_similarity"), ".4f"),
-                 _fmt(m.get("disf_loss"), ".1f"), _fmt(m.get("mean_nn_similarity"), ".4f"),
-                 _fmt(r.get("seconds"), ".2f")
-                 + (" (est.)" if r.get("method") == "disf-greedy-reference" else ""),
-                 _fmt(r.get("cpu_seconds"), ".1f"), _fmt(r.get("load_after"), ".1f"),
-                 _fmt(r.get("peak_mb"), ".0f"),
-                 _fmt(100 * r["J_vs_greedy"], ".2f") + "%" if "J_vs_greedy" in r else "-",
-                 _fmt(100 * r["time_vs_greedy"], ".1f") + "%" if "time_vs_greedy" in r else "-"]
+        cells = [
+            r["label"],
+            _fmt(t.get("J"), ".4f"),
+            *[_fmt(t.get(n), ".4f") for n in term_names],
+            _fmt(m.get("facility_coverage"), ".4f"),
+            _fmt(m.get("mean_pairwise_similarity"), ".4f"),
+            _fmt(m.get("disf_loss"), ".1f"),
+            _fmt(m.get("mean_nn_similarity"), ".4f"),
+            _fmt(r.get("seconds"), ".2f")
+            + (" (est.)" if r.get("method") == "disf-greedy-reference" else ""),
+            _fmt(r.get("cpu_seconds"), ".1f"),
+            _fmt(r.get("load_after"), ".1f"),
+            _fmt(r.get("peak_mb"), ".0f"),
+            _fmt(100 * r["J_vs_greedy"], ".2f") + "%" if "J_vs_greedy" in r else "-",
+            _fmt(100 * r["time_vs_greedy"], ".1f") + "%" if "time_vs_greedy" in r else "-",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     extra = [r for r in runs if "disf_loss_vs_disf_greedy" in r]
     if extra:
-        lines += ["", "| method | DiSF loss / greedy DiSF | time saved vs greedy DiSF"
-                  + (" | time saved vs original loop (est.)" if any(
-                      "time_saved_vs_original_disf" in r for r in extra) else "") + " |",
-                  "|---|---:|---:|" + ("---:|" if any("time_saved_vs_original_disf" in r
-                                                     for r in extra) else "")]
+        lines += [
+            "",
+            "| method | DiSF loss / greedy DiSF | time saved vs greedy DiSF"
+            + (
+                " | time saved vs original loop (est.)"
+                if any("time_saved_vs_original_disf" in r for r in extra)
+                else ""
+            )
+            + " |",
+            "|---|---:|---:|"
+            + ("---:|" if any("time_saved_vs_original_disf" in r for r in extra) else ""),
+        ]
         for r in extra:
-            row = (f"| {r['label']} | {r['disf_loss_vs_disf_greedy']:.4f} | "
-                   f"{100 * r['time_saved_vs_disf_greedy']:.1f}% |")
+            row = (
+                f"| {r['label']} | {r['disf_loss_vs_disf_greedy']:.4f} | "
+                f"{100 * r['time_saved_vs_disf_greedy']:.1f}% |"
+            )
             if "time_saved_vs_original_disf" in r:
                 row += f" {100 * r['time_saved_vs_original_disf']:.2f}% |"
             lines.append(row)
     for r in runs:
         if r.get("method") == "disf-greedy-reference":
             e = r["estimate"]
-            lines += ["", f"`disf-greedy (original loop)`: the original per-candidate loop timed "
-                      f"on {e['n_batches_timed']} of {e['n_batches']} batches "
-                      f"({e['seconds_per_batch']:.1f} s per batch), extrapolated to all."]
+            lines += [
+                "",
+                f"`disf-greedy (original loop)`: the original per-candidate loop timed "
+                f"on {e['n_batches_timed']} of {e['n_batches']} batches "
+                f"({e['seconds_per_batch']:.1f} s per batch), extrapolated to all.",
+            ]
     if result.get("figures"):
         lines += ["", "Headline figures:", ""]
         for key, value in result["figures"].items():
@@ -472,8 +561,16 @@ def _jsonable_run(run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _write(result: dict[str, Any], corpus: Corpus, out: Path, *, plots: bool,
-           map_method: str, map_points: int, seed: int) -> dict[str, str]:
+def _write(
+    result: dict[str, Any],
+    corpus: Corpus,
+    out: Path,
+    *,
+    plots: bool,
+    map_method: str,
+    map_points: int,
+    seed: int,
+) -> dict[str, str]:
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     if plots:
@@ -482,10 +579,18 @@ def _write(result: dict[str, Any], corpus: Corpus, out: Path, *, plots: bool,
         runs = result["runs"]
         files["curve_png"] = str(P.plot_learning_curve(runs, out / "curve.png"))
         files["objective_vs_time_png"] = str(
-            P.plot_objective_vs_time(runs, out / "objective_vs_time.png"))
-        files["map_png"] = str(P.plot_selection_map(corpus.features, runs, out / "map.png",
-                                                    method=map_method, max_points=map_points,
-                                                    seed=seed))
+            P.plot_objective_vs_time(runs, out / "objective_vs_time.png")
+        )
+        files["map_png"] = str(
+            P.plot_selection_map(
+                corpus.features,
+                runs,
+                out / "map.png",
+                method=map_method,
+                max_points=map_points,
+                seed=seed,
+            )
+        )
     files["markdown"] = str(out / "bench.md")
     files["json"] = str(out / "bench.json")
     result["files"] = files
@@ -493,6 +598,7 @@ def _write(result: dict[str, Any], corpus: Corpus, out: Path, *, plots: bool,
     tmp = out / "bench.md.tmp"
     tmp.write_text(md)
     os.replace(tmp, out / "bench.md")
-    atomic_write_json({**result, "runs": [_jsonable_run(r) for r in result["runs"]]},
-                      out / "bench.json")
+    atomic_write_json(
+        {**result, "runs": [_jsonable_run(r) for r in result["runs"]]}, out / "bench.json"
+    )
     return files

@@ -31,7 +31,8 @@ def _quality_spec(text: str) -> tuple[str, float]:
         value = float(weight)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--quality-col takes NAME or NAME:WEIGHT; got {text!r}.") from None
+            f"--quality-col takes NAME or NAME:WEIGHT; got {text!r}."
+        ) from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"quality weight must be >= 0; got {text!r}.")
     return name, value
@@ -39,45 +40,82 @@ def _quality_spec(text: str) -> tuple[str, float]:
 
 def _add_data_arguments(p: argparse.ArgumentParser) -> None:
     add = p.add_argument
-    add("--id-col", "--id_col", dest="id_col", default="chunk_id",
-        help="id column (default: chunk_id)")
-    add("--quality-col", "--quality_col", dest="quality_col", action="append",
-        type=_quality_spec, help="quality column, NAME or NAME:WEIGHT; repeat to mix several "
-        "(default: quality_score)")
-    add("--feature-col", "--feature_col", dest="feature_col", default="feature_arr",
-        help="embedding column (default: feature_arr)")
-    add("--length-col", "--length_col", dest="length_col", default=None,
+    add(
+        "--id-col",
+        "--id_col",
+        dest="id_col",
+        default="chunk_id",
+        help="id column (default: chunk_id)",
+    )
+    add(
+        "--quality-col",
+        "--quality_col",
+        dest="quality_col",
+        action="append",
+        type=_quality_spec,
+        help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
+    )
+    add(
+        "--feature-col",
+        "--feature_col",
+        dest="feature_col",
+        default="feature_arr",
+        help="embedding column (default: feature_arr)",
+    )
+    add(
+        "--length-col",
+        "--length_col",
+        dest="length_col",
+        default=None,
         help="column for the length distribution, numbers or texts (default: the first of "
-        "n_chars, length, n_tokens, text present; none -> no length section)")
+        "n_chars, length, n_tokens, text present; none -> no length section)",
+    )
 
 
 def _add_objective_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--algorithm", nargs="+", choices=_ALGORITHMS, default=["Facility"],
-                   help="diversity metric(s) of the objective, equally weighted "
-                   "(default: Facility)")
-    p.add_argument("--lamb", type=float, default=0.5,
-                   help="weight of quality in the objective, in [0, 1] (default: 0.5)")
-    p.add_argument("--device", default="auto",
-                   help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument(
+        "--algorithm",
+        nargs="+",
+        choices=_ALGORITHMS,
+        default=["Facility"],
+        help="diversity metric(s) of the objective, equally weighted (default: Facility)",
+    )
+    p.add_argument(
+        "--lamb",
+        type=float,
+        default=0.5,
+        help="weight of quality in the objective, in [0, 1] (default: 0.5)",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask evaluate``."""
     p = subparsers.add_parser(
-        "evaluate", help="score a selection: the objective, every term and diagnostics",
+        "evaluate",
+        help="score a selection: the objective, every term and diagnostics",
         description="Score a selection of --input: the objective J and each term, quality "
         "mean, facility-location coverage of the whole set, mean pairwise similarity, DiSF "
         "correlation loss, mean nearest-neighbour similarity inside the subset and the "
-        "length distribution. Prints a table and writes JSON.")
+        "length distribution. Prints a table and writes JSON.",
+    )
     p.add_argument("--input", required=True, help="the parquet the selection was made from")
-    p.add_argument("--selection", required=True,
-                   help="`datamask select` output (parquet with the id column and a boolean "
-                   "`selected` column), a parquet of selected ids only, or a text file with "
-                   "one id per line")
-    p.add_argument("--output", default=None,
-                   help="JSON report path (default: <selection>.eval.json beside it)")
-    p.add_argument("--format", choices=["table", "json"], default="table",
-                   help="what is printed on stdout (default: table)")
+    p.add_argument(
+        "--selection",
+        required=True,
+        help="`datamask select` output (parquet with the id column and a boolean "
+        "`selected` column), a parquet of selected ids only, or a text file with "
+        "one id per line",
+    )
+    p.add_argument(
+        "--output", default=None, help="JSON report path (default: <selection>.eval.json beside it)"
+    )
+    p.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="what is printed on stdout (default: table)",
+    )
     _add_objective_arguments(p)
     _add_data_arguments(p)
     return p
@@ -86,57 +124,136 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask bench``."""
     p = subparsers.add_parser(
-        "bench", help="run several selectors on the same data and objective; table + plots",
+        "bench",
+        help="run several selectors on the same data and objective; table + plots",
         description="Run several methods on the same data with the same objective and write "
-        "bench.md, bench.json and PNG plots (objective, each term, wall time, peak memory).")
+        "bench.md, bench.json and PNG plots (objective, each term, wall time, peak memory).",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", help="parquet file to select from")
-    src.add_argument("--synthetic", type=int, metavar="N",
-                     help="generate N clustered documents (datamask.make_clustered) instead")
+    src.add_argument(
+        "--synthetic",
+        type=int,
+        metavar="N",
+        help="generate N clustered documents (datamask.make_clustered) instead",
+    )
     p.add_argument("--dim", type=int, default=384, help="--synthetic width (default: 384)")
-    p.add_argument("--clusters", type=int, default=50,
-                   help="--synthetic cluster count (default: 50)")
-    p.add_argument("--data-seed", "--data_seed", dest="data_seed", type=int, default=0,
-                   help="--synthetic generator seed (default: 0)")
-    p.add_argument("--out-dir", "--out_dir", dest="out_dir", required=True,
-                   help="directory for bench.md, bench.json and the PNGs")
-    p.add_argument("--methods", nargs="+", choices=_METHODS,
-                   default=["mask", "greedy", "stochastic-greedy", "topk", "random"],
-                   help="methods to run, in order (default: mask greedy stochastic-greedy "
-                   "topk random)")
-    p.add_argument("--select-ratio", "--select_ratio", dest="select_ratio", type=float,
-                   default=0.1, help="fraction of documents kept, in (0, 1) (default: 0.1)")
+    p.add_argument(
+        "--clusters", type=int, default=50, help="--synthetic cluster count (default: 50)"
+    )
+    p.add_argument(
+        "--data-seed",
+        "--data_seed",
+        dest="data_seed",
+        type=int,
+        default=0,
+        help="--synthetic generator seed (default: 0)",
+    )
+    p.add_argument(
+        "--out-dir",
+        "--out_dir",
+        dest="out_dir",
+        required=True,
+        help="directory for bench.md, bench.json and the PNGs",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        choices=_METHODS,
+        default=["mask", "greedy", "stochastic-greedy", "topk", "random"],
+        help="methods to run, in order (default: mask greedy stochastic-greedy topk random)",
+    )
+    p.add_argument(
+        "--select-ratio",
+        "--select_ratio",
+        dest="select_ratio",
+        type=float,
+        default=0.1,
+        help="fraction of documents kept, in (0, 1) (default: 0.1)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every method (default: 0)")
-    p.add_argument("--n-epochs", "--n_epochs", dest="n_epochs", type=int, default=None,
-                   help="learner steps (default: the learner's own, 300 for the expected "
-                   "estimator)")
-    p.add_argument("--n-neighbors", "--n_neighbors", dest="n_neighbors", type=int,
-                   default=128, help="K of the learner's facility-location graph "
-                   "(default: 128)")
-    p.add_argument("--knn", choices=["auto", "exact", "ivf"], default="auto",
-                   help="neighbour search of that graph (default: auto)")
-    p.add_argument("--eps", type=float, default=None,
-                   help="stochastic-greedy eps; sample (n/k) log(1/eps) (default: 0.1)")
-    p.add_argument("--disf-batch-size", "--disf_batch_size", dest="disf_batch_size",
-                   type=int, default=None, help="disf-greedy batch size (default: 1024)")
-    p.add_argument("--disf-reference-batches", dest="disf_reference_batches", type=int,
-                   default=0, help="also time the original per-candidate DiSF loop on this "
-                   "many batches and extrapolate to all (default: 0 = skip)")
-    p.add_argument("--param", action="append", default=[], metavar="METHOD.KEY=VALUE",
-                   help="extra selector argument, e.g. mask.partial=0.2 or greedy.batch_size=4;"
-                   " repeatable")
-    p.add_argument("--map", dest="map_method", choices=["pca", "tsne"], default="pca",
-                   help="projection of the 2-D map (default: pca)")
-    p.add_argument("--map-points", dest="map_points", type=int, default=3000,
-                   help="documents drawn on the map (default: 3000)")
-    p.add_argument("--no-plots", dest="plots", action="store_false",
-                   help="skip the PNGs (no matplotlib needed)")
-    p.add_argument("--no-isolate", dest="isolate", action="store_false",
-                   help="run every method in this process (faster start; memory numbers "
-                   "then include allocator reuse between methods)")
+    p.add_argument(
+        "--n-epochs",
+        "--n_epochs",
+        dest="n_epochs",
+        type=int,
+        default=None,
+        help="learner steps (default: the learner's own, 300 for the expected estimator)",
+    )
+    p.add_argument(
+        "--n-neighbors",
+        "--n_neighbors",
+        dest="n_neighbors",
+        type=int,
+        default=128,
+        help="K of the learner's facility-location graph (default: 128)",
+    )
+    p.add_argument(
+        "--knn",
+        choices=["auto", "exact", "ivf"],
+        default="auto",
+        help="neighbour search of that graph (default: auto)",
+    )
+    p.add_argument(
+        "--eps",
+        type=float,
+        default=None,
+        help="stochastic-greedy eps; sample (n/k) log(1/eps) (default: 0.1)",
+    )
+    p.add_argument(
+        "--disf-batch-size",
+        "--disf_batch_size",
+        dest="disf_batch_size",
+        type=int,
+        default=None,
+        help="disf-greedy batch size (default: 1024)",
+    )
+    p.add_argument(
+        "--disf-reference-batches",
+        dest="disf_reference_batches",
+        type=int,
+        default=0,
+        help="also time the original per-candidate DiSF loop on this "
+        "many batches and extrapolate to all (default: 0 = skip)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="METHOD.KEY=VALUE",
+        help="extra selector argument, e.g. mask.partial=0.2 or greedy.batch_size=4; repeatable",
+    )
+    p.add_argument(
+        "--map",
+        dest="map_method",
+        choices=["pca", "tsne"],
+        default="pca",
+        help="projection of the 2-D map (default: pca)",
+    )
+    p.add_argument(
+        "--map-points",
+        dest="map_points",
+        type=int,
+        default=3000,
+        help="documents drawn on the map (default: 3000)",
+    )
+    p.add_argument(
+        "--no-plots",
+        dest="plots",
+        action="store_false",
+        help="skip the PNGs (no matplotlib needed)",
+    )
+    p.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="run every method in this process (faster start; memory numbers "
+        "then include allocator reuse between methods)",
+    )
     p.add_argument("--title", default=None, help="markdown heading")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no line per finished method")
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no line per finished method"
+    )
     _add_objective_arguments(p)
     _add_data_arguments(p)
     return p
@@ -157,12 +274,18 @@ def _read(args: argparse.Namespace, path: str) -> Any:
             names = []
         present = [c for c in wanted if c in names]
         if args.length_col and not present and names:
-            raise ValueError(f"column {args.length_col!r} not found in {path}; available "
-                             f"columns: {names}.")
+            raise ValueError(
+                f"column {args.length_col!r} not found in {path}; available columns: {names}."
+            )
         extra = present[:1]  # read one length source only (texts can be large)
-    return read_corpus(path, id_col=args.id_col, quality_cols=[n for n, _ in specs],
-                       quality_weights=[w for _, w in specs], feature_col=args.feature_col,
-                       extra_cols=extra)
+    return read_corpus(
+        path,
+        id_col=args.id_col,
+        quality_cols=[n for n, _ in specs],
+        quality_weights=[w for _, w in specs],
+        feature_col=args.feature_col,
+        extra_cols=extra,
+    )
 
 
 def _check_lamb(lamb: float) -> None:
@@ -181,12 +304,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     _check_lamb(args.lamb)
     corpus = _read(args, args.input)
     rows = read_selection(args.selection, corpus.ids, id_col=args.id_col)
-    report = evaluate_selection(corpus, rows, algorithm=args.algorithm, lamb=args.lamb,
-                                length_col=args.length_col, device=args.device)
+    report = evaluate_selection(
+        corpus,
+        rows,
+        algorithm=args.algorithm,
+        lamb=args.lamb,
+        length_col=args.length_col,
+        device=args.device,
+    )
     report["selection"] = str(args.selection)
     sel = Path(args.selection)
-    output = Path(args.output) if args.output else sel.with_name(
-        sel.name.removesuffix(sel.suffix) + ".eval.json")
+    output = (
+        Path(args.output)
+        if args.output
+        else sel.with_name(sel.name.removesuffix(sel.suffix) + ".eval.json")
+    )
     atomic_write_json(report, output)
     if args.format == "json":
         print(json.dumps(report, indent=2))
@@ -215,8 +347,9 @@ def _method_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         key, sep, value = item.partition("=")
         method, dot, name = key.rpartition(".")
         if not sep or not dot or not name:
-            raise ValueError(f"--param takes METHOD.KEY=VALUE (e.g. mask.partial=0.2); "
-                             f"got {item!r}.")
+            raise ValueError(
+                f"--param takes METHOD.KEY=VALUE (e.g. mask.partial=0.2); got {item!r}."
+            )
         if method not in _METHODS:
             raise ValueError(f"--param method must be one of {_METHODS}; got {method!r}.")
         params.setdefault(method, {})[name.replace("-", "_")] = _literal(value)
@@ -234,11 +367,11 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.synthetic < 2:
             raise ValueError(f"--synthetic must be >= 2 documents; got {args.synthetic}.")
         if args.dim < 1 or args.clusters < 1:
-            raise ValueError(f"--dim and --clusters must be >= 1; got {args.dim}, "
-                             f"{args.clusters}.")
+            raise ValueError(f"--dim and --clusters must be >= 1; got {args.dim}, {args.clusters}.")
         corpus = make_clustered(args.synthetic, args.dim, args.clusters, seed=args.data_seed)
-        corpus.source = (f"make_clustered({args.synthetic}, {args.dim}, {args.clusters}, "
-                         f"seed={args.data_seed})")
+        corpus.source = (
+            f"make_clustered({args.synthetic}, {args.dim}, {args.clusters}, seed={args.data_seed})"
+        )
     else:
         corpus = _read(args, args.input)
     if len(set(args.methods)) != len(args.methods):
@@ -246,15 +379,28 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.map_points < 1:
         raise ValueError(f"--map-points must be >= 1; got {args.map_points}.")
     if args.disf_reference_batches < 0:
-        raise ValueError(f"--disf-reference-batches must be >= 0; got "
-                         f"{args.disf_reference_batches}.")
+        raise ValueError(
+            f"--disf-reference-batches must be >= 0; got {args.disf_reference_batches}."
+        )
     result = bench(
-        corpus, methods=args.methods, algorithm=args.algorithm, lamb=args.lamb,
-        select_ratio=args.select_ratio, seed=args.seed, device=args.device,
-        n_neighbors=args.n_neighbors, knn=args.knn, method_params=_method_params(args),
-        disf_reference_batches=args.disf_reference_batches, isolate=args.isolate,
-        out_dir=args.out_dir, plots=args.plots, map_method=args.map_method,
-        map_points=args.map_points, title=args.title, progress=args.progress,
+        corpus,
+        methods=args.methods,
+        algorithm=args.algorithm,
+        lamb=args.lamb,
+        select_ratio=args.select_ratio,
+        seed=args.seed,
+        device=args.device,
+        n_neighbors=args.n_neighbors,
+        knn=args.knn,
+        method_params=_method_params(args),
+        disf_reference_batches=args.disf_reference_batches,
+        isolate=args.isolate,
+        out_dir=args.out_dir,
+        plots=args.plots,
+        map_method=args.map_method,
+        map_points=args.map_points,
+        title=args.title,
+        progress=args.progress,
     )
     from .bench import format_markdown
 

@@ -25,8 +25,14 @@ __all__ = [
 ]
 
 _DPI = 80
-_COLORS = {"mask": "tab:red", "greedy": "tab:blue", "stochastic-greedy": "tab:cyan",
-           "disf-greedy": "tab:purple", "topk": "tab:orange", "random": "tab:gray"}
+_COLORS = {
+    "mask": "tab:red",
+    "greedy": "tab:blue",
+    "stochastic-greedy": "tab:cyan",
+    "disf-greedy": "tab:purple",
+    "topk": "tab:orange",
+    "random": "tab:gray",
+}
 
 
 def require_matplotlib(tsne: bool = False) -> Any:
@@ -74,15 +80,31 @@ def plot_learning_curve(runs: Sequence[dict[str, Any]], path: str | Path) -> Pat
     mask = by.get("mask")
     if mask is not None and mask.get("history"):
         steps = [h["step"] for h in mask["history"]]
-        ax.plot(steps, [h["objective"] for h in mask["history"]], color=_color("mask"),
-                label="learner: running objective")
-        ax.scatter([steps[-1]], [mask["terms"]["J"]], color=_color("mask"), marker="*", s=90,
-                   zorder=3, label=f"learner: exact J of its top-k = {mask['terms']['J']:.4f}")
+        ax.plot(
+            steps,
+            [h["objective"] for h in mask["history"]],
+            color=_color("mask"),
+            label="learner: running objective",
+        )
+        ax.scatter(
+            [steps[-1]],
+            [mask["terms"]["J"]],
+            color=_color("mask"),
+            marker="*",
+            s=90,
+            zorder=3,
+            label=f"learner: exact J of its top-k = {mask['terms']['J']:.4f}",
+        )
     for label in ("greedy", "stochastic-greedy", "disf-greedy", "topk", "random"):
         r = by.get(label)
         if r is not None and "terms" in r:
-            ax.axhline(r["terms"]["J"], color=_color(label), ls="--", lw=1,
-                       label=f"{label}: J = {r['terms']['J']:.4f}")
+            ax.axhline(
+                r["terms"]["J"],
+                color=_color(label),
+                ls="--",
+                lw=1,
+                label=f"{label}: J = {r['terms']['J']:.4f}",
+            )
     ax.set_xlabel("learner step")
     ax.set_ylabel("objective J")
     ax.set_title("Optimisation curve of the learner vs the baselines")
@@ -101,10 +123,21 @@ def plot_objective_vs_time(runs: Sequence[dict[str, Any]], path: str | Path) -> 
         c = _color(r["label"])
         hist = r.get("history") or []
         if hist:
-            ax.plot([max(h["seconds"], 1e-3) for h in hist], [h["objective"] for h in hist],
-                    color=c, lw=1, alpha=0.6)
-        ax.scatter([max(r["seconds"], 1e-3)], [r["terms"]["J"]], color=c, s=40, zorder=3,
-                   label=f"{r['label']} ({r['seconds']:.2f}s, J={r['terms']['J']:.4f})")
+            ax.plot(
+                [max(h["seconds"], 1e-3) for h in hist],
+                [h["objective"] for h in hist],
+                color=c,
+                lw=1,
+                alpha=0.6,
+            )
+        ax.scatter(
+            [max(r["seconds"], 1e-3)],
+            [r["terms"]["J"]],
+            color=c,
+            s=40,
+            zorder=3,
+            label=f"{r['label']} ({r['seconds']:.2f}s, J={r['terms']['J']:.4f})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("wall time of fit (s, log)")
     ax.set_ylabel("objective J")
@@ -130,14 +163,21 @@ def project_2d(features: np.ndarray, method: str = "pca", seed: int = 0) -> np.n
         from sklearn.manifold import TSNE
 
         perplexity = float(min(30.0, max(2.0, (len(x) - 1) / 3)))
-        return TSNE(n_components=2, init="pca", random_state=seed,
-                    perplexity=perplexity).fit_transform(x)
+        return TSNE(
+            n_components=2, init="pca", random_state=seed, perplexity=perplexity
+        ).fit_transform(x)
     raise ValueError(f"method must be 'pca' or 'tsne'; got {method!r}.")
 
 
-def plot_selection_map(features: np.ndarray, runs: Sequence[dict[str, Any]],
-                       path: str | Path, *, method: str = "pca", max_points: int = 3000,
-                       seed: int = 0) -> Path:
+def plot_selection_map(
+    features: np.ndarray,
+    runs: Sequence[dict[str, Any]],
+    path: str | Path,
+    *,
+    method: str = "pca",
+    max_points: int = 3000,
+    seed: int = 0,
+) -> Path:
     """One panel per method: a sample of all documents in grey, its selection in colour."""
     plt = require_matplotlib(tsne=method == "tsne")
     with_sel = [r for r in runs if "selected" in r]
@@ -157,8 +197,9 @@ def plot_selection_map(features: np.ndarray, runs: Sequence[dict[str, Any]],
         ax.scatter(xy[keep, 0], xy[keep, 1], s=5, c=_color(r["label"]), linewidths=0)
         j = r["terms"]["J"]
         ax.set_title(f"{r['label']}  J={j:.4f}", fontsize=8)
-    for ax in axes.ravel()[len(with_sel):]:
+    for ax in axes.ravel()[len(with_sel) :]:
         ax.axis("off")
-    fig.suptitle(f"{method.upper()} map of {len(rows)} of {n} documents; selected in colour",
-                 fontsize=9)
+    fig.suptitle(
+        f"{method.upper()} map of {len(rows)} of {n} documents; selected in colour", fontsize=9
+    )
     return _save(fig, Path(path))

@@ -97,8 +97,9 @@ def _lengths(corpus: Corpus, length_col: str | None) -> tuple[str, np.ndarray] |
             col = corpus.extra[name]
             if col.dtype.kind in "iuf":
                 return name, col.astype(np.float64)
-            return f"len({name})", np.array([len(t) if t is not None else 0 for t in col],
-                                            dtype=np.float64)
+            return f"len({name})", np.array(
+                [len(t) if t is not None else 0 for t in col], dtype=np.float64
+            )
     return None
 
 
@@ -183,16 +184,21 @@ def evaluate_selection(
     mask = np.zeros(n, dtype=bool)
     mask[rows] = True
     quality_columns = {
-        name: {"selected": float(corpus.quality[mask, j].mean()),
-               "all": float(corpus.quality[:, j].mean())}
+        name: {
+            "selected": float(corpus.quality[mask, j].mean()),
+            "all": float(corpus.quality[:, j].mean()),
+        }
         for j, name in enumerate(corpus.quality_names)
     }
     length = None
     found = _lengths(corpus, length_col)
     if found is not None:
         name, values = found
-        length = {"column": name, "selected": length_stats(values[mask]),
-                  "all": length_stats(values)}
+        length = {
+            "column": name,
+            "selected": length_stats(values[mask]),
+            "all": length_stats(values),
+        }
     elif length_col:
         raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     return {
@@ -219,8 +225,11 @@ def format_report(report: dict[str, Any]) -> str:
     rows += [
         ("quality mean (normalised)", f"{m['quality_mean']:.4f}", f"{m['quality_mean_all']:.4f}"),
         ("facility coverage", f"{m['facility_coverage']:.4f}", "1.0000"),
-        ("mean pairwise similarity", f"{m['mean_pairwise_similarity']:.4f}",
-         f"{m['mean_pairwise_similarity_all']:.4f}"),
+        (
+            "mean pairwise similarity",
+            f"{m['mean_pairwise_similarity']:.4f}",
+            f"{m['mean_pairwise_similarity_all']:.4f}",
+        ),
         ("DiSF correlation loss", f"{m['disf_loss']:.2f}", f"{m['disf_loss_all']:.2f}"),
         ("mean NN similarity in subset", f"{m['mean_nn_similarity']:.4f}", ""),
     ]
@@ -234,13 +243,19 @@ def format_report(report: dict[str, Any]) -> str:
     header = ("metric", "selection", "all documents")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
     lines = [
-        "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in
-                  enumerate(zip(header, widths, strict=True))),
+        "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w)
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        ),
         "  ".join("-" * w for w in widths),
     ]
     for r in rows:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
-                               enumerate(zip(r, widths, strict=True))))
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
     return "\n".join(lines)
 
 
@@ -273,8 +288,9 @@ def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np
     return np.asarray(rows, dtype=np.int64)
 
 
-def read_selection(path: str | Path, data_ids: np.ndarray, *, id_col: str = "chunk_id") -> (
-        np.ndarray):
+def read_selection(
+    path: str | Path, data_ids: np.ndarray, *, id_col: str = "chunk_id"
+) -> np.ndarray:
     """Rows of the data kept by the selection file ``path``.
 
     Accepts the output of ``datamask select`` (parquet with the id column and a boolean
