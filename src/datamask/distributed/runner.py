@@ -37,11 +37,10 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from .._validation import check_choice, check_positive, check_ratio, k_from_ratio
-from ..io.parquet import atomic_write_json
+from ..io.parquet import atomic_write_json, atomic_write_table
 from ..io.shards import (
     ShardInfo,
     ShardSource,
-    atomic_write_parquet,
     corpus_from_tables,
     inspect_shards,
     list_shards,
@@ -287,7 +286,7 @@ def select_group(
     # 4. Write the group's files atomically, then the marker.
     gid_col = pa.array(np.full(n, spec.gid, dtype=np.int32))
     if not settings.selected_only:
-        atomic_write_parquet(
+        atomic_write_table(
             pa.table(
                 {
                     settings.id_col: ids,
@@ -302,7 +301,7 @@ def select_group(
         )
     keep = np.flatnonzero(selected)
     keep = keep[np.argsort(rank[keep])]
-    atomic_write_parquet(
+    atomic_write_table(
         pa.table(
             {
                 settings.id_col: ids.take(pa.array(keep)),

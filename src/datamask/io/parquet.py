@@ -21,6 +21,7 @@ __all__ = [
     "write_selection",
     "atomic_write_table",
     "atomic_write_json",
+    "arrays_from_table",
 ]
 
 
@@ -84,6 +85,37 @@ def features_from_arrow(
     return flat.reshape(n, width) if n else np.zeros((0, width), np.float32)
 
 
+def arrays_from_table(
+    table: pa.Table,
+    where: str,
+    *,
+    id_col: str,
+    quality_cols: Sequence[str],
+    feature_col: str,
+) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Ids (arrow, unchanged), quality (float64, (n, n_scores)) and features (float32).
+
+    Checks nulls and types; ``where`` names the file (and rows) in every message.
+    """
+    ids_col = table.column(id_col)
+    if ids_col.null_count:
+        raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
+    quality = []
+    for name in quality_cols:
+        col = table.column(name)
+        if not (
+            pa.types.is_floating(col.type)
+            or pa.types.is_integer(col.type)
+            or pa.types.is_boolean(col.type)
+        ):
+            raise ValueError(f"column {name!r} in {where} must be numeric; got {col.type}.")
+        quality.append(col.to_numpy(zero_copy_only=False).astype(np.float64))
+    features = features_from_arrow(table.column(feature_col), where, feature_col)
+    ids = ids_col.combine_chunks() if isinstance(ids_col, pa.ChunkedArray) else ids_col
+    q = np.stack(quality, axis=1) if quality else np.zeros((table.num_rows, 0))
+    return ids, q, features
+
+
 def read_corpus(
     path: str | Path,
     *,
@@ -121,22 +153,10 @@ def read_corpus(
         raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
     if table.num_rows == 0:
         raise ValueError(f"{where} has no rows.")
-    ids_col = table.column(id_col)
-    if ids_col.null_count:
-        raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
-    ids = ids_col.to_numpy(zero_copy_only=False)
-    quality = []
-    for name in quality_cols:
-        col = table.column(name)
-        if not (
-            pa.types.is_floating(col.type)
-            or pa.types.is_integer(col.type)
-            or pa.types.is_boolean(col.type)
-        ):
-            raise ValueError(f"column {name!r} in {where} must be numeric; got {col.type}.")
-        values = col.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
-        quality.append(values)
-    features = features_from_arrow(table.column(feature_col), where, feature_col)
+    ids_arrow, quality, features = arrays_from_table(
+        table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
+    )
+    ids = ids_arrow.to_numpy(zero_copy_only=False)
     if expected_dim is not None and features.shape[1] != expected_dim:
         raise ValueError(
             f"embedding width {features.shape[1]} in {where} does not match {expected_dim}."
@@ -144,7 +164,7 @@ def read_corpus(
     extra = {c: table.column(c).to_numpy(zero_copy_only=False) for c in extras}
     return Corpus(
         ids=ids,
-        quality=np.stack(quality, axis=1),
+        quality=quality,
         features=features,
         quality_names=list(quality_cols),
         quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
@@ -186,10 +206,14 @@ def selection_table(
 
 
 def atomic_write_table(table: pa.Table, path: str | Path) -> None:
-    """Write ``path.tmp`` then rename it into place: a crash leaves no half file."""
+    """Write a hidden ``.name.tmp`` beside ``path``, then rename it into place.
+
+    A crash leaves no half file, and the dot keeps a pyarrow dataset reader of the folder
+    from ever seeing the temporary one.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, path)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import Corpus
-from .parquet import features_from_arrow
+from .parquet import arrays_from_table
 
 __all__ = [
     "ShardInfo",
@@ -28,9 +28,7 @@ __all__ = [
     "inspect_shards",
     "read_rows",
     "iter_batches",
-    "arrays_from_table",
     "corpus_from_tables",
-    "atomic_write_parquet",
 ]
 
 #: Anything a user may pass as input: a file, a directory, a glob, a list of files or a
@@ -242,38 +240,6 @@ def iter_batches(
         raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
 
 
-def arrays_from_table(
-    table: pa.Table,
-    where: str,
-    *,
-    id_col: str,
-    quality_cols: Sequence[str],
-    feature_col: str,
-) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Ids (arrow, unchanged), quality (float64, (n, n_scores)) and features (float32).
-
-    The same checks as :func:`datamask.io.parquet.read_corpus`, with ``where`` naming the
-    file (and rows) in every message.
-    """
-    ids_col = table.column(id_col)
-    if ids_col.null_count:
-        raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
-    quality = []
-    for name in quality_cols:
-        col = table.column(name)
-        if not (
-            pa.types.is_floating(col.type)
-            or pa.types.is_integer(col.type)
-            or pa.types.is_boolean(col.type)
-        ):
-            raise ValueError(f"column {name!r} in {where} must be numeric; got {col.type}.")
-        quality.append(col.to_numpy(zero_copy_only=False).astype(np.float64))
-    features = features_from_arrow(table.column(feature_col), where, feature_col)
-    ids = ids_col.combine_chunks() if isinstance(ids_col, pa.ChunkedArray) else ids_col
-    q = np.stack(quality, axis=1) if quality else np.zeros((table.num_rows, 0))
-    return ids, q, features
-
-
 def corpus_from_tables(
     tables: Sequence[tuple[pa.Table, str]],
     *,
@@ -335,20 +301,3 @@ def corpus_from_tables(
         source=source,
     )
     return corpus, ids_arrow
-
-
-def atomic_write_parquet(table: pa.Table, path: str | Path) -> None:
-    """Write ``table`` to a hidden ``.name.tmp`` beside ``path``, then rename it into place.
-
-    The temporary name starts with a dot, so a reader of the folder as a pyarrow dataset
-    never sees a half-written file, even after a hard kill.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
