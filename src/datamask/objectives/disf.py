@@ -50,7 +50,8 @@ class DiSF(Term):
     a sample carries a finite-sample floor of about d^2 / k. Unscaled, ``1 - L / (d (d-1))``
     stays within 1% of 1 on real embeddings and ``lamb`` would ignore the term.
     ``expected`` is a mean-field relaxation: the correlation of the rows weighted by their
-    keep-probabilities (not the exact expectation, which has no closed form).
+    keep-probabilities (not the exact expectation, which has no closed form); given
+    ``clients``, over that random sample of rows only (a stochastic estimate, d^2 per row).
 
     Parameters
     ----------
@@ -87,7 +88,10 @@ class DiSF(Term):
         return torch.cat([1.0 - _weighted_offdiag(m, xb) / self.scale_ for m in masks.split(chunk)])
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
-        return 1.0 - _weighted_offdiag(p[None], self.features_)[0] / self.scale_
+        if clients is None:
+            return 1.0 - _weighted_offdiag(p[None], self.features_)[0] / self.scale_
+        # A random sample of rows: the same weighted correlation, O(|clients| d^2) a step.
+        return 1.0 - _weighted_offdiag(p[clients][None], self.features_[clients])[0] / self.scale_
 
     # Greedy state: count, feature sum and second-moment sum of the selection.
     def init_state(self) -> tuple[int, torch.Tensor, torch.Tensor]:
