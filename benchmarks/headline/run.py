@@ -12,7 +12,7 @@ Cases (each is one ``datamask bench`` run, every method in a fresh process, same
 - ``demo``: the shipped demo corpus (examples/demo/demo_docs.parquet), same objective.
 - ``disf-10k``, ``disf-50k``: DiSF + quality on the clustered data: the learner against
   the batched greedy DiSF (1024 per batch), plus the original per-candidate loop timed on
-  one batch and extrapolated.
+  two batches and extrapolated.
 
 Each case writes ``results/<case>/bench.{md,json}`` and three PNGs; the script then
 collects the headline figures into ``RESULTS.md``. Equivalent commands::
@@ -20,7 +20,7 @@ collects the headline figures into ``RESULTS.md``. Equivalent commands::
     datamask bench --synthetic 50000 --select-ratio 0.1 --lamb 0.5 --device cpu \\
         --out-dir benchmarks/headline/results/clustered-50k
     datamask bench --synthetic 50000 --algorithm DiSF --methods mask disf-greedy topk random \\
-        --disf-reference-batches 1 --device cpu --out-dir benchmarks/headline/results/disf-50k
+        --disf-reference-batches 2 --device cpu --out-dir benchmarks/headline/results/disf-50k
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def run_case(name: str, out: Path, device: str) -> dict[str, Any]:
         device=device,
         isolate=True,
         out_dir=out / name,
-        disf_reference_batches=1 if disf else 0,
+        disf_reference_batches=2 if disf else 0,
         map_points=3000,
         title=f"Headline: {name} ({spec['algorithm']} + quality, k = 10%, lamb = 0.5)",
         progress=True,
