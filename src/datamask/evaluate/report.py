@@ -280,7 +280,8 @@ def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np
             rows.append(row)
     if missing:
         raise ValueError(
-            f"{len(missing)} ids in {where} are not in the data (first: {missing[0]!r}); "
+            f"{len(missing)} id{'s' if len(missing) != 1 else ''} in {where} "
+            f"{'are' if len(missing) != 1 else 'is'} not in the data (first: {missing[0]!r}); "
             "was the selection made from another file, or with another --id-col?"
         )
     if not rows:
