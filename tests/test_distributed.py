@@ -230,8 +230,9 @@ def test_tiny_groups_keep_nothing_or_everything_and_still_sum_exactly(tmp_path):
     c = make_clustered(40, 8, 3, seed=2)
     write_shards(tmp_path / "in", c, 2, row_group_size=7)
     for ratio in (0.2, 0.9):
-        settings = Settings(partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio,
-                            n_neighbors=4)
+        settings = Settings(
+            partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio, n_neighbors=4
+        )
         out = tmp_path / f"out-{ratio}"
         m = run_selection(tmp_path / "in", out, settings, progress=False)
         ks = [g["k"] for g in m["groups"]]
