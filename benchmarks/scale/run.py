@@ -97,8 +97,10 @@ def main() -> None:
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results).write_text(json.dumps(figures, indent=2) + "\n")
     gpu = figures["gpu_peak_mb_per_worker"]
-    print("| docs | shards | groups | workers | wall s | docs/s | group s (median) "
-          "| peak RSS/worker MB | driver RSS MB | GPU peak/worker MB |")
+    print(
+        "| docs | shards | groups | workers | wall s | docs/s | group s (median) "
+        "| peak RSS/worker MB | driver RSS MB | GPU peak/worker MB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {t['n_docs']:,} | {figures['n_shards']} | {t['n_groups']} "

@@ -58,7 +58,7 @@ class _BadInput(ValueError):
     """Raised for command-line input the parser cannot express."""
 
 
-def _quality_spec(text: str) -> tuple[str, float]:
+def quality_spec(text: str) -> tuple[str, float]:
     """``name`` or ``name:weight`` -> (name, weight)."""
     name, sep, weight = text.rpartition(":")
     if not sep:
@@ -187,7 +187,7 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         "--quality_col",
         dest="quality_col",
         action="append",
-        type=_quality_spec,
+        type=quality_spec,
         help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
     )
     add(
@@ -299,7 +299,7 @@ def _resolve_select(args: argparse.Namespace) -> argparse.Namespace:
                 value = [value]
             if key == "quality_col" and value is not None:
                 value = [
-                    _quality_spec(v) if isinstance(v, str) else tuple(v)
+                    quality_spec(v) if isinstance(v, str) else tuple(v)
                     for v in (value if isinstance(value, list) else [value])
                 ]
             setattr(args, key, value)

@@ -18,24 +18,10 @@ import pyarrow.parquet as pq
 
 __all__ = ["add_bench_parser", "add_evaluate_parser", "run_bench", "run_evaluate"]
 
+from ..cli import quality_spec
+
 _ALGORITHMS = ["Facility", "Pair_simi", "DiSF"]
 _METHODS = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
-
-
-def _quality_spec(text: str) -> tuple[str, float]:
-    """``name`` or ``name:weight`` -> (name, weight)."""
-    name, sep, weight = text.rpartition(":")
-    if not sep:
-        return text, 1.0
-    try:
-        value = float(weight)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--quality-col takes NAME or NAME:WEIGHT; got {text!r}."
-        ) from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"quality weight must be >= 0; got {text!r}.")
-    return name, value
 
 
 def _add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +38,7 @@ def _add_data_arguments(p: argparse.ArgumentParser) -> None:
         "--quality_col",
         dest="quality_col",
         action="append",
-        type=_quality_spec,
+        type=quality_spec,
         help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
     )
     add(
