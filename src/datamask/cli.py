@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import platform
 import sys
 import time
@@ -467,6 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # stdout closed early (e.g. `| head`): the work itself is done
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("datamask: interrupted; no output was written.", file=sys.stderr)
         return 130
