@@ -75,6 +75,36 @@ def quality_spec(text: str) -> tuple[str, float]:
     return name, value
 
 
+def add_column_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool) -> None:
+    """``--id-col``, ``--quality-col`` and ``--feature-col``, shared by every command.
+
+    With ``with_defaults=False`` they default to None so that a config file can fill them.
+    """
+    add = parser.add_argument
+    add(
+        "--id-col",
+        "--id_col",
+        dest="id_col",
+        default="chunk_id" if with_defaults else None,
+        help="id column (default: chunk_id)",
+    )
+    add(
+        "--quality-col",
+        "--quality_col",
+        dest="quality_col",
+        action="append",
+        type=quality_spec,
+        help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
+    )
+    add(
+        "--feature-col",
+        "--feature_col",
+        dest="feature_col",
+        default="feature_arr" if with_defaults else None,
+        help="embedding column (default: feature_arr)",
+    )
+
+
 def _load_config(path: str) -> dict[str, Any]:
     """Read a YAML or TOML file of select settings; keys may use '-' or '_'."""
     p = Path(path)
@@ -182,21 +212,7 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     )
     add("--seed", type=int, help="random seed (default: 0)")
     add("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
-    add("--id-col", "--id_col", dest="id_col", help="id column (default: chunk_id)")
-    add(
-        "--quality-col",
-        "--quality_col",
-        dest="quality_col",
-        action="append",
-        type=quality_spec,
-        help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
-    )
-    add(
-        "--feature-col",
-        "--feature_col",
-        dest="feature_col",
-        help="embedding column (default: feature_arr)",
-    )
+    add_column_arguments(p, with_defaults=False)  # None: a --config file may set them
     add(
         "--selected-only",
         "--selected_only",

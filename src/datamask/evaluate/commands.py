@@ -18,36 +18,15 @@ import pyarrow.parquet as pq
 
 __all__ = ["add_bench_parser", "add_evaluate_parser", "run_bench", "run_evaluate"]
 
-from ..cli import quality_spec
+from ..cli import add_column_arguments
 
 _ALGORITHMS = ["Facility", "Pair_simi", "DiSF"]
 _METHODS = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
 
 
 def _add_data_arguments(p: argparse.ArgumentParser) -> None:
+    add_column_arguments(p, with_defaults=True)
     add = p.add_argument
-    add(
-        "--id-col",
-        "--id_col",
-        dest="id_col",
-        default="chunk_id",
-        help="id column (default: chunk_id)",
-    )
-    add(
-        "--quality-col",
-        "--quality_col",
-        dest="quality_col",
-        action="append",
-        type=quality_spec,
-        help="quality column, NAME or NAME:WEIGHT; repeat to mix several (default: quality_score)",
-    )
-    add(
-        "--feature-col",
-        "--feature_col",
-        dest="feature_col",
-        default="feature_arr",
-        help="embedding column (default: feature_arr)",
-    )
     add(
         "--length-col",
         "--length_col",
