@@ -10,7 +10,14 @@ import numpy as np
 
 from .data import Corpus
 
-__all__ = ["check_ratio", "check_choice", "check_positive", "check_corpus", "k_from_ratio"]
+__all__ = [
+    "check_ratio",
+    "check_choice",
+    "check_positive",
+    "check_corpus",
+    "k_from_ratio",
+    "resolve_k",
+]
 
 
 def check_ratio(name: str, value: float, *, low_open: bool = True, high_open: bool = True) -> float:
@@ -62,6 +69,16 @@ def k_from_ratio(select_ratio: float, n_docs: int) -> int:
             "raise select_ratio."
         )
     return k
+
+
+def resolve_k(select_ratio: float, n_docs: int, k: int | None = None) -> int:
+    """The subset size: ``k`` when given (1 <= k <= n_docs), else from ``select_ratio``."""
+    if k is None:
+        return k_from_ratio(select_ratio, n_docs)
+    check_positive("k", k, integer=True)
+    if k > n_docs:
+        raise ValueError(f"k={k} exceeds the {n_docs} documents given.")
+    return int(k)
 
 
 def _first_bad(values: np.ndarray) -> tuple[int, int]:

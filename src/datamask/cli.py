@@ -366,7 +366,7 @@ def run_select(args: argparse.Namespace) -> int:
         return run_distributed(args)
 
     from .greedy import make_selector
-    from .io.parquet import atomic_write_json, read_corpus, selection_table
+    from .io.parquet import atomic_write_json, read_corpus, selection_table, write_selection
     from .objectives import Objective, make_diversity
 
     started = time.perf_counter()
@@ -413,7 +413,6 @@ def run_select(args: argparse.Namespace) -> int:
         id_col=args.id_col,
         selected_only=args.selected_only,
     )
-    from .io.parquet import write_selection
 
     write_selection(args.output, table)
     settings = {k: getattr(args, k) for k in [*SELECT_DEFAULTS, "input", "output"]}

@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
-from .._validation import check_corpus, check_positive, check_ratio, k_from_ratio
+from .._validation import check_corpus, check_ratio, resolve_k
 from ..data import Corpus, Selection
 from ..objectives import ALGORITHMS, Objective, make_diversity
 
@@ -138,13 +138,7 @@ class BaseSelector:
         check_corpus(corpus)
         self.device_ = resolve_device(self.device)
         n = corpus.n_docs
-        if self.k is None:
-            self.k_ = k_from_ratio(self.select_ratio, n)
-        else:
-            check_positive("k", self.k, integer=True)
-            if self.k > n:
-                raise ValueError(f"k={self.k} exceeds the {n} documents given.")
-            self.k_ = int(self.k)
+        self.k_ = resolve_k(self.select_ratio, n, self.k)
         objective = self.objective
         if objective is None:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)

@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
-from .._validation import check_choice, check_corpus, check_positive, check_ratio, k_from_ratio
+from .._validation import check_choice, check_corpus, check_positive, check_ratio, resolve_k
 from ..data import Corpus, Selection
 from ..objectives import Objective, make_diversity
 
@@ -234,13 +234,7 @@ class MaskLearner:
         check_corpus(corpus)
         start = time.perf_counter()
         self.device_ = resolve_device(self.device)
-        if self.k is None:
-            self.k_ = k_from_ratio(self.select_ratio, corpus.n_docs)
-        else:
-            check_positive("k", self.k, integer=True)
-            if self.k > corpus.n_docs:
-                raise ValueError(f"k={self.k} exceeds the {corpus.n_docs} documents given.")
-            self.k_ = int(self.k)
+        self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
         if self.objective is None:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
         else:
