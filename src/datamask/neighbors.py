@@ -82,6 +82,9 @@ def knn_graph(
         row under its ``n_probe`` nearest centroids and searches, for each row, only the
         rows filed under its own nearest centroid: O(n^1.5 d n_probe) and approximate.
         ``auto`` is exact on CUDA or when n <= 20,000, else ivf.
+    generator : torch.Generator, optional
+        Draws of the ivf k-means. Default: a generator seeded with 0, so the graph depends
+        on the input alone, never on torch's global random state.
 
     Returns
     -------
@@ -102,6 +105,8 @@ def knn_graph(
     if method != "ivf":
         raise ValueError(f"method must be 'auto', 'exact' or 'ivf'; got {method!r}.")
     n_clusters = max(1, int(math.sqrt(n)))
+    if generator is None:  # never torch's global RNG: the same input gives the same graph
+        generator = torch.Generator(device=x.device).manual_seed(0)
     cent = spherical_kmeans(
         x, n_clusters, n_iter=6, sample=min(n, 20 * n_clusters + 10_000), generator=generator
     )
