@@ -15,6 +15,10 @@ __all__ = [
     "check_choice",
     "check_positive",
     "check_corpus",
+    "check_quality_span",
+    "check_unique_ids",
+    "first_duplicate",
+    "unit_rows",
     "k_from_ratio",
     "resolve_k",
 ]
@@ -89,8 +93,77 @@ def _first_bad(values: np.ndarray) -> tuple[int, int]:
     return len(rows), (int(rows[0]) if len(rows) else -1)
 
 
+def first_duplicate(ids: np.ndarray) -> tuple[int, int] | None:
+    """``(first_row, repeat_row)`` of the earliest id that occurs again, or None."""
+    ids = np.asarray(ids)
+    if len(ids) < 2:
+        return None
+    try:
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    except TypeError:  # mixed object types: compare their text
+        _, first, inverse = np.unique(ids.astype(str), return_index=True, return_inverse=True)
+    earlier = first[inverse.reshape(-1)]
+    repeats = np.flatnonzero(earlier != np.arange(len(ids)))
+    if not len(repeats):
+        return None
+    row = int(repeats[0])
+    return int(earlier[row]), row
+
+
+def check_unique_ids(ids: np.ndarray, where: str, id_col: str = "id") -> None:
+    """Refuse repeated ids, naming the first repeated one and both rows."""
+    dup = first_duplicate(ids)
+    if dup is not None:
+        first, again = dup
+        count = len(ids) - len(np.unique(np.asarray(ids).astype(str)))
+        raise ValueError(
+            f"{id_col} {np.asarray(ids)[again]!r} occurs more than once (rows {first} and "
+            f"{again} of {where}; {count} repeated ids in all); ids must be unique."
+        )
+
+
+def check_quality_span(values: np.ndarray, name: str, where: str) -> None:
+    """Refuse finite scores whose range overflows float64 (min-max scaling needs max - min)."""
+    if len(values) and not np.isfinite(np.max(values) - np.min(values)):
+        raise ValueError(
+            f"{name} spans [{np.min(values):.3g}, {np.max(values):.3g}] in {where}, too wide to "
+            "scale (max - min overflows); rescale the scores."
+        )
+
+
+def unit_rows(feats: np.ndarray, where: str, first_row: int = 0, chunk: int = 65_536) -> np.ndarray:
+    """Rows of ``feats`` scaled to unit L2 norm, as float32 (returned as is when already unit).
+
+    Norms are taken in float64, chunk by chunk: in float32 the norm of a row holding 1e30
+    overflows to inf and the row silently becomes zeros. Refuses NaN/inf and all-zero rows.
+    """
+    norms = np.empty(len(feats), dtype=np.float64)
+    for lo in range(0, len(feats), chunk):
+        block = np.asarray(feats[lo : lo + chunk], dtype=np.float64)
+        norms[lo : lo + chunk] = np.sqrt(np.einsum("ij,ij->i", block, block))
+    bad = np.flatnonzero(~np.isfinite(norms))
+    if len(bad):
+        raise ValueError(
+            f"features have {len(bad)} rows with NaN/inf values (first at row "
+            f"{first_row + int(bad[0])} of {where}); drop or fix them before selecting."
+        )
+    zero = np.flatnonzero(norms == 0)
+    if len(zero):
+        raise ValueError(
+            f"features have {len(zero)} all-zero rows (first at row {first_row + int(zero[0])} "
+            f"of {where}); a zero embedding has no direction to compare."
+        )
+    if np.allclose(norms, 1.0, atol=1e-3):
+        return np.asarray(feats, dtype=np.float32)
+    out = np.empty(feats.shape, dtype=np.float32)
+    for lo in range(0, len(feats), chunk):
+        block = np.asarray(feats[lo : lo + chunk], dtype=np.float64)
+        out[lo : lo + chunk] = block / norms[lo : lo + chunk, None]
+    return out
+
+
 def check_corpus(corpus: Corpus) -> Corpus:
-    """Validate shapes and values; L2-normalise features in place. Returns the corpus."""
+    """Validate shapes, values and ids; L2-normalise features. Returns the corpus."""
     where = corpus.source
     n = len(corpus.ids)
     if n == 0:
@@ -111,23 +184,15 @@ def check_corpus(corpus: Corpus) -> Corpus:
                 f"{name} has {count} NaN/inf values (first at row {first} of {where}); "
                 "drop or fill them before selecting."
             )
+        check_quality_span(corpus.quality[:, j], name, where)
     count, first = _first_bad(feats)
     if count:
         raise ValueError(
             f"features have {count} rows with NaN/inf values (first at row {first} of {where}); "
             "drop or fix them before selecting."
         )
-    feats = feats.astype(np.float32, copy=False)
-    norms = np.linalg.norm(feats, axis=1)
-    zero = np.flatnonzero(norms == 0)
-    if len(zero):
-        raise ValueError(
-            f"features have {len(zero)} all-zero rows (first at row {zero[0]} of {where}); "
-            "a zero embedding has no direction to compare."
-        )
-    if not np.allclose(norms, 1.0, atol=1e-3):
-        feats = feats / norms[:, None]
-    corpus.features = np.require(feats, requirements=["C", "W"])  # torch wants writable
+    check_unique_ids(corpus.ids, where)
+    corpus.features = np.require(unit_rows(feats, where), requirements=["C", "W"])
     w = np.asarray(corpus.quality_weights, dtype=np.float64)
     if w.shape != (corpus.quality.shape[1],) or not np.all(np.isfinite(w)) or (w < 0).any():
         raise ValueError(f"quality weights must be non-negative, one per column; got {w}.")

@@ -11,7 +11,6 @@ Bad input prints one line, ``datamask: error: ...``, and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
@@ -25,8 +24,20 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .io.parquet import summary_path
 
 EXIT_BAD_INPUT = 2
+#: Exit status when writing failed (full disk, I/O error) after the checks at the door.
+EXIT_IO_ERROR = 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error message on one line, whatever produced it."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"cannot write {str(exc.filename)!r}: {exc.strerror}."
+    return text or type(exc).__name__
+
 
 #: Keys a ``--config`` file may hold (snake_case; kebab-case spellings are accepted too).
 SELECT_DEFAULTS: dict[str, Any] = {
@@ -119,10 +130,51 @@ def _load_config(path: str) -> dict[str, Any]:
 
             data = yaml.safe_load(text) or {}
     except Exception as exc:
-        raise _BadInput(f"cannot parse config file {path!r}: {exc}") from None
+        raise _BadInput(f"cannot parse config file {path!r}: {_config_error(exc)}") from None
     if not isinstance(data, dict):
         raise _BadInput(f"config file {path!r} must hold a mapping of settings.")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _config_error(exc: Exception) -> str:
+    """A parser's error in one line: the problem and where (YAML's are several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}."
+    return " ".join(str(exc).split())
+
+
+def _check_config_value(key: str, value: Any, action: argparse.Action, where: str) -> Any:
+    """A config value checked as strictly as the flag ``action`` would parse it."""
+    what = f"{key} in config file {where!r}"
+    kind = action.type
+    if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction) or (
+        action.const is not None and action.nargs == 0
+    ):
+        if not isinstance(value, bool):
+            raise TypeError(f"{what} must be true or false; got {value!r}.")
+        return value
+    if action.nargs == "+":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+            raise TypeError(f"{what} must be a name or a list of names; got {value!r}.")
+        for item in items:
+            if action.choices is not None and item not in action.choices:
+                raise ValueError(f"{what} must be among {list(action.choices)}; got {item!r}.")
+        return items
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an integer; got {value!r}.")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{what} must be a number; got {value!r}.")
+        value = float(value)
+    elif kind is None and not isinstance(value, str):
+        raise TypeError(f"{what} must be a string; got {value!r}.")
+    if action.choices is not None and value not in action.choices:
+        raise ValueError(f"{what} must be one of {list(action.choices)}; got {value!r}.")
+    return value
 
 
 def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -309,6 +361,10 @@ def _resolve_select(args: argparse.Namespace) -> argparse.Namespace:
     unknown = sorted(set(config) - allowed)
     if unknown:
         raise _BadInput(f"unknown setting(s) {unknown} in config file {args.config!r}.")
+    actions = {a.dest: a for a in _select_actions()}
+    for key, value in config.items():
+        if key in actions and key != "quality_col" and value is not None:
+            config[key] = _check_config_value(key, value, actions[key], args.config)
     for key, default in {**SELECT_DEFAULTS, "input": None, "output": None}.items():
         if getattr(args, key, None) is None:
             value = config.get(key, default)
@@ -331,11 +387,34 @@ def _resolve_select(args: argparse.Namespace) -> argparse.Namespace:
         raise _BadInput("--input is required (a parquet file, directory or glob).")
     if not args.output:
         raise _BadInput("--output is required (a parquet path).")
+    _check_counts(args)
     return args
 
 
+def _select_actions() -> list[argparse.Action]:
+    """The ``select`` parser's actions (for checking config values like flags)."""
+    sub = argparse.ArgumentParser().add_subparsers()
+    return _add_select_parser(sub)._actions
+
+
+#: Count settings that must be integers >= 1 (None keeps the default).
+_COUNTS = ("n_neighbors", "n_epochs", "n_rollout", "workers", "chunk_size", "n_clusters")
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    from ._validation import check_positive
+
+    for key in _COUNTS:
+        value = getattr(args, key, None)
+        if value is not None:
+            check_positive(key, value, integer=True)
+
+
 def _is_sharded(path: str) -> bool:
-    return Path(path).is_dir() or glob.has_magic(path)
+    """A folder, or a glob; a file whose name holds ``[``, ``*`` or ``?`` is taken literally."""
+    from .io.shards import literal_or_glob
+
+    return Path(path).is_dir() or literal_or_glob(path) == "glob"
 
 
 def _versions() -> dict[str, str]:
@@ -351,12 +430,6 @@ def _versions() -> dict[str, str]:
     }
 
 
-def summary_path(output: str | Path) -> Path:
-    """Where the JSON summary of a selection lands: beside it, ``<stem>.summary.json``."""
-    out = Path(output)
-    return out.with_name(out.name.removesuffix(".parquet") + ".summary.json")
-
-
 def run_select(args: argparse.Namespace) -> int:
     """``datamask select`` on one parquet file (directories and globs go to the runner)."""
     args = _resolve_select(args)
@@ -365,8 +438,20 @@ def run_select(args: argparse.Namespace) -> int:
 
         return run_distributed(args)
 
+    from .io.atomic import OutputLock, check_no_overlap, check_writable
+
+    # The output is checked and claimed before any computation: never the input, a
+    # writable place, and no other run writing it at the same time.
+    check_writable(args.output)
+    check_no_overlap([args.output, summary_path(args.output)], [args.input])
+    with OutputLock(args.output):
+        return _select_one_file(args)
+
+
+def _select_one_file(args: argparse.Namespace) -> int:
+    """``datamask select`` on one parquet file, once its output is claimed."""
     from .greedy import make_selector
-    from .io.parquet import atomic_write_json, read_corpus, selection_table, write_selection
+    from .io.parquet import read_corpus, selection_table, write_selection
     from .objectives import Objective, make_diversity
 
     started = time.perf_counter()
@@ -414,7 +499,6 @@ def run_select(args: argparse.Namespace) -> int:
         selected_only=args.selected_only,
     )
 
-    write_selection(args.output, table)
     settings = {k: getattr(args, k) for k in [*SELECT_DEFAULTS, "input", "output"]}
     summary = {
         "n_docs": corpus.n_docs,
@@ -437,7 +521,7 @@ def run_select(args: argparse.Namespace) -> int:
         "history": getattr(selector, "history_", []),
         "versions": _versions(),
     }
-    atomic_write_json(summary, summary_path(args.output))
+    write_selection(args.output, table, summary)  # parquet and summary as one unit
     terms = "  ".join(f"{k}={v:.4f}" for k, v in summary["terms"].items())
     print(
         f"selected {summary['k']} of {corpus.n_docs} documents with {args.method} in "
@@ -449,19 +533,23 @@ def run_select(args: argparse.Namespace) -> int:
 
 def run_embed(args: argparse.Namespace) -> int:
     from .embed import embed_file
+    from .io.atomic import OutputLock, check_no_overlap, check_writable
 
-    n = embed_file(
-        args.input,
-        args.output,
-        text_col=args.text_col,
-        id_col=args.id_col,
-        feature_col=args.feature_col,
-        model=args.model,
-        batch_size=args.batch_size,
-        device=args.device,
-        max_seq_length=args.max_seq_length,
-        progress=args.progress,
-    )
+    check_writable(args.output)
+    check_no_overlap([args.output], [args.input])
+    with OutputLock(args.output):
+        n = embed_file(
+            args.input,
+            args.output,
+            text_col=args.text_col,
+            id_col=args.id_col,
+            feature_col=args.feature_col,
+            model=args.model,
+            batch_size=args.batch_size,
+            device=args.device,
+            max_seq_length=args.max_seq_length,
+            progress=args.progress,
+        )
     print(f"embedded {n} documents into {args.output}")
     return 0
 
@@ -481,8 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
-        print(f"datamask: error: {exc}", file=sys.stderr)
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as exc:  # a full disk or a vanished folder while writing: nothing written
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_IO_ERROR
     except BrokenPipeError:  # stdout closed early (e.g. `| head`): the work itself is done
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -236,7 +236,7 @@ def embed_file(
         ``.json`` file holding a single JSON array of objects is accepted too).
     output : str or Path
         Where to write: ``.parquet`` (zstd) or ``.jsonl``/``.json`` (JSON lines). Written
-        atomically (to ``output + ".tmp"``, then renamed); parent folders are created.
+        atomically (a hidden temporary beside it, then renamed); parent folders are created.
     text_col : str, default="text"
         The column holding the texts. It must exist and have no null values.
     id_col : str, default="chunk_id"
@@ -381,7 +381,16 @@ def _read_table(path: Path) -> Any:
 
 def _read_json_records(path: Path) -> list[dict[str, Any]]:
     """Objects of a JSON-lines file (or of a single top-level JSON array)."""
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(
+            f"{path} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, column "
+            f"{column} cannot be decoded; re-encode the file as UTF-8."
+        ) from None
     if text.lstrip().startswith("["):
         try:
             records = json.loads(text)
@@ -408,19 +417,15 @@ def _read_json_records(path: Path) -> list[dict[str, Any]]:
 
 
 def _write_atomic(table: Any, path: Path, kind: str) -> None:
-    """Write ``table`` to ``path + ".tmp"`` and rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(path) + ".tmp")
-    try:
+    """Write ``table`` as parquet or JSON lines, atomically (:mod:`datamask.io.atomic`)."""
+    from .io.atomic import atomic_write
+
+    with atomic_write(path) as tmp:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(table, tmp, compression="zstd")
+            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
         else:
             with open(tmp, "w", encoding="utf-8") as fh:
                 for row in table.to_pylist():
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

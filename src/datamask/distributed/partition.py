@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from ..io.parquet import atomic_write_json, features_from_arrow
+from .._validation import unit_rows
+from ..io.atomic import atomic_write, atomic_write_json
+from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
 
@@ -225,17 +226,6 @@ def sample_plan(infos: Sequence[ShardInfo], n_sample: int, seed: int) -> dict[in
     return {int(s): rows[shard == s] - starts[s] for s in np.unique(shard)}
 
 
-def _unit_rows(x: np.ndarray, where: str, first_row: int = 0) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1)
-    bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
-    if len(bad):
-        raise ValueError(
-            f"features have {len(bad)} all-zero or NaN/inf rows (first at row "
-            f"{first_row + int(bad[0])} of {where}); drop or fix them before selecting."
-        )
-    return x / norms[:, None]
-
-
 def read_sample(
     shard_index: int, info: ShardInfo, rows: np.ndarray, feature_col: str
 ) -> tuple[int, np.ndarray]:
@@ -251,7 +241,7 @@ def read_sample(
         table = read_rows(info.path, lo, hi, [feature_col], row_group_rows=info.row_group_rows)
         feats = features_from_arrow(table.column(feature_col), info.path, feature_col)
         take = rows[rg_of_row == rg] - lo
-        out.append(_unit_rows(feats[take], info.path, lo))
+        out.append(unit_rows(feats[take], info.path, lo))
     return shard_index, np.concatenate(out).astype(np.float32, copy=False)
 
 
@@ -299,7 +289,7 @@ def spill_shard(
     labels = [
         assign_clusters(
             torch.from_numpy(
-                _unit_rows(feats[lo : lo + batch_size], info.path, lo).astype(np.float32)
+                unit_rows(feats[lo : lo + batch_size], info.path, lo).astype(np.float32)
             ),
             centroids,
         )
@@ -310,18 +300,14 @@ def spill_shard(
     counts = np.bincount(label, minlength=len(centroids))
     table = table.take(pa.array(np.argsort(label, kind="stable")))
     out = folder / f"shard-{shard_index:05d}.parquet"
-    tmp = folder / f".shard-{shard_index:05d}.parquet.tmp"
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        with pq.ParquetWriter(tmp, table.schema, compression="zstd") as writer:
-            offset = 0
-            for c in np.flatnonzero(counts):
-                writer.write_table(table.slice(offset, int(counts[c])))
-                offset += int(counts[c])
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with (
+        atomic_write(out) as tmp,
+        pq.ParquetWriter(tmp, table.schema, compression="zstd", write_page_checksum=True) as writer,
+    ):
+        offset = 0
+        for c in np.flatnonzero(counts):
+            writer.write_table(table.slice(offset, int(counts[c])))
+            offset += int(counts[c])
     atomic_write_json({"shard": info.path, "counts": counts.tolist()}, done)
     return shard_index, counts.tolist()
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["RayRunner", "import_ray"]
+__all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S"]
 
 
 def import_ray() -> Any:
@@ -28,6 +29,34 @@ def import_ray() -> Any:
             "Please install `ray` to use RayRunner (`pip install datamask[ray]`)."
         ) from None
     return ray
+
+
+#: Seconds to wait for a TCP connection to ``--ray-address`` before giving up.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail fast, in one line, when ``address`` names a host:port that does not answer.
+
+    ``ray.init`` retries an unreachable address for minutes; a plain TCP connect with a
+    short timeout says the same in seconds. ``auto`` and ``local`` are left to Ray.
+    """
+    if address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(
+            f"--ray-address must be auto, HOST:PORT or ray://HOST:PORT; got {address!r}."
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ValueError(
+            f"cannot reach the Ray cluster at {address!r} within {timeout:g}s ({reason}); "
+            "check --ray-address, or leave it out to start a local Ray."
+        ) from None
 
 
 def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
@@ -79,10 +108,25 @@ class RayRunner:
             raise ValueError(f"workers must be a positive integer; got {workers!r}.")
         if not ray.is_initialized():
             if address:
-                ray.init(address=address, logging_level=logging.WARNING)
-            else:
-                cpus = max(workers or 0, os.cpu_count() or 1)
-                ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+                _check_reachable(address)
+            # Ray logs a warning about its token authentication on every start; it is
+            # about Ray's own defaults, not this run, so it is silenced (auth is unchanged).
+            quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
+            try:
+                if address:
+                    ray.init(address=address, logging_level=logging.WARNING)
+                else:
+                    cpus = max(workers or 0, os.cpu_count() or 1)
+                    ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError, TimeoutError) as exc:
+                raise ValueError(
+                    f"cannot start or join Ray{f' at {address!r}' if address else ''}: "
+                    f"{' '.join(str(exc).split())}"
+                ) from None
+            finally:
+                quiet.setLevel(level)
             self._started = True
         resources = ray.cluster_resources()
         self.n_cpus = int(resources.get("CPU", 1))

@@ -37,13 +37,22 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from .._validation import check_choice, check_positive, check_ratio, k_from_ratio
-from ..io.parquet import atomic_write_json, atomic_write_table
+from ..io.atomic import (
+    OutputLock,
+    atomic_write,
+    atomic_write_json,
+    check_no_overlap,
+    check_writable,
+    clean_stale_temporaries,
+)
+from ..io.parquet import atomic_write_table
 from ..io.shards import (
     ShardInfo,
     ShardSource,
     corpus_from_tables,
     inspect_shards,
     list_shards,
+    literal_or_glob,
     read_rows,
 )
 from .partition import (
@@ -58,6 +67,7 @@ from .partition import (
     sample_plan,
     spill_shard,
 )
+from .validate import validate_inputs
 
 __all__ = ["Settings", "select_group", "LocalRunner", "Runner", "run_selection"]
 
@@ -380,10 +390,16 @@ class LocalRunner:
 
 
 # --- claiming a work dir ------------------------------------------------------------------
-def _fingerprint(settings: Settings, infos: list[ShardInfo]) -> dict[str, Any]:
+def _fingerprint(
+    settings: Settings, infos: list[ShardInfo], checksums: dict[str, str]
+) -> dict[str, Any]:
+    """Settings and, per shard, path, rows, size and the checksum of the bytes read."""
     record = {
         "settings": asdict(settings),
-        "shards": [[str(Path(i.path).resolve()), i.num_rows, i.size_bytes] for i in infos],
+        "shards": [
+            [str(Path(i.path).resolve()), i.num_rows, i.size_bytes, checksums.get(i.path, "")]
+            for i in infos
+        ],
     }
     blob = json.dumps(record, sort_keys=True, default=str).encode()
     return {**record, "settings_hash": hashlib.sha256(blob).hexdigest()[:16]}
@@ -396,9 +412,15 @@ def _differences(prev: dict[str, Any], now: dict[str, Any]) -> str:
         if json.loads(json.dumps(prev.get("settings", {}).get(key)))
         != json.loads(json.dumps(value))
     ]
-    if prev.get("shards") != json.loads(json.dumps(now["shards"])):
-        before, after = len(prev.get("shards") or []), len(now["shards"])
-        changed.append(f"input shards changed ({before} -> {after} files, or rows/sizes)")
+    before = {row[0]: row[1:] for row in prev.get("shards") or []}
+    after = {row[0]: list(row[1:]) for row in json.loads(json.dumps(now["shards"]))}
+    if before != after:
+        edited = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+        added, gone = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        what = [f"content of {Path(p).name} changed" for p in edited[:3]]
+        what += [f"{len(added)} shard(s) added"] if added else []
+        what += [f"{len(gone)} shard(s) removed"] if gone else []
+        changed.append("input shards changed: " + ", ".join(what))
     return "; ".join(changed) or "unknown differences"
 
 
@@ -465,11 +487,8 @@ def _plan(
         # 2. Centroids on the driver, on CPU: the partition is the same on any cluster.
         centroids = fit_centroids(sample, n_clusters, settings.seed)
         del sample
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / ".centroids.npy.tmp"
-        with open(tmp, "wb") as fh:
+        with atomic_write(cent_path) as tmp, open(tmp, "wb") as fh:
             np.save(fh, centroids)
-        os.replace(tmp, cent_path)
     # 3. One streaming pass filing every row under its nearest centroid (resumable per shard).
     jobs = [
         (s, info, str(cent_path), str(folder), settings.columns, settings.feature_col)
@@ -556,16 +575,50 @@ def run_selection(
             "(selected/ parts and manifest.json)."
         )
     work = Path(work_dir) if work_dir is not None else out / "_work"
+    check_writable(work, folder=True)
 
-    # Footers only: row counts, columns. A missing or corrupt footer fails here, before
-    # anything is written.
+    # Output and work dir never overlap the input: not the input folder itself, and no
+    # input shard inside them (folders inside the input folder are skipped when listing).
+    if isinstance(source, str | Path) and literal_or_glob(str(source)) == "literal":
+        check_no_overlap([out, work], [source])
     files = list_shards(source, exclude=[out, work])
+    check_no_overlap([out, work], files)
+    # Claim the output (and a work dir outside it) before any computation: a second run
+    # writing the same folder is refused here, and an unwritable folder fails here.
+    locks = [OutputLock(out, folder=True)]
+    if not work.resolve().is_relative_to(out.resolve()):
+        locks.append(OutputLock(work, folder=True))
+    try:
+        manifest = _run_claimed(source, files, out, work, settings, runner, progress, started)
+    except BaseException:
+        for lock in reversed(locks):
+            lock.release(remove_created=True)
+        raise
+    for lock in reversed(locks):
+        lock.release()
+    return manifest
+
+
+def _run_claimed(
+    source: ShardSource,
+    files: list[Path],
+    out: Path,
+    work: Path,
+    settings: Settings,
+    runner: Runner,
+    progress: bool,
+    started: float,
+) -> dict[str, Any]:
+    """:func:`run_selection` once the output is claimed."""
+    # Footers first (row counts, columns), then every row of every shard: nothing is
+    # written for a run whose input is bad, and no group starts before all are checked.
     infos = inspect_shards(files, columns=settings.columns)
     n_total = sum(i.num_rows for i in infos)
     if n_total == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
     k_total = k_from_ratio(settings.select_ratio, n_total)
-    record = _fingerprint(settings, infos)
+    checksums = validate_inputs(infos, settings, runner, progress=progress)
+    record = _fingerprint(settings, infos, checksums)
     resumed = _claim(work, out, record)
 
     plan, plan_facts = _plan(infos, settings, work, runner, progress)
@@ -607,8 +660,7 @@ def run_selection(
     select_s = time.perf_counter() - select_started
 
     # Merge: the output dataset is the set of parts; drop stray temporaries of killed runs.
-    for stray in (out / "selected").glob(".*.tmp"):
-        stray.unlink(missing_ok=True)
+    clean_stale_temporaries(out / "selected")
     missing = [g.gid for g in groups if not completion_path(work, g.gid).exists()]
     if missing:
         raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")

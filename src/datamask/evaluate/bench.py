@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..data import Corpus
-from ..io.parquet import atomic_write_json
+from ..io.atomic import atomic_write_json, atomic_write_text
 from ..objectives import ALGORITHMS, Objective, make_diversity
 from .report import evaluate_selection
 
@@ -595,9 +595,7 @@ def _write(
     files["json"] = str(out / "bench.json")
     result["files"] = files
     md = format_markdown(result)
-    tmp = out / "bench.md.tmp"
-    tmp.write_text(md)
-    os.replace(tmp, out / "bench.md")
+    atomic_write_text(md, out / "bench.md")
     atomic_write_json(
         {**result, "runs": [_jsonable_run(r) for r in result["runs"]]}, out / "bench.json"
     )

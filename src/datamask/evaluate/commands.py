@@ -263,10 +263,33 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``datamask evaluate``: print the table (or JSON) and write the JSON report."""
     import json
 
-    from ..io.parquet import atomic_write_json
-    from .report import evaluate_selection, format_report, read_selection
+    from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
+    from .report import format_report
 
     _check_lamb(args.lamb)
+    sel = Path(args.selection)
+    output = (
+        Path(args.output)
+        if args.output
+        else sel.with_name(sel.name.removesuffix(sel.suffix) + ".eval.json")
+    )
+    # Before any computation: the report never overwrites the data or the selection.
+    check_writable(output)
+    check_no_overlap([output], [args.input, args.selection])
+    with OutputLock(output):
+        report = _evaluate(args)
+        atomic_write_json(report, output)
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+        print(f"wrote {output}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    from .report import evaluate_selection, read_selection
+
     corpus = _read(args, args.input)
     rows = read_selection(args.selection, corpus.ids, id_col=args.id_col)
     report = evaluate_selection(
@@ -278,19 +301,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         device=args.device,
     )
     report["selection"] = str(args.selection)
-    sel = Path(args.selection)
-    output = (
-        Path(args.output)
-        if args.output
-        else sel.with_name(sel.name.removesuffix(sel.suffix) + ".eval.json")
-    )
-    atomic_write_json(report, output)
-    if args.format == "json":
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_report(report))
-        print(f"wrote {output}")
-    return 0
+    return report
 
 
 def _literal(text: str) -> Any:

@@ -1,19 +1,37 @@
 """Reading corpora from parquet and writing selections atomically."""
 
-from .parquet import (
+from .atomic import (
+    OutputLock,
+    atomic_write,
     atomic_write_json,
+    atomic_write_text,
+    check_no_overlap,
+    check_writable,
+    clean_stale_temporaries,
+)
+from .parquet import (
     atomic_write_table,
     features_from_arrow,
     read_corpus,
+    read_summary,
     selection_table,
+    summary_path,
     write_selection,
 )
 
 __all__ = [
+    "OutputLock",
+    "atomic_write",
     "atomic_write_json",
     "atomic_write_table",
+    "atomic_write_text",
+    "check_no_overlap",
+    "check_writable",
+    "clean_stale_temporaries",
     "features_from_arrow",
     "read_corpus",
+    "read_summary",
     "selection_table",
+    "summary_path",
     "write_selection",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import Corpus
+from .atomic import atomic_write, atomic_write_json, to_json
 
 __all__ = [
     "read_corpus",
@@ -22,6 +24,10 @@ __all__ = [
     "atomic_write_table",
     "atomic_write_json",
     "arrays_from_table",
+    "check_id_type",
+    "read_summary",
+    "summary_path",
+    "SUMMARY_KEY",
 ]
 
 
@@ -32,7 +38,7 @@ def _open(path: str | Path) -> pq.ParquetFile:
     if p.is_dir():
         raise ValueError(f"input {str(p)!r} is a directory; give one parquet file.")
     try:
-        return pq.ParquetFile(p)
+        return pq.ParquetFile(p, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
@@ -82,7 +88,28 @@ def features_from_arrow(
     if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
         raise ValueError(f"column {name!r} in {where} must hold numbers; got {values.type}.")
     flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return flat.reshape(n, width) if n else np.zeros((0, width), np.float32)
+    feats = flat.reshape(n, width) if n else np.zeros((0, width), np.float32)
+    finite = np.isfinite(feats).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise ValueError(
+            f"features have {len(bad)} rows with NaN/inf values (first at row {int(bad[0])} "
+            f"of {where}; float32 holds up to 3.4e38); drop or fix them before selecting."
+        )
+    return feats
+
+
+def check_id_type(typ: pa.DataType, id_col: str, where: str) -> None:
+    """Ids must be integers or strings (bytes): what sorts, hashes and round-trips."""
+    ok = (
+        pa.types.is_integer(typ)
+        or pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_binary(typ)
+    )
+    if not ok:
+        raise ValueError(f"column {id_col!r} in {where} must hold integers or strings; got {typ}.")
 
 
 def arrays_from_table(
@@ -98,6 +125,7 @@ def arrays_from_table(
     Checks nulls and types; ``where`` names the file (and rows) in every message.
     """
     ids_col = table.column(id_col)
+    check_id_type(ids_col.type, id_col, where)
     if ids_col.null_count:
         raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
     quality = []
@@ -206,45 +234,59 @@ def selection_table(
 
 
 def atomic_write_table(table: pa.Table, path: str | Path) -> None:
-    """Write a hidden ``.name.tmp`` beside ``path``, then rename it into place.
+    """Write ``table`` as zstd parquet to ``path`` atomically (see :mod:`datamask.io.atomic`)."""
+    with atomic_write(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
 
-    A crash leaves no half file, and the dot keeps a pyarrow dataset reader of the folder
-    from ever seeing the temporary one.
+
+#: Key of the selection summary (JSON) in the output parquet's schema metadata.
+SUMMARY_KEY = b"datamask.summary"
+
+
+def summary_path(output: str | Path) -> Path:
+    """Where the JSON summary of a selection lands: beside it, ``<stem>.summary.json``."""
+    out = Path(output)
+    return out.with_name(out.name.removesuffix(".parquet") + ".summary.json")
+
+
+def write_selection(
+    path: str | Path, table: pa.Table, summary: dict[str, Any] | None = None
+) -> None:
+    """Write a selection table (see :func:`selection_table`) and its summary as one unit.
+
+    The summary, stamped with a fresh ``run_id``, is stored inside the parquet's schema
+    metadata (``datamask.summary``), so the parquet always carries the settings that made
+    it; ``<stem>.summary.json`` beside it is a readable copy. Commit order: both files are
+    written and synced under temporary names; then the old summary is removed, the parquet
+    renamed into place, then the summary. A crash or full disk at any point leaves either
+    the old pair, or a parquet with no summary file beside it, never a parquet next to
+    another run's summary. :func:`read_summary` reads the authoritative copy.
     """
+    if summary is None:
+        atomic_write_table(table, path)
+        return
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    text = to_json({**summary, "run_id": secrets.token_hex(8)})
+    meta = {**(table.schema.metadata or {}), SUMMARY_KEY: text.encode()}
+    table = table.replace_schema_metadata(meta)
+    side = summary_path(path)
+    with (
+        atomic_write(path, commit=False) as tmp_table,
+        atomic_write(side, commit=False) as tmp_json,
+    ):
+        pq.write_table(table, tmp_table, compression="zstd", write_page_checksum=True)
+        tmp_json.write_text(text, encoding="utf-8")
     try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
+        side.unlink(missing_ok=True)
+        os.replace(tmp_table, path)
+        os.replace(tmp_json, side)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp_table.unlink(missing_ok=True)
+        tmp_json.unlink(missing_ok=True)
 
 
-def atomic_write_json(obj: Any, path: str | Path) -> None:
-    """JSON counterpart of :func:`atomic_write_table`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def write_selection(path: str | Path, table: pa.Table) -> None:
-    """Write a selection table (see :func:`selection_table`) atomically."""
-    atomic_write_table(table, path)
+def read_summary(path: str | Path) -> dict[str, Any] | None:
+    """The summary stored inside a selection parquet by :func:`write_selection`, or None."""
+    meta = _open(path).schema_arrow.metadata or {}
+    text = meta.get(SUMMARY_KEY)
+    return None if text is None else json.loads(text)

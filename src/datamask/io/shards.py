@@ -9,6 +9,7 @@ the file it is about.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._validation import check_quality_span, unit_rows
 from ..data import Corpus
-from .parquet import arrays_from_table
+from .parquet import arrays_from_table, check_id_type
 
 __all__ = [
     "ShardInfo",
@@ -29,6 +31,12 @@ __all__ = [
     "read_rows",
     "iter_batches",
     "corpus_from_tables",
+    "ShardScan",
+    "ID_HASH_DTYPE",
+    "scan_shard",
+    "content_checksum",
+    "hash_ids",
+    "literal_or_glob",
 ]
 
 #: Anything a user may pass as input: a file, a directory, a glob, a list of files or a
@@ -118,7 +126,7 @@ def list_shards(source: ShardSource, *, exclude: Sequence[str | Path] = ()) -> l
             raise ValueError("the list of input shards is empty.")
         return sorted(files, key=str)
     text = str(source)
-    if glob.has_magic(text):
+    if literal_or_glob(text) == "glob":
         files = [Path(p) for p in glob.glob(text, recursive=True)]
         files = [f for f in files if f.is_file() and not _inside(f, skip)]
         if not files:
@@ -139,12 +147,20 @@ def list_shards(source: ShardSource, *, exclude: Sequence[str | Path] = ()) -> l
     return sorted(files, key=str)
 
 
+def literal_or_glob(text: str) -> str:
+    """``"literal"`` when ``text`` names an existing path (even with ``[``, ``*`` or ``?`` in
+    it), else ``"glob"`` when it has glob characters, else ``"literal"``."""
+    if Path(text).exists() or not glob.has_magic(text):
+        return "literal"
+    return "glob"
+
+
 def _open(path: str | Path) -> pq.ParquetFile:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"input shard {str(p)!r} does not exist.")
     try:
-        return pq.ParquetFile(p)
+        return pq.ParquetFile(p, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad footer
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
@@ -301,3 +317,211 @@ def corpus_from_tables(
         source=source,
     )
     return corpus, ids_arrow
+
+
+# --- validation pass --------------------------------------------------------------------------
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def hash_ids(ids: pa.Array) -> np.ndarray:
+    """A 64-bit hash of every id (integers or strings), vectorised; equal ids, equal hashes.
+
+    Strings are hashed as the sum of a mixed (byte, position) table plus their length, the
+    form of tabulation hashing; collisions are possible (rarely) and callers confirm a
+    repeated hash by comparing the ids themselves.
+    """
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    typ = ids.type
+    if pa.types.is_integer(typ):
+        values = ids.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+        return _mix(values + np.uint64(0x9E3779B97F4A7C15))
+    if pa.types.is_string(typ) or pa.types.is_binary(typ):
+        off_type = np.int32
+    elif pa.types.is_large_string(typ) or pa.types.is_large_binary(typ):
+        off_type = np.int64
+    else:
+        raise ValueError(f"cannot hash ids of type {typ}.")
+    n = len(ids)
+    bufs = ids.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=off_type)[ids.offset : ids.offset + n + 1].astype(
+        np.int64
+    )
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    lengths = np.diff(offsets)
+    starts = offsets[:-1] - lo
+    pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, lengths)
+    with np.errstate(over="ignore"):
+        cells = _mix((data[lo:hi].astype(np.uint64) << np.uint64(32)) + pos.astype(np.uint64))
+        cells = np.append(cells, np.uint64(0))
+        sums = np.add.reduceat(cells, np.minimum(starts, hi - lo))
+        sums[lengths == 0] = 0
+        return _mix(sums ^ _mix(lengths.astype(np.uint64) + np.uint64(0x632BE59BD9B4E019)))
+
+
+def content_checksum(path: str | Path, columns: Sequence[str]) -> str:
+    """BLAKE2b of the stored (compressed) bytes of ``columns`` in every row group.
+
+    Exactly what a group reads, taken from the byte ranges the footer gives, so a shard
+    rewritten in place with other values (even of the same size) gets another checksum,
+    whatever library decodes it.
+    """
+    pf = _open(path)
+    meta = pf.metadata
+    schema = meta.schema
+    leaves = [
+        i for i in range(meta.num_columns) if schema.column(i).path.split(".")[0] in set(columns)
+    ]
+    h = hashlib.blake2b(digest_size=16)
+    h.update(";".join(str(pf.schema_arrow.field(c)) for c in columns).encode())
+    with open(path, "rb") as fh:
+        for rg in range(meta.num_row_groups):
+            group = meta.row_group(rg)
+            h.update(f"rg{rg}:{group.num_rows}".encode())
+            for i in leaves:
+                cc = group.column(i)
+                start = cc.data_page_offset
+                if cc.has_dictionary_page and cc.dictionary_page_offset is not None:
+                    start = min(start, cc.dictionary_page_offset)
+                fh.seek(start)
+                remaining = cc.total_compressed_size
+                while remaining > 0:
+                    block = fh.read(min(remaining, 1 << 22))
+                    if not block:
+                        break
+                    h.update(block)
+                    remaining -= len(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ShardScan:
+    """What the validation pass learnt about one shard (see :func:`scan_shard`).
+
+    Attributes
+    ----------
+    index : int
+        Position of the shard in the run's sorted list.
+    path : str
+        The file.
+    width : int
+        Embedding width.
+    id_type : str
+        Arrow type of the id column.
+    quality_min, quality_max : tuple of float
+        Range of each quality column.
+    checksum : str
+        :func:`content_checksum` of the columns read.
+    id_hashes : ndarray
+        Structured array (``hash`` uint64, ``row`` int64) of every id's hash, sorted by
+        bucket (``hash % n_buckets``).
+    bucket_counts : tuple of int
+        Ids of this shard in each bucket.
+    """
+
+    index: int
+    path: str
+    width: int
+    id_type: str
+    quality_min: tuple[float, ...]
+    quality_max: tuple[float, ...]
+    checksum: str
+    id_hashes: np.ndarray
+    bucket_counts: tuple[int, ...]
+
+
+ID_HASH_DTYPE = np.dtype([("hash", "<u8"), ("row", "<i8")])
+
+
+def scan_shard(
+    index: int,
+    path: str,
+    id_col: str,
+    quality_cols: Sequence[str],
+    feature_col: str,
+    n_buckets: int = 1,
+    batch_size: int = 65_536,
+) -> ShardScan:
+    """Check every row of one shard, streaming; a pure step of the validation pass.
+
+    Checks the id type (integers or strings) and nulls, numeric and finite quality,
+    embeddings of one width with finite values whose float64 norm is neither 0 nor inf;
+    hashes every id (for the uniqueness check across shards) and the stored bytes of the
+    columns (for the resume fingerprint). Memory is one batch plus 16 bytes per row for
+    the id hashes.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the first bad row.
+    """
+    columns = list(dict.fromkeys([id_col, *quality_cols, feature_col]))
+    pf = _open(path)
+    id_type = pf.schema_arrow.field(id_col).type
+    check_id_type(id_type, id_col, str(path))
+    width = -1
+    qmin = np.full(len(quality_cols), np.inf)
+    qmax = np.full(len(quality_cols), -np.inf)
+    hashes = []
+    row = 0
+    for batch in iter_batches(path, columns, batch_size):
+        n = batch.num_rows
+        whole = row == 0 and n == pf.metadata.num_rows
+        where = str(path) if whole else f"{path} (rows {row}-{row + n})"
+        ids, quality, feats = arrays_from_table(
+            pa.Table.from_batches([batch]),
+            where,
+            id_col=id_col,
+            quality_cols=quality_cols,
+            feature_col=feature_col,
+        )
+        for j, name in enumerate(quality_cols):
+            bad = np.flatnonzero(~np.isfinite(quality[:, j]))
+            if len(bad):
+                raise ValueError(
+                    f"{name} has {len(bad)} NaN/inf values (first at row {int(bad[0])} of "
+                    f"{where}); drop or fill them before selecting."
+                )
+        if len(quality):
+            qmin = np.minimum(qmin, quality.min(axis=0))
+            qmax = np.maximum(qmax, quality.max(axis=0))
+        if width < 0:
+            width = feats.shape[1]
+        elif feats.shape[1] != width:
+            raise ValueError(
+                f"embedding width {feats.shape[1]} in {where} does not match width {width} "
+                f"at row 0 of {path}."
+            )
+        unit_rows(feats, where)
+        del feats
+        hashes.append(hash_ids(ids))
+        row += batch.num_rows
+    for j, name in enumerate(quality_cols):
+        check_quality_span(np.asarray([qmin[j], qmax[j]]), name, str(path))
+    h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+    bucket = (h % np.uint64(n_buckets)).astype(np.int64)
+    order = np.argsort(bucket, kind="stable")
+    table_h = np.empty(len(h), dtype=ID_HASH_DTYPE)
+    table_h["hash"] = h[order]
+    table_h["row"] = order
+    counts = tuple(int(c) for c in np.bincount(bucket, minlength=n_buckets))
+    return ShardScan(
+        index=index,
+        path=str(path),
+        width=max(width, 0),
+        id_type=str(id_type),
+        quality_min=tuple(float(v) for v in qmin),
+        quality_max=tuple(float(v) for v in qmax),
+        checksum=content_checksum(path, columns),
+        id_hashes=table_h,
+        bucket_counts=counts,
+    )
