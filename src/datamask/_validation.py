@@ -124,7 +124,9 @@ def check_unique_ids(ids: np.ndarray, where: str, id_col: str = "id") -> None:
 
 def check_quality_span(values: np.ndarray, name: str, where: str) -> None:
     """Refuse finite scores whose range overflows float64 (min-max scaling needs max - min)."""
-    if len(values) and not np.isfinite(np.max(values) - np.min(values)):
+    with np.errstate(over="ignore"):
+        span = np.max(values) - np.min(values) if len(values) else 0.0
+    if not np.isfinite(span):
         raise ValueError(
             f"{name} spans [{np.min(values):.3g}, {np.max(values):.3g}] in {where}, too wide to "
             "scale (max - min overflows); rescale the scores."

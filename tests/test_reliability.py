@@ -1,0 +1,599 @@
+"""Reliability battery (issue 9): nothing lost, nothing silently wrong.
+
+Every bad input of the audit goes through the real command (``datamask.cli.main``) and must
+give exit status 2, exactly one line on stderr, no traceback, no file written and the input
+untouched (``check_refused``). Faults that need a real process (kill -9, two writers at
+once) use subprocesses; the full-disk and read-only cases mount a small tmpfs and skip with
+the reason when mounting is not allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from datamask import MaskLearner, make_clustered
+from datamask.cli import main
+from datamask.io.atomic import OutputLock, clean_stale_temporaries, temporary_name
+from datamask.io.parquet import read_summary, summary_path
+from datamask.objectives import Objective, make_diversity
+
+FAST = ["--n-epochs", "10", "--n-neighbors", "16", "--no-progress", "--device", "cpu"]
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def write_docs(
+    path: Path,
+    n: int = 200,
+    dim: int = 8,
+    *,
+    seed: int = 0,
+    ids: list | pa.Array | None = None,
+    quality: np.ndarray | None = None,
+    feats: np.ndarray | None = None,
+    **pq_kwargs,
+) -> Path:
+    """A reference-layout parquet (chunk_id, quality_score, feature_arr)."""
+    c = make_clustered(n, dim, 4, seed=seed)
+    feats = np.asarray(c.features if feats is None else feats)
+    flat = pa.array(feats.reshape(-1))
+    table = pa.table(
+        {
+            "chunk_id": ids if ids is not None else pa.array([f"d{seed}-{i}" for i in range(n)]),
+            "quality_score": pa.array(c.quality[:, 0] if quality is None else quality),
+            "feature_arr": pa.FixedSizeListArray.from_arrays(flat, feats.shape[1]),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, **pq_kwargs)
+    return path
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (hidden ones too) with the hash of its bytes."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def check_refused(argv: list, root: Path, capsys, match: str) -> str:
+    """Run the command; require exit 2, one stderr line matching, nothing written."""
+    before = snapshot(root)
+    dirs_before = sorted(str(p) for p in root.rglob("*") if p.is_dir())
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, captured
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("datamask: error: ") and "Traceback" not in err
+    assert match in err, err
+    assert snapshot(root) == before  # nothing written, input untouched
+    assert sorted(str(p) for p in root.rglob("*") if p.is_dir()) == dirs_before
+    return err
+
+
+def run_cli_process(*argv, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run(
+        [sys.executable, "-m", "datamask.cli", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def mount_tmpfs(where: Path, size: str, *, read_only: bool = False) -> Path:
+    """Mount a small tmpfs at ``where`` or skip the test, saying why."""
+    where.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size}" + (",ro" if read_only else "")
+    try:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot mount a tmpfs here ({exc}); needs root or CAP_SYS_ADMIN")
+    if proc.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}); needs CAP_SYS_ADMIN")
+    return where
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mounted: list[Path] = []
+
+    def make(size: str = "1m", read_only: bool = False) -> Path:
+        where = mount_tmpfs(tmp_path / f"mnt{len(mounted)}", size, read_only=read_only)
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=10)
+
+
+# --- the battery: every bad input of the audit --------------------------------------------------
+def _shards(tmp_path: Path, **second) -> Path:
+    root = tmp_path / "in"
+    write_docs(root / "a.parquet", seed=1)
+    write_docs(root / "b.parquet", seed=2, **second)
+    return root
+
+
+def _case_output_is_input(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    return ["select", "--input", docs, "--output", docs, *FAST], "is the input"
+
+
+def _case_output_is_input_respelt(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "sub").mkdir()
+    return ["select", "--input", docs, "--output", t / "sub" / ".." / "docs.parquet", *FAST], (
+        "is the input"
+    )
+
+
+def _case_summary_is_input(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "x.summary.json")
+    return ["select", "--input", docs, "--output", t / "x.parquet", *FAST], "is the input"
+
+
+def _case_evaluate_output_is_input(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    sel = t / "sel.txt"
+    sel.write_text("d0-1\n")
+    return ["evaluate", "--input", docs, "--selection", sel, "--output", docs], "is the input"
+
+
+def _case_evaluate_output_is_selection(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    sel = t / "sel.txt"
+    sel.write_text("d0-1\n")
+    return ["evaluate", "--input", docs, "--selection", sel, "--output", sel], "is the input"
+
+
+def _case_dir_output_is_input(t: Path) -> tuple[list, str]:
+    root = _shards(t)
+    return ["select", "--input", root, "--output", root, "--runner", "local", *FAST], (
+        "is the input"
+    )
+
+
+def _case_output_is_a_folder(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "out").mkdir()
+    return ["select", "--input", docs, "--output", t / "out", *FAST], "is an existing folder"
+
+
+def _case_output_parent_is_a_file(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "f").write_text("x")
+    return ["select", "--input", docs, "--output", t / "f" / "o.parquet", *FAST], "is a file"
+
+
+def _case_n_neighbors_zero(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    return ["select", "--input", docs, "--output", t / "o.parquet", "--n-neighbors", "0"], (
+        "n_neighbors must be > 0; got 0"
+    )
+
+
+def _case_n_neighbors_negative(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    return ["select", "--input", docs, "--output", t / "o.parquet", "--n-neighbors", "-3"], (
+        "n_neighbors must be > 0; got -3"
+    )
+
+
+def _config_case(text: str, match: str) -> Callable[[Path], tuple[list, str]]:
+    def case(t: Path) -> tuple[list, str]:
+        docs = write_docs(t / "docs.parquet")
+        cfg = t / "run.yaml"
+        cfg.write_text(text)
+        return ["select", "--config", cfg, "--input", docs, "--output", t / "o.parquet"], match
+
+    return case
+
+
+def _case_duplicate_ids(t: Path) -> tuple[list, str]:
+    ids = [f"d{i}" for i in range(60)]
+    ids[41] = "d7"
+    docs = write_docs(t / "docs.parquet", n=60, ids=pa.array(ids))
+    return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], (
+        "'d7' occurs more than once (rows 7 and 41"
+    )
+
+
+def _case_duplicate_ids_across_shards(t: Path) -> tuple[list, str]:
+    root = t / "in"
+    write_docs(root / "a.parquet", ids=pa.array([f"x{i}" for i in range(200)]))
+    write_docs(root / "b.parquet", ids=pa.array([f"x{i + 150}" for i in range(200)]))
+    return ["select", "--input", root, "--output", t / "out", "--runner", "local", *FAST], (
+        "'x150' occurs more than once (row 150 of"
+    )
+
+
+def _case_struct_ids(t: Path) -> tuple[list, str]:
+    ids = pa.array([{"a": i} for i in range(200)])
+    docs = write_docs(t / "docs.parquet", ids=ids)
+    return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], (
+        "must hold integers or strings; got struct"
+    )
+
+
+def _width_case(partition: str) -> Callable[[Path], tuple[list, str]]:
+    def case(t: Path) -> tuple[list, str]:
+        root = t / "in"
+        write_docs(root / "a.parquet", seed=1, dim=8)
+        write_docs(root / "b.parquet", seed=2, dim=12)
+        argv = ["select", "--input", root, "--output", t / "out", "--runner", "local"]
+        return [*argv, "--partition", partition, "--chunk-size", "150", *FAST], (
+            "embedding width 12 in"
+        )
+
+    return case
+
+
+def _case_mixed_id_types(t: Path) -> tuple[list, str]:
+    root = _shards(t, ids=pa.array(np.arange(200, dtype=np.int64)))
+    return ["select", "--input", root, "--output", t / "out", "--runner", "local", *FAST], (
+        "store ids with one type"
+    )
+
+
+def _case_nan_in_last_shard(t: Path) -> tuple[list, str]:
+    q = make_clustered(200, 8, 4, seed=2).quality[:, 0].copy()
+    q[-1] = np.nan
+    root = _shards(t, quality=q)
+    return ["select", "--input", root, "--output", t / "out", "--runner", "local", *FAST], (
+        "NaN/inf values (first at row 199"
+    )
+
+
+def _case_huge_quality(t: Path) -> tuple[list, str]:
+    q = np.where(np.arange(200) % 2 == 0, -1e308, 1e308)
+    docs = write_docs(t / "docs.parquet", quality=q)
+    return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], "too wide to scale"
+
+
+def _case_huge_quality_across_shards(t: Path) -> tuple[list, str]:
+    root = t / "in"
+    write_docs(root / "a.parquet", seed=1, quality=np.full(200, -1e308))
+    write_docs(root / "b.parquet", seed=2, quality=np.full(200, 1e308))
+    return ["select", "--input", root, "--output", t / "out", "--runner", "local", *FAST], (
+        "too wide to scale"
+    )
+
+
+def _case_beyond_float32(t: Path) -> tuple[list, str]:
+    feats = make_clustered(200, 8, 4, seed=0).features.astype(np.float64)
+    feats[5, 0] = 1e39
+    docs = write_docs(t / "docs.parquet", feats=feats)
+    return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], "first at row 5"
+
+
+def _case_ray_address_refused(t: Path) -> tuple[list, str]:
+    root = _shards(t)
+    argv = ["select", "--input", root, "--output", t / "out", "--runner", "ray"]
+    return [*argv, "--ray-address", "127.0.0.1:1", *FAST], "cannot reach the Ray cluster"
+
+
+def _case_corrupt_page(t: Path) -> tuple[list, str]:
+    root = _shards(t)
+    bad = root / "b.parquet"
+    table = pq.read_table(bad)
+    pq.write_table(table, bad, write_page_checksum=True, compression="none")
+    col = pq.ParquetFile(bad).metadata.row_group(0).column(2)
+    data = bytearray(bad.read_bytes())
+    mid = col.data_page_offset + col.total_compressed_size // 2
+    data[mid : mid + 8] = b"\x7f" * 8  # still decodes: only the page checksum tells
+    bad.write_bytes(bytes(data))
+    return ["select", "--input", root, "--output", t / "out", "--runner", "local", *FAST], (
+        "b.parquet"
+    )
+
+
+def _case_embed_not_utf8(t: Path) -> tuple[list, str]:
+    src = t / "docs.jsonl"
+    src.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9"}\n')
+    return ["embed", "--input", src, "--output", t / "e.parquet"], (
+        "docs.jsonl is not UTF-8 text: byte 0xe9 at line 2"
+    )
+
+
+def _case_embed_output_is_input(t: Path) -> tuple[list, str]:
+    src = t / "docs.jsonl"
+    src.write_text('{"text": "fine"}\n')
+    return ["embed", "--input", src, "--output", src], "is the input"
+
+
+CASES = {
+    "output-is-input": _case_output_is_input,
+    "output-is-input-respelt": _case_output_is_input_respelt,
+    "summary-is-input": _case_summary_is_input,
+    "evaluate-output-is-input": _case_evaluate_output_is_input,
+    "evaluate-output-is-selection": _case_evaluate_output_is_selection,
+    "dir-output-is-input": _case_dir_output_is_input,
+    "output-is-a-folder": _case_output_is_a_folder,
+    "output-parent-is-a-file": _case_output_parent_is_a_file,
+    "n-neighbors-0": _case_n_neighbors_zero,
+    "n-neighbors-negative": _case_n_neighbors_negative,
+    "config-seed-float": _config_case("seed: 1.5\n", "seed in config file"),
+    "config-n-neighbors-string": _config_case("n_neighbors: '128'\n", "n_neighbors in config file"),
+    "config-bad-choice": _config_case("method: fastest\n", "method in config file"),
+    "config-bad-yaml": _config_case("lamb: [0.5\nseed: 1\n", "cannot parse config file"),
+    "duplicate-ids": _case_duplicate_ids,
+    "duplicate-ids-across-shards": _case_duplicate_ids_across_shards,
+    "struct-ids": _case_struct_ids,
+    "width-mismatch-shard": _width_case("shard"),
+    "width-mismatch-chunk": _width_case("chunk"),
+    "width-mismatch-cluster": _width_case("cluster"),
+    "mixed-id-types": _case_mixed_id_types,
+    "nan-in-last-shard": _case_nan_in_last_shard,
+    "quality-1e308": _case_huge_quality,
+    "quality-1e308-across-shards": _case_huge_quality_across_shards,
+    "embedding-beyond-float32": _case_beyond_float32,
+    "ray-address-refused": _case_ray_address_refused,
+    "corrupt-page-with-checksum": _case_corrupt_page,
+    "embed-not-utf8": _case_embed_not_utf8,
+    "embed-output-is-input": _case_embed_output_is_input,
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_exits_2_one_line_nothing_written(case, tmp_path, capsys):
+    argv, match = CASES[case](tmp_path)
+    check_refused(argv, tmp_path, capsys, match)
+
+
+def test_bad_yaml_is_one_line_with_its_position(tmp_path, capsys):
+    argv, _ = _config_case("lamb: [0.5\nseed: 1\n", "")(tmp_path)
+    err = check_refused(argv, tmp_path, capsys, "cannot parse config file")
+    assert "line 3" in err or "line 2" in err
+
+
+def test_unreachable_ray_address_fails_fast(tmp_path, capsys):
+    pytest.importorskip("ray")
+    root = _shards(tmp_path)
+    started = time.perf_counter()
+    argv = ["select", "--input", root, "--output", tmp_path / "out", "--runner", "ray"]
+    # 192.0.2.1 is TEST-NET-1: packets go nowhere, the classic hang.
+    check_refused([*argv, "--ray-address", "192.0.2.1:6379", *FAST], tmp_path, capsys, "within")
+    assert time.perf_counter() - started < 20
+
+
+def test_second_writer_is_refused(tmp_path):
+    docs = write_docs(tmp_path / "docs.parquet")
+    out = tmp_path / "out" / "sel.parquet"
+    with OutputLock(out):  # this process is the first writer
+        proc = run_cli_process("select", "--input", docs, "--output", out, *FAST)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "being written by another datamask run" in err
+    assert f"pid {os.getpid()}" in err
+    assert not out.exists()
+
+
+def test_read_only_output_fails_before_computing(tmp_path, tmpfs, capsys):
+    ro = tmpfs("1m", read_only=True)
+    docs = write_docs(tmp_path / "docs.parquet")
+    before = snapshot(tmp_path)
+    started = time.perf_counter()
+    code = main(["select", "--input", str(docs), "--output", str(ro / "o.parquet"), *FAST])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "Read-only file system" in err
+    assert snapshot(tmp_path) == before
+    assert time.perf_counter() - started < 5  # refused at the door, no learner ran
+
+
+# --- commit as one unit, full disk, kill -9, two writers --------------------------------------
+def _pair_consistent(out: Path) -> dict:
+    """The parquet's own summary; the summary file beside it, when present, is the same."""
+    embedded = read_summary(out)
+    assert embedded is not None
+    side = summary_path(out)
+    if side.exists():
+        assert json.loads(side.read_text())["run_id"] == embedded["run_id"]
+    return embedded
+
+
+def test_summary_travels_inside_the_parquet(tmp_path, capsys):
+    docs = write_docs(tmp_path / "docs.parquet")
+    out = tmp_path / "sel.parquet"
+    assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+    embedded = _pair_consistent(out)
+    assert embedded["settings"]["seed"] == 0
+    assert json.loads(summary_path(out).read_text()) == embedded
+
+
+def test_full_disk_keeps_the_previous_pair(tmp_path, tmpfs, capsys):
+    disk = tmpfs("512k")
+    docs = write_docs(tmp_path / "docs.parquet", n=2000, dim=32)
+    out = disk / "sel.parquet"
+    assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+    first = _pair_consistent(out)
+    capsys.readouterr()
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    (disk / "filler").write_bytes(b"\0" * max(free - 16 * 1024, 0))
+    code = main(["select", "--input", str(docs), "--output", str(out), "--seed", "7", *FAST])
+    err = capsys.readouterr().err.strip()
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and "No space left on device" in err
+    assert "Traceback" not in err
+    assert _pair_consistent(out)["run_id"] == first["run_id"]  # the old pair, intact
+    assert sorted(p.name for p in disk.iterdir()) == ["filler", "sel.parquet", "sel.summary.json"]
+
+
+def test_kill_9_never_leaves_a_mismatched_pair_and_temporaries_are_cleaned(tmp_path):
+    docs = write_docs(tmp_path / "docs.parquet", n=3000, dim=32)
+    out = tmp_path / "sel.parquet"
+    assert run_cli_process("select", "--input", docs, "--output", out, *FAST).returncode == 0
+    _pair_consistent(out)
+    env = {**os.environ, "PYTHONPATH": SRC}
+    rng = random.Random(0)
+    for trial in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "datamask.cli", "select", "--input", str(docs)]
+            + ["--output", str(out), "--seed", str(trial + 1), *FAST],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(1.5, 4.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _pair_consistent(out)
+    # A temporary a killed writer left (dead pid, this host) goes with the next write.
+    stale = temporary_name(out)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    stale = stale.with_name(stale.name.replace(f".{os.getpid()}.", f".{int(dead.stdout)}."))
+    stale.write_bytes(b"half a parquet")
+    live = temporary_name(out)  # this live process's: must stay
+    live.write_bytes(b"in progress")
+    clean_stale_temporaries(out.parent, out.name)
+    assert not stale.exists() and live.exists()
+    live.unlink()
+
+
+def test_two_writers_at_once_never_corrupt_the_output(tmp_path):
+    docs = write_docs(tmp_path / "docs.parquet", n=1500, dim=16)
+    out = tmp_path / "sel.parquet"
+    env = {**os.environ, "PYTHONPATH": SRC}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "datamask.cli", "select", "--input", str(docs)]
+            + ["--output", str(out), "--seed", str(seed), *FAST],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    assert any(code == 0 for code, _ in results), results
+    for code, err in results:
+        assert code in (0, 2), err
+        if code == 2:
+            assert "being written by another datamask run" in err
+    summary = _pair_consistent(out)
+    table = pq.read_table(out)
+    assert table.num_rows == 1500 and summary["settings"]["seed"] in (1, 2)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith((".tmp", ".lock"))]
+
+
+# --- silent wrong results --------------------------------------------------------------------
+def test_huge_embedding_row_is_normalised_not_zeroed(tmp_path, capsys):
+    feats = make_clustered(200, 8, 4, seed=0).features.astype(np.float32)
+    feats[3] = feats[3] * 1e30  # finite in float32, but its float32 norm overflows
+    docs = write_docs(tmp_path / "docs.parquet", feats=feats)
+    from datamask._validation import check_corpus
+    from datamask.io.parquet import read_corpus
+
+    corpus = check_corpus(read_corpus(docs))
+    np.testing.assert_allclose(np.linalg.norm(corpus.features, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(
+        corpus.features[3], feats[3] / np.linalg.norm(feats[3].astype(np.float64)), rtol=1e-5
+    )
+
+
+def test_literal_brackets_in_a_file_name(tmp_path, capsys):
+    docs = write_docs(tmp_path / "docs[1].parquet")
+    write_docs(tmp_path / "docs1.parquet", seed=5)  # what the glob would match instead
+    out = tmp_path / "sel.parquet"
+    assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+    ids = pq.read_table(out).column("chunk_id").to_pylist()
+    assert ids[0].startswith("d0-")  # read docs[1].parquet itself, not docs1.parquet
+
+
+def test_resume_refuses_a_shard_rewritten_with_the_same_size(tmp_path):
+    from datamask.distributed import Settings, run_selection
+
+    root = tmp_path / "in"
+    plain = dict(compression="none", use_dictionary=False)
+    write_docs(root / "a.parquet", seed=1, **plain)
+    b = write_docs(root / "b.parquet", seed=2, **plain)
+    settings = Settings(n_epochs=5, n_neighbors=8, select_ratio=0.2)
+    run_selection(root, tmp_path / "out", settings, progress=False)
+    size = b.stat().st_size
+    table = pq.read_table(b)
+    q = table.column("quality_score").to_numpy()[::-1].copy()  # same values, new order
+    table = table.set_column(1, "quality_score", pa.array(q))
+    pq.write_table(table, b, **plain)
+    assert b.stat().st_size == size  # what the old fingerprint (path, rows, size) saw
+    with pytest.raises(ValueError, match="content of b.parquet changed"):
+        run_selection(root, tmp_path / "out", settings, progress=False)
+
+
+def _fit_21k(corpus) -> MaskLearner:
+    objective = Objective([make_diversity("Facility", n_neighbors=16)], lamb=0.5)
+    learner = MaskLearner(
+        objective, select_ratio=0.1, n_epochs=5, seed=3, device="cpu", progress=False
+    )
+    return learner.fit(corpus)
+
+
+@pytest.fixture(scope="module")
+def corpus_21k():
+    return make_clustered(21_000, 16, 20, seed=0)
+
+
+def test_ivf_graph_above_20k_ignores_torch_global_rng(corpus_21k):
+    """N = 21,000 takes the IVF graph on CPU, whose k-means once drew from torch's global RNG."""
+    from datamask._validation import check_corpus
+    from datamask.neighbors import knn_graph
+
+    x = torch.from_numpy(check_corpus(corpus_21k.subset(np.arange(21_000))).features)
+    torch.manual_seed(1)
+    first = knn_graph(x, 16)
+    torch.manual_seed(12345)
+    torch.rand(1000)  # move the global stream too
+    second = knn_graph(x, 16)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_same_seed_same_selection_above_20k_whatever_torch_global_rng(corpus_21k):
+    torch.manual_seed(1)
+    first = _fit_21k(corpus_21k)
+    torch.manual_seed(12345)
+    torch.rand(1000)
+    second = _fit_21k(corpus_21k)
+    np.testing.assert_array_equal(first.selected_, second.selected_)
+    np.testing.assert_allclose(first.logits_, second.logits_, rtol=0, atol=1e-6)
+
+
+@pytest.mark.xfail(
+    reason="the learner (optim/, objectives/: issue 7) is not bit-identical between two fits "
+    "in one process at N=21k: 1-7 of 21,000 logits differ by 1 ulp; the graph is identical",
+    strict=False,
+)
+def test_same_seed_bit_identical_logits_in_one_process(corpus_21k):
+    small = make_clustered(200, 8, 4, seed=0)
+    first = _fit_21k(corpus_21k).logits_.copy()
+    _fit_21k(small)  # other work in between, as in a long-lived process
+    second = _fit_21k(corpus_21k).logits_.copy()
+    np.testing.assert_array_equal(first, second)
