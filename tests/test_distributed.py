@@ -409,7 +409,7 @@ def test_corrupt_footer_is_named_and_nothing_is_written(shard_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_corrupt_page_fails_its_group_only(shard_dir, tmp_path, ray_runner):
+def test_corrupt_page_fails_before_any_group(shard_dir, tmp_path, ray_runner):
     root = tmp_path / "in"
     shutil.copytree(shard_dir, root)
     bad = root / "part-00004.parquet"
@@ -421,9 +421,19 @@ def test_corrupt_page_fails_its_group_only(shard_dir, tmp_path, ray_runner):
     out = tmp_path / "out"
     with pytest.raises(ValueError, match=r"cannot read '.*part-00004.parquet' as parquet"):
         run_selection(root, out, Settings(**FAST), runner=ray_runner, progress=False)
-    assert not (out / "selected" / "part-00004.parquet").exists()
-    assert not (out / "_work" / "completions" / "00004").exists()
-    assert not (out / "_work" / "groups" / "00004.parquet").exists()
+    assert not out.exists()  # found by the validation pass: no group ran, nothing written
+
+
+def test_worker_count_does_not_change_a_bit(shard_dir, tmp_path, ray_runner):
+    settings = Settings(partition="chunk", chunk_size=450, **FAST)
+    run_selection(shard_dir, tmp_path / "one", settings, runner=LocalRunner(), progress=False)
+    run_selection(shard_dir, tmp_path / "many", settings, runner=ray_runner, progress=False)
+    assert ray_runner.workers >= 2
+    one = sorted((tmp_path / "one" / "_work" / "groups").glob("*.parquet"))
+    many = sorted((tmp_path / "many" / "_work" / "groups").glob("*.parquet"))
+    assert [p.name for p in one] == [p.name for p in many] and len(one) == 4
+    for a, b in zip(one, many, strict=True):
+        assert pq.read_table(a).equals(pq.read_table(b))  # logits, ranks: bit for bit
 
 
 def test_bad_settings_fail_before_writing(shard_dir, tmp_path):
