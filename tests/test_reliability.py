@@ -586,3 +586,25 @@ def test_same_seed_same_graph_and_selection_above_20k_whatever_torch_global_rng(
         assert torch.equal(a, b)  # bit-identical neighbour graph
     np.testing.assert_array_equal(first.selected_, second.selected_)
     np.testing.assert_allclose(first.logits_, second.logits_, rtol=0, atol=1e-6)
+
+
+def test_id_uniqueness_on_disk_buckets_names_the_first_repeat(tmp_path, monkeypatch):
+    """Above BUCKET_ROWS ids the check files hashes by bucket on disk; same answer."""
+    from datamask.distributed import Settings, run_selection, validate
+
+    monkeypatch.setattr(validate, "BUCKET_ROWS", 64)  # 400 ids -> 7 buckets
+    root = tmp_path / "in"
+    write_docs(root / "a.parquet", ids=pa.array(np.arange(200, dtype=np.int64)))
+    write_docs(root / "b.parquet", ids=pa.array(np.arange(200, 400, dtype=np.int64)))
+    settings = Settings(n_epochs=3, n_neighbors=8, select_ratio=0.2)
+    run_selection(root, tmp_path / "ok", settings, progress=False)  # unique: passes
+    ids = np.arange(200, 400, dtype=np.int64)
+    ids[[50, 120]] = [17, 3]  # 3 repeats row 3 of a.parquet: earlier in a, later in b
+    write_docs(root / "b.parquet", ids=pa.array(ids))
+    with pytest.raises(
+        ValueError,
+        match=r"chunk_id 17 occurs more than once \(row 17 of .*a.parquet and row 50 of "
+        r".*b.parquet; 2 repeated",
+    ):
+        run_selection(root, tmp_path / "out", settings, progress=False)
+    assert not (tmp_path / "out").exists()

@@ -54,6 +54,7 @@ from ..io.shards import (
     list_shards,
     literal_or_glob,
     read_rows,
+    scan_shard,
 )
 from .partition import (
     PARTITIONS,
@@ -67,7 +68,7 @@ from .partition import (
     sample_plan,
     spill_shard,
 )
-from .validate import validate_inputs
+from .validate import check_scans, scan_jobs
 
 __all__ = ["Settings", "select_group", "LocalRunner", "Runner", "run_selection"]
 
@@ -455,6 +456,14 @@ def _claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
 
 
 # --- the driver -----------------------------------------------------------------------------
+def _progress_map(
+    runner: Runner, fn: Callable[..., Any], jobs: list[tuple], desc: str, progress: bool
+) -> Iterator[Any]:
+    """``runner.map(fn, jobs)`` under a progress bar counting shards (results as they come)."""
+    results = runner.map(fn, jobs)
+    return tqdm(results, total=len(jobs), desc=desc, unit="shard", disable=not progress)
+
+
 def _plan(
     infos: list[ShardInfo], settings: Settings, work: Path, runner: Runner, progress: bool
 ) -> tuple[list[tuple[str, list]], dict[str, Any]]:
@@ -470,18 +479,8 @@ def _plan(
     if not cent_path.exists():
         # 1. Seeded sample, read row group by row group in every shard that has sampled rows.
         wanted = sample_plan(infos, settings.kmeans_sample, settings.seed)
-        parts = dict(
-            tqdm(
-                runner.map(
-                    read_sample,
-                    [(s, infos[s], rows, settings.feature_col) for s, rows in wanted.items()],
-                ),
-                total=len(wanted),
-                desc="k-means sample",
-                unit="shard",
-                disable=not progress,
-            )
-        )
+        jobs = [(s, infos[s], rows, settings.feature_col) for s, rows in wanted.items()]
+        parts = dict(_progress_map(runner, read_sample, jobs, "k-means sample", progress))
         sample = np.concatenate([parts[s] for s in sorted(parts)])
         del parts
         # 2. Centroids on the driver, on CPU: the partition is the same on any cluster.
@@ -495,15 +494,7 @@ def _plan(
         for s, info in enumerate(infos)
         if info.num_rows
     ]
-    counts = dict(
-        tqdm(
-            runner.map(spill_shard, jobs),
-            total=len(jobs),
-            desc="assign clusters",
-            unit="shard",
-            disable=not progress,
-        )
-    )
+    counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
     spills = [(str(folder / f"shard-{s:05d}.parquet"), counts[s]) for s, *_ in jobs]
     n_used = len(np.load(cent_path))
     return plan_by_cluster(spills, settings.chunk_size), {"n_clusters": n_used}
@@ -617,7 +608,8 @@ def _run_claimed(
     if n_total == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
     k_total = k_from_ratio(settings.select_ratio, n_total)
-    checksums = validate_inputs(infos, settings, runner, progress=progress)
+    scans = _progress_map(runner, scan_shard, scan_jobs(infos, settings), "check inputs", progress)
+    checksums = check_scans(scans, infos, settings)
     record = _fingerprint(settings, infos, checksums)
     resumed = _claim(work, out, record)
 

@@ -1,7 +1,8 @@
 """The validation pass of a sharded selection: every input checked before any group runs.
 
 One streaming read of every shard (:func:`~datamask.io.shards.scan_shard`, a step the
-runner schedules like any other) checks each file on its own; this module then checks
+runner schedules like any other, one per :func:`scan_jobs` item) checks each file on its
+own; :func:`check_scans` then checks
 what only the whole corpus shows: one embedding width and one id type across shards,
 quality ranges that can be scaled, and ids unique across shards. Ids are compared by
 64-bit hashes spread over ``n_buckets`` buckets (on disk when there is more than one), so
@@ -13,17 +14,17 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from .._validation import check_quality_span
-from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
+from ..io.shards import ShardInfo, ShardScan, read_rows
 
-__all__ = ["validate_inputs", "BUCKET_ROWS"]
+__all__ = ["scan_jobs", "check_scans", "BUCKET_ROWS"]
 
 #: Ids per bucket of the uniqueness check (16 bytes each: 128 MB at most in memory).
 BUCKET_ROWS = 8_000_000
@@ -53,40 +54,44 @@ def _duplicates_in(entries: np.ndarray, limit: int = 16) -> tuple[int, list[tupl
     return len(same), pairs[:limit]
 
 
-def _check_unique(
-    scans: Sequence[ShardScan], infos: Sequence[ShardInfo], n_buckets: int, id_col: str
+class _IdBuckets:
+    """Id hashes of every shard, filed by bucket: in memory for one bucket, else on disk."""
+
+    def __init__(self, n_buckets: int, folder: str) -> None:
+        self.n_buckets = n_buckets
+        self.files = [Path(folder) / f"bucket-{b:05d}.bin" for b in range(n_buckets)]
+        self.memory: list[np.ndarray] = []
+
+    def add(self, scan: ShardScan) -> None:
+        """File one shard's hashes (then the caller drops them)."""
+        h = scan.id_hashes
+        entries = np.empty(len(h), dtype=_POS_DTYPE)
+        entries["hash"], entries["row"], entries["shard"] = h["hash"], h["row"], scan.index
+        if self.n_buckets == 1:
+            self.memory.append(entries)
+            return
+        bounds = np.concatenate([[0], np.cumsum(scan.bucket_counts)])
+        for b in np.flatnonzero(np.diff(bounds)):
+            with open(self.files[b], "ab") as fh:
+                entries[int(bounds[b]) : int(bounds[b + 1])].tofile(fh)
+
+    def duplicates(self) -> tuple[int, list[tuple]]:
+        """Repeated hashes over all buckets: count and the earliest candidate pairs."""
+        if self.n_buckets == 1:
+            parts = self.memory or [np.zeros(0, _POS_DTYPE)]
+            return _duplicates_in(np.concatenate(parts))
+        total, candidates = 0, []
+        for f in self.files:  # one bucket in memory at a time
+            if f.exists():
+                count, pairs = _duplicates_in(np.fromfile(f, dtype=_POS_DTYPE))
+                total += count
+                candidates.extend(pairs)
+        return total, candidates
+
+
+def _raise_first_duplicate(
+    total: int, candidates: list[tuple], infos: Sequence[ShardInfo], id_col: str
 ) -> None:
-    total = 0
-    candidates: list[tuple] = []
-
-    def bucket_entries(parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, _POS_DTYPE)
-
-    def positions(scan: ShardScan, lo: int, hi: int) -> np.ndarray:
-        block = scan.id_hashes[lo:hi]
-        out = np.empty(len(block), dtype=_POS_DTYPE)
-        out["hash"], out["row"], out["shard"] = block["hash"], block["row"], scan.index
-        return out
-
-    if n_buckets == 1:
-        count, pairs = _duplicates_in(
-            bucket_entries([positions(s, 0, len(s.id_hashes)) for s in scans])
-        )
-        total, candidates = count, pairs
-    else:
-        with tempfile.TemporaryDirectory(prefix="datamask-ids-") as folder:
-            files = [Path(folder) / f"bucket-{b:05d}.bin" for b in range(n_buckets)]
-            for scan in scans:  # one shard's hashes in memory at a time
-                bounds = np.concatenate([[0], np.cumsum(scan.bucket_counts)])
-                for b in range(n_buckets):
-                    if bounds[b + 1] > bounds[b]:
-                        with open(files[b], "ab") as fh:
-                            positions(scan, int(bounds[b]), int(bounds[b + 1])).tofile(fh)
-            for f in files:
-                if f.exists():
-                    count, pairs = _duplicates_in(np.fromfile(f, dtype=_POS_DTYPE))
-                    total += count
-                    candidates.extend(pairs)
     for (s2, r2), (s1, r1) in sorted(candidates):
         first, again = _read_id(infos[s1], r1, id_col), _read_id(infos[s2], r2, id_col)
         if first == again:  # not a hash collision
@@ -101,43 +106,49 @@ def _check_unique(
             )
 
 
-def validate_inputs(
-    infos: Sequence[ShardInfo], settings: Any, runner: Any, *, progress: bool = True
+def _n_buckets(infos: Sequence[ShardInfo]) -> int:
+    return max(1, math.ceil(sum(i.num_rows for i in infos) / BUCKET_ROWS))
+
+
+def scan_jobs(infos: Sequence[ShardInfo], settings: Any) -> list[tuple]:
+    """Arguments of one :func:`~datamask.io.shards.scan_shard` step per non-empty shard."""
+    n_buckets = _n_buckets(infos)
+    columns = (settings.id_col, tuple(settings.quality_cols), settings.feature_col)
+    return [(s, info.path, *columns, n_buckets) for s, info in enumerate(infos) if info.num_rows]
+
+
+def check_scans(
+    scans: Iterable[ShardScan], infos: Sequence[ShardInfo], settings: Any
 ) -> dict[str, str]:
-    """Check every row of every shard; return ``{path: content checksum}``.
+    """What only the whole corpus shows; returns ``{path: content checksum}``.
 
     Parameters
     ----------
+    scans : iterable of ShardScan
+        The results of the :func:`scan_jobs` steps, in any order; consumed one at a time
+        (each one's id hashes are filed and dropped).
     infos : sequence of ShardInfo
         The shards, in the run's order.
     settings : Settings
-        Columns to check (``id_col``, ``quality_cols``, ``feature_col``).
-    runner : Runner
-        Schedules one :func:`~datamask.io.shards.scan_shard` per shard.
+        Columns checked (``id_col``, ``quality_cols``).
 
     Raises
     ------
     ValueError
         The first problem found, naming the file(s) and row(s).
     """
-    n_total = sum(i.num_rows for i in infos)
-    n_buckets = max(1, math.ceil(n_total / BUCKET_ROWS))
-    jobs = [
-        (s, info.path, settings.id_col, tuple(settings.quality_cols), settings.feature_col)
-        + (n_buckets,)
-        for s, info in enumerate(infos)
-        if info.num_rows
-    ]
-    scans = sorted(
-        tqdm(
-            runner.map(scan_shard, jobs),
-            total=len(jobs),
-            desc="check inputs",
-            unit="shard",
-            disable=not progress,
-        ),
-        key=lambda sc: sc.index,
-    )
+    with tempfile.TemporaryDirectory(prefix="datamask-ids-") as folder:
+        buckets = _IdBuckets(_n_buckets(infos), folder)
+        kept = []
+        for scan in scans:
+            buckets.add(scan)
+            kept.append(replace(scan, id_hashes=None))
+        return _check_corpus_wide(sorted(kept, key=lambda sc: sc.index), buckets, infos, settings)
+
+
+def _check_corpus_wide(
+    scans: list[ShardScan], buckets: _IdBuckets, infos: Sequence[ShardInfo], settings: Any
+) -> dict[str, str]:
     if not scans:
         return {}
     ref = scans[0]
@@ -156,5 +167,5 @@ def validate_inputs(
         lo = min(sc.quality_min[j] for sc in scans)
         hi = max(sc.quality_max[j] for sc in scans)
         check_quality_span(np.asarray([lo, hi]), name, "the input shards")
-    _check_unique(scans, infos, n_buckets, settings.id_col)
+    _raise_first_duplicate(*buckets.duplicates(), infos, settings.id_col)
     return {sc.path: sc.checksum for sc in scans}

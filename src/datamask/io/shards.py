@@ -421,9 +421,9 @@ class ShardScan:
         Range of each quality column.
     checksum : str
         :func:`content_checksum` of the columns read.
-    id_hashes : ndarray
+    id_hashes : ndarray or None
         Structured array (``hash`` uint64, ``row`` int64) of every id's hash, sorted by
-        bucket (``hash % n_buckets``).
+        bucket (``hash % n_buckets``); None once the driver has filed them.
     bucket_counts : tuple of int
         Ids of this shard in each bucket.
     """
@@ -435,7 +435,7 @@ class ShardScan:
     quality_min: tuple[float, ...]
     quality_max: tuple[float, ...]
     checksum: str
-    id_hashes: np.ndarray
+    id_hashes: np.ndarray | None
     bucket_counts: tuple[int, ...]
 
 
