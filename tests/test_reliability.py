@@ -327,7 +327,14 @@ def _case_embed_output_is_input(t: Path) -> tuple[list, str]:
     return ["embed", "--input", src, "--output", src], "is the input"
 
 
+def _case_bench_out_dir_is_a_file(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "bench").write_text("x")
+    return ["bench", "--input", docs, "--out-dir", t / "bench", "--no-plots"], "is a file"
+
+
 CASES = {
+    "bench-out-dir-is-a-file": _case_bench_out_dir_is_a_file,
     "output-is-input": _case_output_is_input,
     "output-is-input-respelt": _case_output_is_input_respelt,
     "summary-is-input": _case_summary_is_input,

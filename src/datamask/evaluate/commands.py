@@ -334,9 +334,13 @@ def _method_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def run_bench(args: argparse.Namespace) -> int:
     """``datamask bench``: run the methods, write bench.md/bench.json/PNGs, print the table."""
+    from ..io.atomic import OutputLock, check_no_overlap, check_writable
     from .bench import bench
 
     _check_lamb(args.lamb)
+    check_writable(args.out_dir, folder=True)  # before any method runs
+    if args.input:
+        check_no_overlap([args.out_dir], [args.input], what="--out-dir")
     if args.synthetic is not None:
         from ..synthetic import make_clustered
 
@@ -358,26 +362,27 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--disf-reference-batches must be >= 0; got {args.disf_reference_batches}."
         )
-    result = bench(
-        corpus,
-        methods=args.methods,
-        algorithm=args.algorithm,
-        lamb=args.lamb,
-        select_ratio=args.select_ratio,
-        seed=args.seed,
-        device=args.device,
-        n_neighbors=args.n_neighbors,
-        knn=args.knn,
-        method_params=_method_params(args),
-        disf_reference_batches=args.disf_reference_batches,
-        isolate=args.isolate,
-        out_dir=args.out_dir,
-        plots=args.plots,
-        map_method=args.map_method,
-        map_points=args.map_points,
-        title=args.title,
-        progress=args.progress,
-    )
+    with OutputLock(args.out_dir, folder=True):  # no second bench into the same folder
+        result = bench(
+            corpus,
+            methods=args.methods,
+            algorithm=args.algorithm,
+            lamb=args.lamb,
+            select_ratio=args.select_ratio,
+            seed=args.seed,
+            device=args.device,
+            n_neighbors=args.n_neighbors,
+            knn=args.knn,
+            method_params=_method_params(args),
+            disf_reference_batches=args.disf_reference_batches,
+            isolate=args.isolate,
+            out_dir=args.out_dir,
+            plots=args.plots,
+            map_method=args.map_method,
+            map_points=args.map_points,
+            title=args.title,
+            progress=args.progress,
+        )
     from .bench import format_markdown
 
     print(format_markdown(result))

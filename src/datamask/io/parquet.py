@@ -87,7 +87,8 @@ def features_from_arrow(
         raise ValueError(f"column {name!r} in {where} has null values inside embeddings.")
     if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
         raise ValueError(f"column {name!r} in {where} must hold numbers; got {values.type}.")
-    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused just below
+        flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     feats = flat.reshape(n, width) if n else np.zeros((0, width), np.float32)
     finite = np.isfinite(feats).all(axis=1)
     if not finite.all():
