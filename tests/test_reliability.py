@@ -615,3 +615,24 @@ def test_id_uniqueness_on_disk_buckets_names_the_first_repeat(tmp_path, monkeypa
     ):
         run_selection(root, tmp_path / "out", settings, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["string", "large_string", "int64", "int32"])
+def test_id_hashes_equal_exactly_for_equal_ids(kind):
+    from datamask.io.shards import hash_ids
+
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 3000, 5000)
+    if "string" in kind:
+        ids = pa.array([f"doc/{v}" + "x" * int(v % 7) for v in values], type=getattr(pa, kind)())
+        ids = pa.concat_arrays([pa.array([""], type=ids.type), ids])  # an empty id too
+        values = np.concatenate([[-1], values])
+    else:
+        ids = pa.array(values, type=getattr(pa, kind)())
+    sliced = ids.slice(7)  # arrays from a batch may start at an offset
+    for arr, vals in ((ids, values), (sliced, values[7:])):
+        h = hash_ids(arr)
+        _, first = np.unique(vals, return_index=True)
+        assert len(np.unique(h)) == len(first)  # no collision among distinct ids
+        same = h[:, None] == h[None, :200]
+        np.testing.assert_array_equal(same, vals[:, None] == vals[None, :200])

@@ -133,7 +133,7 @@ def check_quality_span(values: np.ndarray, name: str, where: str) -> None:
         )
 
 
-def unit_rows(feats: np.ndarray, where: str, first_row: int = 0, chunk: int = 65_536) -> np.ndarray:
+def unit_rows(feats: np.ndarray, where: str, first_row: int = 0, chunk: int = 8192) -> np.ndarray:
     """Rows of ``feats`` scaled to unit L2 norm, as float32 (returned as is when already unit).
 
     Norms are taken in float64, chunk by chunk: in float32 the norm of a row holding 1e30

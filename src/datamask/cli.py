@@ -35,7 +35,7 @@ def _one_line(exc: BaseException) -> str:
     """An error message on one line, whatever produced it."""
     text = " ".join(str(exc).split())
     if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        text = f"cannot write {str(exc.filename)!r}: {exc.strerror}."
+        text = f"{exc.strerror}: {str(exc.filename)!r}."
     return text or type(exc).__name__
 
 
@@ -571,12 +571,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except OSError as exc:  # a full disk or a vanished folder while writing: nothing written
-        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_IO_ERROR
     except BrokenPipeError:  # stdout closed early (e.g. `| head`): the work itself is done
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full disk or a vanished folder while writing: nothing written
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_IO_ERROR
     except KeyboardInterrupt:
         print("datamask: interrupted; no output was written.", file=sys.stderr)
         return 130

@@ -63,9 +63,11 @@ def _color(label: str) -> str:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    from ..io.atomic import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI, bbox_inches="tight")
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, dpi=_DPI, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
