@@ -568,7 +568,7 @@ def _fit_21k(corpus) -> tuple[MaskLearner, tuple]:
     learner = MaskLearner(
         Objective([facility], lamb=0.5),
         select_ratio=0.1,
-        n_epochs=5,
+        n_epochs=3,
         seed=3,
         device="cpu",
         progress=False,
@@ -581,7 +581,7 @@ def corpus_21k():
     return make_clustered(21_000, 16, 20, seed=0)
 
 
-def test_same_seed_same_graph_and_selection_above_20k_whatever_torch_global_rng(corpus_21k):
+def test_same_seed_bit_identical_above_20k_whatever_global_rng_or_threads(corpus_21k):
     """N = 21,000 takes the IVF graph on CPU, whose k-means once drew from torch's global RNG."""
     torch.manual_seed(1)
     first, graph1 = _fit_21k(corpus_21k)
@@ -592,7 +592,14 @@ def test_same_seed_same_graph_and_selection_above_20k_whatever_torch_global_rng(
     for a, b in zip(graph1, graph2, strict=True):
         assert torch.equal(a, b)  # bit-identical neighbour graph
     np.testing.assert_array_equal(first.selected_, second.selected_)
-    np.testing.assert_allclose(first.logits_, second.logits_, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(first.logits_, second.logits_)  # bit for bit
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single, _ = _fit_21k(corpus_21k)
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(first.logits_, single.logits_)  # any thread count
 
 
 def test_id_uniqueness_on_disk_buckets_names_the_first_repeat(tmp_path, monkeypatch):

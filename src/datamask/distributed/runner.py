@@ -10,6 +10,11 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
     WORK/clusters/...                 centroids and per-shard cluster spills (by="cluster")
 
+Before any group runs, the output (and a work dir outside it) is claimed with an
+exclusive lock, and every row of every shard is checked in one streaming pass
+(:mod:`.validate`); its per-shard checksums of the bytes read go into the fingerprint that
+``WORK/settings.json`` records, so a shard changed in place is refused on resume.
+
 :func:`select_group` is a pure step: it reads only its group's rows, runs the learner and
 writes its files atomically (temporary name, then ``os.replace``), the completion marker
 last. A rerun with the same arguments skips every group that has a marker, so a run

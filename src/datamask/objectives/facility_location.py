@@ -100,7 +100,9 @@ class FacilityLocation(Term):
         idx, sim = self.graph()
         if clients is not None:
             idx, sim = idx[clients], sim[clients]
-        pn = p[idx]  # (c, K) keep-probability of each neighbour, most similar first
+        # (c, K) keep-probability of each neighbour, most similar first. index_select, not
+        # p[idx]: the backward of p[idx] accumulates over threads in no fixed order on CPU.
+        pn = p.index_select(0, idx.reshape(-1)).view(idx.shape)
         miss = torch.cumprod(1.0 - pn, dim=1)
         none_before = torch.cat([torch.ones_like(miss[:, :1]), miss[:, :-1]], 1)
         cover = (sim * pn * none_before).sum(1)
