@@ -59,7 +59,7 @@ from .partition import (
     spill_shard,
 )
 
-__all__ = ["Settings", "select_group", "LocalRunner", "Runner", "run_selection"]
+__all__ = ["Settings", "read_group", "select_group", "LocalRunner", "Runner", "run_selection"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,11 @@ class Settings:
     kmeans_sample : int, default=100_000
         Rows sampled to fit the centroids.
     selected_only : bool, default=False
-        Skip the per-group files holding every row's logit.
+        Skip the per-group files holding every row's logit (kept with ``max_similarity``:
+        the cross-group pass reads the groups' rankings from them).
+    max_similarity : float, optional
+        Hard cap on the cosine similarity of any two selected documents, across groups
+        (see :mod:`datamask.distributed.cap`). Default: no cap.
     """
 
     id_col: str = "chunk_id"
@@ -113,6 +117,7 @@ class Settings:
     n_clusters: int | None = None
     kmeans_sample: int = 100_000
     selected_only: bool = False
+    max_similarity: float | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -146,6 +151,7 @@ class Settings:
             seed=seed,
             device=device or self.device,
             progress=False,
+            max_similarity=self.max_similarity,
         )
 
     def check(self) -> Settings:
@@ -208,6 +214,25 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def read_group(spec: GroupSpec, settings: Settings) -> tuple[Any, pa.Array]:
+    """The rows of one group as a Corpus (not yet validated) and its ids as stored."""
+    tables = [
+        (
+            read_rows(p.path, p.start, p.stop, settings.columns),
+            f"{p.path} (rows {p.start}-{p.stop})",
+        )
+        for p in spec.pieces
+    ]
+    return corpus_from_tables(
+        tables,
+        id_col=settings.id_col,
+        quality_cols=settings.quality_cols,
+        quality_weights=settings.quality_weights,
+        feature_col=settings.feature_col,
+        source=f"group {spec.gid} ({spec.label})",
+    )
+
+
 def select_group(
     spec: GroupSpec, settings: Settings, work_dir: str | Path, out_dir: str | Path
 ) -> dict[str, Any]:
@@ -230,22 +255,7 @@ def select_group(
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     # 1. Read only this group's rows (row groups overlapping each piece).
-    tables = [
-        (
-            read_rows(p.path, p.start, p.stop, settings.columns),
-            f"{p.path} (rows {p.start}-{p.stop})",
-        )
-        for p in spec.pieces
-    ]
-    corpus, ids = corpus_from_tables(
-        tables,
-        id_col=settings.id_col,
-        quality_cols=settings.quality_cols,
-        quality_weights=settings.quality_weights,
-        feature_col=settings.feature_col,
-        source=f"group {spec.gid} ({spec.label})",
-    )
-    del tables
+    corpus, ids = read_group(spec, settings)
     n = corpus.n_docs
     read_s = time.perf_counter() - started
 
@@ -285,7 +295,7 @@ def select_group(
 
     # 4. Write the group's files atomically, then the marker.
     gid_col = pa.array(np.full(n, spec.gid, dtype=np.int32))
-    if not settings.selected_only:
+    if not settings.selected_only or settings.max_similarity is not None:
         atomic_write_table(
             pa.table(
                 {
@@ -613,6 +623,11 @@ def run_selection(
     if missing:
         raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
     ordered = [stats[g.gid] for g in groups]
+    cap_facts = None
+    if settings.max_similarity is not None:  # the cap must hold across groups too
+        from .cap import cap_across_groups
+
+        cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)
     total_s = time.perf_counter() - started
     computed = [s for s in ordered if not s["reused"]]
     manifest = {
@@ -640,6 +655,7 @@ def run_selection(
             "select_docs_per_second": n_pending_docs / select_s if n_pending_docs else None,
             "driver_peak_rss_mb": _peak_rss_mb(),
         },
+        "max_similarity": cap_facts,
         "summary": _summary(ordered),
         "summary_computed": _summary(computed) if computed else None,
         "groups": ordered,
