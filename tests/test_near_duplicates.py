@@ -240,6 +240,30 @@ def test_evaluate_reports_redundancy_against_brute_force(tmp_path, capsys):
     )
 
 
+def test_bench_tabulates_redundancy_per_method_and_for_the_input():
+    from datamask.evaluate import bench, format_markdown
+
+    corpus = near_duplicate_corpus(300, seed=9)
+    result = bench(
+        corpus,
+        methods=["topk", "random"],
+        select_ratio=0.2,
+        device="cpu",
+        isolate=False,
+        plots=False,
+        dup_thresholds=[0.9],
+        method_params={"random": {"max_similarity": 0.9}},
+    )
+    x = corpus.features
+    assert result["redundancy_all"]["thresholds"]["0.9"] == brute_force(x, 0.9)
+    topk, random = result["runs"]
+    assert topk["redundancy"]["thresholds"]["0.9"] == brute_force(x[topk["selected"]], 0.9)
+    assert random["redundancy"]["thresholds"]["0.9"]["pairs"] == 0  # capped through --param
+    every = result["redundancy_all"]["thresholds"]["0.9"]
+    line = f"| all documents | {every['pairs']} / {every['documents']} / {every['largest_group']} |"
+    assert line in format_markdown(result).splitlines()
+
+
 # --- sharded ---------------------------------------------------------------------------------
 def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
     """Two shards holding near-copies of each other: each group alone keeps near-duplicates
