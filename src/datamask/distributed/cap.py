@@ -14,7 +14,9 @@ every group has finished, one pass on the driver makes the cap global:
    count stays exactly ``round(select_ratio * N)``; a shortfall left after the last group is
    the infeasible-cap error;
 4. the parts of changed groups are rewritten atomically, and the whole selection is checked
-   exactly (every pair, in tiles) before the manifest is written.
+   exactly (every pair, in tiles) before the manifest is written. ``WORK/groups/*.parquet``
+   keep each group's own ranking and ``selected`` flags; ``OUT/selected`` is the final,
+   capped selection (replacements keep their rank in their group, so it exceeds k there).
 
 Cost: one read of every group's rows and O(k^2 d) similarity work for k kept documents in
 all (about 100,000 x 384 floats held in memory for k = 100,000).
