@@ -241,7 +241,7 @@ def test_evaluate_reports_redundancy_against_brute_force(tmp_path, capsys):
 
 
 def test_bench_tabulates_redundancy_per_method_and_for_the_input():
-    from datamask.evaluate import bench, format_markdown
+    from datamask.evaluate.bench import bench, format_markdown
 
     corpus = near_duplicate_corpus(300, seed=9)
     result = bench(

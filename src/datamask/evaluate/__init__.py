@@ -4,7 +4,6 @@ Plots live in :mod:`datamask.evaluate.plots` and import matplotlib only when dra
 """
 
 from .bench import DEFAULT_METHODS, bench, format_markdown, measure_peak_rss, run_method
-from .redundancy import redundancy
 from .report import (
     evaluate_selection,
     facility_coverage,
@@ -27,6 +26,5 @@ __all__ = [
     "mean_pairwise_similarity",
     "measure_peak_rss",
     "read_selection",
-    "redundancy",
     "run_method",
 ]

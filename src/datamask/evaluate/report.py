@@ -238,7 +238,13 @@ def redundancy_rows(dup: dict[str, Any]) -> list[tuple[str, str, str]]:
     """
     every = dup.get("all")
     mark = ">=" if every is not None and every["approximate"] else ""
-    rows = []
+    rows = [
+        (
+            "near-duplicate search",
+            dup["selected"]["method"],
+            "" if every is None else every["method"] + (" (approx.)" if mark else ""),
+        )
+    ]
     for t, sel in dup["selected"]["thresholds"].items():
         whole = every["thresholds"][t] if every is not None else None
         for key, label in (
