@@ -305,3 +305,6 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
     again, m2 = run(tmp_path / "capped", 0.9)
     assert sorted(again.tolist()) == sorted(rows.tolist())
     assert m2["totals"]["groups_reused"] == 2
+    # each group fits its own share under 0.75, but not together: the cross-group pass says so
+    with pytest.raises(ValueError, match=r"max_similarity=0.75 admits only \d+ of the k=60"):
+        run(tmp_path / "infeasible", 0.75)

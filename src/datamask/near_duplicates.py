@@ -248,8 +248,8 @@ def infeasible_message(threshold: float, kept: int, k: int, n: int, what: str) -
     ratio = math.floor(10_000 * (kept + 0.49) / n) / 10_000 if n else 0.0
     return (
         f"max_similarity={threshold} admits only {kept} of the k={k} documents asked for: "
-        f"{what} reaches no further document of the {n} with every cosine <= {threshold} "
-        f"to those kept; raise max_similarity, or lower select_ratio to {ratio:g} or less."
+        f"no further document of the {n} has every cosine <= {threshold} to those kept "
+        f"(walking {what}); raise max_similarity, or lower select_ratio to {ratio:g} or less."
     )
 
 

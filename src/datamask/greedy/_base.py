@@ -175,7 +175,9 @@ class BaseSelector:
         """Raise the infeasible-cap error once every row is picked or refused."""
         if self._cap is not None and picked + self._cap.n_refused >= n_docs:
             raise ValueError(
-                infeasible_message(self.max_similarity, picked, self.k_, n_docs, self.method)
+                infeasible_message(
+                    self.max_similarity, picked, self.k_, n_docs, f"{self.method}'s candidates"
+                )
             )
 
     def _top_k(self, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:

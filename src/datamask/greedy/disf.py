@@ -230,7 +230,9 @@ class GreedyDiSF(BaseSelector):
             extra = self._cap.walk(rest, self.k_)
             if len(extra) < short:
                 raise ValueError(
-                    infeasible_message(self.max_similarity, len(self._cap), self.k_, n, self.method)
+                    infeasible_message(
+                        self.max_similarity, len(self._cap), self.k_, n, "disf-greedy's candidates"
+                    )
                 )
             order.append(extra)
             scores[extra] = 0.5 - n  # kept, after every batch's own picks

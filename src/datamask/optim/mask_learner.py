@@ -293,7 +293,7 @@ class MaskLearner:
         else:  # the cap, then its exact check (see near_duplicates)
             x = self.objective_.features_
             self.selected_ = capped_top_k(
-                logits, corpus.ids, self.k_, x, self.max_similarity, what="the learner's logits"
+                logits, corpus.ids, self.k_, x, self.max_similarity, what="the learner's ranking"
             )
             self.max_pair_similarity_ = verify_cap(x, self.selected_, self.max_similarity)
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
