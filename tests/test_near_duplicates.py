@@ -301,6 +301,10 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
     assert max_pair_similarity(both.features, rows) <= 0.9
     facts = m["max_similarity"]
     assert facts["replaced"] > 0 and facts["max_pair_similarity"] <= 0.9
+    assert list(facts["per_group"]) == ["1"]  # the first group's own capped choice stands
+    first = pq.read_table(tmp_path / "capped" / "_work" / "groups" / "00000.parquet")
+    own = np.flatnonzero(first.column("selected").to_numpy(zero_copy_only=False))
+    assert set(own) <= set(rows.tolist()) and max_pair_similarity(both.features, own) <= 0.9
     # a rerun resumes every group and ends with the same capped selection
     again, m2 = run(tmp_path / "capped", 0.9)
     assert sorted(again.tolist()) == sorted(rows.tolist())

@@ -6,10 +6,11 @@ every group has finished, one pass on the driver makes the cap global:
 
 1. groups are taken in order (gid); a :class:`~datamask.near_duplicates.SimilarityCap`
    holds the features of every document kept so far;
-2. each group walks down its own ranking (rank 1 first, from ``WORK/groups/NNNNN.parquet``)
-   and keeps its budget of documents compatible with everything kept before: its own
-   selection wherever it has no conflict with an earlier group, and for each conflict the
-   next-best compatible document of its ranking;
+2. each group walks down its own ranking (rank 1 first, by logit, from
+   ``WORK/groups/NNNNN.parquet``) and keeps its budget of documents compatible with
+   everything kept before: with nothing kept before, that is exactly the group's own capped
+   selection; otherwise a document that conflicts with an earlier group's is replaced by
+   the next-best compatible one of its ranking;
 3. a group that cannot fill its budget passes the shortfall to the next group, so the global
    count stays exactly ``round(select_ratio * N)``; a shortfall left after the last group
    sends a second sweep down every group's ranking; one left after that is the
@@ -50,14 +51,15 @@ class _Pass:
         self.settings, self.work, self.capacity = settings, work, capacity
         self.cap: SimilarityCap | None = None
         self.kept: dict[int, np.ndarray] = {}  # gid -> rows kept, in walk order
-        self.tables: dict[int, tuple[pa.Array, np.ndarray, np.ndarray]] = {}
+        self.tables: dict[int, tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def walk(self, g: GroupSpec, want: int) -> int:
         """Keep up to ``want`` more rows of group ``g``, best rank first. Returns how many."""
         corpus, ids = read_group(g, self.settings)
         check_corpus(corpus)  # L2-normalised, as the learner saw them
         table = pq.read_table(
-            self.work / "groups" / f"{_group_name(g.gid)}.parquet", columns=["rank", "logit"]
+            self.work / "groups" / f"{_group_name(g.gid)}.parquet",
+            columns=["rank", "logit", "selected"],
         )
         rank = table.column("rank").to_numpy()
         order = np.argsort(rank, kind="stable")
@@ -71,7 +73,8 @@ class _Pass:
             self.cap.rebind(corpus.features)
         new = self.cap.walk(order, len(self.cap) + want)
         self.kept[g.gid] = np.concatenate([before, new])
-        self.tables[g.gid] = (ids, rank, table.column("logit").to_numpy())
+        own = np.flatnonzero(table.column("selected").to_numpy(zero_copy_only=False))
+        self.tables[g.gid] = (ids, rank, table.column("logit").to_numpy(), own)
         return len(new)
 
 
@@ -119,8 +122,7 @@ def cap_across_groups(
         kept = state.kept.get(g.gid, np.zeros(0, dtype=np.int64))
         if g.gid not in state.tables:
             continue
-        ids, rank, logits = state.tables[g.gid]
-        own = np.flatnonzero(rank <= g.k)
+        ids, rank, logits, own = state.tables[g.gid]  # own: the group's own (capped) choice
         swapped = len(np.setdiff1d(own, kept))
         if swapped == 0 and len(kept) == g.k:
             continue

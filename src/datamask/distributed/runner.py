@@ -276,12 +276,14 @@ def select_group(
         if dev.type == "cuda":
             gpu_peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20
         logits = np.asarray(learner.logits_, dtype=np.float32)
+        capped = learner.selected_ if settings.max_similarity is not None else None
         probabilities = np.asarray(learner.probabilities_, dtype=np.float32)
         terms = {k: float(v) for k, v in learner.terms_.items()}
         device = str(learner.device_)
         del learner
     else:  # k == 0 keeps nothing, k == n keeps all: every logit ties
         fill = 1.0 if spec.k == n else 0.0
+        capped = None
         logits = np.zeros(n, dtype=np.float32)
         probabilities = np.full(n, fill, dtype=np.float32)
     fit_s = time.perf_counter() - started - read_s
@@ -291,6 +293,9 @@ def select_group(
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(1, n + 1)
     selected = rank <= spec.k
+    if capped is not None:  # the cap skipped rows of the top k for the next compatible ones
+        selected = np.zeros(n, dtype=bool)
+        selected[capped] = True
     del corpus
 
     # 4. Write the group's files atomically, then the marker.
