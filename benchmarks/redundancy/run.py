@@ -51,6 +51,9 @@ DATASETS = {
         {"id_col": "id", "feature_col": "embedding"},
     ),
     "realtext (50k)": (Path("/work/data/realtext.parquet"), {}),
+    # Until the full corpus is embedded: a copy of its growing uniform-random snapshot
+    # (/work/data/realtext.partial.parquet), taken once so that every method sees the same rows.
+    "realtext (partial snapshot)": (Path(os.environ.get("REALTEXT_SNAPSHOT", "/nonexistent")), {}),
 }
 THRESHOLDS = (0.9, 0.95, 0.99)
 RATIO, LAMB = 0.1, 0.5
@@ -81,6 +84,19 @@ def _read(path: Path, kwargs: dict) -> object:
     return read_corpus(path, **kwargs)
 
 
+def _realtext_meta(path: Path) -> dict | None:
+    """The real-text build's own metadata (rows, whether partial), when the file has it."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"datamask.realtext")
+    if raw is None:
+        return None
+    info = json.loads(raw)
+    keep = ("build_key", "partial", "rows_total", "near_duplicates", "dedup")
+    return {k: info[k] for k in keep if k in info}
+
+
 def run_quality(only: str | None = None) -> dict:
     out = {"settings": {"lamb": LAMB, "algorithm": "Facility"}, "sets": []}
     path_json = RESULTS / "quality.json"
@@ -103,6 +119,7 @@ def run_quality(only: str | None = None) -> dict:
         else:
             whole_ivf = None
         entry = {
+            "meta": _realtext_meta(path),
             "all_ivf": whole_ivf,
             "name": label,
             "path": str(path),
@@ -219,6 +236,31 @@ def run_scale(n: int = 1_000_000, dim: int = 384) -> dict:
     return out
 
 
+#: What the tables below say (written after the runs; the numbers are in the tables).
+FINDINGS = [
+    "## Findings",
+    "",
+    "- The two demo sets hold few near-duplicates (whole input: 343 and 0 pairs above 0.95), "
+    "and neither the learner nor lazy greedy keeps any pair above 0.95 there, at k = 10% or "
+    "30%; the cap changes J by at most 0.0023% (greedy, 0.9). The learner's J is above "
+    "greedy's on three of the four demo runs and 99.94% of it on the shipped demo at 30%.",
+    "- On real text with near-duplicates (the real-text corpus, a uniform 13,312-document "
+    "sample of it: 429 pairs above 0.95 in the input) the default learner keeps **2 pairs "
+    "above 0.95 (4 above 0.9) where lazy greedy keeps 0**, at a better J (0.75259 vs "
+    "0.75222). Target 3 (no more pairs than greedy) is missed there by 2 pairs; top-k "
+    "quality keeps 8 and random 7.",
+    "- `--max-similarity 0.95` (or 0.9) removes them at no J cost: the capped learner's J is "
+    "0.75260, slightly above the uncapped one (replacing a near-duplicate with the next "
+    "compatible document adds coverage), and still above greedy's. On these sets the cap "
+    "binds on a handful of documents only, so its J cost is ~0; it grows with the number "
+    "of near-duplicates a method would keep (top-k and random keep the most).",
+    "- The full 56,599-document corpus was not embedded in time (see "
+    "`/work/data/REALTEXT_STATUS.txt`); rerun `python benchmarks/redundancy/run.py quality "
+    "realtext` when `/work/data/realtext.parquet` exists.",
+    "",
+]
+
+
 def _cell(red: dict, t: str) -> str:
     v = red[t]
     return f"{v['pairs']} / {v['documents']} / {v['largest_group']}"
@@ -238,7 +280,7 @@ def markdown() -> str:
         "exactly in the selection.",
         "",
     ]
-    lines += [
+    lines += FINDINGS + [
         "## Does the default learner keep no more near-duplicates than lazy greedy?",
         "",
         "Both without a cap; the target is both columns yes: no more pairs above 0.95 than "
@@ -265,14 +307,21 @@ def markdown() -> str:
     lines.append("")
     for s in q["sets"]:
         w = s["all"]["thresholds"]
+        meta = s.get("meta") or {}
+        partial = (
+            f" (a uniform sample: {s['n']:,} of the corpus' {meta['rows_total']:,} documents, "
+            f"build {meta.get('build_key')})"
+            if meta.get("partial")
+            else ""
+        )
         lines += [
-            f"## {s['name']}: N = {s['n']}",
+            f"## {s['name']}: N = {s['n']}{partial}",
             "",
             f"Whole input ({s['all']['method']}): cos > 0.9: {_cell(w, '0.9')}; "
             f"cos > 0.95: {_cell(w, '0.95')}; cos > 0.99: {_cell(w, '0.99')}"
             f" ({s['all']['seconds']:.1f} s).",
             "",
-            "| method | max_similarity | J | J cost of the cap | quality | facility | "
+            "| method | max_similarity | J | J change from the cap | quality | facility | "
             "cos > 0.9 | cos > 0.95 | cos > 0.99 | fit s |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
@@ -294,7 +343,7 @@ def markdown() -> str:
             t = r["terms"]
             base = free.get(r["method"])
             cost = (
-                f"{100 * (base['terms']['J'] - t['J']) / base['terms']['J']:.3f}%"
+                f"{100 * (t['J'] - base['terms']['J']) / base['terms']['J']:+.4f}%"
                 if base is not None and r["cap"] is not None
                 else ""
             )
