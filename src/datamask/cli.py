@@ -63,6 +63,7 @@ SELECT_DEFAULTS: dict[str, Any] = {
     "feature_col": "feature_arr",
     "selected_only": False,
     "progress": True,
+    "max_similarity": None,
 }
 
 
@@ -264,6 +265,14 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     )
     add("--seed", type=int, help="random seed (default: 0)")
     add("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
+    add(
+        "--max-similarity",
+        "--max_similarity",
+        dest="max_similarity",
+        type=float,
+        help="hard cap: no two selected documents with cosine similarity above this, "
+        "e.g. 0.95 (default: off)",
+    )
     add_column_arguments(p, with_defaults=False)  # None: a --config file may set them
     add(
         "--selected-only",
@@ -471,7 +480,11 @@ def _select_one_file(args: argparse.Namespace) -> int:
     ]
     objective = Objective(diversity, lamb=args.lamb)
     common = dict(
-        select_ratio=args.select_ratio, seed=args.seed, device=args.device, progress=args.progress
+        select_ratio=args.select_ratio,
+        seed=args.seed,
+        device=args.device,
+        progress=args.progress,
+        max_similarity=args.max_similarity,
     )
     if args.method == "mask":
         params = dict(
@@ -515,7 +528,7 @@ def _select_one_file(args: argparse.Namespace) -> int:
         "settings": settings,
         "resolved": {
             k: getattr(selector, k)
-            for k in ("n_epochs_", "max_lr_", "min_lr_")
+            for k in ("n_epochs_", "max_lr_", "min_lr_", "max_pair_similarity_")
             if hasattr(selector, k)
         },
         "history": getattr(selector, "history_", []),

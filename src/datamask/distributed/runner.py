@@ -75,7 +75,7 @@ from .partition import (
 )
 from .validate import check_scans, scan_jobs
 
-__all__ = ["Settings", "select_group", "LocalRunner", "Runner", "run_selection"]
+__all__ = ["Settings", "read_group", "select_group", "LocalRunner", "Runner", "run_selection"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,11 @@ class Settings:
     kmeans_sample : int, default=100_000
         Rows sampled to fit the centroids.
     selected_only : bool, default=False
-        Skip the per-group files holding every row's logit.
+        Skip the per-group files holding every row's logit (kept with ``max_similarity``:
+        the cross-group pass reads the groups' rankings from them).
+    max_similarity : float, optional
+        Hard cap on the cosine similarity of any two selected documents, across groups
+        (see :mod:`datamask.distributed.cap`). Default: no cap.
     """
 
     id_col: str = "chunk_id"
@@ -129,6 +133,7 @@ class Settings:
     n_clusters: int | None = None
     kmeans_sample: int = 100_000
     selected_only: bool = False
+    max_similarity: float | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -162,6 +167,7 @@ class Settings:
             seed=seed,
             device=device or self.device,
             progress=False,
+            max_similarity=self.max_similarity,
         )
 
     def check(self) -> Settings:
@@ -224,6 +230,25 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def read_group(spec: GroupSpec, settings: Settings) -> tuple[Any, pa.Array]:
+    """The rows of one group as a Corpus (not yet validated) and its ids as stored."""
+    tables = [
+        (
+            read_rows(p.path, p.start, p.stop, settings.columns),
+            f"{p.path} (rows {p.start}-{p.stop})",
+        )
+        for p in spec.pieces
+    ]
+    return corpus_from_tables(
+        tables,
+        id_col=settings.id_col,
+        quality_cols=settings.quality_cols,
+        quality_weights=settings.quality_weights,
+        feature_col=settings.feature_col,
+        source=f"group {spec.gid} ({spec.label})",
+    )
+
+
 def select_group(
     spec: GroupSpec, settings: Settings, work_dir: str | Path, out_dir: str | Path
 ) -> dict[str, Any]:
@@ -246,22 +271,7 @@ def select_group(
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     # 1. Read only this group's rows (row groups overlapping each piece).
-    tables = [
-        (
-            read_rows(p.path, p.start, p.stop, settings.columns),
-            f"{p.path} (rows {p.start}-{p.stop})",
-        )
-        for p in spec.pieces
-    ]
-    corpus, ids = corpus_from_tables(
-        tables,
-        id_col=settings.id_col,
-        quality_cols=settings.quality_cols,
-        quality_weights=settings.quality_weights,
-        feature_col=settings.feature_col,
-        source=f"group {spec.gid} ({spec.label})",
-    )
-    del tables
+    corpus, ids = read_group(spec, settings)
     n = corpus.n_docs
     read_s = time.perf_counter() - started
 
@@ -282,12 +292,14 @@ def select_group(
         if dev.type == "cuda":
             gpu_peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20
         logits = np.asarray(learner.logits_, dtype=np.float32)
+        capped = learner.selected_ if settings.max_similarity is not None else None
         probabilities = np.asarray(learner.probabilities_, dtype=np.float32)
         terms = {k: float(v) for k, v in learner.terms_.items()}
         device = str(learner.device_)
         del learner
     else:  # k == 0 keeps nothing, k == n keeps all: every logit ties
         fill = 1.0 if spec.k == n else 0.0
+        capped = None
         logits = np.zeros(n, dtype=np.float32)
         probabilities = np.full(n, fill, dtype=np.float32)
     fit_s = time.perf_counter() - started - read_s
@@ -297,11 +309,14 @@ def select_group(
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(1, n + 1)
     selected = rank <= spec.k
+    if capped is not None:  # the cap skipped rows of the top k for the next compatible ones
+        selected = np.zeros(n, dtype=bool)
+        selected[capped] = True
     del corpus
 
     # 4. Write the group's files atomically, then the marker.
     gid_col = pa.array(np.full(n, spec.gid, dtype=np.int32))
-    if not settings.selected_only:
+    if not settings.selected_only or settings.max_similarity is not None:
         atomic_write_table(
             pa.table(
                 {
@@ -662,6 +677,11 @@ def _run_claimed(
     if missing:
         raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
     ordered = [stats[g.gid] for g in groups]
+    cap_facts = None
+    if settings.max_similarity is not None:  # the cap must hold across groups too
+        from .cap import cap_across_groups
+
+        cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)
     total_s = time.perf_counter() - started
     computed = [s for s in ordered if not s["reused"]]
     manifest = {
@@ -689,6 +709,7 @@ def _run_claimed(
             "select_docs_per_second": n_pending_docs / select_s if n_pending_docs else None,
             "driver_peak_rss_mb": _peak_rss_mb(),
         },
+        "max_similarity": cap_facts,
         "summary": _summary(ordered),
         "summary_computed": _summary(computed) if computed else None,
         "groups": ordered,

@@ -42,6 +42,7 @@ import torch
 from ..data import Corpus
 from ..io.atomic import atomic_write_json, atomic_write_text
 from ..objectives import ALGORITHMS, Objective, make_diversity
+from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import evaluate_selection
 
 __all__ = ["DEFAULT_METHODS", "bench", "format_markdown", "measure_peak_rss", "run_method"]
@@ -267,6 +268,8 @@ def bench(
     map_points: int = 3000,
     title: str | None = None,
     progress: bool = False,
+    dup_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    dup_search: str = "auto",
 ) -> dict[str, Any]:
     """Run ``methods`` on ``corpus`` with one objective; tabulate, plot and save.
 
@@ -300,6 +303,11 @@ def bench(
         Heading of the markdown.
     progress : bool, default=False
         Print one line per finished method.
+    dup_thresholds : sequence of float, default=(0.9, 0.95, 0.99)
+        Cosine thresholds of the near-duplicate figures of every selection and of the
+        whole input (see :mod:`datamask.evaluate.redundancy`).
+    dup_search : {"auto", "exact", "ivf"}, default="auto"
+        Pair search over the whole input.
 
     Returns
     -------
@@ -312,6 +320,7 @@ def bench(
 
     check_corpus(corpus)
     check_ratio("select_ratio", select_ratio)
+    thresholds = check_thresholds(dup_thresholds)
     methods = list(methods)
     if not methods:
         raise ValueError("methods must name at least one method; got none.")
@@ -365,10 +374,19 @@ def bench(
     for run in runs:
         if "selected" in run:
             rep = evaluate_selection(
-                corpus, run["selected"], algorithm=names, lamb=lamb, device=device
+                corpus,
+                run["selected"],
+                algorithm=names,
+                lamb=lamb,
+                device=device,
+                dup_thresholds=thresholds,
+                dup_all=False,
             )
             run["metrics"] = rep["metrics"]
             run["length"] = rep["length"]
+            run["redundancy"] = rep["redundancy"]["selected"]
+    # Near-duplicates of the whole input: once, not per method.
+    dup_all = redundancy(corpus.features, thresholds=thresholds, method=dup_search, device=device)
     result = {
         "title": title or f"datamask bench on {corpus.source}",
         "settings": {
@@ -389,6 +407,7 @@ def bench(
         },
         "machine": _machine(),
         "runs": runs,
+        "redundancy_all": dup_all,
     }
     _add_ratios(result)
     if out_dir is not None:
@@ -512,6 +531,7 @@ def format_markdown(result: dict[str, Any]) -> str:
             _fmt(100 * r["time_vs_greedy"], ".1f") + "%" if "time_vs_greedy" in r else "-",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _redundancy_markdown(result)
     extra = [r for r in runs if "disf_loss_vs_disf_greedy" in r]
     if extra:
         lines += [
@@ -552,6 +572,41 @@ def format_markdown(result: dict[str, Any]) -> str:
     if pngs:
         lines += [""] + [f"![{Path(p).stem}]({Path(p).name})" for p in pngs]
     return "\n".join(lines) + "\n"
+
+
+def _redundancy_markdown(result: dict[str, Any]) -> list[str]:
+    """Near-duplicates per method and in the whole input: pairs / documents / largest group
+    above each threshold (SemDeDup's terms)."""
+    every = result.get("redundancy_all")
+    runs = [r for r in result["runs"] if "redundancy" in r]
+    if every is None or not runs:
+        return []
+    ts = list(every["thresholds"])
+    mark = ">=" if every["approximate"] else ""
+    how = (
+        f"the whole input by an approximate {every['method']} search (lower bounds)"
+        if every["approximate"]
+        else "the whole input exactly"
+    )
+    lines = [
+        "",
+        f"Near-duplicates (cosine above each threshold): pairs / documents in a pair / "
+        f"largest group; selections searched exactly, {how} ({every['seconds']:.1f} s).",
+        "",
+        "| method | " + " | ".join(f"cos > {t}" for t in ts) + " |",
+        "|---|" + "---:|" * len(ts),
+    ]
+
+    def cells(red: dict[str, Any], prefix: str = "") -> str:
+        return " | ".join(
+            f"{prefix}{v['pairs']} / {prefix}{v['documents']} / {prefix}{v['largest_group']}"
+            for v in (red["thresholds"][t] for t in ts)
+        )
+
+    for r in runs:
+        lines.append(f"| {r['label']} | {cells(r['redundancy'])} |")
+    lines.append(f"| all documents | {cells(every, mark)} |")
+    return lines
 
 
 def _jsonable_run(run: dict[str, Any]) -> dict[str, Any]:

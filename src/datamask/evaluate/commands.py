@@ -37,6 +37,28 @@ def _add_data_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dup-thresholds",
+        "--dup_thresholds",
+        dest="dup_thresholds",
+        nargs="+",
+        type=float,
+        default=[0.9, 0.95, 0.99],
+        help="cosine thresholds of the near-duplicate figures (pairs, documents and largest "
+        "group above each) (default: 0.9 0.95 0.99)",
+    )
+    p.add_argument(
+        "--dup-search",
+        "--dup_search",
+        dest="dup_search",
+        choices=["auto", "exact", "ivf"],
+        default="auto",
+        help="pair search over the whole input: exact, or ivf (k-means cells, approximate: "
+        "lower bounds) (default: auto = exact up to 100,000 documents or on CUDA)",
+    )
+
+
 def _add_objective_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--algorithm",
@@ -83,6 +105,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     )
     _add_objective_arguments(p)
     _add_data_arguments(p)
+    _add_redundancy_arguments(p)
     return p
 
 
@@ -221,6 +244,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     _add_objective_arguments(p)
     _add_data_arguments(p)
+    _add_redundancy_arguments(p)
     return p
 
 
@@ -299,6 +323,8 @@ def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
         lamb=args.lamb,
         length_col=args.length_col,
         device=args.device,
+        dup_thresholds=args.dup_thresholds,
+        dup_search=args.dup_search,
     )
     report["selection"] = str(args.selection)
     return report
@@ -382,6 +408,8 @@ def run_bench(args: argparse.Namespace) -> int:
             map_points=args.map_points,
             title=args.title,
             progress=args.progress,
+            dup_thresholds=args.dup_thresholds,
+            dup_search=args.dup_search,
         )
     from .bench import format_markdown
 

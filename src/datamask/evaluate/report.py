@@ -24,6 +24,7 @@ from ..data import Corpus
 from ..neighbors import _block_rows
 from ..objectives import ALGORITHMS, Objective, make_diversity
 from ..objectives.disf import correlation_loss
+from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 
 __all__ = [
     "evaluate_selection",
@@ -113,6 +114,9 @@ def evaluate_selection(
     lamb: float = 0.5,
     length_col: str | None = None,
     device: str = "cpu",
+    dup_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    dup_search: str = "auto",
+    dup_all: bool = True,
 ) -> dict[str, Any]:
     """Score the rows ``selected`` of ``corpus``.
 
@@ -134,6 +138,13 @@ def evaluate_selection(
         ``n_chars, length, n_tokens, text`` present. No length section when none is.
     device : str, default="cpu"
         Where the metrics are computed.
+    dup_thresholds : sequence of float, default=(0.9, 0.95, 0.99)
+        Cosine thresholds of the near-duplicate figures (see
+        :mod:`datamask.evaluate.redundancy`).
+    dup_search : {"auto", "exact", "ivf"}, default="auto"
+        Pair search over the whole input (the selection is always searched exactly).
+    dup_all : bool, default=True
+        Also measure the whole input (``redundancy["all"]``; None when False).
 
     Returns
     -------
@@ -142,8 +153,10 @@ def evaluate_selection(
         ``metrics`` (quality mean, facility coverage of the whole set, mean pairwise
         similarity, DiSF correlation loss, mean nearest-neighbour similarity inside the
         subset), each with the whole corpus' value where it is cheap (``*_all``);
-        ``quality_columns`` (raw means); ``length`` (or None).
+        ``quality_columns`` (raw means); ``length`` (or None); ``redundancy``
+        (``selected`` and ``all``: pairs, documents, groups, largest group per threshold).
     """
+    thresholds = check_thresholds(dup_thresholds)
     check_corpus(corpus)
     rows = np.asarray(selected, dtype=np.int64)
     n = corpus.n_docs
@@ -201,6 +214,10 @@ def evaluate_selection(
         }
     elif length_col:
         raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
+    dup = {
+        "selected": redundancy(x, rows, thresholds=thresholds, method="exact"),
+        "all": redundancy(x, thresholds=thresholds, method=dup_search) if dup_all else None,
+    }
     return {
         "source": corpus.source,
         "n_docs": n,
@@ -210,7 +227,33 @@ def evaluate_selection(
         "metrics": metrics,
         "quality_columns": quality_columns,
         "length": length,
+        "redundancy": dup,
     }
+
+
+def redundancy_rows(dup: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Table rows of the near-duplicate figures: (label, selection, all documents).
+
+    Figures of an approximate (ivf) search of the whole input are lower bounds: ``>=``.
+    """
+    every = dup.get("all")
+    mark = ">=" if every is not None and every["approximate"] else ""
+    rows = [
+        (
+            "near-duplicate search",
+            dup["selected"]["method"],
+            "" if every is None else every["method"] + (" (approx.)" if mark else ""),
+        )
+    ]
+    for t, sel in dup["selected"]["thresholds"].items():
+        whole = every["thresholds"][t] if every is not None else None
+        for key, label in (
+            ("pairs", f"pairs cos > {t}"),
+            ("documents", f"docs in pairs cos > {t}"),
+            ("largest_group", f"largest group cos > {t}"),
+        ):
+            rows.append((label, f"{sel[key]}", f"{mark}{whole[key]}" if whole else ""))
+    return rows
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -233,6 +276,7 @@ def format_report(report: dict[str, Any]) -> str:
         ("DiSF correlation loss", f"{m['disf_loss']:.2f}", f"{m['disf_loss_all']:.2f}"),
         ("mean NN similarity in subset", f"{m['mean_nn_similarity']:.4f}", ""),
     ]
+    rows += redundancy_rows(report["redundancy"])
     for name, v in report["quality_columns"].items():
         rows.append((f"{name} mean (raw)", f"{v['selected']:.4f}", f"{v['all']:.4f}"))
     if report["length"] is not None:

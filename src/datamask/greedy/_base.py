@@ -18,7 +18,15 @@ from tqdm.auto import tqdm
 from .._device import make_generators, resolve_device
 from .._validation import check_corpus, check_ratio, resolve_k
 from ..data import Corpus, Selection
+from ..near_duplicates import (
+    SimilarityCap,
+    capped_top_k,
+    check_max_similarity,
+    infeasible_message,
+    verify_cap,
+)
 from ..objectives import ALGORITHMS, Objective, make_diversity
+from ..optim.mask_learner import top_k_rows
 
 __all__ = ["BaseSelector", "GreedyTrace", "pick_order_scores"]
 
@@ -88,6 +96,10 @@ class BaseSelector:
         "auto", "cpu", "cuda" or "cuda:N".
     progress : bool, default=False
         Show a progress bar over the picks.
+    max_similarity : float, optional
+        Hard cap: no two selected documents have cosine similarity above it (default: no
+        cap). Greedy selectors skip candidates that conflict with a kept document; ranking
+        selectors walk down their ranking; ValueError when fewer than k are compatible.
     """
 
     #: The ``--method`` name of the selector.
@@ -104,6 +116,7 @@ class BaseSelector:
         seed: int = 0,
         device: str = "auto",
         progress: bool = False,
+        max_similarity: float | None = None,
     ) -> None:
         self.objective = objective
         self.algorithm = algorithm
@@ -113,6 +126,7 @@ class BaseSelector:
         self.seed = seed
         self.device = device
         self.progress = progress
+        self.max_similarity = max_similarity
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(select_ratio={self.select_ratio}, seed={self.seed})"
@@ -135,6 +149,7 @@ class BaseSelector:
                 f"algorithm must be one of {list(ALGORITHMS)}; got {self.algorithm!r}."
             )
         self._check_params()
+        check_max_similarity(self.max_similarity)
         check_corpus(corpus)
         self.device_ = resolve_device(self.device)
         n = corpus.n_docs
@@ -144,7 +159,39 @@ class BaseSelector:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
         self.objective_ = objective.bind(corpus, self.k_, self.device_)
         self._torch_gen, self._np_rng = make_generators(int(self.seed), self.device_)
+        self._cap = (
+            None
+            if self.max_similarity is None
+            else SimilarityCap(self.objective_.features_, self.max_similarity, capacity=self.k_)
+        )
         return self.objective_
+
+    # --- the max_similarity cap (no-ops without one) --------------------------------------
+    def _capped(self, row: int) -> bool:
+        """Whether the cap refuses ``row`` (greedy selectors then drop it from the pool)."""
+        return self._cap is not None and not self._cap.admit(row)
+
+    def _check_left(self, picked: int, n_docs: int) -> None:
+        """Raise the infeasible-cap error once every row is picked or refused."""
+        if self._cap is not None and picked + self._cap.n_refused >= n_docs:
+            raise ValueError(
+                infeasible_message(
+                    self.max_similarity, picked, self.k_, n_docs, f"{self.method}'s candidates"
+                )
+            )
+
+    def _top_k(self, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The k best scores (ties by id); under the cap, the k best compatible ones."""
+        if self.max_similarity is None:
+            return top_k_rows(scores, ids, self.k_)
+        return capped_top_k(
+            scores,
+            ids,
+            self.k_,
+            self.objective_.features_,
+            self.max_similarity,
+            what=f"{self.method}'s ranking",
+        )
 
     def _bar(self, total: int) -> tqdm:
         return tqdm(
@@ -165,6 +212,10 @@ class BaseSelector:
         if len(selected) != self.k_ or len(np.unique(selected)) != self.k_:  # internal bug guard
             raise RuntimeError(
                 f"{type(self).__name__} selected {len(np.unique(selected))} rows, not k={self.k_}."
+            )
+        if self.max_similarity is not None:  # exact check before anything is written
+            self.max_pair_similarity_ = verify_cap(
+                self.objective_.features_, selected, self.max_similarity
             )
         self.selected_ = selected
         self.scores_ = np.asarray(scores, dtype=np.float64)

@@ -36,6 +36,7 @@ import torch
 
 from .._validation import check_choice, check_positive
 from ..data import Corpus
+from ..near_duplicates import infeasible_message
 from ..objectives import Objective
 from ..objectives.disf import correlation_loss
 from ._base import BaseSelector
@@ -193,6 +194,8 @@ class GreedyDiSF(BaseSelector):
         check_positive("batch_size", self.batch_size, integer=True)
         check_choice("implementation", self.implementation, IMPLEMENTATIONS)
         check_positive("eps", self.eps, allow_zero=True)
+        if self.implementation == "reference" and self.max_similarity is not None:
+            raise ValueError("max_similarity needs implementation='vectorised'; got 'reference'.")
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         n = corpus.n_docs
@@ -204,19 +207,35 @@ class GreedyDiSF(BaseSelector):
         order: list[np.ndarray] = []
         scores = np.full(n, -float(n))
         losses = []
+        short = 0  # picks the cap refused to earlier batches, carried to the next
         with self._bar(self.k_) as bar:
             for lo, q in zip(starts, quotas, strict=True):
                 hi = min(lo + self.batch_size, n)
+                want = int(q) + short
+                q = min(want, hi - lo)
                 if q == 0:
                     continue
                 first = int(self._np_rng.integers(hi - lo))  # the original: random first pick
+                self._offset = int(lo)
                 local = pick(objective.features_[lo:hi], int(q), first)
+                short = want - len(local)
                 rows = lo + local
                 order.append(rows)
                 scores[rows] = -np.arange(len(rows), dtype=np.float64)
                 if len(rows) >= 2:
                     losses.append(correlation_loss(objective.features_[torch.as_tensor(rows)]))
                 bar.update(len(rows))
+        if short:  # the cap left batches short: fill from every unpicked row, in row order
+            rest = np.setdiff1d(np.arange(n), np.concatenate(order) if order else [])
+            extra = self._cap.walk(rest, self.k_)
+            if len(extra) < short:
+                raise ValueError(
+                    infeasible_message(
+                        self.max_similarity, len(self._cap), self.k_, n, "disf-greedy's candidates"
+                    )
+                )
+            order.append(extra)
+            scores[extra] = 0.5 - n  # kept, after every batch's own picks
         self.order_ = np.concatenate(order).astype(np.int64)
         self.disf_loss_ = correlation_loss(objective.features_[torch.as_tensor(self.order_)])
         self.batch_loss_ = float(np.mean(losses)) if losses else 0.0
@@ -226,6 +245,13 @@ class GreedyDiSF(BaseSelector):
         """Rows of the batch ``xb`` picked greedily, in pick order (batch-local indices)."""
         x = xb.double()
         avail = torch.ones(len(x), dtype=torch.bool, device=x.device)
+        # Under the cap, the first pick is the first compatible row from the random one on.
+        first = next(
+            (r for r in np.roll(np.arange(len(x)), -first) if not self._capped(self._offset + r)),
+            None,
+        )
+        if first is None:
+            return np.zeros(0, dtype=np.int64)
         picks = [first]
         avail[first] = False
         total, second = x[first].clone(), torch.outer(x[first], x[first])
@@ -233,6 +259,12 @@ class GreedyDiSF(BaseSelector):
             rest = torch.nonzero(avail).squeeze(1)
             loss = candidate_losses(count, total, second, x[rest], self.eps)
             j = int(rest[torch.argmin(loss)])  # sync point: once per pick; first min wins
+            while self._capped(self._offset + j):  # conflicts with a kept row: drop it
+                avail[j] = False
+                loss[rest == j] = torch.inf
+                if not bool(avail.any()):
+                    return np.asarray(picks, dtype=np.int64)
+                j = int(rest[torch.argmin(loss)])
             picks.append(j)
             avail[j] = False
             total += x[j]

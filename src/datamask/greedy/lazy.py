@@ -118,10 +118,14 @@ class LazyGreedy(BaseSelector):
                     self.n_evaluations_ += len(rest)
                 m = min(self.batch_size, n)
                 while True:
+                    self._check_left(t, n)
                     # torch.argmax returns the first maximum: ties go to the lower index.
                     j = int(torch.argmax(bounds))  # sync point: once per check
                     if int(fresh[j]) == t:
-                        break
+                        if not self._capped(j):
+                            break
+                        taken[j], bounds[j] = True, -torch.inf  # conflicts with a kept row
+                        continue
                     # 2. Re-evaluate the best stale rows together (taken rows hold -inf).
                     top = torch.topk(bounds, min(m, n - t)).indices
                     stale = top[(fresh[top] != t) & ~taken[top]]

@@ -41,4 +41,6 @@ class RandomSelector(BaseSelector):
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         # numpy's generator, not torch's: the same seed gives the same rows on any device.
         scores = self._np_rng.random(corpus.n_docs)
+        if self.max_similarity is not None:  # walk the random order, skipping conflicts
+            return self._top_k(scores, corpus.ids), scores
         return np.argsort(-scores, kind="stable")[: self.k_], scores

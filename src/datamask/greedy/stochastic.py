@@ -99,8 +99,10 @@ class StochasticGreedy(BaseSelector):
         fresh = torch.full((n,), -1, dtype=torch.long, device=dev)
         pool = torch.arange(n, device=dev)  # rows not yet picked
         self.n_evaluations_ = 0
+        t = 0
         with self._bar(k) as bar:
-            for t in range(k):
+            while t < k:
+                self._check_left(t, n)
                 # 1. A uniform sample without replacement of the remaining rows, sorted so
                 #    that the first maximum is the lowest row index.
                 if s >= len(pool):
@@ -130,9 +132,13 @@ class StochasticGreedy(BaseSelector):
                         fresh[stale] = t
                         self.n_evaluations_ += len(stale)
                     gain = float(bounds[j])
+                if self._capped(j):  # conflicts with a kept row: out of the pool, pick again
+                    pool = pool[pool != j]
+                    continue
                 trace.add(j, gain)
                 state = objective.update(state, j)
                 pool = pool[pool != j]
+                t += 1
                 bar.update()
         self.order_ = np.asarray(trace.order, dtype=np.int64)
         return self.order_, pick_order_scores(self.order_, n)

@@ -6,7 +6,6 @@ import numpy as np
 
 from ..data import Corpus
 from ..objectives import Objective
-from ..optim.mask_learner import top_k_rows
 from ._base import BaseSelector, to_numpy
 
 __all__ = ["TopKQuality"]
@@ -44,4 +43,4 @@ class TopKQuality(BaseSelector):
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         scores = to_numpy(objective.quality_).astype(np.float64)
-        return top_k_rows(scores, corpus.ids, self.k_), scores
+        return self._top_k(scores, corpus.ids), scores

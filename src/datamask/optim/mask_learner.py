@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from .._device import make_generators, resolve_device
 from .._validation import check_choice, check_corpus, check_positive, check_ratio, resolve_k
 from ..data import Corpus, Selection
+from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective, make_diversity
 
 __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
@@ -120,6 +121,10 @@ class MaskLearner:
         Show a progress bar with the running objective.
     log_every : int, default=0
         Record ``history_`` (and refresh the bar) every this many steps; 0 picks ~50 points.
+    max_similarity : float, optional
+        Hard cap: no two kept documents have cosine similarity above it (default: no cap).
+        Applied in the final rounding: walking down the logits, a document that conflicts
+        with a higher-logit kept one is skipped and the next compatible one kept instead.
 
     Attributes
     ----------
@@ -169,6 +174,7 @@ class MaskLearner:
         device: str = "auto",
         progress: bool = False,
         log_every: int = 0,
+        max_similarity: float | None = None,
     ) -> None:
         self.objective = objective
         self.algorithm = algorithm
@@ -188,6 +194,7 @@ class MaskLearner:
         self.device = device
         self.progress = progress
         self.log_every = log_every
+        self.max_similarity = max_similarity
 
     # ----------------------------------------------------------------------------------------
     def check_params(self) -> None:
@@ -212,6 +219,7 @@ class MaskLearner:
         check_positive("min_lr", self.min_lr_)
         if self.min_lr_ > self.max_lr_:
             raise ValueError(f"min_lr ({self.min_lr_}) must not exceed max_lr ({self.max_lr_}).")
+        check_max_similarity(self.max_similarity)
 
     def _lr(self, step: int) -> float:
         frac = step / max(self.n_epochs_ - 1, 1)
@@ -280,7 +288,14 @@ class MaskLearner:
             self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
         else:
             self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
-        self.selected_ = top_k_rows(logits, corpus.ids, self.k_)
+        if self.max_similarity is None:
+            self.selected_ = top_k_rows(logits, corpus.ids, self.k_)
+        else:  # the cap, then its exact check (see near_duplicates)
+            x = self.objective_.features_
+            self.selected_ = capped_top_k(
+                logits, corpus.ids, self.k_, x, self.max_similarity, what="the learner's ranking"
+            )
+            self.max_pair_similarity_ = verify_cap(x, self.selected_, self.max_similarity)
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
         self.terms_ = self.objective_.term_values(self.selected_)
         return self
