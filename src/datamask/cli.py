@@ -43,8 +43,10 @@ SELECT_DEFAULTS: dict[str, Any] = {
     "estimator": "expected",
     "mask_sampler": "bernoulli",
     "baseline": "group",
-    "n_neighbors": 128,
+    "n_neighbors": None,
     "knn": "auto",
+    "n_probe": None,
+    "threads": None,
     "seed": 0,
     "device": "auto",
     "id_col": "chunk_id",
@@ -105,6 +107,44 @@ def add_column_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool
     )
 
 
+def add_graph_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool) -> None:
+    """``--n-neighbors``, ``--knn`` and ``--n-probe``: the facility-location graph."""
+    from .neighbors import KNN_METHODS
+
+    add = parser.add_argument
+    add(
+        "--n-neighbors",
+        "--n_neighbors",
+        dest="n_neighbors",
+        type=int,
+        help="K of the facility-location neighbour graph (default: from select_ratio, "
+        "16 expected kept neighbours, at least 64)",
+    )
+    add(
+        "--knn",
+        choices=list(KNN_METHODS),
+        default="auto" if with_defaults else None,
+        help="neighbour search (default: auto = exact on GPU or N <= 20k, else ivf)",
+    )
+    add(
+        "--n-probe",
+        "--n_probe",
+        dest="n_probe",
+        type=int,
+        help="probes of the ivf/faiss neighbour search (default: 16)",
+    )
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--threads``: torch's and numpy's thread count (default: the cores available)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of torch and numpy (default: the cores available to the process)",
+    )
+
+
 def _load_config(path: str) -> dict[str, Any]:
     """Read a YAML or TOML file of select settings; keys may use '-' or '_'."""
     p = Path(path)
@@ -138,8 +178,17 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     add("--output", required=False, help="output parquet path (written atomically)")
     add(
         "--method",
-        choices=["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"],
-        help="selector (default: mask, the DATAMASK learner)",
+        choices=[
+            "mask",
+            "greedy",
+            "greedy-dense",
+            "stochastic-greedy",
+            "disf-greedy",
+            "topk",
+            "random",
+        ],
+        help="selector (default: mask, the DATAMASK learner; greedy: lazy greedy on the "
+        "learner's K-NN graph; greedy-dense: on all pairs)",
     )
     add(
         "--algorithm",
@@ -198,20 +247,10 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         help="reinforce masks (default: bernoulli)",
     )
     add("--baseline", choices=["group", "loo"], help="reinforce reward baseline (default: group)")
-    add(
-        "--n-neighbors",
-        "--n_neighbors",
-        dest="n_neighbors",
-        type=int,
-        help="K of the facility-location neighbour graph (default: 128)",
-    )
-    add(
-        "--knn",
-        choices=["auto", "exact", "ivf"],
-        help="neighbour search (default: auto = exact on GPU or N <= 20k, else ivf)",
-    )
+    add_graph_arguments(p, with_defaults=False)
     add("--seed", type=int, help="random seed (default: 0)")
     add("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
+    add_threads_argument(p)
     add_column_arguments(p, with_defaults=False)  # None: a --config file may set them
     add(
         "--selected-only",
@@ -360,6 +399,9 @@ def summary_path(output: str | Path) -> Path:
 def run_select(args: argparse.Namespace) -> int:
     """``datamask select`` on one parquet file (directories and globs go to the runner)."""
     args = _resolve_select(args)
+    from ._device import set_threads
+
+    args.threads = set_threads(args.threads)
     if _is_sharded(args.input) or getattr(args, "partition", None) not in (None, "none"):
         from .distributed import run_distributed
 
@@ -379,7 +421,7 @@ def run_select(args: argparse.Namespace) -> int:
     )
     read_seconds = time.perf_counter() - started
     diversity = [
-        make_diversity(a, n_neighbors=args.n_neighbors, knn=args.knn)
+        make_diversity(a, n_neighbors=args.n_neighbors, knn=args.knn, n_probe=args.n_probe)
         if a == "Facility"
         else make_diversity(a)
         for a in args.algorithm
@@ -425,8 +467,11 @@ def run_select(args: argparse.Namespace) -> int:
         "seconds": {
             "read": read_seconds,
             "fit": selector.fit_seconds_,
+            "graph": selector.graph_seconds_,
+            "optimise": selector.optimise_seconds_,
             "total": time.perf_counter() - started,
         },
+        "graph": _graph_summary(selector),
         "device": str(getattr(selector, "device_", args.device)),
         "settings": settings,
         "resolved": {
@@ -445,6 +490,25 @@ def run_select(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.output} and {summary_path(args.output)}")
     return 0
+
+
+def _graph_summary(selector: Any) -> dict[str, Any] | None:
+    """The facility graph the selection used: method, K, recall@K on 200 sampled rows."""
+    from .neighbors import sampled_recall
+    from .objectives import FacilityLocation
+
+    terms = [t for _, t in selector.objective_.terms if isinstance(t, FacilityLocation)]
+    term = next((t for t in terms if t.graph_ is not None), None)
+    if term is None:
+        return None
+    return {
+        "method": term.graph_method_,
+        "n_neighbors": term.n_neighbors_,
+        "n_probe": term.n_probe,
+        "recall_sampled": sampled_recall(term.features_, term.graph_[0], n_rows=200),
+        "recall_rows": min(200, term.n_docs),
+        "seconds": term.graph_seconds_,
+    }
 
 
 def run_embed(args: argparse.Namespace) -> int:

@@ -94,7 +94,7 @@ class DiSF(Term):
         return 1.0 - _weighted_offdiag(p[clients][None], self.features_[clients])[0] / self.scale_
 
     # Greedy state: count, feature sum and second-moment sum of the selection.
-    def init_state(self) -> tuple[int, torch.Tensor, torch.Tensor]:
+    def init_state(self, graph: bool = False) -> tuple[int, torch.Tensor, torch.Tensor]:
         d = self.features_.shape[1]
         z = self.features_.new_zeros
         return 0, z(d, dtype=torch.float64), z(d, d, dtype=torch.float64)
@@ -102,20 +102,36 @@ class DiSF(Term):
     def gains(
         self, state: tuple[int, torch.Tensor, torch.Tensor], candidates: torch.Tensor
     ) -> torch.Tensor:
+        """Exact gains from a rank-one update of the covariance, two GEMMs for all candidates.
+
+        Adding x to c rows with mean m and covariance C gives
+        ``C' = a C + b u u^T`` (``u = x - m``, ``a = c / (c + 1)``, ``b = c / (c + 1)^2``), so
+        with ``D = 1 / diag(C')`` the squared correlations sum to
+        ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (sum u^2 D)^2``: O(d^2) per
+        candidate as matrix products, no d x d matrix per candidate.
+        """
         count, total, second = state
         d = self.features_.shape[1]
         before = self._loss_from_moments(count, total, second) if count >= 1 else 1.0
+        if count == 0:  # one row has no variance: every correlation is 0, D = 1
+            return torch.zeros(len(candidates), dtype=self.features_.dtype, device=total.device)
+        mean = total / count
+        cov = second / count - mean[:, None] * mean[None, :]
+        a, b = count / (count + 1), count / (count + 1) ** 2
+        cov_sq = cov * cov
         out = []
-        chunk = max(1, (1 << 24) // (d * d))
+        chunk = max(1, (1 << 24) // d)
         for c in candidates.split(chunk):
-            xc = self.features_[c].double()  # (c, d)
-            n1 = count + 1
-            mean = (total[None] + xc) / n1
-            sec = (second[None] + xc[:, :, None] * xc[:, None, :]) / n1
-            cov = sec - mean[:, :, None] * mean[:, None, :]
-            inv = cov.diagonal(dim1=1, dim2=2).clamp_min(_EPS).rsqrt()
-            corr = cov * inv[:, :, None] * inv[:, None, :]
-            off = (corr * corr).sum((1, 2)) - (corr.diagonal(dim1=1, dim2=2) ** 2).sum(1)
+            u = self.features_[c].double() - mean[None]  # (c, d)
+            diag = a * cov.diagonal()[None] + b * u * u
+            inv = 1.0 / diag.clamp_min(_EPS)
+            ud = u * inv
+            total_sq = (
+                a * a * ((inv @ cov_sq) * inv).sum(1)
+                + 2 * a * b * ((ud @ cov) * ud).sum(1)
+                + b * b * (u * ud).sum(1) ** 2
+            )
+            off = total_sq - ((diag * inv) ** 2).sum(1)
             after = 1.0 - off / (d * (d - 1)) / self.scale_
             out.append((after - before).to(self.features_.dtype))
         return torch.cat(out)

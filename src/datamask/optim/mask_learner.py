@@ -36,10 +36,12 @@ from .._device import make_generators, resolve_device
 from .._validation import check_choice, check_corpus, check_positive, check_ratio, resolve_k
 from ..data import Corpus, Selection
 from ..objectives import Objective, make_diversity
+from .local_search import swap_search
 
 __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
 
 ESTIMATORS = ("expected", "reinforce")
+REFINES = ("swap", "none")
 INITS = ("same", "quality")
 MASK_SAMPLERS = ("bernoulli", "topk")
 BASELINES = ("group", "loo")
@@ -120,6 +122,12 @@ class MaskLearner:
         Show a progress bar with the running objective.
     log_every : int, default=0
         Record ``history_`` (and refresh the bar) every this many steps; 0 picks ~50 points.
+    refine : {"swap", "none"}, default="swap"
+        Rounding of the logits: ``none`` keeps their top k; ``swap`` improves that top k
+        by swap local search on the graph objective (:func:`~datamask.optim.local_search.
+        swap_search`), which never lowers it. README "The learner and its estimator".
+    max_swap_rounds : int, default=200
+        Rounds of the swap search.
 
     Attributes
     ----------
@@ -128,7 +136,8 @@ class MaskLearner:
     logits_ : ndarray of float32, shape (n_docs,)
         Final logits theta.
     scores_ : ndarray of float64, shape (n_docs,)
-        The logits again, under the name every selector shares (higher = kept first).
+        The logits, the selected rows lifted above all others (higher = kept first; equal
+        to the logits when the refinement swapped nothing).
     probabilities_ : ndarray of float32, shape (n_docs,)
         Final keep-probabilities.
     history_ : list of dict
@@ -138,6 +147,12 @@ class MaskLearner:
     fit_seconds_ : float
         Wall time of :meth:`fit` up to the selection, without the exact evaluation of
         ``terms_`` afterwards (every selector is timed the same way).
+    graph_seconds_, optimise_seconds_ : float
+        ``fit_seconds_`` split into building the neighbour graph and the rest.
+    refine_seconds_ : float
+        Time of the swap search (inside ``optimise_seconds_``).
+    swaps_ : int
+        Swaps the refinement made.
 
     Examples
     --------
@@ -169,6 +184,8 @@ class MaskLearner:
         device: str = "auto",
         progress: bool = False,
         log_every: int = 0,
+        refine: str = "swap",
+        max_swap_rounds: int = 200,
     ) -> None:
         self.objective = objective
         self.algorithm = algorithm
@@ -188,6 +205,8 @@ class MaskLearner:
         self.device = device
         self.progress = progress
         self.log_every = log_every
+        self.refine = refine
+        self.max_swap_rounds = max_swap_rounds
 
     # ----------------------------------------------------------------------------------------
     def check_params(self) -> None:
@@ -196,6 +215,8 @@ class MaskLearner:
         check_choice("init", self.init, INITS)
         check_choice("mask_sampler", self.mask_sampler, MASK_SAMPLERS)
         check_choice("baseline", self.baseline, BASELINES)
+        check_choice("refine", self.refine, REFINES)
+        check_positive("max_swap_rounds", self.max_swap_rounds, integer=True)
         check_ratio("select_ratio", self.select_ratio)
         check_ratio("partial", self.partial, high_open=False)
         check_positive("n_rollout", self.n_rollout, integer=True)
@@ -274,14 +295,28 @@ class MaskLearner:
 
         logits = theta.float().cpu().numpy()
         self.logits_ = logits
-        self.scores_ = logits.astype(np.float64)
         if self.estimator == "expected":
             tau = _budget_shift(theta, self.k_)
             self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
         else:
             self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
-        self.selected_ = top_k_rows(logits, corpus.ids, self.k_)
+        selected = top_k_rows(logits, corpus.ids, self.k_)
+        refine_start = time.perf_counter()
+        self.swaps_ = 0
+        if self.refine == "swap":
+            rows = torch.as_tensor(selected, device=self.device_)
+            found = swap_search(self.objective_, rows, max_rounds=self.max_swap_rounds)
+            self.swaps_ = found.swaps
+            selected = np.sort(found.selected.cpu().numpy().astype(np.int64))
+        self.refine_seconds_ = time.perf_counter() - refine_start
+        self.selected_ = selected
+        scores = logits.astype(np.float64)
+        if self.swaps_:
+            scores[selected] += scores.max() - scores.min() + 1.0
+        self.scores_ = scores
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
+        self.graph_seconds_ = self.objective_.graph_info()["graph_seconds"]
+        self.optimise_seconds_ = self.fit_seconds_ - self.graph_seconds_
         self.terms_ = self.objective_.term_values(self.selected_)
         return self
 
@@ -343,7 +378,7 @@ class MaskLearner:
         """The fitted result as a :class:`~datamask.data.Selection`."""
         return Selection(
             selected=self.selected_,
-            scores=self.logits_.astype(np.float64),
+            scores=self.scores_,
             meta={
                 "method": "mask",
                 "estimator": self.estimator,
