@@ -20,6 +20,10 @@ rebuilt from them.
 
 from __future__ import annotations
 
+# isort: off
+import datamask  # noqa: F401  (first: it makes idle OpenMP threads sleep before torch loads)
+
+# isort: on
 import argparse
 import json
 import os
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--disf-greedy-budget",
         type=float,
-        default=3e13,
+        default=1.5e11,
         help="skip the greedy on Facility+DiSF when n * k * d^2 exceeds this (its gains cost "
         "O(n d^2) a pick)",
     )

@@ -209,7 +209,7 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         "--n_epochs",
         dest="n_epochs",
         type=int,
-        help="learner steps (default: 300 for the expected estimator, 5000 for reinforce)",
+        help="learner steps (default: 100 for the expected estimator, 5000 for reinforce)",
     )
     add("--partial", type=float, help="fraction of documents per step, in (0, 1] (default: 0.1)")
     add(

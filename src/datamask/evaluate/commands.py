@@ -144,7 +144,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         dest="n_epochs",
         type=int,
         default=None,
-        help="learner steps (default: the learner's own, 300 for the expected estimator)",
+        help="learner steps (default: the learner's own, 100 for the expected estimator)",
     )
     add_graph_arguments(p, with_defaults=True)
     p.add_argument(

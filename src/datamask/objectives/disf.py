@@ -102,27 +102,52 @@ class DiSF(Term):
     def gains(
         self, state: tuple[int, torch.Tensor, torch.Tensor], candidates: torch.Tensor
     ) -> torch.Tensor:
-        """Exact gains from a rank-one update of the covariance, two GEMMs for all candidates.
-
-        Adding x to c rows with mean m and covariance C gives
-        ``C' = a C + b u u^T`` (``u = x - m``, ``a = c / (c + 1)``, ``b = c / (c + 1)^2``), so
-        with ``D = 1 / diag(C')`` the squared correlations sum to
-        ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (sum u^2 D)^2``: O(d^2) per
-        candidate as matrix products, no d x d matrix per candidate.
-        """
+        """Exact gains of adding each candidate, by a rank-one covariance update (see
+        :meth:`_rank_one_values`): two GEMMs for all candidates, no d x d matrix each."""
         count, total, second = state
-        d = self.features_.shape[1]
         before = self._loss_from_moments(count, total, second) if count >= 1 else 1.0
-        if count == 0:  # one row has no variance: every correlation is 0, D = 1
+        if count == 0:  # one row has no variance: every correlation is 0
             return torch.zeros(len(candidates), dtype=self.features_.dtype, device=total.device)
+        after = self._rank_one_values(count, total, second, candidates, +1)
+        return (after - before).to(self.features_.dtype)
+
+    def swap_scores(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For every row: the term's gain if it were added to ``selected``, and its loss if
+        it were dropped (each alone, exact); O(n d^2) as matrix products."""
+        x = self.features_[selected].double()
+        count, total, second = len(selected), x.sum(0), x.T @ x
+        before = self._loss_from_moments(count, total, second)
+        every = torch.arange(self.n_docs, device=self.features_.device)
+        gain = self._rank_one_values(count, total, second, every, +1) - before
+        loss = before - self._rank_one_values(count, total, second, every, -1)
+        return gain, loss
+
+    def _rank_one_values(
+        self,
+        count: int,
+        total: torch.Tensor,
+        second: torch.Tensor,
+        rows: torch.Tensor,
+        sign: int,
+    ) -> torch.Tensor:
+        """The term's value after adding (``sign=+1``) or removing (-1) each row alone.
+
+        With mean m and covariance C of the c rows and ``u = x - m``, adding x gives
+        ``C' = a C + b u u^T`` with ``a = c / (c + 1)``, ``b = c / (c + 1)^2``; removing it,
+        ``a = c / (c - 1)``, ``b = -c / (c - 1)^2``. With ``D = 1 / diag(C')`` the squared
+        correlations sum to ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (u^T (u o D))^2``.
+        """
+        d = self.features_.shape[1]
         mean = total / count
         cov = second / count - mean[:, None] * mean[None, :]
-        a, b = count / (count + 1), count / (count + 1) ** 2
+        c1 = count + sign
+        if c1 < 1:
+            return torch.ones(len(rows), dtype=torch.float64, device=total.device)
+        a, b = count / c1, sign * count / c1**2
         cov_sq = cov * cov
         out = []
-        chunk = max(1, (1 << 24) // d)
-        for c in candidates.split(chunk):
-            u = self.features_[c].double() - mean[None]  # (c, d)
+        for part in rows.split(max(1, (1 << 24) // d)):
+            u = self.features_[part].double() - mean[None]  # (c, d)
             diag = a * cov.diagonal()[None] + b * u * u
             inv = 1.0 / diag.clamp_min(_EPS)
             ud = u * inv
@@ -132,8 +157,7 @@ class DiSF(Term):
                 + b * b * (u * ud).sum(1) ** 2
             )
             off = total_sq - ((diag * inv) ** 2).sum(1)
-            after = 1.0 - off / (d * (d - 1)) / self.scale_
-            out.append((after - before).to(self.features_.dtype))
+            out.append(1.0 - off / (d * (d - 1)) / self.scale_)
         return torch.cat(out)
 
     def _loss_from_moments(self, count: int, total: torch.Tensor, second: torch.Tensor) -> float:

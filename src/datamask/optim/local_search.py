@@ -2,15 +2,17 @@
 
 The learner's top-k of the logits is a rounding of a relaxed solution; this module improves
 it on the objective the greedy yardstick maximises (facility location on the K-nearest-
-neighbour graph, quality and pairwise similarity exactly; DiSF only checked). Each round
-is a few vectorised passes over the graph:
+neighbour graph, quality, pairwise similarity and DiSF exactly). Each round is a few
+vectorised passes over the graph (and, for DiSF, two n x d x d matrix products):
 
 1. for every kept row a, the loss of dropping it (``l_a``): the coverage its clients fall
-   back to (their second-best kept neighbour), the quality and pairwise terms it carries;
+   back to (their second-best kept neighbour), the quality, pairwise and DiSF terms it
+   carries;
 2. for every other row b, the gain of adding it (``g_b``), against the current coverage;
 3. the best M drops are paired with the best M adds, in order; a pair with
-   ``g_b - l_a > 0`` is an improving swap on its own (the exact swap gain is never lower
-   for facility location, and the pairwise cross term is added exactly);
+   ``g_b - l_a > 0`` is an improving swap on its own for facility location, quality and
+   pairwise similarity (the exact swap gain is never lower for facility location, the
+   pairwise cross term is added exactly); for DiSF it is a first-order estimate;
 4. the positive pairs are applied together and the exact graph objective is recomputed;
    the batch is kept only if the objective rose, else M is halved and the round repeats.
 
@@ -90,7 +92,11 @@ def _scores(
             dots = x.to(dtype) @ pair_sum
             gain += w * (-2.0 * dots) / c
             loss += w * (-2.0 * dots + 2.0) / c
-        elif not isinstance(term, DiSF):  # DiSF: checked by the exact objective only
+        elif isinstance(term, DiSF):  # each row alone; the pair's joint effect is checked
+            g, l_ = term.swap_scores(sel)
+            gain += w * g
+            loss += w * l_
+        else:
             raise TypeError(f"swap_search does not know the term {type(term).__name__}.")
     return gain, loss, pair_sum, pair_w
 

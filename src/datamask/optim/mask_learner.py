@@ -96,7 +96,7 @@ class MaskLearner:
         runner to honour a global ratio exactly. The learner still uses ``select_ratio``
         for its initial logits and Gumbel top-k batch sizes.
     n_epochs : int, optional
-        Optimisation steps. Default 5000 for reinforce (the reference), 300 for expected.
+        Optimisation steps. Default 5000 for reinforce (the reference), 100 for expected.
     partial : float, default=0.1
         Fraction of documents drawn per step: the batch of the reinforce estimator; for
         the expected estimator, the documents whose coverage is averaged (facility
@@ -224,7 +224,7 @@ class MaskLearner:
             raise ValueError(f"n_rollout must be >= 2 to normalise rewards; got {self.n_rollout}.")
         reinforce = self.estimator == "reinforce"
         self.n_epochs_ = (
-            self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 300)
+            self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 100)
         )
         check_positive("n_epochs", self.n_epochs_, integer=True)
         self.max_lr_ = self.max_lr if self.max_lr is not None else (10.0 if reinforce else 0.5)
