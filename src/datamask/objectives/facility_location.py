@@ -169,6 +169,7 @@ class FacilityLocation(Term):
             clients = torch.arange(n, device=idx.device).repeat_interleave(kk)[order]
             ptr = torch.searchsorted(cols[order], torch.arange(n + 1, device=idx.device))
             self.reverse_ = (ptr, clients, sim.reshape(-1)[order])
+            self._ptr_list = ptr.tolist()  # python ints: slicing one column costs no sync
         return self.reverse_
 
     def graph_coverage(self, selected: torch.Tensor) -> torch.Tensor:
@@ -245,6 +246,14 @@ class FacilityLocation(Term):
             out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
             return (out.index_add_(0, idx.reshape(-1), gain) / self.n_docs).to(cover.dtype)
         ptr, clients, sims = self.reverse_graph()
+        if len(candidates) <= 64:  # the lazy greedy's few stale rows: slices, no scatter
+            bounds = self._ptr_list
+            spans = [(bounds[c], bounds[c + 1]) for c in candidates.tolist()]
+            rows = torch.cat([clients[a:b] for a, b in spans])
+            vals = (torch.cat([sims[a:b] for a, b in spans]) - cover[rows]).clamp_min(0.0)
+            csum = torch.cat([vals.new_zeros(1, dtype=torch.float64), vals.double().cumsum(0)])
+            ends = torch.tensor([0] + [b - a for a, b in spans], device=ptr.device).cumsum(0)
+            return ((csum[ends[1:]] - csum[ends[:-1]]) / self.n_docs).to(cover.dtype)
         start, count = ptr[candidates], ptr[candidates + 1] - ptr[candidates]
         owner = torch.repeat_interleave(count)  # candidate of each entry (this form is fast)
         offset = torch.cumsum(count, 0) - count  # where each candidate's run starts
@@ -255,8 +264,9 @@ class FacilityLocation(Term):
 
     def update(self, state: CoverState, j: int) -> CoverState:
         if state.graph:
-            ptr, clients, sims = self.reverse_graph()
-            rows, s = clients[ptr[j] : ptr[j + 1]], sims[ptr[j] : ptr[j + 1]]
+            _, clients, sims = self.reverse_graph()
+            lo, hi = self._ptr_list[j], self._ptr_list[j + 1]
+            rows, s = clients[lo:hi], sims[lo:hi]
             state.cover[rows] = torch.maximum(state.cover[rows], s)  # in place: O(K), not O(n)
             return state
         dense = self._dense()

@@ -55,6 +55,41 @@ class SwapResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _csr(
+    keys: torch.Tensor, values: torch.Tensor, n: int, *, presorted: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``values`` grouped by ``keys`` in [0, n): ``(ptr, grouped)``, group j at ptr[j]:ptr[j+1]."""
+    if not presorted:
+        order = torch.argsort(keys, stable=True)
+        keys, values = keys[order], values[order]
+    return torch.searchsorted(keys, torch.arange(n + 1, device=keys.device)), values
+
+
+def _footprints(objective: Objective, keep: torch.Tensor) -> list:
+    """Per facility term: the documents each kept row covers best or second best, and the
+    documents each other row would gain on (both CSR), for :func:`_independent`."""
+    n = keep.shape[0]
+    out = []
+    for _, term in objective.terms:
+        if not isinstance(term, FacilityLocation):
+            continue
+        idx, sim = term.knn_graph()
+        top = (sim * keep[idx].to(sim.dtype)).topk(min(2, sim.shape[1]), dim=1)
+        owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
+        real = (top.values > 0).reshape(-1)  # a zero similarity is no neighbour
+        clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
+        rptr, rclients, rsims = term.reverse_graph()
+        gains_here = rsims > top.values[:, 0][rclients]  # beats the current cover
+        cols = torch.repeat_interleave(rptr[1:] - rptr[:-1])
+        out.append(
+            (
+                _csr(owners.reshape(-1)[real], clients[real], n),
+                _csr(cols[gains_here], rclients[gains_here], n, presorted=True),
+            )
+        )
+    return out
+
+
 def _scores(
     objective: Objective, keep: torch.Tensor, k: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float]:
@@ -101,6 +136,40 @@ def _scores(
     return gain, loss, pair_sum, pair_w
 
 
+def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: int) -> list[int]:
+    """The pairs, in order, whose swaps do not interact on facility location: no two adds
+    gain on a common document (the gain would be counted twice) and no two drops are the
+    best and second-best cover of a common document (its fallback would be gone). Swaps
+    chosen so add up: the objective rises by at least the sum of their bounds."""
+    if not footprints:
+        return list(range(len(adds)))
+    added = torch.zeros(n, dtype=torch.bool, device=adds.device)
+    dropped = torch.zeros(n, dtype=torch.bool, device=adds.device)
+    chosen = []
+    for p, (b, a) in enumerate(zip(adds.tolist(), drops.tolist(), strict=True)):
+        add_rows, drop_rows = [], []
+        for (ptr, covered), (gptr, gained) in footprints:
+            add_rows.append(gained[gptr[b] : gptr[b + 1]])
+            drop_rows.append(covered[ptr[a] : ptr[a + 1]])
+        ra, rd = torch.cat(add_rows), torch.cat(drop_rows)
+        if bool(added[ra].any()) or bool(dropped[rd].any()):
+            continue
+        added[ra] = True
+        dropped[rd] = True
+        chosen.append(p)
+    return chosen
+
+
+def _apply(
+    objective: Objective, keep: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
+) -> tuple[torch.Tensor, float]:
+    """The mask with ``drops`` swapped for ``adds``, and its graph objective."""
+    trial = keep.clone()
+    trial[drops] = False
+    trial[adds] = True
+    return trial, graph_objective(objective, torch.nonzero(trial).squeeze(1))
+
+
 def swap_search(
     objective: Objective,
     selected: torch.Tensor,
@@ -120,8 +189,8 @@ def swap_search(
     max_rounds : int, default=200
         Rounds of the search (each a few O(n K) passes), accepted or not.
     batch : int, optional
-        Swaps tried together in the first round (default k // 8); doubled after an
-        accepted round, halved after a rejected one.
+        Candidate pairs examined in the first round (default min(k, 1024)); doubled after
+        an accepted round, halved after a rejected one.
     tol : float, default=1e-12
         A swap or a batch must raise the objective by more than this.
 
@@ -137,7 +206,7 @@ def swap_search(
     keep = torch.zeros(n, dtype=torch.bool, device=dev)
     keep[sel] = True
     current = start = graph_objective(objective, sel)
-    m = max(1, k // 8) if batch is None else int(batch)
+    m = min(k, 1024) if batch is None else int(batch)
     result = SwapResult(selected=sel, start=start, value=start)
     scores = None
     for rnd in range(max_rounds):
@@ -157,11 +226,13 @@ def swap_search(
         good = torch.nonzero(bound > tol).squeeze(1)
         if len(good) == 0:
             break
-        trial = keep.clone()
-        trial[drops[good]] = False
-        trial[adds[good]] = True
-        rows = torch.nonzero(trial).squeeze(1)
-        value = graph_objective(objective, rows)
+        # Every positive pair at once; if that does not rise, the non-interacting ones.
+        trial, value = _apply(objective, keep, adds[good], drops[good])
+        if not value > current + tol and len(good) > 1:
+            pick = _independent(adds[good], drops[good], _footprints(objective, keep), n)
+            if len(pick) < len(good):
+                good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
+                trial, value = _apply(objective, keep, adds[good], drops[good])
         if value > current + tol:
             keep, current, scores = trial, value, None
             result.swaps += len(good)
@@ -169,7 +240,7 @@ def swap_search(
             m = min(2 * m, k)
         elif len(good) == 1:  # a lone positive bound that did not rise: rounding noise
             break
-        else:
+        else:  # interacting swaps of pairwise similarity or DiSF: fewer at once
             m = max(1, min(m, len(good)) // 2)
     result.selected = torch.nonzero(keep).squeeze(1)
     result.value = current
