@@ -65,16 +65,15 @@ def _csr(
     return torch.searchsorted(keys, torch.arange(n + 1, device=keys.device)), values
 
 
-def _footprints(objective: Objective, keep: torch.Tensor) -> list:
+def _footprints(objective: Objective, keep: torch.Tensor, tops: list) -> list:
     """Per facility term: the documents each kept row covers best or second best, and the
-    documents each other row would gain on (both CSR), for :func:`_independent`."""
+    documents each other row would gain on (both CSR), for :func:`_independent`. ``tops``:
+    each term's two best kept similarities per document (from :func:`_scores`)."""
     n = keep.shape[0]
     out = []
-    for _, term in objective.terms:
-        if not isinstance(term, FacilityLocation):
-            continue
-        idx, sim = term.knn_graph()
-        top = (sim * keep[idx].to(sim.dtype)).topk(min(2, sim.shape[1]), dim=1)
+    terms = [t for w, t in objective.terms if isinstance(t, FacilityLocation) and w != 0]
+    for term, top in zip(terms, tops, strict=True):
+        idx, _ = term.knn_graph()
         owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
         real = (top.values > 0).reshape(-1)  # a zero similarity is no neighbour
         clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
@@ -92,13 +91,15 @@ def _footprints(objective: Objective, keep: torch.Tensor) -> list:
 
 def _scores(
     objective: Objective, keep: torch.Tensor, k: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float]:
-    """Per row: gain of adding it, loss of dropping it; the pairwise sum and its weight."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float, list]:
+    """Per row: gain of adding it, loss of dropping it; the pairwise sum and its weight;
+    per facility term, the two best kept similarities of every document."""
     n = keep.shape[0]
     dtype = torch.float64
     gain = torch.zeros(n, dtype=dtype, device=keep.device)
     loss = torch.zeros(n, dtype=dtype, device=keep.device)
     pair_sum, pair_w = None, 0.0
+    tops = []
     sel = torch.nonzero(keep).squeeze(1)
     for w, term in objective.terms:
         if w == 0:
@@ -111,6 +112,7 @@ def _scores(
             idx, sim = term.knn_graph()
             covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
             top = covered.topk(min(2, covered.shape[1]), dim=1)
+            tops.append(top)
             best = top.values[:, 0]
             second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
             owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
@@ -133,7 +135,7 @@ def _scores(
             loss += w * l_
         else:
             raise TypeError(f"swap_search does not know the term {type(term).__name__}.")
-    return gain, loss, pair_sum, pair_w
+    return gain, loss, pair_sum, pair_w, tops
 
 
 def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: int) -> list[int]:
@@ -213,7 +215,7 @@ def swap_search(
         result.rounds = rnd + 1
         if scores is None:
             scores = _scores(objective, keep, k)
-        gain, loss, pair_sum, pair_w = scores
+        gain, loss, pair_sum, pair_w, tops = scores
         m_eff = min(m, k, n - k)
         if m_eff < 1:
             break
@@ -229,7 +231,7 @@ def swap_search(
         # Every positive pair at once; if that does not rise, the non-interacting ones.
         trial, value = _apply(objective, keep, adds[good], drops[good])
         if not value > current + tol and len(good) > 1:
-            pick = _independent(adds[good], drops[good], _footprints(objective, keep), n)
+            pick = _independent(adds[good], drops[good], _footprints(objective, keep, tops), n)
             if len(pick) < len(good):
                 good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
                 trial, value = _apply(objective, keep, adds[good], drops[good])
