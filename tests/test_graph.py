@@ -216,3 +216,15 @@ def test_same_seed_gives_bit_identical_logits_across_runs_and_thread_counts(algo
     np.testing.assert_array_equal(one.selected_, again.selected_)
     np.testing.assert_array_equal(one.logits_, two.logits_)
     np.testing.assert_array_equal(one.selected_, two.selected_)
+
+
+def test_faiss_graph_when_installed():
+    pytest.importorskip("faiss")
+    corpus = make_clustered(2000, 16, 10, seed=4)
+    x = torch.as_tensor(corpus.features)
+    idx, sim = knn_graph(x, 24, method="faiss", n_probe=44)  # every list: exact search
+    assert idx.shape == (2000, 24)
+    assert sampled_recall(x, idx) == 1.0
+    again, _ = knn_graph(x, 24, method="faiss", n_probe=44)
+    assert torch.equal(idx, again)
+    assert bool((sim[:, :-1] >= sim[:, 1:]).all())  # most similar first
