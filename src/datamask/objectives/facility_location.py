@@ -169,6 +169,7 @@ class FacilityLocation(Term):
             clients = torch.arange(n, device=idx.device).repeat_interleave(kk)[order]
             ptr = torch.searchsorted(cols[order], torch.arange(n + 1, device=idx.device))
             self.reverse_ = (ptr, clients, sim.reshape(-1)[order])
+            self.reverse_cols_ = cols[order]  # the column (row j) of every entry, sorted
             self._ptr_list = ptr.tolist()  # python ints: slicing one column costs no sync
         return self.reverse_
 

@@ -79,7 +79,7 @@ def _footprints(objective: Objective, keep: torch.Tensor, tops: list) -> list:
         clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
         rptr, rclients, rsims = term.reverse_graph()
         gains_here = rsims > top.values[:, 0][rclients]  # beats the current cover
-        cols = torch.repeat_interleave(rptr[1:] - rptr[:-1])
+        cols = term.reverse_cols_
         out.append(
             (
                 _csr(owners.reshape(-1)[real], clients[real], n),
