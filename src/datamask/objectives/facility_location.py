@@ -11,19 +11,30 @@ import torch
 from ..neighbors import _block_rows, knn_graph, resolve_knn
 from .base import Term
 
-__all__ = ["FacilityLocation", "KEPT_NEIGHBORS", "MIN_NEIGHBORS", "neighbors_for_ratio"]
+__all__ = [
+    "FacilityLocation",
+    "KEPT_NEIGHBORS",
+    "MAX_NEIGHBORS",
+    "MIN_NEIGHBORS",
+    "neighbors_for_ratio",
+]
 
 #: With ``n_neighbors=None`` K is chosen so that a document expects this many kept
 #: neighbours in its list (K * k / n); README "The learner and its estimator".
 KEPT_NEIGHBORS = 16
-#: ... and K is never below this (nor above n).
+#: ... and K is never below this (nor above n) ...
 MIN_NEIGHBORS = 64
+#: ... nor above this: the graph, its reverse and the swap search's work arrays hold about
+#: 40 bytes per entry (N = 50k, K = 1024: 2 GB). Below select_ratio 1/64 fewer than 16
+#: kept neighbours are expected; pass ``n_neighbors`` to go higher.
+MAX_NEIGHBORS = 1024
 
 
 def neighbors_for_ratio(k: int, n: int) -> int:
     """K of the graph for a selection of ``k`` of ``n`` rows:
-    ``min(n, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
-    return int(min(n, max(MIN_NEIGHBORS, math.ceil(KEPT_NEIGHBORS * n / max(k, 1)))))
+    ``min(n, MAX_NEIGHBORS, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
+    wanted = max(MIN_NEIGHBORS, math.ceil(KEPT_NEIGHBORS * n / max(k, 1)))
+    return int(min(n, MAX_NEIGHBORS, wanted))
 
 
 @dataclass
