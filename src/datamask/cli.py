@@ -43,6 +43,7 @@ SELECT_DEFAULTS: dict[str, Any] = {
     "estimator": "expected",
     "mask_sampler": "bernoulli",
     "baseline": "group",
+    "refine": "swap",
     "n_neighbors": None,
     "knn": "auto",
     "n_probe": None,
@@ -247,6 +248,12 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         help="reinforce masks (default: bernoulli)",
     )
     add("--baseline", choices=["group", "loo"], help="reinforce reward baseline (default: group)")
+    add(
+        "--refine",
+        choices=["swap", "none"],
+        help="rounding of the logits: swap local search on the graph objective, or plain "
+        "top-k (default: swap)",
+    )
     add_graph_arguments(p, with_defaults=False)
     add("--seed", type=int, help="random seed (default: 0)")
     add("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
@@ -442,6 +449,7 @@ def run_select(args: argparse.Namespace) -> int:
             estimator=args.estimator,
             mask_sampler=args.mask_sampler,
             baseline=args.baseline,
+            refine=args.refine,
         )
     else:
         params = common

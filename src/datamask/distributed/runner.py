@@ -104,6 +104,7 @@ class Settings:
     estimator: str = "expected"
     mask_sampler: str = "bernoulli"
     baseline: str = "group"
+    refine: str = "swap"
     n_neighbors: int | None = None
     knn: str = "auto"
     seed: int = 0
@@ -143,6 +144,7 @@ class Settings:
             estimator=self.estimator,
             mask_sampler=self.mask_sampler,
             baseline=self.baseline,
+            refine=self.refine,
             seed=seed,
             device=device or self.device,
             progress=False,
