@@ -111,15 +111,17 @@ class DiSF(Term):
         after = self._rank_one_values(count, total, second, candidates, +1)
         return (after - before).to(self.features_.dtype)
 
-    def swap_scores(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For every row: the term's gain if it were added to ``selected``, and its loss if
-        it were dropped (each alone, exact); O(n d^2) as matrix products."""
+    def swap_scores(
+        self, selected: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The term's gain if each of ``adds`` were added to ``selected`` alone, and its loss
+        if each of ``drops`` (rows of ``selected``) were dropped alone; exact, O(d^2) a row
+        as matrix products."""
         x = self.features_[selected].double()
         count, total, second = len(selected), x.sum(0), x.T @ x
         before = self._loss_from_moments(count, total, second)
-        every = torch.arange(self.n_docs, device=self.features_.device)
-        gain = self._rank_one_values(count, total, second, every, +1) - before
-        loss = before - self._rank_one_values(count, total, second, every, -1)
+        gain = self._rank_one_values(count, total, second, adds, +1) - before
+        loss = before - self._rank_one_values(count, total, second, drops, -1)
         return gain, loss
 
     def _rank_one_values(

@@ -3,7 +3,8 @@
 The learner's top-k of the logits is a rounding of a relaxed solution; this module improves
 it on the objective the greedy yardstick maximises (facility location on the K-nearest-
 neighbour graph, quality, pairwise similarity and DiSF exactly). Each round is a few
-vectorised passes over the graph (and, for DiSF, two n x d x d matrix products):
+vectorised passes over the graph (and, for DiSF, matrix products over the ``DISF_POOL``
+best candidates of the other terms):
 
 1. for every kept row a, the loss of dropping it (``l_a``): the coverage its clients fall
    back to (their second-best kept neighbour), the quality, pairwise and DiSF terms it
@@ -29,7 +30,11 @@ import torch
 
 from ..objectives import DiSF, FacilityLocation, Objective, PairwiseSimilarity, Quality
 
-__all__ = ["SwapResult", "graph_objective", "swap_search"]
+__all__ = ["DISF_POOL", "SwapResult", "graph_objective", "swap_search"]
+
+#: DiSF's swap scores cost O(d^2) a row; they are computed for at least this many add and
+#: drop candidates (those the other terms rank best), every row below that size.
+DISF_POOL = 8192
 
 
 def graph_objective(objective: Objective, selected: torch.Tensor) -> float:
@@ -129,10 +134,8 @@ def _scores(
             dots = x.to(dtype) @ pair_sum
             gain += w * (-2.0 * dots) / c
             loss += w * (-2.0 * dots + 2.0) / c
-        elif isinstance(term, DiSF):  # each row alone; the pair's joint effect is checked
-            g, l_ = term.swap_scores(sel)
-            gain += w * g
-            loss += w * l_
+        elif isinstance(term, DiSF):  # O(d^2) a row: scored on the candidates only, below
+            pass
         else:
             raise TypeError(f"swap_search does not know the term {type(term).__name__}.")
     return gain, loss, pair_sum, pair_w, tops
@@ -210,6 +213,7 @@ def swap_search(
     current = start = graph_objective(objective, sel)
     m = min(k, 1024) if batch is None else int(batch)
     result = SwapResult(selected=sel, start=start, value=start)
+    disf = [(w, t) for w, t in objective.terms if isinstance(t, DiSF) and w != 0]
     scores = None
     for rnd in range(max_rounds):
         result.rounds = rnd + 1
@@ -219,9 +223,24 @@ def swap_search(
         m_eff = min(m, k, n - k)
         if m_eff < 1:
             break
-        adds = gain.masked_fill(keep, -torch.inf).topk(m_eff).indices
-        drops = (-loss.masked_fill(~keep, torch.inf)).topk(m_eff).indices
-        bound = gain[adds] - loss[drops]
+        add_score = gain.masked_fill(keep, -torch.inf)
+        drop_score = -loss.masked_fill(~keep, torch.inf)
+        if disf:  # DiSF on a pool of the candidates the other terms rank best
+            pool = max(4 * m_eff, DISF_POOL)
+            add_pool = add_score.topk(min(pool, n - k)).indices
+            drop_pool = drop_score.topk(min(pool, k)).indices
+            rows = torch.nonzero(keep).squeeze(1)
+            add_score = torch.full_like(gain, -torch.inf)
+            drop_score = torch.full_like(loss, -torch.inf)
+            add_score[add_pool] = gain[add_pool]
+            drop_score[drop_pool] = -loss[drop_pool]
+            for w, term in disf:
+                g, l_ = term.swap_scores(rows, add_pool, drop_pool)
+                add_score[add_pool] += w * g
+                drop_score[drop_pool] -= w * l_
+        adds = add_score.topk(m_eff).indices
+        drops = drop_score.topk(m_eff).indices
+        bound = add_score[adds] + drop_score[drops]
         if pair_sum is not None:  # exact pairwise cross term of each pair
             x = objective.features_
             bound = bound + 2.0 * pair_w * (x[adds] * x[drops]).sum(1).double()
