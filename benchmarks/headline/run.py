@@ -1,16 +1,17 @@
 """Reproduce the headline table: the learner against the sparse greedy on its own objective.
 
     python benchmarks/headline/run.py                      # every case below
-    python benchmarks/headline/run.py --cases realtext-50k demo
+    python benchmarks/headline/run.py --cases realtext demo
     python benchmarks/headline/run.py --out /tmp/headline  # somewhere else
 
 Cases (each is one ``datamask bench`` run, every method in a fresh process, same machine,
 same thread count), real text first:
 
-- ``realtext-50k``: the 50k real-text corpus (``benchmarks/realtext/build_corpus.py``
-  builds it when missing), k = 10%, lamb = 0.5, facility location + quality: mask, lazy
-  greedy on the K-NN graph (the yardstick), top-k, random (stochastic greedy and the dense
-  greedy read the 10 GB N x N matrix at 50k: left out).
+- ``realtext``: the real-text corpus (``--realtext``; default the 50k corpus, which
+  ``benchmarks/realtext/build_corpus.py`` builds when missing), k = 10%, lamb = 0.5,
+  facility location + quality: mask, lazy greedy on the K-NN graph (the yardstick),
+  top-k, random (stochastic greedy and the dense greedy read the 10 GB N x N matrix at
+  50k: left out).
 - ``demo``: the shipped demo corpus (examples/demo/demo_docs.parquet), same objective,
   plus the dense greedy.
 - ``clustered-10k``, ``clustered-50k``: ``make_clustered(N, 384, 50, seed=0)``, same
@@ -51,7 +52,7 @@ AT_50K = ["mask", "greedy", "topk", "random"]
 DISF_METHODS = ["mask", "disf-greedy", "topk", "random"]
 
 CASES: dict[str, dict[str, Any]] = {
-    "realtext-50k": {"n": "realtext", "algorithm": "Facility", "methods": AT_50K},
+    "realtext": {"n": "realtext", "algorithm": "Facility", "methods": AT_50K},
     "demo": {"n": None, "algorithm": "Facility", "methods": WITH_DENSE},
     "clustered-10k": {"n": 10_000, "algorithm": "Facility", "methods": WITH_DENSE},
     "clustered-50k": {"n": 50_000, "algorithm": "Facility", "methods": AT_50K},
@@ -60,14 +61,14 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def run_case(name: str, out: Path, device: str) -> dict[str, Any]:
+def run_case(name: str, out: Path, device: str, realtext: Path = REALTEXT) -> dict[str, Any]:
     spec = CASES[name]
     if spec["n"] == "realtext":
-        if not REALTEXT.exists():
-            builder = REALTEXT.parents[1] / "build_corpus.py"
-            subprocess.run([sys.executable, str(builder), "--out", str(REALTEXT)], check=True)
-        corpus = read_corpus(REALTEXT)
-        corpus.source = "benchmarks/realtext/data/realtext.parquet"
+        if not realtext.exists():
+            builder = HERE.parent / "realtext" / "build_corpus.py"
+            subprocess.run([sys.executable, str(builder), "--out", str(realtext)], check=True)
+        corpus = read_corpus(realtext)
+        corpus.source = f"real text ({realtext.name}, {corpus.n_docs} documents)"
     elif spec["n"] is None:
         corpus = read_corpus(DEMO, extra_cols=["n_chars"])
         corpus.source = "examples/demo/demo_docs.parquet"
@@ -167,10 +168,11 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--out", default=str(HERE), help="folder for results/ and RESULTS.md")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--realtext", type=Path, default=REALTEXT, help="real-text corpus")
     args = parser.parse_args()
     out = Path(args.out)
     for name in args.cases:
-        run_case(name, out / "results", args.device)
+        run_case(name, out / "results", args.device, args.realtext)
         summary = summarise(out / "results")
         tmp = out / "RESULTS.md.tmp"
         tmp.write_text(summary)

@@ -4,8 +4,10 @@
     python benchmarks/realtext/knn.py --corpus other.parquet --k 128 1600
 
 For each K: ``exact`` (blocked all-pairs), our torch ``ivf`` and faiss ``IndexIVFFlat``
-(when installed) at several probe counts. Wall and CPU seconds of the build, and recall@K
-measured on 1,000 random rows against the exact neighbours. Writes ``KNN.md`` beside it.
+(when installed), each at several list counts (``--lists``; default sqrt(N); more lists
+stand in for a larger corpus) and probe fractions (``--fractions`` of the lists). Wall and
+CPU seconds of the build, and recall@K measured on 1,000 random rows against the exact
+neighbours. Writes ``KNN.md`` beside it.
 """
 
 # isort: off
@@ -13,6 +15,7 @@ import datamask  # noqa: F401  (first: it makes idle OpenMP threads sleep before
 
 # isort: on
 import argparse
+import math
 import os
 import sys
 import time
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     p.add_argument("--k", nargs="+", type=int, default=[128, 320])
-    p.add_argument("--probes", nargs="+", type=int, default=[4, 8, 16, 32, 64])
+    p.add_argument("--lists", nargs="+", type=int, default=[0], help="0: sqrt(N)")
+    p.add_argument("--fractions", nargs="+", type=float, default=[0.05, 0.1, 0.2, 0.3, 0.5])
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--rows", type=int, default=1000, help="rows the recall is measured on")
     p.add_argument("--out", type=Path, default=HERE / "KNN.md")
@@ -53,24 +57,29 @@ def main(argv: list[str] | None = None) -> int:
         f"(N={n}, d={d}), {threads} threads, recall on {args.rows} random rows against "
         "the exact K neighbours.",
         "",
-        "| K | method | probes | seconds | CPU s | recall@K | load |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| K | method | lists | probes | seconds | CPU s | recall@K | load |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for kk in args.k:
-        for method in methods:
-            for probe in [None] if method == "exact" else args.probes:
-                cpu0, t0 = _cpu_seconds(), time.perf_counter()
-                idx, _ = knn_graph(x, kk, method=method, n_probe=probe)
-                wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
-                recall = sampled_recall(x, idx, n_rows=args.rows)
-                load = os.getloadavg()[0]
-                row = (
-                    f"| {kk} | {method} | {probe or '-'} | {wall:.2f} | {cpu:.1f} | "
-                    f"{recall:.4f} | {load:.1f} |"
-                )
-                print(row, flush=True)
-                lines.append(row)
-                del idx
+        settings = [("exact", None, None)] + [
+            (m, lists or int(n**0.5), max(1, math.ceil(f * (lists or int(n**0.5)))))
+            for lists in args.lists
+            for m in methods[1:]
+            for f in args.fractions
+        ]
+        for method, lists, probe in settings:
+            cpu0, t0 = _cpu_seconds(), time.perf_counter()
+            idx, _ = knn_graph(x, kk, method=method, n_probe=probe, n_lists=lists)
+            wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+            recall = sampled_recall(x, idx, n_rows=args.rows)
+            load = os.getloadavg()[0]
+            row = (
+                f"| {kk} | {method} | {lists or '-'} | {probe or '-'} | {wall:.2f} | "
+                f"{cpu:.1f} | {recall:.4f} | {load:.1f} |"
+            )
+            print(row, flush=True)
+            lines.append(row)
+            del idx
     args.out.write_text("\n".join(lines) + "\n")
     return 0
 

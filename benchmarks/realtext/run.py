@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import torch
 
 from datamask import make_clustered
@@ -66,7 +67,17 @@ def load_set(name: str, corpus_path: Path, clustered_n: int) -> Corpus | None:
                 print(f"realtext: {corpus_path} missing and no {builder.name}; skipped")
                 return None
             subprocess.run([sys.executable, str(builder), "--out", str(corpus_path)], check=True)
-        return read_corpus(corpus_path)
+        corpus = read_corpus(corpus_path)
+        meta = pq.read_schema(corpus_path).metadata or {}
+        info = json.loads(meta.get(b"datamask.realtext", b"{}"))
+        if info.get("partial"):
+            corpus.source = (
+                f"real-text corpus, partial snapshot: {corpus.n_docs} of "
+                f"{info.get('rows_total')} documents (a uniform random sample)"
+            )
+        else:
+            corpus.source = "real-text corpus (benchmarks/realtext/build_corpus.py)"
+        return corpus
     if name == "demo":
         return read_corpus(ROOT / "examples" / "demo" / "demo_docs.parquet")
     if name == "shared":

@@ -125,14 +125,15 @@ def add_graph_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool)
         "--knn",
         choices=list(KNN_METHODS),
         default="auto" if with_defaults else None,
-        help="neighbour search (default: auto = exact on GPU or N <= 20k, else ivf)",
+        help="neighbour search (default: auto = exact on GPU or N <= 20k, else faiss when "
+        "installed, else ivf)",
     )
     add(
         "--n-probe",
         "--n_probe",
         dest="n_probe",
         type=int,
-        help="probes of the ivf/faiss neighbour search (default: 16)",
+        help="probes of the ivf/faiss neighbour search (default: 30%%/20%% of their sqrt(N) lists)",
     )
 
 

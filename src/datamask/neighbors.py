@@ -8,7 +8,8 @@ import torch
 
 __all__ = [
     "AUTO_EXACT_MAX",
-    "DEFAULT_N_PROBE",
+    "PROBE_FRACTION",
+    "default_n_probe",
     "KNN_METHODS",
     "knn_graph",
     "resolve_knn",
@@ -21,9 +22,15 @@ KNN_METHODS = ("auto", "exact", "ivf", "faiss")
 #: ``auto`` compares every pair up to this many rows on CPU (always on CUDA).
 AUTO_EXACT_MAX = 20_000
 
-#: Probes of the approximate searches (see README "The neighbour graph" for the recall
-#: measured against cost on real embeddings).
-DEFAULT_N_PROBE = 16
+#: The approximate searches probe this fraction of their lists by default: on real MiniLM
+#: embeddings (13k documents, 115 to 316 lists) recall@160 was 0.958-0.962 for ivf at 0.3
+#: and 0.958 for faiss at 0.2 (README "The neighbour graph").
+PROBE_FRACTION = {"ivf": 0.3, "faiss": 0.2}
+
+
+def default_n_probe(n_lists: int, method: str = "ivf") -> int:
+    """Probes of ``ivf``/``faiss`` when none is given: ``ceil(PROBE_FRACTION * n_lists)``."""
+    return max(1, math.ceil(PROBE_FRACTION.get(method, PROBE_FRACTION["ivf"]) * n_lists))
 
 
 def faiss_available() -> bool:
@@ -36,14 +43,16 @@ def faiss_available() -> bool:
 
 
 def resolve_knn(method: str, n: int, device: torch.device) -> str:
-    """The search ``knn_graph`` runs: ``auto`` -> exact on CUDA or n <= AUTO_EXACT_MAX,
-    else ivf."""
+    """The search ``knn_graph`` runs: ``auto`` -> exact on CUDA or n <= AUTO_EXACT_MAX, else
+    faiss when installed (it reached recall 0.95 at less time than ivf), else ivf."""
     if method not in KNN_METHODS:
         raise ValueError(f"knn must be one of {list(KNN_METHODS)}; got {method!r}.")
     if method == "faiss" and not faiss_available():
         raise ImportError("knn='faiss' needs faiss: pip install 'datamask[faiss]'.")
     if method == "auto":
-        return "exact" if (device.type == "cuda" or n <= AUTO_EXACT_MAX) else "ivf"
+        if device.type == "cuda" or n <= AUTO_EXACT_MAX:
+            return "exact"
+        return "faiss" if faiss_available() else "ivf"
     return method
 
 
@@ -104,6 +113,7 @@ def knn_graph(
     *,
     method: str = "auto",
     n_probe: int | None = None,
+    n_lists: int | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``n_neighbors`` most similar rows of every row (itself included), sorted.
@@ -121,10 +131,12 @@ def knn_graph(
         rows filed under its own nearest centroid: O(n^1.5 d n_probe) and approximate.
         ``faiss`` is faiss' ``IndexIVFFlat`` (inner product, sqrt(n) lists, ``n_probe``
         lists searched per row; needs ``pip install datamask[faiss]``).
-        ``auto``: see :data:`AUTO_EXACT_MAX`.
+        ``auto``: see :func:`resolve_knn`.
     n_probe : int, optional
-        Probes of ``ivf``/``faiss``; default :data:`DEFAULT_N_PROBE`. More probes: higher
-        recall, proportionally more time.
+        Probes of ``ivf``/``faiss``; default :func:`default_n_probe` of the list count.
+        More probes: higher recall, proportionally more time.
+    n_lists : int, optional
+        Clusters (inverted lists) of ``ivf``/``faiss``; default sqrt(n).
     generator : torch.Generator, optional
         Draws of the ivf k-means. Default: a generator seeded with 0, so the graph depends
         on the input alone, never on torch's global random state.
@@ -135,12 +147,13 @@ def knn_graph(
     """
     n = x.shape[0]
     k = min(n_neighbors, n)
-    n_probe = DEFAULT_N_PROBE if n_probe is None else n_probe
+    n_clusters = max(1, min(n, int(math.sqrt(n)) if n_lists is None else int(n_lists)))
+    method = resolve_knn(method, n, x.device)
+    n_probe = default_n_probe(n_clusters, method) if n_probe is None else n_probe
     if isinstance(n_probe, bool) or not isinstance(n_probe, int) or n_probe < 1:
         raise ValueError(f"n_probe must be an integer >= 1; got {n_probe!r}.")
-    method = resolve_knn(method, n, x.device)
     if method == "faiss":
-        return _faiss_graph(x, k, n_probe)
+        return _faiss_graph(x, k, n_probe, n_clusters)
     if method == "exact":
         idx, sim = [], []
         step = _block_rows(n)
@@ -149,7 +162,6 @@ def knn_graph(
             idx.append(i)
             sim.append(s)
         return torch.cat(idx), torch.cat(sim)
-    n_clusters = max(1, int(math.sqrt(n)))
     if generator is None:  # never torch's global RNG: the same input gives the same graph
         generator = torch.Generator(device=x.device).manual_seed(0)
     cent = spherical_kmeans(
@@ -186,13 +198,14 @@ def knn_graph(
     return out_idx, out_sim
 
 
-def _faiss_graph(x: torch.Tensor, k: int, n_probe: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """K-NN graph by faiss ``IndexIVFFlat`` (inner product), sqrt(n) lists, seeded k-means."""
+def _faiss_graph(
+    x: torch.Tensor, k: int, n_probe: int, n_lists: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K-NN graph by faiss ``IndexIVFFlat`` (inner product), seeded k-means."""
     import faiss
 
     xs = x.detach().float().cpu().contiguous().numpy()
     n, d = xs.shape
-    n_lists = max(1, int(math.sqrt(n)))
     faiss.omp_set_num_threads(torch.get_num_threads())
     quantizer = faiss.IndexFlatIP(d)
     index = faiss.IndexIVFFlat(quantizer, d, n_lists, faiss.METRIC_INNER_PRODUCT)

@@ -72,7 +72,7 @@ class FacilityLocation(Term):
     knn : {"auto", "exact", "ivf", "faiss"}, default="auto"
         How the graph is built, see :func:`datamask.neighbors.knn_graph`.
     n_probe : int, optional
-        Probes of the approximate searches (default ``neighbors.DEFAULT_N_PROBE``).
+        Probes of the approximate searches (default ``neighbors.default_n_probe``).
     graph : (indices, similarities) tensors, optional
         A prebuilt graph with at least K columns, most similar first (its first K are
         used): benchmarks build it once for several selectors.
