@@ -230,3 +230,16 @@ def test_faiss_graph_when_installed():
     again, _ = knn_graph(x, 24, method="faiss", n_probe=44)
     assert torch.equal(idx, again)
     assert bool((sim[:, :-1] >= sim[:, 1:]).all())  # most similar first
+
+
+def test_auto_search_and_default_probes():
+    from datamask.neighbors import default_n_probe, faiss_available, resolve_knn
+
+    cpu = torch.device("cpu")
+    assert resolve_knn("auto", 20_000, cpu) == "exact"
+    assert resolve_knn("auto", 20_001, cpu) == ("faiss" if faiss_available() else "ivf")
+    assert default_n_probe(223, "ivf") == 67 and default_n_probe(223, "faiss") == 45
+    with pytest.raises(ValueError, match="knn must be one of"):
+        resolve_knn("hnsw", 10, cpu)
+    with pytest.raises(ValueError, match="n_probe must be an integer >= 1"):
+        knn_graph(torch.eye(4), 2, method="ivf", n_probe=0)
