@@ -306,7 +306,9 @@ def write_markdown(results: Path, target: Path) -> None:
             f"{wins + losses} settings; lowest learner J / sparse greedy "
             f"{_fmt(100 * worst if worst is not None else None, '.3f')}%."
         )
-    target.write_text("\n".join(lines[:7] + ["## Summary", "", *summary, ""] + lines[7:]) + "\n")
+    head = 5  # title, blank, two lines of explanation, blank: the summary goes after them
+    body = lines[:head] + ["## Summary", "", *summary, ""] + lines[head:]
+    target.write_text("\n".join(body) + "\n")
 
 
 if __name__ == "__main__":
