@@ -119,7 +119,7 @@ def test_markdown_without_greedy_has_dashes():
         plots=False,
     )
     md = format_markdown(result)
-    assert "| topk |" in md and "J / greedy" in md
+    assert "| topk |" in md and "J / sparse greedy" in md
     assert result["figures"] == {}
 
 

@@ -18,10 +18,10 @@ def test_selects_exactly_k(small_corpus, estimator, ratio):
     assert len(learner.selected_) == k
     assert len(np.unique(learner.selected_)) == k
     assert np.all(np.diff(learner.selected_) > 0)
-    # The selection is exactly the top-k of the final logits.
+    # The selection is exactly the top-k of its scores (the logits, refined by swaps).
     assert (
-        learner.logits_[learner.selected_].min()
-        >= np.delete(learner.logits_, learner.selected_).max()
+        learner.scores_[learner.selected_].min()
+        >= np.delete(learner.scores_, learner.selected_).max()
     )
 
 

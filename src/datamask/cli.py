@@ -54,8 +54,11 @@ SELECT_DEFAULTS: dict[str, Any] = {
     "estimator": "expected",
     "mask_sampler": "bernoulli",
     "baseline": "group",
-    "n_neighbors": 128,
+    "refine": "swap",
+    "n_neighbors": None,
     "knn": "auto",
+    "n_probe": None,
+    "threads": None,
     "seed": 0,
     "device": "auto",
     "id_col": "chunk_id",
@@ -114,6 +117,45 @@ def add_column_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool
         dest="feature_col",
         default="feature_arr" if with_defaults else None,
         help="embedding column (default: feature_arr)",
+    )
+
+
+def add_graph_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool) -> None:
+    """``--n-neighbors``, ``--knn`` and ``--n-probe``: the facility-location graph."""
+    from .neighbors import KNN_METHODS
+
+    add = parser.add_argument
+    add(
+        "--n-neighbors",
+        "--n_neighbors",
+        dest="n_neighbors",
+        type=int,
+        help="K of the facility-location neighbour graph (default: from select_ratio, "
+        "16 expected kept neighbours, at least 64)",
+    )
+    add(
+        "--knn",
+        choices=list(KNN_METHODS),
+        default="auto" if with_defaults else None,
+        help="neighbour search (default: auto = exact on GPU or N <= 20k, else faiss when "
+        "installed, else ivf)",
+    )
+    add(
+        "--n-probe",
+        "--n_probe",
+        dest="n_probe",
+        type=int,
+        help="probes of the ivf/faiss neighbour search (default: 30%%/20%% of their sqrt(N) lists)",
+    )
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--threads``: torch's and numpy's thread count (default: the cores available)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of torch and numpy (default: the cores available to the process)",
     )
 
 
@@ -191,8 +233,17 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     add("--output", required=False, help="output parquet path (written atomically)")
     add(
         "--method",
-        choices=["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"],
-        help="selector (default: mask, the DATAMASK learner)",
+        choices=[
+            "mask",
+            "greedy",
+            "greedy-dense",
+            "stochastic-greedy",
+            "disf-greedy",
+            "topk",
+            "random",
+        ],
+        help="selector (default: mask, the DATAMASK learner; greedy: lazy greedy on the "
+        "learner's K-NN graph; greedy-dense: on all pairs)",
     )
     add(
         "--algorithm",
@@ -213,7 +264,7 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         "--n_epochs",
         dest="n_epochs",
         type=int,
-        help="learner steps (default: 300 for the expected estimator, 5000 for reinforce)",
+        help="learner steps (default: 100 for the expected estimator, 5000 for reinforce)",
     )
     add("--partial", type=float, help="fraction of documents per step, in (0, 1] (default: 0.1)")
     add(
@@ -252,17 +303,12 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     )
     add("--baseline", choices=["group", "loo"], help="reinforce reward baseline (default: group)")
     add(
-        "--n-neighbors",
-        "--n_neighbors",
-        dest="n_neighbors",
-        type=int,
-        help="K of the facility-location neighbour graph (default: 128)",
+        "--refine",
+        choices=["swap", "none"],
+        help="rounding of the logits: swap local search on the graph objective, or plain "
+        "top-k (default: swap)",
     )
-    add(
-        "--knn",
-        choices=["auto", "exact", "ivf"],
-        help="neighbour search (default: auto = exact on GPU or N <= 20k, else ivf)",
-    )
+    add_graph_arguments(p, with_defaults=False)
     add("--seed", type=int, help="random seed (default: 0)")
     add("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
     add(
@@ -273,6 +319,7 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         help="hard cap: no two selected documents with cosine similarity above this, "
         "e.g. 0.95 (default: off)",
     )
+    add_threads_argument(p)
     add_column_arguments(p, with_defaults=False)  # None: a --config file may set them
     add(
         "--selected-only",
@@ -442,6 +489,9 @@ def _versions() -> dict[str, str]:
 def run_select(args: argparse.Namespace) -> int:
     """``datamask select`` on one parquet file (directories and globs go to the runner)."""
     args = _resolve_select(args)
+    from ._device import set_threads
+
+    args.threads = set_threads(args.threads)
     if _is_sharded(args.input) or getattr(args, "partition", None) not in (None, "none"):
         from .distributed import run_distributed
 
@@ -473,7 +523,7 @@ def _select_one_file(args: argparse.Namespace) -> int:
     )
     read_seconds = time.perf_counter() - started
     diversity = [
-        make_diversity(a, n_neighbors=args.n_neighbors, knn=args.knn)
+        make_diversity(a, n_neighbors=args.n_neighbors, knn=args.knn, n_probe=args.n_probe)
         if a == "Facility"
         else make_diversity(a)
         for a in args.algorithm
@@ -498,6 +548,7 @@ def _select_one_file(args: argparse.Namespace) -> int:
             estimator=args.estimator,
             mask_sampler=args.mask_sampler,
             baseline=args.baseline,
+            refine=args.refine,
         )
     else:
         params = common
@@ -522,8 +573,11 @@ def _select_one_file(args: argparse.Namespace) -> int:
         "seconds": {
             "read": read_seconds,
             "fit": selector.fit_seconds_,
+            "graph": selector.graph_seconds_,
+            "optimise": selector.optimise_seconds_,
             "total": time.perf_counter() - started,
         },
+        "graph": _graph_summary(selector),
         "device": str(getattr(selector, "device_", args.device)),
         "settings": settings,
         "resolved": {
@@ -542,6 +596,25 @@ def _select_one_file(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.output} and {summary_path(args.output)}")
     return 0
+
+
+def _graph_summary(selector: Any) -> dict[str, Any] | None:
+    """The facility graph the selection used: method, K, recall@K on 200 sampled rows."""
+    from .neighbors import sampled_recall
+    from .objectives import FacilityLocation
+
+    terms = [t for _, t in selector.objective_.terms if isinstance(t, FacilityLocation)]
+    term = next((t for t in terms if t.graph_ is not None), None)
+    if term is None:
+        return None
+    return {
+        "method": term.graph_method_,
+        "n_neighbors": term.n_neighbors_,
+        "n_probe": term.n_probe,
+        "recall_sampled": sampled_recall(term.features_, term.graph_[0], n_rows=200),
+        "recall_rows": min(200, term.n_docs),
+        "seconds": term.graph_seconds_,
+    }
 
 
 def run_embed(args: argparse.Namespace) -> int:

@@ -6,7 +6,54 @@ import math
 
 import torch
 
-__all__ = ["spherical_kmeans", "knn_graph"]
+__all__ = [
+    "AUTO_EXACT_MAX",
+    "PROBE_FRACTION",
+    "default_n_probe",
+    "KNN_METHODS",
+    "knn_graph",
+    "resolve_knn",
+    "sampled_recall",
+    "spherical_kmeans",
+]
+
+KNN_METHODS = ("auto", "exact", "ivf", "faiss")
+
+#: ``auto`` compares every pair up to this many rows on CPU (always on CUDA).
+AUTO_EXACT_MAX = 20_000
+
+#: The approximate searches probe this fraction of their lists by default: on real MiniLM
+#: embeddings (13k documents, 115 to 316 lists) recall@160 was 0.958-0.962 for ivf at 0.3
+#: and 0.958 for faiss at 0.2 (README "The neighbour graph").
+PROBE_FRACTION = {"ivf": 0.3, "faiss": 0.2}
+
+
+def default_n_probe(n_lists: int, method: str = "ivf") -> int:
+    """Probes of ``ivf``/``faiss`` when none is given: ``ceil(PROBE_FRACTION * n_lists)``."""
+    return max(1, math.ceil(PROBE_FRACTION.get(method, PROBE_FRACTION["ivf"]) * n_lists))
+
+
+def faiss_available() -> bool:
+    """Whether the optional faiss package can be imported."""
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_knn(method: str, n: int, device: torch.device) -> str:
+    """The search ``knn_graph`` runs: ``auto`` -> exact on CUDA or n <= AUTO_EXACT_MAX, else
+    faiss when installed (it reached recall 0.95 at less time than ivf), else ivf."""
+    if method not in KNN_METHODS:
+        raise ValueError(f"knn must be one of {list(KNN_METHODS)}; got {method!r}.")
+    if method == "faiss" and not faiss_available():
+        raise ImportError("knn='faiss' needs faiss: pip install 'datamask[faiss]'.")
+    if method == "auto":
+        if device.type == "cuda" or n <= AUTO_EXACT_MAX:
+            return "exact"
+        return "faiss" if faiss_available() else "ivf"
+    return method
 
 
 def _block_rows(n_cols: int, budget: int = 1 << 26) -> int:
@@ -65,7 +112,8 @@ def knn_graph(
     n_neighbors: int,
     *,
     method: str = "auto",
-    n_probe: int = 4,
+    n_probe: int | None = None,
+    n_lists: int | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``n_neighbors`` most similar rows of every row (itself included), sorted.
@@ -76,12 +124,19 @@ def knn_graph(
         Unit rows.
     n_neighbors : int
         K, capped at n.
-    method : {"auto", "exact", "ivf"}, default="auto"
+    method : {"auto", "exact", "ivf", "faiss"}, default="auto"
         ``exact`` compares every pair in blocks (O(n^2 d), best on GPU or small n);
         ``ivf`` clusters the rows (spherical k-means, about sqrt(n) clusters), files every
         row under its ``n_probe`` nearest centroids and searches, for each row, only the
         rows filed under its own nearest centroid: O(n^1.5 d n_probe) and approximate.
-        ``auto`` is exact on CUDA or when n <= 20,000, else ivf.
+        ``faiss`` is faiss' ``IndexIVFFlat`` (inner product, sqrt(n) lists, ``n_probe``
+        lists searched per row; needs ``pip install datamask[faiss]``).
+        ``auto``: see :func:`resolve_knn`.
+    n_probe : int, optional
+        Probes of ``ivf``/``faiss``; default :func:`default_n_probe` of the list count.
+        More probes: higher recall, proportionally more time.
+    n_lists : int, optional
+        Clusters (inverted lists) of ``ivf``/``faiss``; default sqrt(n).
     generator : torch.Generator, optional
         Draws of the ivf k-means. Default: a generator seeded with 0, so the graph depends
         on the input alone, never on torch's global random state.
@@ -92,8 +147,13 @@ def knn_graph(
     """
     n = x.shape[0]
     k = min(n_neighbors, n)
-    if method == "auto":
-        method = "exact" if (x.device.type == "cuda" or n <= 20_000) else "ivf"
+    n_clusters = max(1, min(n, int(math.sqrt(n)) if n_lists is None else int(n_lists)))
+    method = resolve_knn(method, n, x.device)
+    n_probe = default_n_probe(n_clusters, method) if n_probe is None else n_probe
+    if isinstance(n_probe, bool) or not isinstance(n_probe, int) or n_probe < 1:
+        raise ValueError(f"n_probe must be an integer >= 1; got {n_probe!r}.")
+    if method == "faiss":
+        return _faiss_graph(x, k, n_probe, n_clusters)
     if method == "exact":
         idx, sim = [], []
         step = _block_rows(n)
@@ -102,9 +162,6 @@ def knn_graph(
             idx.append(i)
             sim.append(s)
         return torch.cat(idx), torch.cat(sim)
-    if method != "ivf":
-        raise ValueError(f"method must be 'auto', 'exact' or 'ivf'; got {method!r}.")
-    n_clusters = max(1, int(math.sqrt(n)))
     if generator is None:  # never torch's global RNG: the same input gives the same graph
         generator = torch.Generator(device=x.device).manual_seed(0)
     cent = spherical_kmeans(
@@ -139,3 +196,51 @@ def knn_graph(
             continue
         out_idx[queries], out_sim[queries] = members[i], s
     return out_idx, out_sim
+
+
+def _faiss_graph(
+    x: torch.Tensor, k: int, n_probe: int, n_lists: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K-NN graph by faiss ``IndexIVFFlat`` (inner product), seeded k-means."""
+    import faiss
+
+    xs = x.detach().float().cpu().contiguous().numpy()
+    n, d = xs.shape
+    faiss.omp_set_num_threads(torch.get_num_threads())
+    quantizer = faiss.IndexFlatIP(d)
+    index = faiss.IndexIVFFlat(quantizer, d, n_lists, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = 0  # the same input gives the same graph
+    index.cp.niter = 10
+    index.train(xs[: min(n, 20 * n_lists + 10_000)] if n > 0 else xs)
+    index.add(xs)
+    index.nprobe = min(n_probe, n_lists)
+    sims, idx = index.search(xs, k)
+    idx_t = torch.from_numpy(idx).to(x.device)
+    sim_t = torch.from_numpy(sims).to(x.device, x.dtype)
+    missing = idx_t < 0  # fewer than k rows in the probed lists: the row itself at -1
+    if bool(missing.any()):
+        rows = torch.arange(n, device=x.device)[:, None].expand(-1, k)
+        idx_t = torch.where(missing, rows, idx_t)
+        sim_t = sim_t.masked_fill(missing, -1.0)
+    return idx_t, sim_t
+
+
+def sampled_recall(
+    x: torch.Tensor, indices: torch.Tensor, *, n_rows: int = 200, seed: int = 0
+) -> float:
+    """recall@K of a K-NN graph on ``n_rows`` random rows, against the exact K neighbours.
+
+    For each sampled row, the fraction of its exact K most similar rows (itself included)
+    that the graph lists, averaged; a listed row as similar as the exact K-th counts as a
+    hit (ties among equally similar rows are not misses). Costs ``n_rows x n x d``.
+    """
+    n, k = indices.shape
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    rows = torch.randperm(n, generator=gen)[: min(n_rows, n)].to(x.device)
+    kth = (x[rows] @ x.T).topk(k, dim=1).values[:, -1:]
+    listed = indices[rows].sort(dim=1).values
+    unique = torch.ones_like(listed, dtype=torch.bool)
+    unique[:, 1:] = listed[:, 1:] != listed[:, :-1]  # padding repeats a row: count it once
+    sims = (x[rows][:, None, :] * x[listed]).sum(-1)
+    hits = ((sims >= kth - 1e-6) & unique).sum(1).clamp_max(k)
+    return float(hits.double().mean() / k)

@@ -61,10 +61,9 @@ def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
     """Task body: pin torch's intra-op threads to the task's CPUs, then run the step."""
-    import torch
+    from .._device import set_threads
 
-    if torch.get_num_threads() != n_threads:
-        torch.set_num_threads(n_threads)
+    set_threads(n_threads)
     return fn(*args)
 
 

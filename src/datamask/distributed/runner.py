@@ -124,7 +124,8 @@ class Settings:
     estimator: str = "expected"
     mask_sampler: str = "bernoulli"
     baseline: str = "group"
-    n_neighbors: int = 128
+    refine: str = "swap"
+    n_neighbors: int | None = None
     knn: str = "auto"
     seed: int = 0
     device: str = "auto"
@@ -164,6 +165,7 @@ class Settings:
             estimator=self.estimator,
             mask_sampler=self.mask_sampler,
             baseline=self.baseline,
+            refine=self.refine,
             seed=seed,
             device=device or self.device,
             progress=False,
@@ -293,6 +295,7 @@ def select_group(
             gpu_peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20
         logits = np.asarray(learner.logits_, dtype=np.float32)
         capped = learner.selected_ if settings.max_similarity is not None else None
+        scores = np.asarray(learner.scores_, dtype=np.float64)  # the kept rows ranked first
         probabilities = np.asarray(learner.probabilities_, dtype=np.float32)
         terms = {k: float(v) for k, v in learner.terms_.items()}
         device = str(learner.device_)
@@ -301,11 +304,12 @@ def select_group(
         fill = 1.0 if spec.k == n else 0.0
         capped = None
         logits = np.zeros(n, dtype=np.float32)
+        scores = logits.astype(np.float64)
         probabilities = np.full(n, fill, dtype=np.float32)
     fit_s = time.perf_counter() - started - read_s
 
     # 3. Rank inside the group (ties by id, as the learner's top-k): rank <= k is kept.
-    order = np.lexsort((corpus.ids, -logits.astype(np.float64)))
+    order = np.lexsort((corpus.ids, -scores))
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(1, n + 1)
     selected = rank <= spec.k

@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 
 __all__ = ["add_bench_parser", "add_evaluate_parser", "run_bench", "run_evaluate"]
 
-from ..cli import add_column_arguments
+from ..cli import add_column_arguments, add_graph_arguments, add_threads_argument
 
 _ALGORITHMS = ["Facility", "Pair_simi", "DiSF"]
-_METHODS = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
+_METHODS = ["mask", "greedy", "greedy-dense", "stochastic-greedy", "disf-greedy", "topk", "random"]
 
 
 def _add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +74,7 @@ def _add_objective_arguments(p: argparse.ArgumentParser) -> None:
         help="weight of quality in the objective, in [0, 1] (default: 0.5)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    add_threads_argument(p)
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -166,22 +167,9 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         dest="n_epochs",
         type=int,
         default=None,
-        help="learner steps (default: the learner's own, 300 for the expected estimator)",
+        help="learner steps (default: the learner's own, 100 for the expected estimator)",
     )
-    p.add_argument(
-        "--n-neighbors",
-        "--n_neighbors",
-        dest="n_neighbors",
-        type=int,
-        default=128,
-        help="K of the learner's facility-location graph (default: 128)",
-    )
-    p.add_argument(
-        "--knn",
-        choices=["auto", "exact", "ivf"],
-        default="auto",
-        help="neighbour search of that graph (default: auto)",
-    )
+    add_graph_arguments(p, with_defaults=True)
     p.add_argument(
         "--eps",
         type=float,
@@ -287,9 +275,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``datamask evaluate``: print the table (or JSON) and write the JSON report."""
     import json
 
+    from .._device import set_threads
     from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
     from .report import format_report
 
+    set_threads(args.threads)
     _check_lamb(args.lamb)
     sel = Path(args.selection)
     output = (
@@ -399,6 +389,8 @@ def run_bench(args: argparse.Namespace) -> int:
             device=args.device,
             n_neighbors=args.n_neighbors,
             knn=args.knn,
+            n_probe=args.n_probe,
+            threads=args.threads,
             method_params=_method_params(args),
             disf_reference_batches=args.disf_reference_batches,
             isolate=args.isolate,

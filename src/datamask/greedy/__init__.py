@@ -8,7 +8,9 @@ Every selector has the :class:`~datamask.optim.MaskLearner` shape: parameters in
 ``--method``              selector
 ========================  ==========================================================
 ``mask``                  :class:`~datamask.optim.MaskLearner` (DATAMASK)
-``greedy``                :class:`LazyGreedy`, equal to naive greedy
+``greedy``                :class:`LazyGreedy`: lazy greedy, facility location on the
+                          learner's K-NN graph (the yardstick)
+``greedy-dense``          :class:`DenseGreedy`: lazy greedy on all pairs (O(n^2))
 ``stochastic-greedy``     :class:`StochasticGreedy` (Mirzasoleiman et al. 2015)
 ``disf-greedy``           :class:`GreedyDiSF`, the original DiSF batched greedy
 ``topk``                  :class:`TopKQuality`
@@ -24,7 +26,7 @@ from typing import Any
 from ..optim import MaskLearner
 from ._base import BaseSelector
 from .disf import GreedyDiSF
-from .lazy import LazyGreedy
+from .lazy import DenseGreedy, LazyGreedy
 from .naive import NaiveGreedy
 from .random import RandomSelector
 from .stochastic import StochasticGreedy
@@ -33,6 +35,7 @@ from .topk import TopKQuality
 __all__ = [
     "SELECTORS",
     "BaseSelector",
+    "DenseGreedy",
     "GreedyDiSF",
     "LazyGreedy",
     "Method",
@@ -49,6 +52,7 @@ class Method(StrEnum):
 
     MASK = "mask"
     GREEDY = "greedy"
+    GREEDY_DENSE = "greedy-dense"
     STOCHASTIC_GREEDY = "stochastic-greedy"
     DISF_GREEDY = "disf-greedy"
     TOPK = "topk"
@@ -59,6 +63,7 @@ class Method(StrEnum):
 SELECTORS: dict[str, type] = {
     Method.MASK.value: MaskLearner,
     Method.GREEDY.value: LazyGreedy,
+    Method.GREEDY_DENSE.value: DenseGreedy,
     Method.STOCHASTIC_GREEDY.value: StochasticGreedy,
     Method.DISF_GREEDY.value: GreedyDiSF,
     Method.TOPK.value: TopKQuality,
@@ -72,7 +77,8 @@ def make_selector(method: str | Method, **params: Any) -> Any:
     Parameters
     ----------
     method : str or Method
-        One of ``SELECTORS``: mask, greedy, stochastic-greedy, disf-greedy, topk, random.
+        One of ``SELECTORS``: mask, greedy, greedy-dense, stochastic-greedy, disf-greedy,
+        topk, random.
     **params
         Constructor arguments (``objective``, ``select_ratio``, ``seed``, ``device``, ...).
 

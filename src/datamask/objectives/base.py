@@ -9,8 +9,8 @@ terms only through these methods:
   tensor op (the reference's REINFORCE rewards).
 - ``expected(p, clients)``: a differentiable value of E[term] when each row is kept
   independently with probability ``p`` (the learner's exact-gradient estimator).
-- ``init_state() / gains(state, candidates) / update(state, j)``: marginal gains for the
-  greedy baselines.
+- ``init_state(graph) / gains(state, candidates) / update(state, j)``: marginal gains for
+  the greedy baselines (``update`` may change ``state`` in place).
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ class Term(ABC):
 
     # --- greedy marginal gains -------------------------------------------------------------
     @abstractmethod
-    def init_state(self) -> Any:
-        """State of the empty selection."""
+    def init_state(self, graph: bool = False) -> Any:
+        """State of the empty selection. ``graph``: gains of a coverage term are counted on
+        its K-nearest-neighbour graph instead of all pairs (other terms ignore it)."""
 
     @abstractmethod
     def gains(self, state: Any, candidates: torch.Tensor) -> torch.Tensor:

@@ -106,9 +106,28 @@ class Objective:
         """Differentiable E[J] under independent keep-probabilities ``p``."""
         return sum(w * t.expected(p, clients) for w, t in self.terms)
 
+    # --- neighbour graphs -----------------------------------------------------------------
+    def build_graphs(self) -> None:
+        """Build the K-NN graph of every term that has one (timed in its ``graph_seconds_``)."""
+        for _, term in self.terms:
+            if isinstance(term, FacilityLocation):
+                term.knn_graph()
+
+    def graph_info(self) -> dict[str, Any]:
+        """Seconds spent building neighbour graphs, how, and their K (empty when none)."""
+        terms = [
+            t for _, t in self.terms if isinstance(t, FacilityLocation) and t.graph_ is not None
+        ]
+        return {
+            "graph_seconds": float(sum(t.graph_seconds_ for t in terms)),
+            "graph_method": ",".join(t.graph_method_ for t in terms),
+            "n_neighbors": [int(t.n_neighbors_) for t in terms],
+        }
+
     # --- greedy ------------------------------------------------------------------------------
-    def init_state(self) -> list[Any]:
-        return [t.init_state() for _, t in self.terms]
+    def init_state(self, graph: bool = False) -> list[Any]:
+        """Greedy state of every term; ``graph``: facility gains on the K-NN graph."""
+        return [t.init_state(graph) for _, t in self.terms]
 
     def gains(self, state: list[Any], candidates: torch.Tensor) -> torch.Tensor:
         return sum(w * t.gains(s, candidates) for (w, t), s in zip(self.terms, state, strict=True))

@@ -94,7 +94,7 @@ class DiSF(Term):
         return 1.0 - _weighted_offdiag(p[clients][None], self.features_[clients])[0] / self.scale_
 
     # Greedy state: count, feature sum and second-moment sum of the selection.
-    def init_state(self) -> tuple[int, torch.Tensor, torch.Tensor]:
+    def init_state(self, graph: bool = False) -> tuple[int, torch.Tensor, torch.Tensor]:
         d = self.features_.shape[1]
         z = self.features_.new_zeros
         return 0, z(d, dtype=torch.float64), z(d, d, dtype=torch.float64)
@@ -102,22 +102,64 @@ class DiSF(Term):
     def gains(
         self, state: tuple[int, torch.Tensor, torch.Tensor], candidates: torch.Tensor
     ) -> torch.Tensor:
+        """Exact gains of adding each candidate, by a rank-one covariance update (see
+        :meth:`_rank_one_values`): two GEMMs for all candidates, no d x d matrix each."""
         count, total, second = state
-        d = self.features_.shape[1]
         before = self._loss_from_moments(count, total, second) if count >= 1 else 1.0
+        if count == 0:  # one row has no variance: every correlation is 0
+            return torch.zeros(len(candidates), dtype=self.features_.dtype, device=total.device)
+        after = self._rank_one_values(count, total, second, candidates, +1)
+        return (after - before).to(self.features_.dtype)
+
+    def swap_scores(
+        self, selected: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The term's gain if each of ``adds`` were added to ``selected`` alone, and its loss
+        if each of ``drops`` (rows of ``selected``) were dropped alone; exact, O(d^2) a row
+        as matrix products."""
+        x = self.features_[selected].double()
+        count, total, second = len(selected), x.sum(0), x.T @ x
+        before = self._loss_from_moments(count, total, second)
+        gain = self._rank_one_values(count, total, second, adds, +1) - before
+        loss = before - self._rank_one_values(count, total, second, drops, -1)
+        return gain, loss
+
+    def _rank_one_values(
+        self,
+        count: int,
+        total: torch.Tensor,
+        second: torch.Tensor,
+        rows: torch.Tensor,
+        sign: int,
+    ) -> torch.Tensor:
+        """The term's value after adding (``sign=+1``) or removing (-1) each row alone.
+
+        With mean m and covariance C of the c rows and ``u = x - m``, adding x gives
+        ``C' = a C + b u u^T`` with ``a = c / (c + 1)``, ``b = c / (c + 1)^2``; removing it,
+        ``a = c / (c - 1)``, ``b = -c / (c - 1)^2``. With ``D = 1 / diag(C')`` the squared
+        correlations sum to ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (u^T (u o D))^2``.
+        """
+        d = self.features_.shape[1]
+        mean = total / count
+        cov = second / count - mean[:, None] * mean[None, :]
+        c1 = count + sign
+        if c1 < 1:
+            return torch.ones(len(rows), dtype=torch.float64, device=total.device)
+        a, b = count / c1, sign * count / c1**2
+        cov_sq = cov * cov
         out = []
-        chunk = max(1, (1 << 24) // (d * d))
-        for c in candidates.split(chunk):
-            xc = self.features_[c].double()  # (c, d)
-            n1 = count + 1
-            mean = (total[None] + xc) / n1
-            sec = (second[None] + xc[:, :, None] * xc[:, None, :]) / n1
-            cov = sec - mean[:, :, None] * mean[:, None, :]
-            inv = cov.diagonal(dim1=1, dim2=2).clamp_min(_EPS).rsqrt()
-            corr = cov * inv[:, :, None] * inv[:, None, :]
-            off = (corr * corr).sum((1, 2)) - (corr.diagonal(dim1=1, dim2=2) ** 2).sum(1)
-            after = 1.0 - off / (d * (d - 1)) / self.scale_
-            out.append((after - before).to(self.features_.dtype))
+        for part in rows.split(max(1, (1 << 24) // d)):
+            u = self.features_[part].double() - mean[None]  # (c, d)
+            diag = a * cov.diagonal()[None] + b * u * u
+            inv = 1.0 / diag.clamp_min(_EPS)
+            ud = u * inv
+            total_sq = (
+                a * a * ((inv @ cov_sq) * inv).sum(1)
+                + 2 * a * b * ((ud @ cov) * ud).sum(1)
+                + b * b * (u * ud).sum(1) ** 2
+            )
+            off = total_sq - ((diag * inv) ** 2).sum(1)
+            out.append(1.0 - off / (d * (d - 1)) / self.scale_)
         return torch.cat(out)
 
     def _loss_from_moments(self, count: int, total: torch.Tensor, second: torch.Tensor) -> float:

@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
+
 import torch
 
-from ..neighbors import _block_rows, knn_graph
+from ..neighbors import _block_rows, knn_graph, resolve_knn
 from .base import Term
 
-__all__ = ["FacilityLocation"]
+__all__ = [
+    "FacilityLocation",
+    "KEPT_NEIGHBORS",
+    "MAX_NEIGHBORS",
+    "MIN_NEIGHBORS",
+    "neighbors_for_ratio",
+]
+
+#: With ``n_neighbors=None`` K is chosen so that a document expects this many kept
+#: neighbours in its list (K * k / n); README "The learner and its estimator".
+KEPT_NEIGHBORS = 16
+#: ... and K is never below this (nor above n) ...
+MIN_NEIGHBORS = 64
+#: ... nor above this: the graph, its reverse and the swap search's work arrays hold about
+#: 40 bytes per entry (N = 50k, K = 1024: 2 GB). Below select_ratio 1/64 fewer than 16
+#: kept neighbours are expected; pass ``n_neighbors`` to go higher.
+MAX_NEIGHBORS = 1024
+
+
+def neighbors_for_ratio(k: int, n: int) -> int:
+    """K of the graph for a selection of ``k`` of ``n`` rows:
+    ``min(n, MAX_NEIGHBORS, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
+    wanted = max(MIN_NEIGHBORS, math.ceil(KEPT_NEIGHBORS * n / max(k, 1)))
+    return int(min(n, MAX_NEIGHBORS, wanted))
+
+
+@dataclass
+class CoverState:
+    """Greedy state of facility location: each document's coverage so far, and whether
+    gains are counted on the K-NN graph (sparse) or on all pairs (dense)."""
+
+    cover: torch.Tensor
+    graph: bool
 
 
 class FacilityLocation(Term):
@@ -23,25 +59,52 @@ class FacilityLocation(Term):
     the benchmarks, see README "Estimators"). When K covers every document there is no
     unseen rest and that term is dropped, so the value is the exact expectation.
 
+    Greedy gains come in two kinds (:meth:`init_state`): on the graph, the exact gain of
+    the graph objective ``mean_i max(0, max_{j in S and N(i)} sim_ij)`` (O(K) per
+    candidate, what ``--method greedy`` maximises), or dense, the exact gain of the full
+    objective (O(n) per candidate, ``greedy-dense``).
+
     Parameters
     ----------
-    n_neighbors : int, default=128
-        K of the graph used by ``expected``.
-    knn : {"auto", "exact", "ivf"}, default="auto"
+    n_neighbors : int, optional
+        K of the graph. Default: :func:`neighbors_for_ratio` of the target size, so that
+        every document expects ``KEPT_NEIGHBORS`` kept neighbours in its list.
+    knn : {"auto", "exact", "ivf", "faiss"}, default="auto"
         How the graph is built, see :func:`datamask.neighbors.knn_graph`.
+    n_probe : int, optional
+        Probes of the approximate searches (default ``neighbors.default_n_probe``).
+    graph : (indices, similarities) tensors, optional
+        A prebuilt graph with at least K columns, most similar first (its first K are
+        used): benchmarks build it once for several selectors.
     dense_max_bytes : int, default=12 GiB
-        Greedy gains read rows of the full n x n similarity matrix, built once in blocks
-        on first use, while it fits in this many bytes (float32); above it every gain is
-        computed from the features (a pass over all n x d values per candidate).
+        Dense greedy gains read rows of the full n x n similarity matrix, built once in
+        blocks on first use, while it fits in this many bytes (float32); above it every
+        gain is computed from the features (a pass over all n x d values per candidate).
+
+    Attributes
+    ----------
+    n_neighbors_ : int
+        K used (set by :meth:`bind`).
+    graph_seconds_ : float
+        Time spent building the graph (0 until built, or when it was given).
+    graph_method_ : str
+        The search that built it (``exact``, ``ivf``, ``faiss`` or ``given``).
     """
 
     name = "facility"
 
     def __init__(
-        self, n_neighbors: int = 128, knn: str = "auto", dense_max_bytes: int = 12 * 2**30
+        self,
+        n_neighbors: int | None = None,
+        knn: str = "auto",
+        n_probe: int | None = None,
+        graph: tuple[torch.Tensor, torch.Tensor] | None = None,
+        dense_max_bytes: int = 12 * 2**30,
     ) -> None:
         self.n_neighbors = n_neighbors
         self.knn = knn
+        self.n_probe = n_probe
+        self.graph = graph
         self.dense_max_bytes = dense_max_bytes
 
     def __repr__(self) -> str:
@@ -49,7 +112,29 @@ class FacilityLocation(Term):
 
     def bind(self, features: torch.Tensor, quality: torch.Tensor, k: int) -> FacilityLocation:
         super().bind(features, quality, k)
+        n = self.n_docs
+        if self.n_neighbors is None:
+            self.n_neighbors_ = neighbors_for_ratio(self.k_, n)
+        else:
+            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, int):
+                raise TypeError(f"n_neighbors must be an integer; got {self.n_neighbors!r}.")
+            if self.n_neighbors < 1:
+                raise ValueError(f"n_neighbors must be >= 1; got {self.n_neighbors}.")
+            self.n_neighbors_ = min(self.n_neighbors, n)
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.graph_seconds_ = 0.0
+        self.graph_method_ = "given" if self.graph is not None else ""
+        if self.graph is not None:
+            idx, sim = self.graph
+            if idx.shape[0] != n or idx.shape[1] < self.n_neighbors_:
+                raise ValueError(
+                    f"graph must have {n} rows and >= {self.n_neighbors_} columns; "
+                    f"got {tuple(idx.shape)}."
+                )
+            kk = self.n_neighbors_
+            dev = features.device
+            self.graph_ = (idx[:, :kk].to(dev), sim[:, :kk].to(dev, features.dtype).clamp_min(0))
+        self.reverse_: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.dense_: torch.Tensor | None = None
         return self
 
@@ -65,14 +150,51 @@ class FacilityLocation(Term):
             self.dense_.clamp_(min=0.0)
         return self.dense_
 
-    def graph(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The (indices, similarities) K-NN graph, built once on first use."""
+    def knn_graph(
+        self, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (indices, similarities clipped at 0) K-NN graph, built once on first use."""
         if self.graph_ is None:
+            start = time.perf_counter()
+            x = self.features_
+            self.graph_method_ = resolve_knn(self.knn, self.n_docs, x.device)
             idx, sim = knn_graph(
-                self.features_, self.n_neighbors, method=self.knn, generator=generator
+                x,
+                self.n_neighbors_,
+                method=self.graph_method_,
+                n_probe=self.n_probe,
+                generator=generator,
             )
             self.graph_ = (idx, sim.clamp_min(0.0))
+            self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
+
+    def reverse_graph(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The graph by column, CSR: ``(ptr, clients, sims)``; the documents that list row
+        j as a neighbour are ``clients[ptr[j]:ptr[j + 1]]``, at similarity ``sims[...]``."""
+        if self.reverse_ is None:
+            idx, sim = self.knn_graph()
+            n, kk = idx.shape
+            cols = idx.reshape(-1)
+            order = torch.argsort(cols, stable=True)
+            clients = torch.arange(n, device=idx.device).repeat_interleave(kk)[order]
+            ptr = torch.searchsorted(cols[order], torch.arange(n + 1, device=idx.device))
+            self.reverse_ = (ptr, clients, sim.reshape(-1)[order])
+            self.reverse_cols_ = cols[order]  # the column (row j) of every entry, sorted
+            self._ptr_list = ptr.tolist()  # python ints: slicing one column costs no sync
+        return self.reverse_
+
+    def graph_coverage(self, selected: torch.Tensor) -> torch.Tensor:
+        """Per-document coverage on the graph: ``max(0, max_{j in S and N(i)} sim_ij)``."""
+        idx, sim = self.knn_graph()
+        keep = torch.zeros(self.n_docs, dtype=sim.dtype, device=sim.device)
+        keep[selected] = 1.0
+        return (sim * keep[idx]).amax(1)
+
+    def graph_value(self, selected: torch.Tensor) -> float:
+        """The graph objective of ``selected`` (what ``greedy`` and the local search
+        maximise); never above :meth:`value` on an exact graph."""
+        return float(self.graph_coverage(selected).double().mean())
 
     def coverage(self, selected: torch.Tensor) -> torch.Tensor:
         """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks."""
@@ -97,7 +219,7 @@ class FacilityLocation(Term):
         return torch.cat(out)
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
-        idx, sim = self.graph()
+        idx, sim = self.knn_graph()
         if clients is not None:
             idx, sim = idx[clients], sim[clients]
         # (c, K) keep-probability of each neighbour, most similar first. index_select, not
@@ -110,10 +232,13 @@ class FacilityLocation(Term):
             cover = cover + sim[:, -1] * miss[:, -1]
         return cover.mean()
 
-    def init_state(self) -> torch.Tensor:
-        return torch.zeros(self.n_docs, dtype=self.features_.dtype, device=self.features_.device)
+    def init_state(self, graph: bool = False) -> CoverState:
+        zeros = torch.zeros(self.n_docs, dtype=self.features_.dtype, device=self.features_.device)
+        return CoverState(zeros, graph)
 
-    def gains(self, state: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    def gains(self, state: CoverState, candidates: torch.Tensor) -> torch.Tensor:
+        if state.graph:
+            return self._graph_gains(state.cover, candidates)
         dense = self._dense()
         out = []
         step = max(1, (1 << 26) // self.n_docs)  # candidates per block
@@ -123,10 +248,41 @@ class FacilityLocation(Term):
                 rows = dense[cand]  # (c, n)
             else:
                 rows = (self.features_[cand] @ self.features_.T).clamp_min(0.0)
-            out.append((rows - state[None, :]).clamp_min(0.0).sum(1) / self.n_docs)
+            out.append((rows - state.cover[None, :]).clamp_min(0.0).sum(1) / self.n_docs)
         return torch.cat(out)
 
-    def update(self, state: torch.Tensor, j: int) -> torch.Tensor:
+    def _graph_gains(self, cover: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """``sum_{i lists j} max(0, sim_ij - cover_i) / n`` for every candidate j."""
+        if len(candidates) == self.n_docs and bool((candidates[1:] > candidates[:-1]).all()):
+            # Every row, in order: scatter the forward graph, no gathers by column.
+            idx, sim = self.knn_graph()
+            gain = (sim - cover[:, None]).clamp_min(0.0).double().reshape(-1)
+            out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
+            return (out.index_add_(0, idx.reshape(-1), gain) / self.n_docs).to(cover.dtype)
+        ptr, clients, sims = self.reverse_graph()
+        if len(candidates) <= 64:  # the lazy greedy's few stale rows: slices, no scatter
+            bounds = self._ptr_list
+            spans = [(bounds[c], bounds[c + 1]) for c in candidates.tolist()]
+            rows = torch.cat([clients[a:b] for a, b in spans])
+            vals = (torch.cat([sims[a:b] for a, b in spans]) - cover[rows]).clamp_min(0.0)
+            csum = torch.cat([vals.new_zeros(1, dtype=torch.float64), vals.double().cumsum(0)])
+            ends = torch.tensor([0] + [b - a for a, b in spans], device=ptr.device).cumsum(0)
+            return ((csum[ends[1:]] - csum[ends[:-1]]) / self.n_docs).to(cover.dtype)
+        start, count = ptr[candidates], ptr[candidates + 1] - ptr[candidates]
+        owner = torch.repeat_interleave(count)  # candidate of each entry (this form is fast)
+        offset = torch.cumsum(count, 0) - count  # where each candidate's run starts
+        pos = start[owner] + torch.arange(len(owner), device=ptr.device) - offset[owner]
+        gain = (sims[pos] - cover[clients[pos]]).clamp_min(0.0)
+        out = torch.zeros(len(candidates), dtype=torch.float64, device=ptr.device)
+        return (out.index_add_(0, owner, gain.double()) / self.n_docs).to(cover.dtype)
+
+    def update(self, state: CoverState, j: int) -> CoverState:
+        if state.graph:
+            _, clients, sims = self.reverse_graph()
+            lo, hi = self._ptr_list[j], self._ptr_list[j + 1]
+            rows, s = clients[lo:hi], sims[lo:hi]
+            state.cover[rows] = torch.maximum(state.cover[rows], s)  # in place: O(K), not O(n)
+            return state
         dense = self._dense()
         row = dense[j] if dense is not None else (self.features_ @ self.features_[j])
-        return torch.maximum(state, row.clamp_min(0.0))
+        return CoverState(torch.maximum(state.cover, row.clamp_min(0.0)), False)

@@ -37,7 +37,7 @@ class PairwiseSimilarity(Term):
         s = p @ self.features_
         return 1.0 - (s @ s - p @ p) / (self.k_ * (self.k_ - 1))
 
-    def init_state(self) -> torch.Tensor:
+    def init_state(self, graph: bool = False) -> torch.Tensor:
         return torch.zeros(
             self.features_.shape[1], dtype=self.features_.dtype, device=self.features_.device
         )

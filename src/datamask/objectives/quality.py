@@ -28,7 +28,7 @@ class Quality(Term):
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         return p @ self.quality_ / self.k_
 
-    def init_state(self) -> None:
+    def init_state(self, graph: bool = False) -> None:
         return None
 
     def gains(self, state: None, candidates: torch.Tensor) -> torch.Tensor:

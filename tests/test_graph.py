@@ -1,0 +1,245 @@
+"""The K-NN graph: sparse greedy against brute force, K from the ratio, recall, the swap
+search, thread control and determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from datamask import FacilityLocation, MaskLearner, Objective, PairwiseSimilarity, make_clustered
+from datamask._device import available_cores, resolve_threads, set_threads
+from datamask.data import Corpus
+from datamask.greedy import DenseGreedy, LazyGreedy
+from datamask.neighbors import knn_graph, sampled_recall
+from datamask.objectives import DiSF
+from datamask.objectives.facility_location import (
+    KEPT_NEIGHBORS,
+    MAX_NEIGHBORS,
+    MIN_NEIGHBORS,
+    neighbors_for_ratio,
+)
+from datamask.optim import graph_objective, swap_search
+
+
+# --- brute force on the graph, in numpy float64 ----------------------------------------------
+def graph_j(x: np.ndarray, q: np.ndarray, idx: np.ndarray, rows: list[int], lamb, k) -> float:
+    """``lamb * sum_S q / k + (1 - lamb) * mean_i max(0, max_{j in S and N(i)} <x_i, x_j>)``."""
+    chosen = set(rows)
+    cover = np.zeros(len(x))
+    for i in range(len(x)):
+        sims = [max(0.0, float(x[i] @ x[j])) for j in idx[i] if j in chosen]
+        cover[i] = max(sims, default=0.0)
+    return lamb * q[rows].sum() / k + (1 - lamb) * cover.mean()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("n_neighbors", [3, 5])
+@pytest.mark.parametrize("lamb", [0.0, 0.4])
+def test_sparse_greedy_equals_exhaustive_greedy_on_the_graph(seed, n_neighbors, lamb):
+    corpus = make_clustered(22, 5, 3, seed=seed)
+    k = 6
+    obj = Objective(FacilityLocation(n_neighbors=n_neighbors, knn="exact"), lamb=lamb)
+    sel = LazyGreedy(obj, k=k, device="cpu").fit(corpus)
+    x = corpus.features.astype(np.float64)
+    q = corpus.normalized_quality()
+    idx = knn_graph(torch.as_tensor(corpus.features), n_neighbors, method="exact")[0].numpy()
+    picked: list[int] = []
+    for j in sel.order_.tolist():  # every candidate set scored from scratch
+        rest = [i for i in range(len(x)) if i not in picked]
+        values = {i: graph_j(x, q, idx, picked + [i], lamb, k) for i in rest}
+        # The greedy's pick is the best one (float32 similarities: ties within 1e-6).
+        assert values[j] >= max(values.values()) - 1e-6
+        picked.append(j)
+    term = sel.objective_.terms[1][1]
+    assert term.graph_value(torch.as_tensor(picked)) == pytest.approx(
+        graph_j(x, q, idx, picked, 0.0, k), abs=1e-6
+    )
+    assert sel.graph_seconds_ > 0 and sel.optimise_seconds_ > 0
+
+
+def test_dense_greedy_builds_no_graph_and_sparse_greedy_reports_its_build():
+    corpus = make_clustered(400, 16, 8, seed=0)
+    dense = DenseGreedy(select_ratio=0.1, device="cpu").fit(corpus)
+    sparse = LazyGreedy(select_ratio=0.1, device="cpu").fit(corpus)
+    assert dense.graph_seconds_ == 0.0
+    assert sparse.graph_seconds_ > 0.0
+    assert sparse.fit_seconds_ == pytest.approx(sparse.graph_seconds_ + sparse.optimise_seconds_)
+    # On clustered data the graph greedy loses almost nothing against the dense one.
+    assert sparse.terms_["J"] >= 0.995 * dense.terms_["J"]
+
+
+# --- K from the ratio -----------------------------------------------------------------------
+@pytest.mark.parametrize("ratio", [0.01, 0.05, 0.1, 0.3])
+def test_k_from_ratio_keeps_enough_neighbours(ratio):
+    n = 50_000
+    k = round(ratio * n)
+    kk = neighbors_for_ratio(k, n)
+    assert MIN_NEIGHBORS <= kk <= MAX_NEIGHBORS
+    # Expected kept neighbours per document: KEPT_NEIGHBORS, or 10 at the memory cap.
+    assert kk * k / n >= (KEPT_NEIGHBORS if ratio >= 1 / 64 else 10)
+    assert kk <= max(MIN_NEIGHBORS, KEPT_NEIGHBORS * n / k + 1)
+
+
+def test_k_from_ratio_is_capped_by_n_and_bound_into_the_term():
+    assert neighbors_for_ratio(1, 30) == 30
+    corpus = make_clustered(500, 8, 4, seed=0)
+    term = FacilityLocation().bind(torch.as_tensor(corpus.features), torch.zeros(500), 5)
+    assert term.n_neighbors_ == neighbors_for_ratio(5, 500) == 500
+    fixed = FacilityLocation(n_neighbors=12).bind(torch.as_tensor(corpus.features), None, 50)
+    assert fixed.n_neighbors_ == 12
+    with pytest.raises(ValueError, match="n_neighbors must be >= 1"):
+        FacilityLocation(n_neighbors=0).bind(torch.as_tensor(corpus.features), None, 5)
+
+
+# --- recall ------------------------------------------------------------------------------------
+def test_sampled_recall_measures_the_graph():
+    corpus = make_clustered(600, 16, 6, seed=1)
+    x = torch.as_tensor(corpus.features)
+    idx, _ = knn_graph(x, 20, method="exact")
+    assert sampled_recall(x, idx, n_rows=100) == 1.0
+    broken = idx.clone()
+    gen = torch.Generator().manual_seed(0)
+    broken[:, 10:] = torch.randint(0, 600, (600, 10), generator=gen)  # half the lists lost
+    r = sampled_recall(x, broken, n_rows=200)
+    assert 0.45 <= r <= 0.6
+    ivf, _ = knn_graph(x, 20, method="ivf", n_probe=1)
+    assert 0.0 < sampled_recall(x, ivf) <= 1.0
+
+
+def test_select_summary_reports_the_graph_and_threads(tmp_path, reference_parquet):
+    out = tmp_path / "sel.parquet"
+    cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", str(reference_parquet)]
+    cmd += ["--output", str(out), "--select-ratio", "0.1", "--n-epochs", "20"]
+    cmd += ["--threads", "1", "--device", "cpu", "--no-progress"]
+    subprocess.run(cmd, check=True, capture_output=True, env=_env())
+    summary = json.loads(out.with_name("sel.summary.json").read_text())
+    assert summary["graph"]["method"] == "exact"
+    assert summary["graph"]["recall_sampled"] == 1.0
+    assert summary["settings"]["threads"] == 1
+    assert summary["seconds"]["graph"] > 0 and summary["seconds"]["optimise"] > 0
+
+
+# --- the swap search ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "terms",
+    [
+        lambda: [FacilityLocation(n_neighbors=16)],
+        lambda: [PairwiseSimilarity()],
+        lambda: [FacilityLocation(n_neighbors=16), DiSF()],
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_swap_search_never_lowers_the_graph_objective(terms, seed):
+    corpus = make_clustered(300, 12, 5, seed=seed)
+    obj = Objective(terms(), lamb=0.5).bind(corpus, 30, "cpu")
+    start = torch.randperm(300, generator=torch.Generator().manual_seed(seed))[:30]
+    before = graph_objective(obj, start)
+    found = swap_search(obj, start)
+    assert len(found.selected) == 30 and len(torch.unique(found.selected)) == 30
+    assert found.start == pytest.approx(before)
+    assert found.value >= before
+    assert found.value == pytest.approx(graph_objective(obj, found.selected))
+    values = [before] + [h["objective"] for h in found.history]
+    assert all(b > a for a, b in zip(values, values[1:], strict=False))
+    assert found.swaps > 0  # a random start is never a local optimum here
+
+
+def test_learner_refinement_only_raises_the_graph_objective():
+    corpus = make_clustered(400, 16, 8, seed=3)
+    plain = MaskLearner(select_ratio=0.1, n_epochs=30, refine="none", device="cpu").fit(corpus)
+    swap = MaskLearner(select_ratio=0.1, n_epochs=30, device="cpu").fit(corpus)
+    np.testing.assert_array_equal(plain.logits_, swap.logits_)
+    g_plain = graph_objective(plain.objective_, torch.as_tensor(plain.selected_))
+    g_swap = graph_objective(swap.objective_, torch.as_tensor(swap.selected_))
+    assert g_swap >= g_plain
+    ranked = np.argsort(-swap.scores_, kind="stable")[: len(swap.selected_)]
+    assert sorted(ranked.tolist()) == swap.selected_.tolist()  # scores rank the kept first
+
+
+# --- threads and determinism -------------------------------------------------------------------
+def _env() -> dict[str, str]:
+    src = os.path.join(os.path.dirname(__file__), "..", "src")
+    return {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+
+
+def test_threads_default_to_the_available_cores_and_are_applied():
+    assert resolve_threads() == available_cores() == len(os.sched_getaffinity(0))
+    code = (
+        "import torch, numpy, threadpoolctl\n"
+        "from datamask._device import set_threads\n"
+        "set_threads(1)\n"
+        "info = threadpoolctl.threadpool_info()\n"
+        "print(torch.get_num_threads(), max([i['num_threads'] for i in info] or [1]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, env=_env()
+    )
+    assert out.stdout.split() == ["1", "1"]
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        resolve_threads(0)
+    with pytest.raises(TypeError, match="threads must be an integer"):
+        resolve_threads(1.5)
+
+
+def test_bad_threads_flag_is_one_line_exit_2(tmp_path, reference_parquet):
+    cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", str(reference_parquet)]
+    cmd += ["--output", str(tmp_path / "s.parquet"), "--threads", "0"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == ["datamask: error: threads must be >= 1; got 0."]
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def _fit(corpus: Corpus, algorithm: str) -> MaskLearner:
+    return MaskLearner(algorithm=algorithm, select_ratio=0.05, n_epochs=40, device="cpu").fit(
+        corpus
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["Facility", "Pair_simi"])
+def test_same_seed_gives_bit_identical_logits_across_runs_and_thread_counts(algorithm):
+    corpus = make_clustered(600, 24, 6, seed=2)
+    before = torch.get_num_threads()
+    try:
+        set_threads(1)
+        one = _fit(corpus, algorithm)
+        again = _fit(corpus, algorithm)
+        set_threads(2)
+        two = _fit(corpus, algorithm)
+    finally:
+        set_threads(before)
+    np.testing.assert_array_equal(one.logits_, again.logits_)
+    np.testing.assert_array_equal(one.selected_, again.selected_)
+    np.testing.assert_array_equal(one.logits_, two.logits_)
+    np.testing.assert_array_equal(one.selected_, two.selected_)
+
+
+def test_faiss_graph_when_installed():
+    pytest.importorskip("faiss")
+    corpus = make_clustered(2000, 16, 10, seed=4)
+    x = torch.as_tensor(corpus.features)
+    idx, sim = knn_graph(x, 24, method="faiss", n_probe=44)  # every list: exact search
+    assert idx.shape == (2000, 24)
+    assert sampled_recall(x, idx) == 1.0
+    again, _ = knn_graph(x, 24, method="faiss", n_probe=44)
+    assert torch.equal(idx, again)
+    assert bool((sim[:, :-1] >= sim[:, 1:]).all())  # most similar first
+
+
+def test_auto_search_and_default_probes():
+    from datamask.neighbors import default_n_probe, faiss_available, resolve_knn
+
+    cpu = torch.device("cpu")
+    assert resolve_knn("auto", 20_000, cpu) == "exact"
+    assert resolve_knn("auto", 20_001, cpu) == ("faiss" if faiss_available() else "ivf")
+    assert default_n_probe(223, "ivf") == 67 and default_n_probe(223, "faiss") == 45
+    with pytest.raises(ValueError, match="knn must be one of"):
+        resolve_knn("hnsw", 10, cpu)
+    with pytest.raises(ValueError, match="n_probe must be an integer >= 1"):
+        knn_graph(torch.eye(4), 2, method="ivf", n_probe=0)
