@@ -163,9 +163,9 @@ class Doc:
 # ------------------------------------------------------------------------------------------
 
 
-def fetch_debs(dest: Path, allow_other_versions: bool) -> None:
-    """``apt-get download`` the pinned packages into ``dest``."""
-    for name, version in PACKAGES.items():
+def fetch_debs(dest: Path, allow_other_versions: bool, packages: dict[str, str] = PACKAGES) -> None:
+    """``apt-get download`` the pinned ``packages`` (name -> version) into ``dest``."""
+    for name, version in packages.items():
         spec = name if allow_other_versions else f"{name}={version}"
         res = subprocess.run(
             ["apt-get", "download", spec], cwd=dest, capture_output=True, text=True
@@ -178,10 +178,12 @@ def fetch_debs(dest: Path, allow_other_versions: bool) -> None:
             )
 
 
-def unpack_debs(debs: Path, root: Path) -> dict[str, dict[str, str]]:
-    """Unpack each package into ``root/<name>``; return name -> {version, file, sha256}."""
+def unpack_debs(
+    debs: Path, root: Path, packages: dict[str, str] = PACKAGES
+) -> dict[str, dict[str, str]]:
+    """Unpack each of ``packages`` into ``root/<name>``; return name -> {version, file, sha256}."""
     info: dict[str, dict[str, str]] = {}
-    for name, version in PACKAGES.items():
+    for name, version in packages.items():
         found = sorted(debs.glob(f"{name}_*.deb"))
         if not found:
             sys.exit(f"no {name}_*.deb in {debs}.")
