@@ -590,13 +590,14 @@ def embed_cached(
     device: str,
     progress: bool,
     partial: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Embed ``texts`` in blocks of EMBED_BLOCK, each block cached as ``.npy``.
 
     Blocks follow ascending ``sha1(chunk_id)``, so the documents of the first blocks are a
     uniform random sample of the corpus (sentence-transformers sorts each block by length).
-    Returns the embeddings and the indices of the rows they belong to: all rows, or with
-    ``partial`` only those of the blocks already in the cache (nothing new is embedded).
+    Returns the embeddings, the indices of the rows they belong to (all rows, or with
+    ``partial`` only those of the blocks already in the cache: nothing new is embedded) and
+    the number of documents embedded in this call (the rest came from the cache).
     """
     from datamask.embed import embed_texts
 
@@ -608,6 +609,7 @@ def embed_cached(
     order = sorted(range(len(texts)), key=lambda i: hashlib.sha1(ids[i].encode()).hexdigest())
     blocks: list[np.ndarray] = []
     done: list[int] = []
+    n_new = 0
     bar = tqdm(total=len(texts), desc="embed", unit="doc", disable=not progress, smoothing=0.05)
     for b, start in enumerate(range(0, len(order), EMBED_BLOCK)):
         idx = order[start : start + EMBED_BLOCK]
@@ -627,6 +629,7 @@ def embed_cached(
             tmp = folder / f"{b:04d}.tmp.npy"
             np.save(tmp, emb)
             os.replace(tmp, path)
+            n_new += len(idx)
         blocks.append(emb)
         done.extend(idx)
         bar.update(len(idx))
@@ -634,7 +637,7 @@ def embed_cached(
     rows = np.asarray(done, dtype=np.int64)
     emb = np.concatenate(blocks) if blocks else np.empty((0, 384), np.float32)
     keep = np.argsort(rows, kind="stable")  # back to chunk_id order
-    return emb[keep], rows[keep]
+    return emb[keep], rows[keep], n_new
 
 
 def near_duplicates(
@@ -782,7 +785,7 @@ def main(argv: list[str] | None = None) -> None:
     texts = table.column("text").to_pylist()
     ids = table.column("chunk_id").to_pylist()
     t1 = time.perf_counter()
-    emb, rows = embed_cached(
+    emb, rows, n_new = embed_cached(
         texts, ids, args.cache, args.batch_size, args.device, not args.no_progress, args.partial
     )
     t_emb = time.perf_counter() - t1
@@ -791,7 +794,8 @@ def main(argv: list[str] | None = None) -> None:
         meta |= {"partial": True, "rows_total": table.num_rows}
         table = table.take(pa.array(rows))
         texts = [texts[i] for i in rows]
-    print(f"embedding: {len(texts):,} docs in {t_emb:.1f}s ({len(texts) / t_emb:.1f} docs/s)")
+    rate = f"{n_new / t_emb:.2f} docs/s" if n_new else "all from the cache"
+    print(f"embedding: {n_new:,} of {len(texts):,} docs embedded now in {t_emb:.1f}s ({rate})")
 
     sources = np.asarray(table.column("source").to_pylist())
     t2 = time.perf_counter()
@@ -821,10 +825,15 @@ def main(argv: list[str] | None = None) -> None:
         text,
         "",
         f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB, md5 {md5})",
-        f"time: text {t_text:.1f}s, embedding {t_emb:.1f}s "
-        f"({len(texts) / t_emb:.1f} docs/s, {args.threads} threads, {args.device}), "
-        f"total {total:.1f}s",
+        f"time: text {t_text:.1f}s, embedding {t_emb:.1f}s ({n_new:,} new documents, {rate}, "
+        f"{args.threads} threads, {args.device}), total {total:.1f}s",
     ]
+    if args.partial:
+        lines.insert(
+            0,
+            f"PARTIAL snapshot: {len(rows):,} of {meta['rows_total']:,} documents, a uniform "
+            "sample by sha1(chunk_id); run again without --partial to complete it.\n",
+        )
     print("\n".join(lines))
     stats = {
         "build_key": key,
@@ -832,6 +841,8 @@ def main(argv: list[str] | None = None) -> None:
         "md5": md5,
         "t_text": t_text,
         "t_embed": t_emb,
+        "embedded_now": n_new,
+        "partial": bool(args.partial),
         "t_total": total,
         "near_duplicates": dups,
         "counts": meta["counts"],
