@@ -212,18 +212,9 @@ class HeadingSections(HTMLParser):
         self.buf = []
         if not self.sections:
             return
-        lines = self.sections[-1][1]
-        if self.pre_depth:
-            block = [ln.rstrip() for ln in raw.splitlines()]
-            while block and not block[0].strip():
-                block.pop(0)
-            while block and not block[-1].strip():
-                block.pop()
-            lines.extend(block)
-        else:
-            text = " ".join(raw.replace("\u00b6", "").split())
-            if text:
-                lines.append(text)
+        pre = self.pre_depth > 0
+        raw = raw if pre else raw.replace("\u00b6", "")  # Sphinx's pilcrow permalinks
+        self.sections[-1][1].extend(demo.block_lines(raw, pre))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self.skip_tag is not None:

@@ -212,6 +212,20 @@ BLOCK_TAGS = {
 VOID_TAGS = {"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base"}
 
 
+def block_lines(raw: str, pre: bool) -> list[str]:
+    """Lines of one HTML block's text: kept as is inside ``<pre>`` (blank edges trimmed),
+    else whitespace-collapsed into a single line (none when empty)."""
+    if pre:
+        block = [ln.rstrip() for ln in raw.splitlines()]
+        while block and not block[0].strip():
+            block.pop(0)
+        while block and not block[-1].strip():
+            block.pop()
+        return block
+    text = " ".join(raw.split())
+    return [text] if text else []
+
+
 class SphinxSections(HTMLParser):
     """Collect the own text of every ``<section id=...>`` inside ``div[role=main]``."""
 
@@ -231,18 +245,7 @@ class SphinxSections(HTMLParser):
         self.buf = []
         if not self.stack:
             return
-        lines = self.stack[-1][1]
-        if self.pre_depth:
-            block = [ln.rstrip() for ln in raw.splitlines()]
-            while block and not block[0].strip():
-                block.pop(0)
-            while block and not block[-1].strip():
-                block.pop()
-            lines.extend(block)
-        else:
-            text = " ".join(raw.split())
-            if text:
-                lines.append(text)
+        self.stack[-1][1].extend(block_lines(raw, self.pre_depth > 0))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
