@@ -59,3 +59,11 @@ def test_comment_blocks_and_docstrings(bc):
     )
     assert bc._comment_blocks(source) == [(3, "Licence line one\n  indented two")]
     assert bc._docstrings(ast.parse(source)) == [("A", "Class doc."), ("A.f", "Method\n\ndoc.")]
+
+
+def test_squeeze_tables_narrows_only_box_drawn_lines(bc):
+    wide = "\u250c" + "\u2500" * 50 + "\u2510\n\u2502name" + " " * 40 + "\u2502 value \u2502"
+    prose = "Aligned    columns    in prose stay."
+    assert bc.squeeze_tables(f"{wide}\n{prose}") == (
+        "\u250c\u2500\u2500\u2500\u2510\n\u2502name   \u2502 value \u2502\n" + prose
+    )

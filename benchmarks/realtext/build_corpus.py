@@ -48,8 +48,10 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "examples" / "demo"))
 import build_demo as demo  # noqa: E402  (the demo builder: shared extraction code)
 
-#: bump when the extraction, chunking or selection rules change (invalidates cached outputs)
-CORPUS_VERSION = "1"
+#: bump when the extraction rules change (invalidates the cached sections and everything after)
+EXTRACT_VERSION = "1"
+#: bump when the chunking or selection rules change (invalidates the texts and the output file)
+CORPUS_VERSION = "2"
 META_KEY = "datamask.realtext"
 
 #: Debian bookworm (main) packages, pinned version -> licence of the text used (from each
@@ -159,10 +161,32 @@ def split_long(
     return [g.strip() for g in groups if g.strip()]
 
 
+TABLE_LINE = re.compile(r"[\u2502\u250c\u2510\u2514\u2518\u251c\u2524\u252c\u2534\u253c]")
+
+
+def squeeze_tables(text: str) -> str:
+    """Narrow box-drawn tables: in lines holding a box-drawing corner or bar, runs of 4 or
+    more spaces (after the indentation) or of one horizontal rule character become 3.
+
+    groff renders the man pages at a 5,000-column line length (one line per paragraph), and
+    tbl stretches tables to that width, so a three-column table is ~5,000 characters of
+    padding per line.
+    """
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if TABLE_LINE.search(line):
+            line = re.sub(r"([\u2500\u2501\u2550])\1{3,}", r"\1\1\1", line)
+            lines[i] = re.sub(r"(?<=\S) {4,}", "   ", line)
+    return "\n".join(lines)
+
+
 def chunk(docs: list[demo.Doc]) -> list[demo.Doc]:
-    """Apply ``split_long`` to every document; parts get ids ``<chunk_id>~p<k>``."""
+    """``squeeze_tables``, then ``split_long`` every document; parts get ids ``<id>~p<k>``."""
     out = []
     for d in docs:
+        text = squeeze_tables(d.text)
+        if text != d.text:
+            d = demo.Doc(d.chunk_id, d.source, text, d.license, d.attribution, d.origin)
         parts = split_long(d.text)
         if len(parts) == 1:
             out.append(d)
@@ -475,9 +499,21 @@ def python_source(root: Path, info: dict[str, dict[str, str]]) -> list[demo.Doc]
 # ------------------------------------------------------------------------------------------
 
 
-def build_key() -> str:
-    spec = {"version": CORPUS_VERSION, "packages": PACKAGES, "min": MIN_CHARS, "cap": CAP}
+def _key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def extract_key() -> str:
+    """Hash of what the extracted sections depend on."""
+    return _key({"version": EXTRACT_VERSION, "packages": PACKAGES})
+
+
+def build_key() -> str:
+    """Hash of what the output depends on (the embeddings are cached by text, see embed_cached)."""
+    return _key(
+        {"extract": extract_key(), "version": CORPUS_VERSION, "min": MIN_CHARS, "cap": CAP,
+         "split": [SPLIT_CHARS, GROUP_CHARS], "model": [MODEL, MAX_SEQ_LENGTH]}
+    )  # fmt: skip
 
 
 def ensure_debs(debs: Path, allow_other_versions: bool) -> None:
@@ -573,6 +609,19 @@ def texts_table(docs: list[demo.Doc]) -> pa.Table:
     )
 
 
+def _text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest().encode("ascii")
+
+
+def load_embedding_cache(folder: Path) -> dict[bytes, np.ndarray]:
+    """sha256(text) -> embedding, from every ``*.npz`` block in ``folder``."""
+    store: dict[bytes, np.ndarray] = {}
+    for path in sorted(folder.glob("*.npz")):
+        with np.load(path) as block:
+            store.update(zip(block["keys"].tolist(), block["emb"], strict=True))
+    return store
+
+
 def embed_cached(
     texts: list[str],
     ids: list[str],
@@ -582,34 +631,31 @@ def embed_cached(
     progress: bool,
     partial: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Embed ``texts`` in blocks of EMBED_BLOCK, each block cached as ``.npy``.
+    """Embed ``texts``, reusing the embeddings cached under ``cache`` by sha256 of the text.
 
-    Blocks follow ascending ``sha1(chunk_id)``, so the documents of the first blocks are a
-    uniform random sample of the corpus (sentence-transformers sorts each block by length).
-    Returns the embeddings, the indices of the rows they belong to (all rows, or with
-    ``partial`` only those of the blocks already in the cache: nothing new is embedded) and
-    the number of documents embedded in this call (the rest came from the cache).
+    Texts that are not cached yet are embedded in ascending ``sha1(chunk_id)`` order, in blocks
+    of EMBED_BLOCK that are each saved (atomically) as soon as they are done, so the documents
+    embedded after any number of blocks are a uniform random sample of the corpus.
+    sentence-transformers sorts each block by length; a text's embedding does not depend on the
+    other texts of its batch (up to float rounding).
+
+    Returns the embeddings, the row indices they belong to (all rows; with ``partial`` only
+    the rows already cached, and nothing is embedded) and the number embedded in this call.
     """
     from datamask.embed import embed_texts
 
-    h = hashlib.sha256(f"{MODEL}|{MAX_SEQ_LENGTH}|sha1-order|{EMBED_BLOCK}".encode())
-    for i, t in zip(ids, texts, strict=True):
-        h.update(i.encode("utf-8") + b"\0" + t.encode("utf-8") + b"\0")
-    folder = cache / f"emb-{h.hexdigest()[:16]}"
+    folder = cache / f"emb-{_key({'model': MODEL, 'max_seq_length': MAX_SEQ_LENGTH})}"
     folder.mkdir(parents=True, exist_ok=True)
+    store = load_embedding_cache(folder)
+    keys = [_text_key(t) for t in texts]
     order = sorted(range(len(texts)), key=lambda i: hashlib.sha1(ids[i].encode()).hexdigest())
-    blocks: list[np.ndarray] = []
-    done: list[int] = []
+    todo = [i for i in order if keys[i] not in store]
     n_new = 0
-    bar = tqdm(total=len(texts), desc="embed", unit="doc", disable=not progress, smoothing=0.05)
-    for b, start in enumerate(range(0, len(order), EMBED_BLOCK)):
-        idx = order[start : start + EMBED_BLOCK]
-        path = folder / f"{b:04d}.npy"
-        if path.is_file():
-            emb = np.load(path)
-        elif partial:
-            break
-        else:
+    if not partial:
+        bar = tqdm(total=len(texts), initial=len(texts) - len(todo), desc="embed", unit="doc",
+                   disable=not progress, smoothing=0.05)  # fmt: skip
+        for start in range(0, len(todo), EMBED_BLOCK):
+            idx = todo[start : start + EMBED_BLOCK]
             emb = embed_texts(
                 [texts[i] for i in idx],
                 batch_size=batch_size,
@@ -617,18 +663,19 @@ def embed_cached(
                 max_seq_length=MAX_SEQ_LENGTH,
                 progress=False,
             )
-            tmp = folder / f"{b:04d}.tmp.npy"
-            np.save(tmp, emb)
-            os.replace(tmp, path)
+            block_keys = np.array([keys[i] for i in idx])
+            name = hashlib.sha1(b"".join(block_keys.tolist())).hexdigest()[:16]
+            tmp = folder / f"{name}.npz.tmp"
+            with open(tmp, "wb") as fh:
+                np.savez(fh, keys=block_keys, emb=emb)
+            os.replace(tmp, folder / f"{name}.npz")
+            store.update(zip(block_keys.tolist(), emb, strict=True))
             n_new += len(idx)
-        blocks.append(emb)
-        done.extend(idx)
-        bar.update(len(idx))
-    bar.close()
-    rows = np.asarray(done, dtype=np.int64)
-    emb = np.concatenate(blocks) if blocks else np.empty((0, 384), np.float32)
-    keep = np.argsort(rows, kind="stable")  # back to chunk_id order
-    return emb[keep], rows[keep], n_new
+            bar.update(len(idx))
+        bar.close()
+    rows = np.array([i for i in range(len(texts)) if keys[i] in store], dtype=np.int64)
+    emb = np.stack([store[keys[i]] for i in rows]) if len(rows) else np.empty((0, 384))
+    return emb.astype(np.float32, copy=False), rows, n_new
 
 
 def near_duplicates(
@@ -744,7 +791,7 @@ def main(argv: list[str] | None = None) -> None:
             root = Path(tmp)
             versions = {n: v for n, (v, _) in PACKAGES.items()}
             info = demo.unpack_debs(debs, root, versions)
-            docs = extract(root, info, args.cache / f"sections-{key}")
+            docs = extract(root, info, args.cache / f"sections-{extract_key()}")
         chosen, counts = select(docs)
         for s, c in counts.items():
             print(f"{s}: {dict(c)}")
