@@ -1,6 +1,6 @@
 """Build the real-text benchmark corpus (``realtext.parquet``) from Debian bookworm packages.
 
-About 60,000 real documents from openly licensed Debian *main* packages, chunked
+About 56,000 real documents from openly licensed Debian *main* packages, chunked
 deterministically, scored with the demo's heuristic ``quality_score`` and embedded with the
 bundled all-MiniLM-L6-v2 (``datamask.embed.embed_texts``, ``max_seq_length=256``,
 L2-normalised). Debian package descriptions are *not* used (they are kept for independent
@@ -18,7 +18,7 @@ Usage::
 
 The ``.deb`` files are downloaded once with ``apt-get download`` (pinned versions, run
 ``apt-get update`` first) into ``--cache`` (default ``benchmarks/realtext/data/cache``), which
-also keeps the extracted texts and the embeddings (in blocks), so an interrupted build resumes.
+also keeps the extracted texts and the embeddings (by text), so an interrupted build resumes.
 """
 
 from __future__ import annotations
