@@ -163,9 +163,9 @@ class Doc:
 # ------------------------------------------------------------------------------------------
 
 
-def fetch_debs(dest: Path, allow_other_versions: bool) -> None:
-    """``apt-get download`` the pinned packages into ``dest``."""
-    for name, version in PACKAGES.items():
+def fetch_debs(dest: Path, allow_other_versions: bool, packages: dict[str, str] = PACKAGES) -> None:
+    """``apt-get download`` the pinned ``packages`` (name -> version) into ``dest``."""
+    for name, version in packages.items():
         spec = name if allow_other_versions else f"{name}={version}"
         res = subprocess.run(
             ["apt-get", "download", spec], cwd=dest, capture_output=True, text=True
@@ -178,10 +178,12 @@ def fetch_debs(dest: Path, allow_other_versions: bool) -> None:
             )
 
 
-def unpack_debs(debs: Path, root: Path) -> dict[str, dict[str, str]]:
-    """Unpack each package into ``root/<name>``; return name -> {version, file, sha256}."""
+def unpack_debs(
+    debs: Path, root: Path, packages: dict[str, str] = PACKAGES
+) -> dict[str, dict[str, str]]:
+    """Unpack each of ``packages`` into ``root/<name>``; return name -> {version, file, sha256}."""
     info: dict[str, dict[str, str]] = {}
-    for name, version in PACKAGES.items():
+    for name, version in packages.items():
         found = sorted(debs.glob(f"{name}_*.deb"))
         if not found:
             sys.exit(f"no {name}_*.deb in {debs}.")
@@ -210,6 +212,20 @@ BLOCK_TAGS = {
 VOID_TAGS = {"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base"}
 
 
+def block_lines(raw: str, pre: bool) -> list[str]:
+    """Lines of one HTML block's text: kept as is inside ``<pre>`` (blank edges trimmed),
+    else whitespace-collapsed into a single line (none when empty)."""
+    if pre:
+        block = [ln.rstrip() for ln in raw.splitlines()]
+        while block and not block[0].strip():
+            block.pop(0)
+        while block and not block[-1].strip():
+            block.pop()
+        return block
+    text = " ".join(raw.split())
+    return [text] if text else []
+
+
 class SphinxSections(HTMLParser):
     """Collect the own text of every ``<section id=...>`` inside ``div[role=main]``."""
 
@@ -229,18 +245,7 @@ class SphinxSections(HTMLParser):
         self.buf = []
         if not self.stack:
             return
-        lines = self.stack[-1][1]
-        if self.pre_depth:
-            block = [ln.rstrip() for ln in raw.splitlines()]
-            while block and not block[0].strip():
-                block.pop(0)
-            while block and not block[-1].strip():
-                block.pop()
-            lines.extend(block)
-        else:
-            text = " ".join(raw.split())
-            if text:
-                lines.append(text)
+        self.stack[-1][1].extend(block_lines(raw, self.pre_depth > 0))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
