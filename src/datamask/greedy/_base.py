@@ -193,12 +193,12 @@ class BaseSelector:
             what=f"{self.method}'s ranking",
         )
 
-    def _bar(self, total: int) -> tqdm:
+    def _bar(self, total: int, *, desc: str | None = None, unit: str = "pick") -> tqdm:
         return tqdm(
             total=total,
             disable=not self.progress,
-            desc=self.method or "select",
-            unit="pick",
+            desc=desc or self.method or "select",
+            unit=unit,
             dynamic_ncols=True,
         )
 
