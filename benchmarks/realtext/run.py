@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--markdown", type=Path, default=HERE / "RESULTS.md", help="markdown to write")
     p.add_argument("--markdown-only", action="store_true")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         threads = set_threads(args.threads)
         for name in args.sets:
             run_set(name, args, threads)
-    write_markdown(args.out, HERE / "RESULTS.md")
+    write_markdown(args.out, args.markdown)
     return 0
 
 
@@ -235,7 +236,7 @@ def run_set(name: str, args: argparse.Namespace, threads: int) -> None:
                     f"total={row.get('total_s', float('nan')):.2f}s",
                     flush=True,
                 )
-    write_markdown(args.out, HERE / "RESULTS.md")
+    write_markdown(args.out, args.markdown)
 
 
 def _fmt(v: Any, spec: str) -> str:

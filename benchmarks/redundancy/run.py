@@ -7,7 +7,8 @@ time of the redundancy report at 1M documents.
     python benchmarks/redundancy/run.py markdown     # RESULTS.md from the two JSON files
 
 ``quality``: on every real-text set present (the shipped demo, the shared demo and the
-50k real-text corpus when ``/work/data/realtext.parquet`` exists), k = 10% (and 30% on the
+real-text corpus when it exists: ``$REALTEXT``, default the path
+``benchmarks/realtext/build_corpus.py`` writes), k = 10% (and 30% on the
 two demos), lamb = 0.5,
 facility location + quality; the learner (defaults) and lazy greedy, each without a cap and
 with ``max_similarity`` 0.95 and 0.9; top-k quality and random without a cap as references.
@@ -58,7 +59,10 @@ DATASETS = {
         ROOT.parent / "shared" / "data" / "demo_docs.parquet",
         {"id_col": "id", "feature_col": "embedding"},
     ),
-    "realtext (50k)": (Path("/work/data/realtext.parquet"), {}),
+    "realtext (full)": (
+        Path(os.environ.get("REALTEXT", ROOT / "benchmarks/realtext/data/realtext.parquet")),
+        {},
+    ),
     # Until the full corpus is embedded: a copy of its growing uniform-random snapshot
     # (/work/data/realtext.partial.parquet), taken once so that every method sees the same rows.
     "realtext (partial snapshot)": (Path(os.environ.get("REALTEXT_SNAPSHOT", "/nonexistent")), {}),
