@@ -179,3 +179,33 @@ def test_objective_rejects_bad_lamb_and_weights():
         from datamask import make_diversity
 
         make_diversity("Facilty")
+
+
+class _ShiftedPairwise(PairwiseSimilarity):
+    """Same ``name`` as PairwiseSimilarity, a different value."""
+
+    def value(self, selected: torch.Tensor) -> float:
+        return super().value(selected) + 0.25
+
+
+def test_two_terms_with_one_name_keep_their_own_values(bound):
+    """Two terms named "pairwise" with different values: each is reported under its own key
+    and J is the weighted sum of both (keyed by name, the second used to hide the first)."""
+    x = bound.features.astype(np.float64)
+    sel = np.arange(0, 60, 7)
+    objective = Objective(
+        [FacilityLocation(), PairwiseSimilarity(), _ShiftedPairwise()],
+        lamb=0.4,
+        weights=[2.0, 1.0, 1.0],
+    )
+    objective.bind(bound, k=len(sel))
+    values = objective.term_values(sel)
+    assert list(values) == ["quality", "facility", "pairwise", "pairwise_2", "J"]
+    pairwise = brute_pairwise(x, sel)
+    assert values["pairwise"] == pytest.approx(pairwise, abs=1e-5)
+    assert values["pairwise_2"] == pytest.approx(pairwise + 0.25, abs=1e-5)
+    q = float(bound.normalized_quality()[sel].mean())
+    expected = 0.4 * q + 0.6 * (
+        0.5 * brute_facility(x, sel) + 0.25 * pairwise + 0.25 * (pairwise + 0.25)
+    )
+    assert values["J"] == pytest.approx(expected, abs=1e-5)

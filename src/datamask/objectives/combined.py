@@ -91,9 +91,21 @@ class Objective:
     def term_values(self, selected: np.ndarray | torch.Tensor) -> dict[str, float]:
         """Each term's exact value and the total ``J`` for the rows ``selected``."""
         sel = torch.as_tensor(np.asarray(selected), dtype=torch.long, device=self.device_)
-        out = {t.name: t.value(sel) for _, t in self.terms}
-        out["J"] = sum(w * out[t.name] for w, t in self.terms)
+        values = [t.value(sel) for _, t in self.terms]
+        out = dict(zip(self.labels, values, strict=True))
+        out["J"] = sum(w * v for (w, _), v in zip(self.terms, values, strict=True))
         return out
+
+    @property
+    def labels(self) -> list[str]:
+        """One unique key per term: its ``name``, then ``name_2``, ``name_3``, ... for repeats
+        (two terms of one class must not share a key, or one would hide the other)."""
+        seen: dict[str, int] = {}
+        labels = []
+        for _, term in self.terms:
+            seen[term.name] = seen.get(term.name, 0) + 1
+            labels.append(term.name if seen[term.name] == 1 else f"{term.name}_{seen[term.name]}")
+        return labels
 
     def value(self, selected: np.ndarray | torch.Tensor) -> float:
         return self.term_values(selected)["J"]
