@@ -123,8 +123,11 @@ def apportion(sizes: Sequence[int], k_total: int) -> np.ndarray:
 
     Examples
     --------
+    Quotas 1.5, 0.9 and 0.6 floor to 1, 0, 0; the two seats left go to the largest
+    remainders, 0.9 and 0.6:
+
     >>> apportion([5, 3, 2], 3).tolist()
-    [2, 1, 0]
+    [1, 1, 1]
     """
     n = [int(s) for s in sizes]
     total = sum(n)
