@@ -376,7 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="embed a text parquet/jsonl with a sentence-transformers "
         "model (default: the bundled all-MiniLM-L6-v2)",
     )
-    e.add_argument("--input", required=True, help="parquet or jsonl file with a text column")
+    e.add_argument(
+        "--input",
+        required=True,
+        help="parquet, jsonl or jsonl.gz file with a text column, or a folder or glob of them "
+        "(streamed)",
+    )
     e.add_argument("--output", required=True, help="output parquet path")
     e.add_argument(
         "--text-col",
@@ -389,8 +394,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--id-col",
         "--id_col",
         dest="id_col",
-        default="chunk_id",
-        help="id column, created as row-N if absent (default: chunk_id)",
+        default=None,
+        help="id column, kept as it is; created as row-N if absent (default: chunk_id, else "
+        "id, when the input has one)",
+    )
+    e.add_argument(
+        "--quality",
+        choices=["heuristic"],
+        default=None,
+        help="add a quality column: heuristic = the text heuristic of datamask.quality, the "
+        "demo data's score (default: none)",
+    )
+    e.add_argument(
+        "--quality-col",
+        "--quality_col",
+        dest="quality_col",
+        default="quality_score",
+        help="name of the quality column --quality writes (default: quality_score)",
     )
     e.add_argument(
         "--feature-col",
@@ -666,7 +686,9 @@ def run_embed(args: argparse.Namespace) -> int:
     from .io.atomic import OutputLock, check_no_overlap, check_writable
 
     check_writable(args.output)
-    check_no_overlap([args.output], [args.input])
+    from .io.text import list_text_files
+
+    check_no_overlap([args.output], list_text_files(args.input))
     with OutputLock(args.output):
         n = embed_file(
             args.input,
@@ -674,6 +696,8 @@ def run_embed(args: argparse.Namespace) -> int:
             text_col=args.text_col,
             id_col=args.id_col,
             feature_col=args.feature_col,
+            quality=args.quality,
+            quality_col=args.quality_col,
             model=args.model,
             batch_size=args.batch_size,
             device=args.device,
