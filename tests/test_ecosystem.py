@@ -178,6 +178,10 @@ def test_save_to_disk_folder_made_by_datasets(tmp_path, demo, capsys):
         == 0
     )
     assert kept(tmp_path / "b.parquet", "id") == expected
+    capsys.readouterr()
+    args = ["select", "--input", str(tmp_path / "ds"), "--output", str(tmp_path / "c")]
+    assert main([*args, "--partition", "shard", *FLAGS]) == 2
+    assert "a save_to_disk folder is selected in one process" in capsys.readouterr().err
 
 
 def test_hub_parquet_layout_needs_a_split_and_reads_its_files(tmp_path, demo, capsys):

@@ -551,9 +551,13 @@ def run_select(args: argparse.Namespace) -> int:
     args.threads = set_threads(args.threads)
     from .io.datasets import is_save_to_disk
 
-    sharded = isinstance(args.input, list) or (
-        not is_save_to_disk(args.input) and _is_sharded(args.input)
-    )
+    in_memory = not isinstance(args.input, list) and is_save_to_disk(args.input)
+    if in_memory and getattr(args, "partition", None) not in (None, "none"):
+        raise _BadInput(
+            "a save_to_disk folder is selected in one process; for --partition write it as "
+            "parquet shards first (Dataset.to_parquet)."
+        )
+    sharded = not in_memory and (isinstance(args.input, list) or _is_sharded(args.input))
     if sharded or getattr(args, "partition", None) not in (None, "none"):
         from .distributed import run_distributed
 

@@ -11,6 +11,7 @@ imported lazily, so the rest of datamask works without it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -321,6 +322,13 @@ def embed_file(
         if total is not None:
             total += meta.metadata.num_rows
 
+    # The first rows are parsed and checked before anything is shown or written.
+    chunks = iter_text_chunks(files, chunk_rows)
+    first = next(chunks, None)
+    if first is not None:
+        _checked_texts(first.table, text_col, first.path.name, first.start)
+        chunks = itertools.chain([first], chunks)
+
     n = 0
     schema: pa.Schema | None = None
     create_ids = False
@@ -331,7 +339,7 @@ def embed_file(
     ):
         writer: Any = None
         try:
-            for chunk in iter_text_chunks(files, chunk_rows):
+            for chunk in chunks:
                 table, name = chunk.table, chunk.path.name
                 if table.num_rows == 0:
                     continue

@@ -88,45 +88,49 @@ class TextChunk:
     start: int
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")  # noqa: SIM115
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")  # noqa: SIM115
+
+
+def _decode(raw: bytes, path: Path, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {lineno}, column "
+            f"{exc.start + 1} cannot be decoded; re-encode the file as UTF-8."
+        ) from None
 
 
 def _json_records(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
     """Each object of a JSON-lines file with where it is; a top-level JSON array also works
     (it is read whole: JSON arrays cannot be streamed line by line)."""
-    with _open_text(path) as fh:
-        lineno = 0
-        try:
-            first = fh.readline()
-            lineno = 1
-            if first.lstrip().startswith("["):
-                try:
-                    items = json.loads(first + fh.read())
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path.name} is not valid JSON: {exc}") from None
-                for i, item in enumerate(items):
-                    yield item, f"item {i}"
-                return
-            line = first
-            while line:
-                if line.strip():
+    try:
+        with _open_binary(path) as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                line = _decode(raw, path, lineno)
+                if lineno == 1 and line.lstrip().startswith("["):
+                    rest = fh.read()
+                    text = line + _decode(rest, path, 2) if rest else line
                     try:
-                        yield json.loads(line), f"line {lineno}"
+                        items = json.loads(text)
                     except json.JSONDecodeError as exc:
-                        raise ValueError(
-                            f"{path.name} line {lineno} is not valid JSON: {exc}"
-                        ) from None
-                line = fh.readline()
-                lineno += 1
-        except UnicodeDecodeError as exc:
-            raise ValueError(
-                f"{path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} near line "
-                f"{lineno + 1} cannot be decoded; re-encode the file as UTF-8."
-            ) from None
-        except (OSError, EOFError) as exc:  # a truncated or corrupt .gz
-            raise ValueError(f"cannot read {str(path)!r}: {exc}") from None
+                        raise ValueError(f"{path.name} is not valid JSON: {exc}") from None
+                    for i, item in enumerate(items):
+                        yield item, f"item {i}"
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line), f"line {lineno}"
+                except json.JSONDecodeError as exc:
+                    raise ValueError(
+                        f"{path.name} line {lineno} is not valid JSON: {exc}"
+                    ) from None
+    except (OSError, EOFError) as exc:  # a truncated or corrupt .gz
+        raise ValueError(f"cannot read {str(path)!r}: {exc}") from None
 
 
 def _records_table(records: list[dict[str, Any]], path: Path) -> pa.Table:
