@@ -74,6 +74,11 @@ def test_preset_selects_the_same_documents_in_every_layout(tmp_path, demo, prese
         assert main(["select", "--input", str(src), "--output", str(out), *extra, *FLAGS]) == 0
         assert kept(out, id_col) == kept(tmp_path / "r.parquet", "chunk_id")
         assert len(kept(out, id_col)) == N // 10
+    # evaluate reads the same layout with the same (detected) columns
+    report = tmp_path / f"report-{preset}.json"
+    args = ["evaluate", "--input", str(src), "--selection", str(out), "--output", str(report)]
+    assert main(args) == 0
+    assert report.exists()
 
 
 def test_preset_that_does_not_fit_is_refused_at_the_door(tmp_path, demo, capsys):
