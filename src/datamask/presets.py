@@ -1,23 +1,16 @@
 """Column-name presets: the id, quality and embedding columns of the ecosystem's layouts.
 
-=============  ============  ===================================  ============
-preset         id            quality                              embedding
-=============  ============  ===================================  ============
-``datamask``   ``chunk_id``  ``quality_score``                    ``feature_arr``
-``fineweb-edu`` ``id``       ``score``                            ``embedding``
-``curator``    ``id``        first present of ``fineweb-edu-score``, ``embeddings``
-                             ``quality_score``, ``score``
-=============  ============  ===================================  ============
-
-``fineweb-edu`` is the FineWeb-Edu layout (``id``, ``text``, ``score`` from the edu
-classifier, ``int_score``) with an ``embedding`` column added. ``curator`` is what NeMo
-Curator's ``EmbeddingCreator`` writes (``id``, ``embeddings``); Curator keeps quality in
-the column its classifier names (``fineweb-edu-score`` for the FineWeb-Edu classifier).
+* ``datamask``: ``chunk_id``, ``quality_score``, ``feature_arr`` (the reference's layout).
+* ``fineweb-edu``: ``id``, ``score``, ``embedding``. FineWeb-Edu's own columns (``id``,
+  ``text``, ``score`` from the edu classifier, ``int_score``) with an ``embedding`` added.
+* ``curator``: ``id`` (else ``_curator_dedup_id``, the id Curator's deduplication stages
+  assign); the first present of ``fineweb-edu-score`` (Curator's FineWeb-Edu classifier),
+  ``quality_score``, ``score``; ``embeddings`` (Curator's ``EmbeddingCreator``).
 
 With no preset and no column flags, :func:`resolve_columns` detects the columns from the
 schema: for each role the first present of its candidates (``chunk_id``, ``id``;
-``quality_score``, ``score``; ``feature_arr``, ``embedding``, ``embeddings``). Explicit
-column names always win over a preset.
+``quality_score``, ``score``, ``fineweb-edu-score``; ``feature_arr``, ``embedding``,
+``embeddings``). Explicit column names always win over a preset.
 """
 
 from __future__ import annotations
@@ -50,7 +43,10 @@ PRESETS: dict[str, Preset] = {
     "datamask": Preset("datamask", ("chunk_id",), ("quality_score",), ("feature_arr",)),
     "fineweb-edu": Preset("fineweb-edu", ("id",), ("score",), ("embedding",)),
     "curator": Preset(
-        "curator", ("id",), ("fineweb-edu-score", "quality_score", "score"), ("embeddings",)
+        "curator",
+        ("id", "_curator_dedup_id"),
+        ("fineweb-edu-score", "quality_score", "score"),
+        ("embeddings",),
     ),
 }
 
