@@ -134,3 +134,38 @@ def test_filter_loads_its_own_keep_list_only_when_the_task_counts_match(tmp_path
     assert [d.id for d in step.run(iter(docs), rank=1, world_size=2)] == ["b", "c"]
     with pytest.raises(ValueError, match="no keep lists in"):
         DatamaskFilter(str(tmp_path / "nothing"))._load(0, 1)
+
+
+def test_steps_write_through_fsspec_folders():
+    """The same steps on a non-local DataFolder (fsspec's in-memory filesystem)."""
+    from datamask.integrations.datatrove import DatamaskSelect
+
+    rng = np.random.default_rng(0)
+    docs = [
+        Document(
+            text=f"doc {i}.",
+            id=f"m{i}",
+            metadata={"q": float(rng.random()), "e": rng.normal(size=8).tolist()},
+        )
+        for i in range(40)
+    ]
+    for rank in range(2):
+        step = DatamaskFeatures("memory://dm/features", embedding_key="e", quality_key="q")
+        assert len(list(step.run(iter(docs[rank::2]), rank=rank, world_size=2))) == 20
+    select = DatamaskSelect(
+        "memory://dm/features", "memory://dm/sel", select_ratio=0.25, method="greedy"
+    )
+    list(select.run(None, rank=0, world_size=1))  # a generator, as the executor drives it
+    kept = [
+        d.id
+        for r in range(2)
+        for d in DatamaskFilter("memory://dm/sel").run(iter(docs[r::2]), rank=r, world_size=2)
+    ]
+    assert len(kept) == 10
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/dm/sel/keep", detail=False)) == [
+        "00000.parquet",
+        "00001.parquet",
+    ]

@@ -68,7 +68,9 @@ def group_seed(seed: int, group: int, n_groups: int) -> int:
 @contextlib.contextmanager
 def _sink(folder: Any, name: str) -> Iterator[Any]:
     """A place to write ``name`` in ``folder``: an atomic temporary locally, else a stream."""
-    if folder.is_local():
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(folder.fs, LocalFileSystem):
         from ..io.atomic import atomic_write
 
         with atomic_write(folder.resolve_paths(name)) as tmp:
@@ -89,7 +91,7 @@ def _read_table(folder: Any, name: str) -> pa.Table:
 
 
 def _parquet_files(folder: Any, subdirectory: str = "") -> list[str]:
-    if not folder.exists(subdirectory or "."):
+    if not folder.exists(subdirectory):
         return []
     files = folder.list_files(subdirectory, recursive=False, glob_pattern="*.parquet")
     return sorted(f for f in files if not f.rsplit("/", 1)[-1].startswith((".", "_")))
