@@ -20,6 +20,7 @@ from .objectives import (
 )
 from .optim import MaskLearner
 from .synthetic import make_clustered
+from .tables import select_table
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,5 @@ __all__ = [
     "Term",
     "make_clustered",
     "make_diversity",
+    "select_table",
 ]

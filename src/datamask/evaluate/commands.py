@@ -14,8 +14,6 @@ import ast
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 __all__ = ["add_bench_parser", "add_evaluate_parser", "run_bench", "run_evaluate"]
 
 from ..cli import add_column_arguments, add_graph_arguments, add_threads_argument
@@ -25,8 +23,16 @@ _METHODS = ["mask", "greedy", "greedy-dense", "stochastic-greedy", "disf-greedy"
 
 
 def _add_data_arguments(p: argparse.ArgumentParser) -> None:
-    add_column_arguments(p, with_defaults=True)
+    add_column_arguments(p, with_defaults=False)  # None: from --preset or the input's columns
     add = p.add_argument
+    from ..presets import PRESETS
+
+    add(
+        "--preset",
+        choices=["auto", *PRESETS],
+        help="column names of a known layout (as for select; default: auto, detected)",
+    )
+    add("--split", help="split of a DatasetDict save_to_disk folder (default: the only one)")
     add(
         "--length-col",
         "--length_col",
@@ -238,25 +244,35 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 # --- runners ---------------------------------------------------------------------------------
 def _read(args: argparse.Namespace, path: str) -> Any:
-    from ..io.parquet import read_corpus
+    from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
+    from ..presets import resolve_columns
     from .report import LENGTH_COLUMNS
 
-    specs = args.quality_col or [("quality_score", 1.0)]
+    split = getattr(args, "split", None)
+    names = input_column_names(path, split=split) if Path(path).exists() else []
+    given = [n for n, _ in args.quality_col] if args.quality_col else None
+    id_col, quality_cols, feature_col = resolve_columns(
+        names,
+        preset=getattr(args, "preset", None),
+        id_col=args.id_col,
+        quality_cols=given,
+        feature_col=args.feature_col,
+        where=str(path),
+    )
+    args.id_col, args.feature_col = id_col or "chunk_id", feature_col  # read_selection's too
+    specs = args.quality_col or [(n, 1.0) for n in quality_cols]
     extra: list[str] = []
     wanted = [args.length_col] if args.length_col else list(LENGTH_COLUMNS)
-    if Path(path).is_file():
-        try:
-            names = pq.read_schema(path).names
-        except Exception:  # read_corpus words the error
-            names = []
+    if Path(path).is_file() or is_save_to_disk(path):
         present = [c for c in wanted if c in names]
         if args.length_col and not present and names:
             raise ValueError(
                 f"column {args.length_col!r} not found in {path}; available columns: {names}."
             )
         extra = present[:1]  # read one length source only (texts can be large)
-    return read_corpus(
+    return read_input_corpus(
         path,
+        split=split,
         id_col=args.id_col,
         quality_cols=[n for n, _ in specs],
         quality_weights=[w for _, w in specs],

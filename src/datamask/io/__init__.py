@@ -9,6 +9,7 @@ from .atomic import (
     check_writable,
     clean_stale_temporaries,
 )
+from .datasets import is_save_to_disk, read_input_corpus, read_save_to_disk, resolve_input
 from .parquet import (
     atomic_write_table,
     features_from_arrow,
@@ -29,8 +30,12 @@ __all__ = [
     "check_writable",
     "clean_stale_temporaries",
     "features_from_arrow",
+    "is_save_to_disk",
     "read_corpus",
+    "read_input_corpus",
+    "read_save_to_disk",
     "read_summary",
+    "resolve_input",
     "selection_table",
     "summary_path",
     "write_selection",

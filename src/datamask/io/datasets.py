@@ -1,0 +1,261 @@
+"""Inputs in the Hugging Face ecosystem's shapes.
+
+* A ``datasets`` ``save_to_disk`` folder: a ``Dataset`` (``state.json`` naming Arrow stream
+  files ``data-00000-of-0000N.arrow``) or a ``DatasetDict`` (``dataset_dict.json`` and one
+  such folder per split). The Arrow files are memory-mapped and only the columns a
+  selection needs are read; the ``datasets`` package itself is not needed.
+* A Hub-style parquet folder: ``data/train-00000-of-00004.parquet``,
+  ``default/train/0000.parquet`` (the Hub's parquet conversion), ``train.parquet`` and the
+  like. When such a folder holds several splits, one must be chosen (``split=``): selecting
+  over train and test together is almost never meant.
+
+:func:`resolve_input` turns either into what the readers take, and
+:func:`read_input_corpus` reads a parquet file or a ``save_to_disk`` folder into a
+:class:`~datamask.data.Corpus`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..data import Corpus
+from .parquet import arrays_from_table, read_corpus
+
+__all__ = [
+    "SPLIT_NAMES",
+    "is_save_to_disk",
+    "save_to_disk_files",
+    "read_save_to_disk",
+    "hub_splits",
+    "resolve_input",
+    "input_column_names",
+    "read_input_corpus",
+]
+
+#: Split names recognised in Hub-style paths (as ``datasets``' data-files patterns do).
+SPLIT_NAMES = ("train", "validation", "valid", "dev", "test", "eval")
+
+
+def is_save_to_disk(path: str | Path) -> bool:
+    """True for a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``."""
+    p = Path(path)
+    return p.is_dir() and ((p / "state.json").is_file() or (p / "dataset_dict.json").is_file())
+
+
+def _dict_splits(root: Path) -> list[str]:
+    try:
+        splits = json.loads((root / "dataset_dict.json").read_text())["splits"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot read {str(root / 'dataset_dict.json')!r}: {exc}") from None
+    return [str(s) for s in splits]
+
+
+def save_to_disk_files(path: str | Path, split: str | None = None) -> list[Path]:
+    """The Arrow files of a ``save_to_disk`` folder, in order.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``Dataset`` folder, or a ``DatasetDict`` folder (then ``split`` picks one split;
+        it may be omitted when there is only one).
+    split : str, optional
+        The split of a ``DatasetDict``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown split, several splits and none chosen, or a missing Arrow file.
+    """
+    root = Path(path)
+    if (root / "dataset_dict.json").is_file():
+        splits = _dict_splits(root)
+        if split is None:
+            if len(splits) != 1:
+                raise ValueError(
+                    f"{str(root)!r} is a DatasetDict with splits {splits}; choose one with "
+                    "--split NAME (split= in Python)."
+                )
+            split = splits[0]
+        if split not in splits:
+            raise ValueError(f"split must be one of {splits} in {str(root)!r}; got {split!r}.")
+        root = root / split
+    elif split is not None and split != _own_split(root):
+        raise ValueError(
+            f"{str(root)!r} is a single Dataset, not a DatasetDict; drop --split {split}."
+        )
+    try:
+        state = json.loads((root / "state.json").read_text())
+        names = [f["filename"] for f in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot read {str(root / 'state.json')!r}: {exc}") from None
+    files = [root / n for n in names]
+    for f in files:
+        if not f.is_file():
+            raise ValueError(f"Arrow file {str(f)!r} named in state.json does not exist.")
+    if not files:
+        raise ValueError(f"{str(root)!r} holds no Arrow files.")
+    return files
+
+
+def _own_split(root: Path) -> str | None:
+    try:
+        return json.loads((root / "state.json").read_text()).get("_split")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _open_stream(path: Path) -> pa.ipc.RecordBatchStreamReader:
+    try:
+        return pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise ValueError(f"cannot read {str(path)!r} as an Arrow stream: {exc}") from None
+
+
+def read_save_to_disk(
+    path: str | Path, columns: Sequence[str] | None = None, *, split: str | None = None
+) -> pa.Table:
+    """The rows of a ``save_to_disk`` folder as one table (memory-mapped, ``columns`` only).
+
+    Raises
+    ------
+    ValueError
+        When a column is missing; the message names the file and lists the columns.
+    """
+    tables = []
+    for f in save_to_disk_files(path, split):
+        reader = _open_stream(f)
+        names = reader.schema.names
+        if columns is not None:
+            for c in columns:
+                if c not in names:
+                    raise ValueError(
+                        f"column {c!r} not found in {str(f)}; available columns: {names}."
+                    )
+        try:
+            table = reader.read_all()
+        except Exception as exc:
+            raise ValueError(f"cannot read {str(f)!r} as an Arrow stream: {exc}") from None
+        tables.append(table if columns is None else table.select(list(columns)))
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _split_of(rel: Path) -> str | None:
+    """The split a Hub-style relative path belongs to, or None."""
+    parts = [*rel.parts[:-1], rel.name.removesuffix(".parquet")]
+    for part in parts:
+        name = part.lower().removeprefix("partial-")
+        for split in SPLIT_NAMES:
+            if name == split or re.match(rf"{split}[-_.]", name):
+                return split
+    return None
+
+
+def hub_splits(root: str | Path) -> dict[str, list[Path]]:
+    """Parquet files below a folder, grouped by the split their path names ('' for none)."""
+    base = Path(root)
+    out: dict[str, list[Path]] = {}
+    for f in sorted(base.rglob("*.parquet"), key=str):
+        rel = f.relative_to(base)
+        if any(p.startswith((".", "_")) for p in rel.parts) or not f.is_file():
+            continue
+        out.setdefault(_split_of(rel) or "", []).append(f)
+    return out
+
+
+def resolve_input(path: str, *, split: str | None = None) -> str | list[str]:
+    """What the readers take for ``path``: unchanged, or the files of one Hub split.
+
+    A ``save_to_disk`` folder is returned as is (see :func:`read_input_corpus`). A folder of
+    parquet files naming several splits needs ``split``; the files of that split are
+    returned as a list. A file or glob is returned unchanged (``split`` must then be None).
+    """
+    p = Path(path)
+    if is_save_to_disk(p):
+        save_to_disk_files(p, split)  # checks the split now, before any output
+        return path
+    if p.is_dir():
+        groups = hub_splits(p)
+        named = sorted(s for s in groups if s)
+        if split is not None:
+            if split not in groups:
+                raise ValueError(f"split must be one of {named} in {path!r}; got {split!r}.")
+            return [str(f) for f in groups[split]]
+        if len(named) > 1:
+            raise ValueError(
+                f"{path!r} holds the splits {named}; choose one with --split NAME "
+                "(or give a glob of the files to select from)."
+            )
+        return path
+    if split is not None:
+        raise ValueError(f"--split needs a folder of splits; {path!r} is not a folder.")
+    return path
+
+
+def input_column_names(source: str | Sequence[str], *, split: str | None = None) -> list[str]:
+    """Column names of an input: a parquet file, folder, glob, file list or save_to_disk."""
+    if not isinstance(source, str):
+        files = [str(s) for s in source]
+    elif is_save_to_disk(source):
+        return list(_open_stream(save_to_disk_files(source, split)[0]).schema.names)
+    elif Path(source).is_file():
+        files = [source]
+    elif Path(source).is_dir():
+        files = [str(f) for fs in hub_splits(source).values() for f in fs]
+    else:
+        files = sorted(glob.glob(source, recursive=True))
+    if not files:
+        return []
+    try:
+        return list(pq.read_schema(sorted(files)[0]).names)
+    except Exception:  # the reader words the error later
+        return []
+
+
+def read_input_corpus(
+    path: str | Path,
+    *,
+    split: str | None = None,
+    id_col: str = "chunk_id",
+    quality_cols: Sequence[str] = ("quality_score",),
+    quality_weights: Sequence[float] | None = None,
+    feature_col: str = "feature_arr",
+    extra_cols: Sequence[str] = (),
+) -> Corpus:
+    """A parquet file (see :func:`~datamask.io.parquet.read_corpus`) or a ``save_to_disk``
+    folder read into a :class:`~datamask.data.Corpus` (not yet validated)."""
+    if not is_save_to_disk(path):
+        return read_corpus(
+            path,
+            id_col=id_col,
+            quality_cols=quality_cols,
+            quality_weights=quality_weights,
+            feature_col=feature_col,
+            extra_cols=extra_cols,
+        )
+    where = str(path)
+    names = input_column_names(where, split=split)
+    wanted = list(dict.fromkeys([id_col, *quality_cols, feature_col]))
+    extras = [c for c in extra_cols if c in names and c not in wanted]
+    table = read_save_to_disk(path, wanted + extras, split=split)
+    if table.num_rows == 0:
+        raise ValueError(f"{where} has no rows.")
+    ids, quality, features = arrays_from_table(
+        table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
+    )
+    return Corpus(
+        ids=ids.to_numpy(zero_copy_only=False),
+        quality=quality,
+        features=features,
+        quality_names=list(quality_cols),
+        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
+        source=where,
+        extra={c: table.column(c).to_numpy(zero_copy_only=False) for c in extras},
+    )
