@@ -4,6 +4,7 @@
     datamask evaluate --input docs.parquet --selection out/selection.parquet
     datamask bench    --input docs.parquet --out-dir out/bench
     datamask embed    --input docs.jsonl   --output docs.parquet
+    datamask apply    --input docs.parquet --selection out/selection.parquet --output out/kept
 
 Bad input prints one line, ``datamask: error: ...``, and exits with status 2.
 """
@@ -354,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_evaluate_parser(sub)
     add_bench_parser(sub)
+    from .apply.commands import add_apply_parser
+
+    add_apply_parser(sub)
     e = sub.add_parser(
         "embed",
         help="embed a text parquet/jsonl with a sentence-transformers "
@@ -509,7 +513,10 @@ def run_select(args: argparse.Namespace) -> int:
 
 def _select_one_file(args: argparse.Namespace) -> int:
     """``datamask select`` on one parquet file, once its output is claimed."""
+    import pyarrow as pa
+
     from .greedy import make_selector
+    from .io.keep import keep_lists_for_output, selection_digest
     from .io.parquet import read_corpus, selection_table, write_selection
     from .objectives import Objective, make_diversity
 
@@ -588,13 +595,18 @@ def _select_one_file(args: argparse.Namespace) -> int:
         "history": getattr(selector, "history_", []),
         "versions": _versions(),
     }
+    kept_ids = pa.array(corpus.ids[np.sort(selector.selected_)])
+    summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
     write_selection(args.output, table, summary)  # parquet and summary as one unit
+    keep_lists_for_output(
+        args.output, args.input, [args.input], id_col=args.id_col, selected_ids=kept_ids
+    )
     terms = "  ".join(f"{k}={v:.4f}" for k, v in summary["terms"].items())
     print(
         f"selected {summary['k']} of {corpus.n_docs} documents with {args.method} in "
         f"{summary['seconds']['fit']:.2f}s: {terms}"
     )
-    print(f"wrote {args.output} and {summary_path(args.output)}")
+    print(f"wrote {args.output}, {summary_path(args.output)} and keep lists")
     return 0
 
 
@@ -644,9 +656,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``datamask`` command. Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .apply.commands import run_apply
     from .evaluate.commands import run_bench, run_evaluate
 
     commands = {
+        "apply": run_apply,
         "select": run_select,
         "evaluate": run_evaluate,
         "bench": run_bench,
