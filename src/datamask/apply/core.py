@@ -282,11 +282,13 @@ def _apply_parquet(
         writer = pq.ParquetWriter(
             stack.enter_context(out.open_atomic()), schema, compression="zstd"
         )
+        stack.callback(writer.close)  # closed (idempotent) before its file, even on errors
         rem_writer = None
         if rem is not None and removed_format == "rows":
             rem_writer = pq.ParquetWriter(
                 stack.enter_context(rem.open_atomic()), schema, compression="zstd"
             )
+            stack.callback(rem_writer.close)
         for batch in batches:
             n = batch.num_rows
             ids = batch.column(id_col) if id_col in schema.names else None
