@@ -667,7 +667,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "embed": run_embed,
     }
     try:
-        return commands[args.command](args)
+        # Remote paths (s3://, gs://, hf://) are checked, staged and uploaded around the
+        # command (datamask.io.remote); apply streams them itself.
+        from .io.remote import staged_arguments
+
+        with staged_arguments(args):
+            return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

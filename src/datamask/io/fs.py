@@ -316,9 +316,9 @@ def resolve(text: str | Path, *, what: str = "path") -> Location:
             f"has an unknown storage scheme {scheme + '://'!r}; use a local path, file://, "
             "s3://, gs:// or hf://.",
         )
-    if m["slashes"] != "//":
+    if not m["slashes"].startswith("//"):
         raise _bad(what, raw, f"is not a valid URI; write {scheme}://{m['rest'].lstrip('/')}.")
-    rest = m["rest"]
+    rest = m["slashes"][2:] + m["rest"]
     if scheme == "file":
         if not rest.startswith("/"):
             raise _bad(what, raw, "must be an absolute file URI such as file:///data/docs.")
