@@ -236,6 +236,19 @@ def test_unreachable_endpoint_is_one_line(s3, tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.iterdir())
 
 
+def test_missing_credentials_is_one_line(s3, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code = main(["select", "--input", "s3://corpus/data/", "--output", "s3://corpus/sel2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no AWS credentials found for --input" in err
+    assert len(err.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
 def test_resolve_schemes():
     assert resolve("file:///tmp/x").path == "/tmp/x"
     assert resolve("s3://bucket-1/a/b").path == "bucket-1/a/b"

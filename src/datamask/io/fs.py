@@ -253,7 +253,7 @@ def _bad(what: str, text: str, why: str) -> ValueError:
 
 
 @functools.lru_cache(maxsize=8)
-def _s3(endpoint: str | None, region: str | None) -> Any:
+def _s3(endpoint: str | None, region: str | None, anonymous: bool) -> Any:
     kwargs: dict[str, Any] = {
         "connect_timeout": 5,
         "request_timeout": 30,
@@ -265,6 +265,8 @@ def _s3(endpoint: str | None, region: str | None) -> Any:
             kwargs["scheme"] = "http"
     if region:
         kwargs["region"] = region
+    if anonymous:
+        kwargs["anonymous"] = True
     return pafs.S3FileSystem(**kwargs)
 
 
@@ -339,7 +341,7 @@ def resolve(text: str | Path, *, what: str = "path") -> Location:
         if region is None and endpoint is None:
             region = "us-east-1"  # the AWS default; a bucket elsewhere needs AWS_REGION
         try:
-            fs = _s3(endpoint, region)
+            fs = _s3(endpoint, region, _anonymous_s3())
         except (OSError, ValueError) as exc:
             raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
         return Location(raw, "s3", fs, rest)
@@ -350,11 +352,47 @@ def resolve(text: str | Path, *, what: str = "path") -> Location:
     return Location(raw, "gs", fs, rest)
 
 
+def _anonymous_s3() -> bool:
+    return os.environ.get("DATAMASK_S3_ANONYMOUS", "").lower() in ("1", "true", "yes")
+
+
+def _check_s3_credentials(loc: Location, what: str) -> None:
+    """Refuse an S3 location when no credentials can be found (unless anonymous access is
+    asked for with ``DATAMASK_S3_ANONYMOUS=1``).
+
+    The AWS SDK inside pyarrow silently falls back to unsigned requests, which a private
+    bucket answers with a bare "access denied" and an S3-compatible server may accept, so
+    the credential chain is resolved here with botocore when it is installed (environment,
+    profiles, web identity, container and instance roles); without botocore the request
+    made by :func:`check_reachable` is the only check.
+    """
+    if _anonymous_s3():
+        return
+    try:
+        import botocore.session
+    except ImportError:
+        return
+    try:
+        credentials = botocore.session.Session().get_credentials()
+    except Exception as exc:  # a broken profile or config file
+        raise ValueError(
+            f"cannot load AWS credentials for {what} {loc.uri!r}: {_first_line(exc)}."
+        ) from None
+    if credentials is None:
+        raise ValueError(
+            f"no AWS credentials found for {what} {loc.uri!r}; set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (or DATAMASK_S3_ANONYMOUS=1 for a public "
+            "bucket)."
+        )
+
+
 def check_reachable(loc: Location, *, what: str = "path") -> None:
     """One request to the bucket of a remote location: refuse a missing bucket, bad
     credentials or an unreachable endpoint with one line. Local locations pass."""
     if loc.is_local:
         return
+    if loc.scheme == "s3":
+        _check_s3_credentials(loc, what)
     bucket = loc.path.split("/", 1)[0] if loc.scheme != "hf" else "/".join(loc.path.split("/")[:3])
     try:
         info = loc.fs.get_file_info(bucket)
