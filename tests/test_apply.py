@@ -208,3 +208,17 @@ def test_bad_arguments_exit_2_before_writing(
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no kept/, no s3: folder
+
+
+def test_keep_lists_of_another_selection_are_not_used(selected, tmp_path):
+    """Keep lists left by an earlier run (digest differs from the manifest's) are ignored:
+    rows are matched by id against the selection itself."""
+    import shutil
+
+    root, files, out, ids = selected
+    sel = tmp_path / "sel"
+    shutil.copytree(out, sel, ignore=shutil.ignore_patterns("_work"))
+    manifest = json.loads((sel / "manifest.json").read_text())
+    (sel / "manifest.json").write_text(json.dumps({**manifest, "selection_digest": "0" * 32}))
+    result = apply_selection(root / "data", sel, tmp_path / "kept", progress=False)
+    assert result["mode"] == "ids" and result["kept"] == len(ids)

