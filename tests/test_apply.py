@@ -222,3 +222,21 @@ def test_keep_lists_of_another_selection_are_not_used(selected, tmp_path):
     (sel / "manifest.json").write_text(json.dumps({**manifest, "selection_digest": "0" * 32}))
     result = apply_selection(root / "data", sel, tmp_path / "kept", progress=False)
     assert result["mode"] == "ids" and result["kept"] == len(ids)
+
+
+def test_relative_names():
+    from datamask.io.keep import relative_names
+
+    files = ["/d/a/x.parquet", "/d/b/y.parquet"]
+    assert relative_names("/d", files) == ["a/x.parquet", "b/y.parquet"]
+    assert relative_names("", files) == ["a/x.parquet", "b/y.parquet"]  # a list: common folder
+    assert relative_names("/d/a/x.parquet", files[:1]) == ["x.parquet"]
+
+
+def test_sharded_select_from_a_list_of_files_names_keep_lists_relatively(tmp_path, selected):
+    root, files, _, _ = selected
+    out = tmp_path / "sel"
+    run_selection(list(files), out, Settings(**FAST), runner=LocalRunner(), progress=False)
+    index = json.loads((out / "keep" / "_index.json").read_text())
+    assert sorted(index["files"]) == ["a/part-0.parquet", "a/part-1.parquet", "b/part-2.parquet"]
+    assert all(pq.read_schema(f).names[0] == "chunk_id" for f in files)  # inputs untouched

@@ -76,7 +76,7 @@ def relative_names(root: str, files: Sequence[str]) -> list[str]:
     if base in paths:  # a single file
         base = base.rsplit("/", 1)[0] if "/" in base else ""
     prefix = base + "/" if base else ""
-    if not all(p.startswith(prefix) for p in paths):
+    if not base or not all(p.startswith(prefix) for p in paths):
         common = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
         prefix = common.rstrip("/") + "/" if common and common != "." else ""
     return [p[len(prefix) :] for p in paths]
@@ -190,6 +190,8 @@ def write_keep_lists(
     found = 0
     bar = tqdm(files, desc="keep lists", unit="file", disable=not progress, dynamic_ncols=True)
     for path, name in zip(bar, names, strict=True):
+        if name.startswith("/") or ".." in name.split("/"):  # never write outside keep_dir
+            raise RuntimeError(f"keep-list name {name!r} is not relative; please report this.")
         pf = pq.ParquetFile(path)
         rows_parts, id_parts = [], []
         offset = 0

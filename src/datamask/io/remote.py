@@ -82,6 +82,10 @@ def _download(loc: Location, what: str, suffixes: tuple[str, ...]) -> str:
                 out.write(block)
         if mtime is not None:
             os.utime(target, (mtime, mtime))
+    if not single:  # files an earlier download staged that the URI no longer names
+        wanted = {root / n for n in names}
+        for p in [p for p in root.rglob("*") if p.is_file() and p not in wanted]:
+            p.unlink()
     return str(root / names[0]) if single else str(root)
 
 
