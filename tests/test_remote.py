@@ -254,6 +254,16 @@ def test_bad_remote_arguments_exit_2_before_writing(s3, tmp_path, monkeypatch, c
     assert _keys(client, "") == before and not list(tmp_path.iterdir())
 
 
+def test_remote_paths_from_a_config_file_are_checked_too(s3, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "run.toml"
+    config.write_text('input = "s3://corpus/data/"\noutput = "s3://no-such-bucket/sel"\n')
+    code = main(["select", "--config", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and "bucket 'no-such-bucket' of --output" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.toml"]  # no "s3:" folder
+
+
 def test_unreachable_endpoint_is_one_line(s3, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there

@@ -671,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # command (datamask.io.remote); apply streams them itself.
         from .io.remote import staged_arguments
 
-        with staged_arguments(args):
+        with staged_arguments(args, _load_config if args.command == "select" else None):
             return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)

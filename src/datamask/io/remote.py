@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,12 +122,15 @@ def _overlap(a: Location, b: Location) -> bool:
 
 
 @contextmanager
-def staged_arguments(args: Any) -> Iterator[Any]:
+def staged_arguments(
+    args: Any, load_config: Callable[[str], dict[str, Any]] | None = None
+) -> Iterator[Any]:
     """Rewrite remote path arguments of ``args`` to local ones around a command.
 
     Inputs are downloaded before the body, outputs uploaded after it (only when it
     succeeds). ``file://`` URIs become plain local paths. Commands not in
-    :data:`COMMAND_PATHS` pass through unchanged.
+    :data:`COMMAND_PATHS` pass through unchanged. ``load_config`` reads ``args.config``
+    (``select``'s settings file), whose paths are staged too.
 
     Raises
     ------
@@ -140,6 +143,13 @@ def staged_arguments(args: Any) -> Iterator[Any]:
         yield args
         return
     inputs, outputs = spec
+    if load_config is not None and getattr(args, "config", None):
+        # Paths may come from the config file: take them now (flags still win), so that a
+        # remote one is staged like a flag's. The select command re-reads the file.
+        config = load_config(args.config)
+        for name in inputs + outputs:
+            if getattr(args, name, None) is None and config.get(name) is not None:
+                setattr(args, name, str(config[name]))
     if (
         args.command == "evaluate"
         and getattr(args, "output", None) is None
