@@ -91,7 +91,7 @@ def shards(s3, tmp_path_factory):
 FAST = ["--n-epochs", "10", "--select-ratio", "0.2", "--n-neighbors", "8", "--no-progress"]
 
 
-def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch):
+def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch, capsys):
     client, _ = s3
     monkeypatch.chdir(tmp_path)
     uri = f"s3://{BUCKET}"
@@ -108,6 +108,7 @@ def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch):
     assert main(["apply", "--input", f"{uri}/data/", "--selection", f"{uri}/sel", "--output",
                  f"{uri}/kept", "--removed", f"{uri}/rm", "--removed-format", "curator",
                  "--no-progress"]) == 0  # fmt: skip
+    assert "using keep lists" in capsys.readouterr().out  # select's lists, read from S3
     removed = set()
     for key, table in shards.items():
         mask = pc.is_in(table.column("chunk_id"), pa.array(sorted(selected)))
