@@ -177,11 +177,11 @@ def _apply_cmd(out: str) -> list[str]:
             "--no-progress"]  # fmt: skip
 
 
-def test_apply_killed_midway_resumes_to_identical_output(s3, tmp_path):
+def test_apply_killed_midway_resumes_to_identical_output(s3, tmp_path, capsys):
     """A real process killed with SIGKILL between shards; the rerun finishes the rest and
     the output equals an uninterrupted run's, byte for byte."""
     client, env = s3
-    n_shards, rows = 12, 3000
+    n_shards, rows = 12, 1500
     ids = [f"d{i:06d}" for i in range(n_shards * rows)]
     for s in range(n_shards):
         part = ids[s * rows : (s + 1) * rows]
@@ -209,13 +209,10 @@ def test_apply_killed_midway_resumes_to_identical_output(s3, tmp_path):
         if key.endswith(".parquet") and not name.startswith("."):
             _table(client, key)
 
-    resumed = subprocess.run(_apply_cmd(f"s3://{BUCKET}/killed"), env=run_env,
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"({done_before} already done)" in resumed.stdout
-    whole = subprocess.run(_apply_cmd(f"s3://{BUCKET}/whole"), env=run_env,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert whole.returncode == 0, whole.stderr
+    # The rerun and an uninterrupted reference run, in this process (the kill was real).
+    assert main(_apply_cmd(f"s3://{BUCKET}/killed")[3:]) == 0
+    assert f"({done_before} already done)" in capsys.readouterr().out
+    assert main(_apply_cmd(f"s3://{BUCKET}/whole")[3:]) == 0
     for prefix in ("", "-rm"):
         a = [k for k in _keys(client, f"killed{prefix}/") if "_datamask_apply" not in k]
         b = [k for k in _keys(client, f"whole{prefix}/") if "_datamask_apply" not in k]
