@@ -459,7 +459,9 @@ def test_full_disk_keeps_the_previous_pair(tmp_path, tmpfs, capsys):
     assert len(err.splitlines()) == 1 and "No space left on device" in err
     assert "Traceback" not in err
     assert _pair_consistent(out)["run_id"] == first["run_id"]  # the old pair, intact
-    assert sorted(p.name for p in disk.iterdir()) == ["filler", "sel.parquet", "sel.summary.json"]
+    # (sel.keep/ holds the old selection's keep lists, tied to it by the selection digest)
+    names = sorted(p.name for p in disk.iterdir())
+    assert names == ["filler", "sel.keep", "sel.parquet", "sel.summary.json"]
 
 
 def test_kill_9_never_leaves_a_mismatched_pair_and_temporaries_are_cleaned(tmp_path):

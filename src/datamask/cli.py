@@ -4,6 +4,7 @@
     datamask evaluate --input docs.parquet --selection out/selection.parquet
     datamask bench    --input docs.parquet --out-dir out/bench
     datamask embed    --input docs.jsonl   --output docs.parquet
+    datamask apply    --input docs.parquet --selection out/selection.parquet --output out/kept
 
 Bad input prints one line, ``datamask: error: ...``, and exits with status 2.
 """
@@ -371,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_evaluate_parser(sub)
     add_bench_parser(sub)
+    from .apply.commands import add_apply_parser
+
+    add_apply_parser(sub)
     e = sub.add_parser(
         "embed",
         help="embed a text parquet/jsonl with a sentence-transformers "
@@ -575,8 +579,11 @@ def run_select(args: argparse.Namespace) -> int:
 
 def _select_one_file(args: argparse.Namespace) -> int:
     """``datamask select`` on one parquet file, once its output is claimed."""
+    import pyarrow as pa
+
     from .greedy import make_selector
-    from .io.datasets import read_input_corpus
+    from .io.datasets import is_save_to_disk, read_input_corpus
+    from .io.keep import keep_lists_for_output, selection_digest
     from .io.parquet import selection_table, write_selection
     from .objectives import Objective, make_diversity
 
@@ -656,13 +663,23 @@ def _select_one_file(args: argparse.Namespace) -> int:
         "history": getattr(selector, "history_", []),
         "versions": _versions(),
     }
+    kept_ids = pa.array(corpus.ids[np.sort(selector.selected_)])
+    summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
     write_selection(args.output, table, summary)  # parquet and summary as one unit
+    # Keep lists name rows of parquet inputs (for `datamask apply`); a save_to_disk folder
+    # is filtered with Dataset.select on the selection's ids instead.
+    lists = not is_save_to_disk(args.input)
+    if lists:
+        keep_lists_for_output(
+            args.output, args.input, [args.input], id_col=args.id_col, selected_ids=kept_ids
+        )
     terms = "  ".join(f"{k}={v:.4f}" for k, v in summary["terms"].items())
     print(
         f"selected {summary['k']} of {corpus.n_docs} documents with {args.method} in "
         f"{summary['seconds']['fit']:.2f}s: {terms}"
     )
-    print(f"wrote {args.output} and {summary_path(args.output)}")
+    also = " and keep lists" if lists else ""
+    print(f"wrote {args.output}, {summary_path(args.output)}{also}")
     return 0
 
 
@@ -716,16 +733,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``datamask`` command. Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .apply.commands import run_apply
     from .evaluate.commands import run_bench, run_evaluate
 
     commands = {
+        "apply": run_apply,
         "select": run_select,
         "evaluate": run_evaluate,
         "bench": run_bench,
         "embed": run_embed,
     }
     try:
-        return commands[args.command](args)
+        # Remote paths (s3://, gs://, hf://) are checked, staged and uploaded around the
+        # command (datamask.io.remote); apply streams them itself.
+        from .io.remote import staged_arguments
+
+        with staged_arguments(args, _load_config if args.command == "select" else None):
+            return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

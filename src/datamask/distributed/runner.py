@@ -50,6 +50,7 @@ from ..io.atomic import (
     check_writable,
     clean_stale_temporaries,
 )
+from ..io.keep import keep_lists_for_output
 from ..io.parquet import atomic_write_table
 from ..io.shards import (
     ShardInfo,
@@ -686,6 +687,8 @@ def _run_claimed(
         from .cap import cap_across_groups
 
         cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)
+    # Per-input-file keep lists for `datamask apply` (OUT/keep/), from the final parts.
+    keep = keep_lists_for_output(out, source, files, id_col=settings.id_col, progress=progress)
     total_s = time.perf_counter() - started
     computed = [s for s in ordered if not s["reused"]]
     manifest = {
@@ -714,6 +717,7 @@ def _run_claimed(
             "driver_peak_rss_mb": _peak_rss_mb(),
         },
         "max_similarity": cap_facts,
+        "selection_digest": keep["selection"],
         "summary": _summary(ordered),
         "summary_computed": _summary(computed) if computed else None,
         "groups": ordered,

@@ -1,0 +1,130 @@
+"""Memory and throughput of ``datamask apply`` on 1M rows (and 100k, to show memory is flat).
+
+    python benchmarks/scale/generate.py --out /tmp/datamask-apply/1m --n-docs 1000000 \
+        --dim 384 --n-shards 100
+    python benchmarks/apply/run.py --data /tmp/datamask-apply/1m --work /tmp/datamask-apply/runs \
+        --results benchmarks/apply/RESULTS.json
+
+apply's cost does not depend on which rows are kept, only on how many, so the selection is
+a seeded random 10% of the ids (selecting 1M documents is measured in benchmarks/scale).
+It is written in the layout ``datamask select`` writes for a sharded run: ``selected/``,
+``manifest.json`` with the selection digest, and ``keep/`` made by the same
+:func:`datamask.io.keep.write_keep_lists` that select calls. Each apply runs as its own
+process under ``/usr/bin/time -v`` (peak RSS of that process); the load average is
+recorded, as the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datamask.io.keep import relative_names, write_keep_lists
+
+
+def make_selection(files: list[Path], root: Path, out: Path, ratio: float, seed: int) -> float:
+    """A random ``ratio`` of the ids as a sharded selection folder with keep lists."""
+    shutil.rmtree(out, ignore_errors=True)
+    ids = pa.concat_arrays(
+        [pq.read_table(f, columns=["chunk_id"]).column(0).combine_chunks() for f in files]
+    )
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(len(ids), size=round(ratio * len(ids)), replace=False))
+    sel = ids.take(pa.array(chosen))
+    (out / "selected").mkdir(parents=True)
+    pq.write_table(pa.table({"chunk_id": sel}), out / "selected" / "part-00000.parquet")
+    started = time.perf_counter()
+    names = relative_names(str(root), [str(f) for f in files])
+    index = write_keep_lists(files, names, sel, out / "keep", id_col="chunk_id")
+    seconds = time.perf_counter() - started
+    (out / "manifest.json").write_text(json.dumps({"selection_digest": index["selection"]}))
+    return seconds
+
+
+def run_apply(args: list[str], env: dict[str, str]) -> dict[str, float | str]:
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "datamask.cli", "apply", *args]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)[1])
+    inside = re.search(r" in ([0-9.]+)s:", proc.stdout)
+    return {
+        "wall_s": wall,
+        "apply_s": float(inside[1]) if inside else None,  # as printed: after imports
+        "peak_rss_mb": rss_kb / 1024,
+        "stdout": proc.stdout.strip(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="folder of the 1M-row shards (generate.py)")
+    p.add_argument("--work", required=True, help="scratch folder for selections and outputs")
+    p.add_argument("--results", required=True, help="JSON file for the measurements")
+    p.add_argument("--ratio", type=float, default=0.1, help="fraction kept (default 0.1)")
+    args = p.parse_args()
+    data, work = Path(args.data), Path(args.work)
+    files = sorted(data.glob("*.parquet"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    # The interpreter with datamask (and torch, which the package imports) loaded: the
+    # floor under every apply's peak RSS.
+    base = run_apply(["--help"], env)
+    results: list[dict] = [{"label": "imports only (datamask apply --help)", **base}]
+    print(json.dumps(results[0]), flush=True)
+    for label, subset in (("100k", files[:10]), ("1M", files)):
+        sub = work / f"data-{label}"
+        if label != "1M":  # a folder with the first shards only, as links
+            shutil.rmtree(sub, ignore_errors=True)
+            sub.mkdir(parents=True)
+            for f in subset:
+                (sub / f.name).symlink_to(f.resolve())
+        else:
+            sub = data
+        n_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in subset)
+        size = sum(f.stat().st_size for f in subset)
+        sel = work / f"sel-{label}"
+        keep_s = make_selection(sorted(sub.glob("*.parquet")), sub, sel, args.ratio, 0)
+        modes = [("keep lists", sel), ("selected ids", sel / "selected" / "part-00000.parquet")]
+        for mode, selection in modes:
+            out = work / f"out-{label}-{mode.replace(' ', '-')}"
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(str(out) + "-rm", ignore_errors=True)
+            load_before = os.getloadavg()
+            m = run_apply(
+                ["--input", str(sub), "--selection", str(selection), "--output", str(out),
+                 "--removed", str(out) + "-rm", "--removed-format", "curator",
+                 "--no-progress"],
+                env,
+            )  # fmt: skip
+            m.update(
+                rows=n_rows,
+                input_bytes=size,
+                label=label,
+                mode=mode,
+                keep_lists_s=keep_s if mode == "keep lists" else None,
+                rows_per_s=n_rows / m["wall_s"],
+                rows_per_s_apply=n_rows / m["apply_s"] if m["apply_s"] else None,
+                mb_per_s=size / 2**20 / m["wall_s"],
+                load_before=load_before,
+                load_after=os.getloadavg(),
+            )
+            print(json.dumps(m), flush=True)
+            results.append(m)
+    Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,463 @@
+"""One storage layer for every input and output: local paths, ``file://``, ``s3://``, ``gs://``, ``hf://``.
+
+:func:`resolve` turns what a user typed into a :class:`Location` (a ``pyarrow.fs``
+filesystem and a path in it) or refuses it with one line, before anything is read or
+written: an unknown scheme, a malformed URI (``s3:/bucket``), an empty bucket name, a
+missing optional package. :func:`check_reachable` then makes one cheap request (the
+bucket's or object's metadata), so missing credentials, an unknown endpoint or a missing
+bucket are also refused at the door.
+
+Filesystems:
+
+- local paths and ``file:///abs/path``: ``pyarrow.fs.LocalFileSystem``;
+- ``s3://bucket/key``: ``pyarrow.fs.S3FileSystem``, configured by the usual AWS variables
+  (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` or ``AWS_PROFILE``, ``AWS_REGION``,
+  ``AWS_ENDPOINT_URL`` for MinIO, moto or another S3 API);
+- ``gs://bucket/key``: ``pyarrow.fs.GcsFileSystem`` (Google default credentials);
+- ``hf://datasets/org/name/path``: ``huggingface_hub.HfFileSystem`` (fsspec) wrapped in
+  ``pyarrow.fs.PyFileSystem``; ``HF_TOKEN`` for private repositories.
+
+Atomic writes (:meth:`Location.open_atomic`): locally, :func:`datamask.io.atomic.atomic_write`
+(hidden temporary, ``fsync``, ``os.replace``). On object storage a PUT (or a completed
+multipart upload) is atomic per object, but an interrupted Python ``with`` block would
+still *complete* the upload of a half-written stream; so the bytes go to a hidden
+temporary key ``.<name>.<host>.<pid>.<token>.tmp`` beside the target, which is then
+copied onto the final key (S3 ``CopyObject``, atomic per object) and deleted. The final
+key therefore only ever holds a complete object; a killed run leaves at most a hidden
+temporary, which readers skip and the next run removes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import glob
+import os
+import re
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from .atomic import _HOST, atomic_write
+
+__all__ = [
+    "REMOTE_SCHEMES",
+    "Location",
+    "resolve",
+    "is_uri",
+    "is_remote",
+    "check_reachable",
+    "cache_dir",
+]
+
+#: Schemes datamask reads and writes (``gcs`` is an alias of ``gs``).
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "hf")
+_SCHEMES = ("file", *REMOTE_SCHEMES)
+_URI_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?P<slashes>/*)(?P<rest>.*)$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$")
+
+
+def is_uri(text: str) -> bool:
+    """Whether ``text`` starts with a scheme (``s3:``, ``file:``, ``foo:/``...)."""
+    m = _URI_RE.match(str(text))
+    # "C:/x" style drive letters do not exist on the platforms datamask runs on; a bare
+    # "name:thing" with no slash is a local file name.
+    return bool(m and m["slashes"])
+
+
+def is_remote(text: str | Path) -> bool:
+    """Whether ``text`` names object storage (``s3://``, ``gs://``, ``hf://``)."""
+    m = _URI_RE.match(str(text))
+    return bool(m and m["slashes"] and m["scheme"].lower() in REMOTE_SCHEMES)
+
+
+def cache_dir() -> Path:
+    """Local folder for staged remote files and remote-output claims.
+
+    ``$DATAMASK_CACHE`` when set, else ``~/.cache/datamask``.
+    """
+    env = os.environ.get("DATAMASK_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "datamask"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path in a filesystem, with the text the user gave.
+
+    Attributes
+    ----------
+    uri : str
+        The location as written by the user (or derived from it by :meth:`join`).
+    scheme : str
+        ``""`` for a local path, else ``"file"``, ``"s3"``, ``"gs"`` or ``"hf"``.
+    fs : pyarrow.fs.FileSystem
+        The filesystem.
+    path : str
+        The path inside ``fs`` (``bucket/key`` on object storage).
+    """
+
+    uri: str
+    scheme: str
+    fs: Any
+    path: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme in ("", "file")
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def local_path(self) -> Path:
+        """The local path (only for local locations)."""
+        if not self.is_local:
+            raise ValueError(f"{self.uri!r} is not a local path.")
+        return Path(self.path)
+
+    def join(self, *parts: str) -> Location:
+        """A location below this one (``parts`` use ``/``)."""
+        tail = "/".join(p.strip("/") for p in parts if p)
+        path = f"{self.path.rstrip('/')}/{tail}" if tail else self.path
+        uri = f"{self.uri.rstrip('/')}/{tail}" if tail else self.uri
+        return Location(uri, self.scheme, self.fs, path)
+
+    def parent(self) -> Location:
+        path = self.path.rstrip("/").rsplit("/", 1)[0]
+        uri = self.uri.rstrip("/").rsplit("/", 1)[0]
+        return Location(uri, self.scheme, self.fs, path)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    # --- reading ------------------------------------------------------------------------
+    def info(self) -> pafs.FileInfo:
+        try:
+            return self.fs.get_file_info(self.path)
+        except OSError as exc:
+            raise ValueError(f"cannot read {self.uri!r}: {_first_line(exc)}") from None
+
+    def exists(self) -> bool:
+        return self.info().type != pafs.FileType.NotFound
+
+    def is_file(self) -> bool:
+        return self.info().type == pafs.FileType.File
+
+    def is_dir(self) -> bool:
+        return self.info().type == pafs.FileType.Directory
+
+    def open_input_file(self) -> Any:
+        """A random-access file (for parquet footers and row groups)."""
+        return self.fs.open_input_file(self.path)
+
+    def open_input_stream(self) -> Any:
+        """A sequential stream (plain bytes: ``.gz`` is decompressed by the caller)."""
+        return self.fs.open_input_stream(self.path, compression=None)
+
+    def read_bytes(self) -> bytes:
+        with self.open_input_stream() as fh:
+            return fh.read()
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode("utf-8")
+
+    def walk(self) -> list[Location]:
+        """Every file below this folder, sorted, skipping hidden (``.x``) and ``_x`` names."""
+        selector = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError as exc:
+            raise ValueError(f"cannot list {self.uri!r}: {_first_line(exc)}") from None
+        root = self.path.rstrip("/") + "/"
+        out = []
+        for info in infos:
+            if info.type != pafs.FileType.File or not info.path.startswith(root):
+                continue
+            rel = info.path[len(root) :]
+            if any(part.startswith((".", "_")) for part in rel.split("/")):
+                continue
+            out.append(self.join(rel))
+        return sorted(out, key=lambda loc: loc.path)
+
+    # --- writing ------------------------------------------------------------------------
+    @contextmanager
+    def open_atomic(self) -> Iterator[Any]:
+        """A writable binary stream whose bytes appear at this location only if the block ends.
+
+        See the module docstring for how each filesystem makes this atomic.
+        """
+        if self.is_local:
+            with atomic_write(self.path) as tmp, open(tmp, "wb") as fh:
+                yield fh
+            return
+        tmp = self.parent().join(f".{self.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        stream = self.fs.open_output_stream(tmp.path)
+        try:
+            yield stream
+            stream.close()
+            self.fs.move(tmp.path, self.path)  # S3/GCS: server-side copy, then delete
+        except BaseException:
+            try:
+                stream.close()  # completes the temporary object; removed just below
+            finally:
+                tmp.delete()
+            raise
+
+    def write_bytes(self, data: bytes) -> None:
+        """Write ``data`` atomically."""
+        with self.open_atomic() as fh:
+            fh.write(data)
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode("utf-8"))
+
+    def delete(self) -> None:
+        """Remove the file if present (errors ignored: a best-effort clean-up)."""
+        with suppress(OSError, FileNotFoundError):
+            self.fs.delete_file(self.path)
+
+    def clean_temporaries(self) -> None:
+        """Remove hidden temporaries of this target left by killed runs (remote only).
+
+        Object storage has no process ids to test, so this relies on the one-writer rule
+        (see the README): only one ``datamask`` writes a remote output at a time.
+        """
+        if self.is_local:
+            return
+        prefix = f".{self.name}."
+        selector = pafs.FileSelector(self.parent().path, recursive=False, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError:
+            return
+        for info in infos:
+            base = info.path.rsplit("/", 1)[-1]
+            if base.startswith(prefix) and base.endswith(".tmp"):
+                with suppress(OSError):
+                    self.fs.delete_file(info.path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__
+
+
+def _bad(what: str, text: str, why: str) -> ValueError:
+    return ValueError(f"{what} {text!r} {why}")
+
+
+@functools.lru_cache(maxsize=8)
+def _s3(endpoint: str | None, region: str | None, anonymous: bool) -> Any:
+    kwargs: dict[str, Any] = {
+        "connect_timeout": 5,
+        "request_timeout": 30,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+    }
+    if endpoint:
+        kwargs["endpoint_override"] = endpoint
+        if endpoint.startswith("http://"):
+            kwargs["scheme"] = "http"
+    if region:
+        kwargs["region"] = region
+    if anonymous:
+        kwargs["anonymous"] = True
+    return pafs.S3FileSystem(**kwargs)
+
+
+@functools.lru_cache(maxsize=2)
+def _gcs() -> Any:
+    return pafs.GcsFileSystem(retry_time_limit_seconds=15)
+
+
+@functools.lru_cache(maxsize=2)
+def _hf() -> Any:
+    try:
+        from huggingface_hub import HfFileSystem
+    except ImportError:
+        raise ImportError(
+            "Please install `huggingface_hub` to read hf:// paths (`pip install datamask[remote]`)."
+        ) from None
+    return pafs.PyFileSystem(pafs.FSSpecHandler(HfFileSystem()))
+
+
+def resolve(text: str | Path, *, what: str = "path") -> Location:
+    """The :class:`Location` of ``text``, or a one-line ValueError; nothing is touched.
+
+    Parameters
+    ----------
+    text : str or Path
+        A local path, ``file:///abs/path``, ``s3://bucket/key``, ``gs://bucket/key`` or
+        ``hf://datasets/org/name/path``.
+    what : str, default="path"
+        How the message names it (``"--output"``, ...).
+
+    Examples
+    --------
+    >>> resolve("data/docs.parquet").scheme
+    ''
+    >>> resolve("s3://my-bucket/corpus/").path
+    'my-bucket/corpus/'
+    """
+    raw = str(text)
+    if not raw.strip():
+        raise ValueError(f"{what} is empty; give a local path or a URI such as s3://bucket/key.")
+    m = _URI_RE.match(raw)
+    if not m or not m["slashes"]:
+        return Location(raw, "", pafs.LocalFileSystem(), os.path.abspath(raw))
+    scheme = m["scheme"].lower()
+    if scheme not in _SCHEMES:
+        raise _bad(
+            what,
+            raw,
+            f"has an unknown storage scheme {scheme + '://'!r}; use a local path, file://, "
+            "s3://, gs:// or hf://.",
+        )
+    if not m["slashes"].startswith("//"):
+        raise _bad(what, raw, f"is not a valid URI; write {scheme}://{m['rest'].lstrip('/')}.")
+    rest = m["slashes"][2:] + m["rest"]
+    if scheme == "file":
+        if not rest.startswith("/"):
+            raise _bad(what, raw, "must be an absolute file URI such as file:///data/docs.")
+        return Location(raw, "file", pafs.LocalFileSystem(), rest)
+    bucket, _, key = rest.partition("/")
+    if scheme == "hf":
+        parts = rest.split("/")
+        if len(parts) < 3 or parts[0] not in ("datasets", "models", "spaces"):
+            raise _bad(
+                what, raw, "must look like hf://datasets/<org>/<name>[/path] (or models/...)."
+            )
+        return Location(raw, "hf", _hf(), rest)
+    if not bucket or not _BUCKET_RE.match(bucket):
+        raise _bad(what, raw, f"has an invalid bucket name {bucket!r}.")
+    if scheme == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region is None and endpoint is None:
+            region = "us-east-1"  # the AWS default; a bucket elsewhere needs AWS_REGION
+        try:
+            fs = _s3(endpoint, region, _anonymous_s3())
+        except (OSError, ValueError) as exc:
+            raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
+        return Location(raw, "s3", fs, rest)
+    try:
+        fs = _gcs()
+    except (OSError, ValueError) as exc:
+        raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
+    return Location(raw, "gs", fs, rest)
+
+
+def _anonymous_s3() -> bool:
+    return os.environ.get("DATAMASK_S3_ANONYMOUS", "").lower() in ("1", "true", "yes")
+
+
+def _check_s3_credentials(loc: Location, what: str) -> None:
+    """Refuse an S3 location when no credentials can be found (unless anonymous access is
+    asked for with ``DATAMASK_S3_ANONYMOUS=1``).
+
+    The AWS SDK inside pyarrow silently falls back to unsigned requests, which a private
+    bucket answers with a bare "access denied" and an S3-compatible server may accept, so
+    the credential chain is resolved here with botocore when it is installed (environment,
+    profiles, web identity, container and instance roles); without botocore the request
+    made by :func:`check_reachable` is the only check.
+    """
+    if _anonymous_s3():
+        return
+    try:
+        import botocore.session
+    except ImportError:
+        return
+    try:
+        credentials = botocore.session.Session().get_credentials()
+    except Exception as exc:  # a broken profile or config file
+        raise ValueError(
+            f"cannot load AWS credentials for {what} {loc.uri!r}: {_first_line(exc)}."
+        ) from None
+    if credentials is None:
+        raise ValueError(
+            f"no AWS credentials found for {what} {loc.uri!r}; set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (or DATAMASK_S3_ANONYMOUS=1 for a public "
+            "bucket)."
+        )
+
+
+def check_reachable(loc: Location, *, what: str = "path") -> None:
+    """One request to the bucket of a remote location: refuse a missing bucket, bad
+    credentials or an unreachable endpoint with one line. Local locations pass."""
+    if loc.is_local:
+        return
+    if loc.scheme == "s3":
+        _check_s3_credentials(loc, what)
+    bucket = loc.path.split("/", 1)[0] if loc.scheme != "hf" else "/".join(loc.path.split("/")[:3])
+    try:
+        info = loc.fs.get_file_info(bucket)
+    except Exception as exc:  # pyarrow raises OSError; fsspec may raise others
+        hint = {
+            "s3": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), AWS_REGION "
+            "and AWS_ENDPOINT_URL",
+            "gs": "check GOOGLE_APPLICATION_CREDENTIALS",
+            "hf": "check HF_TOKEN and the repository name",
+        }[loc.scheme if loc.scheme != "gcs" else "gs"]
+        raise ValueError(f"cannot reach {what} {loc.uri!r}: {_first_line(exc)}; {hint}.") from None
+    if info.type == pafs.FileType.NotFound:
+        kind = "repository" if loc.scheme == "hf" else "bucket"
+        raise ValueError(
+            f"{kind} {bucket!r} of {what} {loc.uri!r} does not exist or these credentials "
+            "cannot see it."
+        )
+
+
+def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Location]:
+    """The files ``loc`` names: itself, every file with one of ``suffixes`` below a folder,
+    or the matches of a glob (``*``, ``?``, ``[``; ``**`` crosses folders).
+
+    Raises a one-line ValueError when nothing matches.
+    """
+    text = loc.path
+    if loc.is_local and not Path(text).exists() and glob.has_magic(text):
+        files = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
+        found = [_local_child(loc, p) for p in files if p.endswith(tuple(suffixes))]
+        if not found:
+            raise ValueError(f"{what} {loc.uri!r}: no files match.")
+        return found
+    if not loc.is_local and glob.has_magic(text):
+        head = re.split(r"[*?\[]", text, maxsplit=1)[0]
+        base = head.rsplit("/", 1)[0]
+        root = Location(loc.uri, loc.scheme, loc.fs, base)
+        pattern = text.replace("**/", "*")
+        found = [f for f in root.walk() if fnmatch.fnmatchcase(f.path, pattern)]
+        found = [
+            Location(loc.uri.split("://")[0] + "://" + f.path, loc.scheme, loc.fs, f.path)
+            for f in found
+        ]
+        if not found:
+            raise ValueError(f"{what} {loc.uri!r}: no files match.")
+        return found
+    info = loc.info()
+    if info.type == pafs.FileType.File:
+        return [loc]
+    if info.type == pafs.FileType.NotFound:
+        raise ValueError(f"{what} {loc.uri!r} does not exist.")
+    found = [f for f in loc.walk() if f.path.endswith(tuple(suffixes))]
+    if not found:
+        listed = ", ".join(f"*{s}" for s in suffixes)
+        raise ValueError(f"{what} {loc.uri!r} is a folder with no {listed} files.")
+    return found
+
+
+def _local_child(loc: Location, path: str) -> Location:
+    return Location(path, loc.scheme, loc.fs, os.path.abspath(path))
+
+
+def glob_root(loc: Location) -> str:
+    """The folder that relative names of ``loc``'s files are taken from (see :func:`expand`)."""
+    text = loc.path
+    if glob.has_magic(text) and not (loc.is_local and Path(text).exists()):
+        head = re.split(r"[*?\[]", text, maxsplit=1)[0]
+        return head.rsplit("/", 1)[0]
+    return text
