@@ -28,6 +28,7 @@ from datamask.distributed import (
     group_seeds,
     run_selection,
 )
+from datamask.distributed.runner import candidate_count
 from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
@@ -191,7 +192,13 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     assert set(ids) <= set(corpus.ids)
     sizes = [g["n"] for g in m["groups"]]
     assert sum(sizes) == N_SHARDS * ROWS
-    assert [g["k"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
+    # each group's proportional share, and (global budget) the candidates it proposed
+    assert [g["share"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
+    n_total = N_SHARDS * ROWS
+    assert [g["k"] for g in m["groups"]] == [candidate_count(n, n_total, k_total, 2.0) for n in sizes]
+    assert m["budget"]["mode"] == "global" and m["budget"]["candidates"] == sum(
+        g["k"] for g in m["groups"]
+    )
     assert m["complete"] and m["totals"]["groups_computed"] == len(sizes)
     if partition == "cluster":
         assert max(sizes) <= 250 and m["partition"]["n_clusters"] == 4
@@ -230,14 +237,17 @@ def test_tiny_groups_keep_nothing_or_everything_and_still_sum_exactly(tmp_path):
     c = make_clustered(40, 8, 3, seed=2)
     write_shards(tmp_path / "in", c, 2, row_group_size=7)
     for ratio in (0.2, 0.9):
-        settings = Settings(
-            partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio, n_neighbors=4
-        )
+        tiny = dict(partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio, n_neighbors=4)
         out = tmp_path / f"out-{ratio}"
-        m = run_selection(tmp_path / "in", out, settings, progress=False)
+        m = run_selection(tmp_path / "in", out, Settings(budget="group", **tiny), progress=False)
         ks = [g["k"] for g in m["groups"]]
         assert sum(ks) == len(selected_ids(out)) == round(ratio * 40)
         assert (0 in ks) if ratio == 0.2 else (3 in ks)
+        # the global budget: every tiny group proposes at least one candidate
+        out = tmp_path / f"global-{ratio}"
+        m = run_selection(tmp_path / "in", out, Settings(**tiny), progress=False)
+        assert min(g["k"] for g in m["groups"]) >= 1
+        assert len(set(selected_ids(out))) == m["totals"]["k"] == round(ratio * 40)
 
 
 def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
@@ -342,24 +352,24 @@ KILLER = textwrap.dedent(
     def write_then_die(obj, path):
         if "completions" in str(path):
             markers.append(path)
-            if len(markers) == 3:  # group 2's files are in place, its marker is not
+            # round 1: group 2's files are in place, its marker is not;
+            # round 2: the global part is in place, its marker is not.
+            if ({when!r} == "round1" and len(markers) == 3) or (
+                {when!r} == "round2" and path.name == "global"
+            ):
                 os.kill(os.getpid(), signal.SIGKILL)
         real(obj, path)
 
     runner.atomic_write_json = write_then_die
-    settings = Settings(partition="chunk", chunk_size=250, **{fast})
+    settings = Settings(partition="chunk", chunk_size=250, budget={budget!r}, **{fast})
     run_selection(sys.argv[1], sys.argv[2], settings, progress=False)
     """
 )
 
 
-def test_resume_after_a_killed_run(shard_dir, tmp_path, ray_runner):
-    settings = Settings(partition="chunk", chunk_size=250, **FAST)
-    clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
-
-    out = tmp_path / "killed"
-    script = tmp_path / "killer.py"
-    script.write_text(KILLER.format(fast=repr(FAST)))
+def kill_during(when: str, budget: str, shard_dir: Path, out: Path, tmp_path: Path) -> None:
+    script = tmp_path / f"killer-{when}-{budget}.py"
+    script.write_text(KILLER.format(fast=repr(FAST), when=when, budget=budget))
     proc = subprocess.run(
         [sys.executable, str(script), str(shard_dir), str(out)],
         capture_output=True,
@@ -367,15 +377,40 @@ def test_resume_after_a_killed_run(shard_dir, tmp_path, ray_runner):
         timeout=120,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    work = out / "_work"
-    assert sorted(p.name for p in (work / "completions").iterdir()) == ["00000", "00001"]
-    assert (out / "selected" / "part-00002.parquet").exists()  # written, but not marked
     assert not json.loads((out / "manifest.json").read_text())["complete"]
+
+
+@pytest.mark.parametrize(
+    "when, budget", [("round1", "group"), ("round1", "global"), ("round2", "global")]
+)
+def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner):
+    settings = Settings(partition="chunk", chunk_size=250, budget=budget, **FAST)
+    clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
+    n_groups = clean["totals"]["n_groups"]
+
+    out = tmp_path / "killed"
+    kill_during(when, budget, shard_dir, out, tmp_path)
+    work = out / "_work"
+    done = sorted(p.name for p in (work / "completions").iterdir())
+    if when == "round1":
+        assert done == ["00000", "00001"]
+        written = (
+            out / "selected" / "part-00002.parquet"
+            if budget == "group"
+            else work / "candidates" / "00002.parquet"
+        )
+        assert written.exists()  # written, but not marked
+    else:
+        assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
+        assert (out / "selected" / "part-global.parquet").exists()
 
     resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]
-    assert computed == list(range(2, clean["totals"]["n_groups"]))
+    assert computed == (list(range(2, n_groups)) if when == "round1" else [])
+    if budget == "global":
+        assert not resumed["budget"]["global_round"]["reused"]
     assert selected_ids(out) == selected_ids(tmp_path / "clean")
+    assert pq.read_table(out / "selected").equals(pq.read_table(tmp_path / "clean" / "selected"))
 
     # A finished run started again does nothing; a lost marker redoes only its group.
     (work / "completions" / "00005").unlink()
@@ -467,12 +502,18 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
     assert "part-00001.parquet" in capsys.readouterr().err
 
 
-def test_local_runner_rejects_workers():
-    from datamask.distributed import make_runner
+def test_make_runner_defaults_to_a_local_pool():
+    from datamask.distributed import RayRunner, make_runner
+    from datamask.distributed.runner import available_cpus
 
-    assert isinstance(make_runner("local", None, None), LocalRunner)
-    with pytest.raises(ValueError, match="one group at a time"):
-        make_runner("local", 4, None)
+    default = make_runner(None, None, None)
+    assert isinstance(default, LocalRunner) and default.workers == available_cpus()
+    assert make_runner("local", 4, None).workers == 4
+    assert isinstance(make_runner(None, 2, "auto"), RayRunner)  # --ray-address means Ray
+    with pytest.raises(ValueError, match="needs --runner ray"):
+        make_runner("local", None, "auto")
+    with pytest.raises(ValueError, match="workers must be a positive integer"):
+        make_runner(None, 0, None)
 
 
 def test_ray_runner_without_gpus_refuses_use_gpus(ray_runner):
