@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -28,8 +29,8 @@ from datamask.distributed import (
     group_seeds,
     run_selection,
 )
-from datamask.distributed.runner import candidate_count
 from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
+from datamask.distributed.runner import candidate_count
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
 
@@ -195,7 +196,8 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     # each group's proportional share, and (global budget) the candidates it proposed
     assert [g["share"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
     n_total = N_SHARDS * ROWS
-    assert [g["k"] for g in m["groups"]] == [candidate_count(n, n_total, k_total, 2.0) for n in sizes]
+    proposed = [candidate_count(n, n_total, k_total, 2.0) for n in sizes]
+    assert [g["k"] for g in m["groups"]] == proposed
     assert m["budget"]["mode"] == "global" and m["budget"]["candidates"] == sum(
         g["k"] for g in m["groups"]
     )
@@ -534,3 +536,138 @@ def test_gpu_workers_select_on_cuda(shard_dir, tmp_path, ray_runner):
     assert all(d.startswith("cuda") for d in m["summary"]["devices"])
     assert ray_runner.describe()["gpus_per_task"] == 1
     assert m["summary"]["gpu_peak_mb_per_worker"] > 0
+
+
+# --- global budget: one quality scale, exact count for every method, same on any runner ------
+def write_skewed(root: Path, n: int = 300, dim: int = 16) -> None:
+    """Two shards of similar documents: one scored in [0, 1], the other in [9, 10]."""
+    root.mkdir(parents=True, exist_ok=True)
+    c = make_clustered(2 * n, dim, 4, seed=3)
+    rng = np.random.default_rng(0)
+    for s, (lo, prefix) in enumerate([(0.0, "low"), (9.0, "high")]):
+        rows = slice(s * n, (s + 1) * n)
+        feats = np.asarray(c.features[rows], dtype=np.float32)
+        pq.write_table(
+            pa.table(
+                {
+                    "chunk_id": pa.array([f"{prefix}-{i:04d}" for i in range(n)]),
+                    "quality_score": pa.array(lo + rng.random(n)),
+                    "feature_arr": pa.FixedSizeListArray.from_arrays(
+                        pa.array(feats.reshape(-1)), dim
+                    ),
+                }
+            ),
+            root / f"part-{s:05d}.parquet",
+        )
+
+
+def test_corpus_quality_range_scales_like_the_whole_corpus():
+    c = Corpus(ids=np.arange(3), quality=[0.0, 0.5, 1.0], features=np.eye(3, dtype=np.float32))
+    assert c.normalized_quality().tolist() == [0.0, 0.5, 1.0]
+    c.quality_range = (np.array([0.0]), np.array([10.0]))
+    np.testing.assert_allclose(c.normalized_quality(), [0.0, 0.05, 0.1])
+    assert c.subset(np.array([2])).quality_range is c.quality_range
+
+
+def test_global_scaling_two_skewed_shards(tmp_path):
+    write_skewed(tmp_path / "in")
+    fast = dict(n_epochs=20, select_ratio=0.5, n_neighbors=16, device="cpu")
+    shares = {}
+    for budget in ("group", "global"):
+        m = run_selection(
+            tmp_path / "in", tmp_path / budget, Settings(budget=budget, **fast), progress=False
+        )
+        ids = selected_ids(tmp_path / budget)
+        assert len(ids) == 300 == m["totals"]["k"]
+        shares[budget] = sum(i.startswith("high") for i in ids) / len(ids)
+        assert m["budget"]["quality_range"]["quality_score"][1] > 9.9  # the corpus-wide max
+    assert shares["group"] == 0.5  # each shard keeps its proportional share
+    assert shares["global"] > 0.9  # one ranking: the high-quality shard wins
+    # each group scaled by the corpus-wide range: topk's scores are that scaled quality
+    run_selection(
+        tmp_path / "in",
+        tmp_path / "topk",
+        Settings(method="topk", budget="group", **fast),
+        progress=False,
+    )
+    groups = tmp_path / "topk" / "_work" / "groups"
+    low = pq.read_table(groups / "00000.parquet").column("logit").to_numpy()
+    high = pq.read_table(groups / "00001.parquet").column("logit").to_numpy()
+    assert low.max() <= 0.1 + 1e-6 and high.min() >= 0.9 - 1e-6
+
+
+METHODS = ["mask", "greedy", "greedy-dense", "stochastic-greedy", "disf-greedy", "topk", "random"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_exact_global_count_for_every_method(method, shard_dir, corpus, tmp_path):
+    settings = Settings(method=method, partition="chunk", chunk_size=450, **FAST)
+    m = run_selection(shard_dir, tmp_path / "out", settings, progress=False)
+    k_total = round(FAST["select_ratio"] * N_SHARDS * ROWS)
+    ids = selected_ids(tmp_path / "out")
+    assert len(ids) == len(set(ids)) == k_total == m["totals"]["k"]
+    assert set(ids) <= set(corpus.ids)
+    assert m["budget"]["mode"] == "global" and m["budget"]["method"] == method
+    if method == "topk":  # exactly the global top k of the corpus-wide quality (ties by id)
+        q = corpus.normalized_quality().astype(np.float32)
+        expected = corpus.ids[np.lexsort((corpus.ids, -q.astype(np.float64)))[:k_total]]
+        assert ids == sorted(expected.tolist())
+    if method == "random":  # a seeded uniform draw per id: the partition does not matter
+        other = Settings(method=method, partition="shard", **FAST)
+        run_selection(shard_dir, tmp_path / "by-shard", other, progress=False)
+        assert selected_ids(tmp_path / "by-shard") == ids
+        reseeded = Settings(method=method, partition="chunk", chunk_size=450, **{**FAST, "seed": 1})
+        run_selection(shard_dir, tmp_path / "seed-1", reseeded, progress=False)
+        assert selected_ids(tmp_path / "seed-1") != ids
+
+
+def test_identical_across_worker_counts_and_runners(shard_dir, tmp_path, ray_runner):
+    settings = Settings(partition="chunk", chunk_size=450, **FAST)
+    pool = LocalRunner(workers=2)
+    try:
+        for name, runner in [("one", LocalRunner()), ("pool", pool), ("ray", ray_runner)]:
+            run_selection(shard_dir, tmp_path / name, settings, runner=runner, progress=False)
+    finally:
+        pool.close()
+    ref = pq.read_table(tmp_path / "one" / "selected")
+    assert ref.num_rows == round(FAST["select_ratio"] * N_SHARDS * ROWS)
+    for name in ("pool", "ray"):
+        assert pq.read_table(tmp_path / name / "selected").equals(ref), name  # ranks, logits
+        for a in sorted((tmp_path / "one" / "_work" / "candidates").glob("*.parquet")):
+            b = tmp_path / name / "_work" / "candidates" / a.name
+            assert pq.read_table(a).equals(pq.read_table(b)), (name, a.name)
+    manifest = json.loads((tmp_path / "pool" / "manifest.json").read_text())
+    pids = {g["pid"] for g in manifest["groups"]}
+    assert len(pids) >= 1 and os.getpid() not in pids  # the pool ran the groups
+
+
+RAY_AFTER_CHECKS = textwrap.dedent(
+    """
+    import sys
+    import ray
+    from datamask.distributed import RayRunner, Settings, run_selection
+
+    runner = RayRunner(workers=1)
+    try:
+        run_selection(sys.argv[1], sys.argv[2], Settings(), runner=runner, progress=False)
+    except ValueError as exc:
+        print("refused:", exc)
+    print("ray started:", ray.is_initialized())
+    """
+)
+
+
+def test_bad_input_fails_before_ray_starts(shard_dir, tmp_path):
+    root = tmp_path / "in"
+    shutil.copytree(shard_dir, root)
+    (root / "part-00003.parquet").write_bytes(b"not a parquet file at all")
+    script = tmp_path / "ray_after_checks.py"
+    script.write_text(RAY_AFTER_CHECKS)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(root), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "refused: cannot read" in proc.stdout, proc.stderr
+    assert "ray started: False" in proc.stdout

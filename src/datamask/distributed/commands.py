@@ -129,6 +129,13 @@ def _print_summary(m: dict[str, Any]) -> None:
     if s["gpu_peak_mb_per_worker"] is not None:
         line += f"; peak GPU memory {s['gpu_peak_mb_per_worker']:.0f} MB"
     print(line + f"; runner {m['runner']['runner']} x{m['runner'].get('workers', 1)}")
+    b = m["budget"]
+    if b["global_round"]:
+        g = b["global_round"]
+        print(
+            f"global budget: {b['candidates']} candidates (oversample {b['oversample']:g}), "
+            f"global round {g['seconds']['total']:.1f}s, peak RSS {g['peak_rss_mb']:.0f} MB"
+        )
     print(f"wrote {m['output']['selected']}/ ({m['output']['parts']} parts) and manifest.json")
 
 

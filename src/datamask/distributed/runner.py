@@ -1,14 +1,23 @@
-"""Corpus-scale selection: plan groups, run one learner per group, merge, resume.
+"""Corpus-scale selection: plan groups, select per group, one global round, resume.
 
 Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``OUT/_work``)::
 
-    OUT/selected/part-NNNNN.parquet   selected ids of group NNNNN (id, group, rank, logit)
-    OUT/manifest.json                 settings, per-group n / k / seconds / memory, totals
+    OUT/selected/part-global.parquet  budget="global": the selection (id, group, rank, logit)
+    OUT/selected/part-NNNNN.parquet   budget="group": selected ids of group NNNNN
+    OUT/manifest.json                 settings, budget, per-group n / k / seconds / memory
     WORK/settings.json                the settings and input fingerprint this work dir holds
     WORK/groups/NNNNN.parquet         every row of the group: id, logit, probability, rank,
                                       selected (skipped with ``selected_only``)
+    WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
+    WORK/completions/global           round 2's stats; written after part-global.parquet
     WORK/clusters/...                 centroids and per-shard cluster spills (by="cluster")
+
+Every group scales its quality by the corpus-wide range of each quality column, found by
+the validation pass. With ``budget="global"`` (the default) each group proposes
+``ceil(oversample * k * n_g / N)`` candidates and :func:`select_global` selects exactly
+``k = round(select_ratio * N)`` from their union; with ``budget="group"`` each group keeps
+its apportioned share.
 
 Before any group runs, the output (and a work dir outside it) is claimed with an
 exclusive lock, and every row of every shard is checked in one streaming pass
@@ -346,7 +355,7 @@ def candidate_count(n_g: int, n_total: int, k_total: int, oversample: float) -> 
     return int(min(n_g, max(1, math.ceil(oversample * k_total * n_g / n_total - 1e-9))))
 
 
-def modular_scores(corpus: Any, ids: pa.Array, settings: Settings, seed: int) -> np.ndarray:
+def modular_scores(corpus: Any, ids: pa.Array, settings: Settings) -> np.ndarray:
     """Per-document scores of a :data:`MODULAR` method, comparable across groups.
 
     ``topk``: the combined quality scaled by the corpus-wide range, as float32 (the
@@ -356,7 +365,8 @@ def modular_scores(corpus: Any, ids: pa.Array, settings: Settings, seed: int) ->
     """
     if settings.method == "topk":
         return corpus.normalized_quality().astype(np.float32).astype(np.float64)
-    salt = np.uint64(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
+    # the run's seed, not the group's: a document draws the same number in any partition
+    salt = np.uint64(int(np.random.SeedSequence(settings.seed).generate_state(1, np.uint64)[0]))
     mixed = _mix(hash_ids(ids) ^ salt)
     return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
@@ -375,7 +385,7 @@ def _fit(
     gpu_peak_mb = None
     if settings.method in MODULAR:
         check_corpus(corpus)  # the same checks and scaling as a selector's fit
-        scores = modular_scores(corpus, ids, settings, seed)
+        scores = modular_scores(corpus, ids, settings)
         selected = np.zeros(n, dtype=bool)
         selected[np.lexsort((corpus.ids, -scores))[:k]] = True
         logits = scores.astype(np.float32)
