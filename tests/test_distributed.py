@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from datamask.distributed import (
     run_selection,
 )
 from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
+from datamask.distributed.runner import candidate_count
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
 
@@ -191,7 +193,14 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     assert set(ids) <= set(corpus.ids)
     sizes = [g["n"] for g in m["groups"]]
     assert sum(sizes) == N_SHARDS * ROWS
-    assert [g["k"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
+    # each group's proportional share, and (global budget) the candidates it proposed
+    assert [g["share"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
+    n_total = N_SHARDS * ROWS
+    proposed = [candidate_count(n, n_total, k_total, 2.0) for n in sizes]
+    assert [g["k"] for g in m["groups"]] == proposed
+    assert m["budget"]["mode"] == "global" and m["budget"]["candidates"] == sum(
+        g["k"] for g in m["groups"]
+    )
     assert m["complete"] and m["totals"]["groups_computed"] == len(sizes)
     if partition == "cluster":
         assert max(sizes) <= 250 and m["partition"]["n_clusters"] == 4
@@ -230,14 +239,17 @@ def test_tiny_groups_keep_nothing_or_everything_and_still_sum_exactly(tmp_path):
     c = make_clustered(40, 8, 3, seed=2)
     write_shards(tmp_path / "in", c, 2, row_group_size=7)
     for ratio in (0.2, 0.9):
-        settings = Settings(
-            partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio, n_neighbors=4
-        )
+        tiny = dict(partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio, n_neighbors=4)
         out = tmp_path / f"out-{ratio}"
-        m = run_selection(tmp_path / "in", out, settings, progress=False)
+        m = run_selection(tmp_path / "in", out, Settings(budget="group", **tiny), progress=False)
         ks = [g["k"] for g in m["groups"]]
         assert sum(ks) == len(selected_ids(out)) == round(ratio * 40)
         assert (0 in ks) if ratio == 0.2 else (3 in ks)
+        # the global budget: every tiny group proposes at least one candidate
+        out = tmp_path / f"global-{ratio}"
+        m = run_selection(tmp_path / "in", out, Settings(**tiny), progress=False)
+        assert min(g["k"] for g in m["groups"]) >= 1
+        assert len(set(selected_ids(out))) == m["totals"]["k"] == round(ratio * 40)
 
 
 def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
@@ -342,24 +354,24 @@ KILLER = textwrap.dedent(
     def write_then_die(obj, path):
         if "completions" in str(path):
             markers.append(path)
-            if len(markers) == 3:  # group 2's files are in place, its marker is not
+            # round 1: group 2's files are in place, its marker is not;
+            # round 2: the global part is in place, its marker is not.
+            if ({when!r} == "round1" and len(markers) == 3) or (
+                {when!r} == "round2" and path.name == "global"
+            ):
                 os.kill(os.getpid(), signal.SIGKILL)
         real(obj, path)
 
     runner.atomic_write_json = write_then_die
-    settings = Settings(partition="chunk", chunk_size=250, **{fast})
+    settings = Settings(partition="chunk", chunk_size=250, budget={budget!r}, **{fast})
     run_selection(sys.argv[1], sys.argv[2], settings, progress=False)
     """
 )
 
 
-def test_resume_after_a_killed_run(shard_dir, tmp_path, ray_runner):
-    settings = Settings(partition="chunk", chunk_size=250, **FAST)
-    clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
-
-    out = tmp_path / "killed"
-    script = tmp_path / "killer.py"
-    script.write_text(KILLER.format(fast=repr(FAST)))
+def kill_during(when: str, budget: str, shard_dir: Path, out: Path, tmp_path: Path) -> None:
+    script = tmp_path / f"killer-{when}-{budget}.py"
+    script.write_text(KILLER.format(fast=repr(FAST), when=when, budget=budget))
     proc = subprocess.run(
         [sys.executable, str(script), str(shard_dir), str(out)],
         capture_output=True,
@@ -367,15 +379,40 @@ def test_resume_after_a_killed_run(shard_dir, tmp_path, ray_runner):
         timeout=120,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    work = out / "_work"
-    assert sorted(p.name for p in (work / "completions").iterdir()) == ["00000", "00001"]
-    assert (out / "selected" / "part-00002.parquet").exists()  # written, but not marked
     assert not json.loads((out / "manifest.json").read_text())["complete"]
+
+
+@pytest.mark.parametrize(
+    "when, budget", [("round1", "group"), ("round1", "global"), ("round2", "global")]
+)
+def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner):
+    settings = Settings(partition="chunk", chunk_size=250, budget=budget, **FAST)
+    clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
+    n_groups = clean["totals"]["n_groups"]
+
+    out = tmp_path / "killed"
+    kill_during(when, budget, shard_dir, out, tmp_path)
+    work = out / "_work"
+    done = sorted(p.name for p in (work / "completions").iterdir())
+    if when == "round1":
+        assert done == ["00000", "00001"]
+        written = (
+            out / "selected" / "part-00002.parquet"
+            if budget == "group"
+            else work / "candidates" / "00002.parquet"
+        )
+        assert written.exists()  # written, but not marked
+    else:
+        assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
+        assert (out / "selected" / "part-global.parquet").exists()
 
     resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]
-    assert computed == list(range(2, clean["totals"]["n_groups"]))
+    assert computed == (list(range(2, n_groups)) if when == "round1" else [])
+    if budget == "global":
+        assert not resumed["budget"]["global_round"]["reused"]
     assert selected_ids(out) == selected_ids(tmp_path / "clean")
+    assert pq.read_table(out / "selected").equals(pq.read_table(tmp_path / "clean" / "selected"))
 
     # A finished run started again does nothing; a lost marker redoes only its group.
     (work / "completions" / "00005").unlink()
@@ -467,12 +504,18 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
     assert "part-00001.parquet" in capsys.readouterr().err
 
 
-def test_local_runner_rejects_workers():
-    from datamask.distributed import make_runner
+def test_make_runner_defaults_to_a_local_pool():
+    from datamask.distributed import RayRunner, make_runner
+    from datamask.distributed.runner import available_cpus
 
-    assert isinstance(make_runner("local", None, None), LocalRunner)
-    with pytest.raises(ValueError, match="one group at a time"):
-        make_runner("local", 4, None)
+    default = make_runner(None, None, None)
+    assert isinstance(default, LocalRunner) and default.workers == available_cpus()
+    assert make_runner("local", 4, None).workers == 4
+    assert isinstance(make_runner(None, 2, "auto"), RayRunner)  # --ray-address means Ray
+    with pytest.raises(ValueError, match="needs --runner ray"):
+        make_runner("local", None, "auto")
+    with pytest.raises(ValueError, match="workers must be a positive integer"):
+        make_runner(None, 0, None)
 
 
 def test_ray_runner_without_gpus_refuses_use_gpus(ray_runner):
@@ -493,3 +536,138 @@ def test_gpu_workers_select_on_cuda(shard_dir, tmp_path, ray_runner):
     assert all(d.startswith("cuda") for d in m["summary"]["devices"])
     assert ray_runner.describe()["gpus_per_task"] == 1
     assert m["summary"]["gpu_peak_mb_per_worker"] > 0
+
+
+# --- global budget: one quality scale, exact count for every method, same on any runner ------
+def write_skewed(root: Path, n: int = 300, dim: int = 16) -> None:
+    """Two shards of similar documents: one scored in [0, 1], the other in [9, 10]."""
+    root.mkdir(parents=True, exist_ok=True)
+    c = make_clustered(2 * n, dim, 4, seed=3)
+    rng = np.random.default_rng(0)
+    for s, (lo, prefix) in enumerate([(0.0, "low"), (9.0, "high")]):
+        rows = slice(s * n, (s + 1) * n)
+        feats = np.asarray(c.features[rows], dtype=np.float32)
+        pq.write_table(
+            pa.table(
+                {
+                    "chunk_id": pa.array([f"{prefix}-{i:04d}" for i in range(n)]),
+                    "quality_score": pa.array(lo + rng.random(n)),
+                    "feature_arr": pa.FixedSizeListArray.from_arrays(
+                        pa.array(feats.reshape(-1)), dim
+                    ),
+                }
+            ),
+            root / f"part-{s:05d}.parquet",
+        )
+
+
+def test_corpus_quality_range_scales_like_the_whole_corpus():
+    c = Corpus(ids=np.arange(3), quality=[0.0, 0.5, 1.0], features=np.eye(3, dtype=np.float32))
+    assert c.normalized_quality().tolist() == [0.0, 0.5, 1.0]
+    c.quality_range = (np.array([0.0]), np.array([10.0]))
+    np.testing.assert_allclose(c.normalized_quality(), [0.0, 0.05, 0.1])
+    assert c.subset(np.array([2])).quality_range is c.quality_range
+
+
+def test_global_scaling_two_skewed_shards(tmp_path):
+    write_skewed(tmp_path / "in")
+    fast = dict(n_epochs=20, select_ratio=0.5, n_neighbors=16, device="cpu")
+    shares = {}
+    for budget in ("group", "global"):
+        m = run_selection(
+            tmp_path / "in", tmp_path / budget, Settings(budget=budget, **fast), progress=False
+        )
+        ids = selected_ids(tmp_path / budget)
+        assert len(ids) == 300 == m["totals"]["k"]
+        shares[budget] = sum(i.startswith("high") for i in ids) / len(ids)
+        assert m["budget"]["quality_range"]["quality_score"][1] > 9.9  # the corpus-wide max
+    assert shares["group"] == 0.5  # each shard keeps its proportional share
+    assert shares["global"] > 0.9  # one ranking: the high-quality shard wins
+    # each group scaled by the corpus-wide range: topk's scores are that scaled quality
+    run_selection(
+        tmp_path / "in",
+        tmp_path / "topk",
+        Settings(method="topk", budget="group", **fast),
+        progress=False,
+    )
+    groups = tmp_path / "topk" / "_work" / "groups"
+    low = pq.read_table(groups / "00000.parquet").column("logit").to_numpy()
+    high = pq.read_table(groups / "00001.parquet").column("logit").to_numpy()
+    assert low.max() <= 0.1 + 1e-6 and high.min() >= 0.9 - 1e-6
+
+
+METHODS = ["mask", "greedy", "greedy-dense", "stochastic-greedy", "disf-greedy", "topk", "random"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_exact_global_count_for_every_method(method, shard_dir, corpus, tmp_path):
+    settings = Settings(method=method, partition="chunk", chunk_size=450, **FAST)
+    m = run_selection(shard_dir, tmp_path / "out", settings, progress=False)
+    k_total = round(FAST["select_ratio"] * N_SHARDS * ROWS)
+    ids = selected_ids(tmp_path / "out")
+    assert len(ids) == len(set(ids)) == k_total == m["totals"]["k"]
+    assert set(ids) <= set(corpus.ids)
+    assert m["budget"]["mode"] == "global" and m["budget"]["method"] == method
+    if method == "topk":  # exactly the global top k of the corpus-wide quality (ties by id)
+        q = corpus.normalized_quality().astype(np.float32)
+        expected = corpus.ids[np.lexsort((corpus.ids, -q.astype(np.float64)))[:k_total]]
+        assert ids == sorted(expected.tolist())
+    if method == "random":  # a seeded uniform draw per id: the partition does not matter
+        other = Settings(method=method, partition="shard", **FAST)
+        run_selection(shard_dir, tmp_path / "by-shard", other, progress=False)
+        assert selected_ids(tmp_path / "by-shard") == ids
+        reseeded = Settings(method=method, partition="chunk", chunk_size=450, **{**FAST, "seed": 1})
+        run_selection(shard_dir, tmp_path / "seed-1", reseeded, progress=False)
+        assert selected_ids(tmp_path / "seed-1") != ids
+
+
+def test_identical_across_worker_counts_and_runners(shard_dir, tmp_path, ray_runner):
+    settings = Settings(partition="chunk", chunk_size=450, **FAST)
+    pool = LocalRunner(workers=2)
+    try:
+        for name, runner in [("one", LocalRunner()), ("pool", pool), ("ray", ray_runner)]:
+            run_selection(shard_dir, tmp_path / name, settings, runner=runner, progress=False)
+    finally:
+        pool.close()
+    ref = pq.read_table(tmp_path / "one" / "selected")
+    assert ref.num_rows == round(FAST["select_ratio"] * N_SHARDS * ROWS)
+    for name in ("pool", "ray"):
+        assert pq.read_table(tmp_path / name / "selected").equals(ref), name  # ranks, logits
+        for a in sorted((tmp_path / "one" / "_work" / "candidates").glob("*.parquet")):
+            b = tmp_path / name / "_work" / "candidates" / a.name
+            assert pq.read_table(a).equals(pq.read_table(b)), (name, a.name)
+    manifest = json.loads((tmp_path / "pool" / "manifest.json").read_text())
+    pids = {g["pid"] for g in manifest["groups"]}
+    assert len(pids) >= 1 and os.getpid() not in pids  # the pool ran the groups
+
+
+RAY_AFTER_CHECKS = textwrap.dedent(
+    """
+    import sys
+    import ray
+    from datamask.distributed import RayRunner, Settings, run_selection
+
+    runner = RayRunner(workers=1)
+    try:
+        run_selection(sys.argv[1], sys.argv[2], Settings(), runner=runner, progress=False)
+    except ValueError as exc:
+        print("refused:", exc)
+    print("ray started:", ray.is_initialized())
+    """
+)
+
+
+def test_bad_input_fails_before_ray_starts(shard_dir, tmp_path):
+    root = tmp_path / "in"
+    shutil.copytree(shard_dir, root)
+    (root / "part-00003.parquet").write_bytes(b"not a parquet file at all")
+    script = tmp_path / "ray_after_checks.py"
+    script.write_text(RAY_AFTER_CHECKS)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(root), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "refused: cannot read" in proc.stdout, proc.stderr
+    assert "ray started: False" in proc.stdout

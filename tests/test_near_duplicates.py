@@ -298,11 +298,11 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
     fast = dict(n_epochs=20, select_ratio=0.1, n_neighbors=16, device="cpu")
     ids_of = {i: r for r, i in enumerate(both.ids)}
 
-    def run(out: Path, cap: float | None) -> tuple[np.ndarray, dict]:
+    def run(out: Path, cap: float | None, budget: str = "group") -> tuple[np.ndarray, dict]:
         m = run_selection(
             shards,
             out,
-            Settings(max_similarity=cap, selected_only=True, **fast),
+            Settings(max_similarity=cap, selected_only=True, budget=budget, **fast),
             runner=LocalRunner(),
             progress=False,
         )
@@ -327,3 +327,8 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
     # each group fits its own share under 0.75, but not together: the cross-group pass says so
     with pytest.raises(ValueError, match=r"max_similarity=0.75 admits only \d+ of the k=60"):
         run(tmp_path / "infeasible", 0.75)
+    # the global budget applies the cap in its global round, to the whole selection at once
+    rows, m = run(tmp_path / "global", 0.9, budget="global")
+    assert len(rows) == len(set(rows.tolist())) == 60 == m["totals"]["k"]
+    assert max_pair_similarity(both.features, rows) <= 0.9
+    assert m["max_similarity"]["applied_in"] == "global round"

@@ -4,7 +4,8 @@
     python benchmarks/scale/run.py --data /tmp/datamask-scale/1m --out /tmp/datamask-scale/run-1m \
         --workers 2 --results /tmp/datamask-scale/run-1m.json
 
-Runs :func:`datamask.distributed.run_selection` on a local Ray (or ``--runner local``),
+Runs :func:`datamask.distributed.run_selection` on a local Ray (or ``--runner local``, the
+standard-library process pool), with ``--budget global`` (two rounds) or ``group``,
 then prints one markdown row: documents, shards, groups, wall time, documents/s, peak RSS
 per worker (``getrusage`` inside every worker, the largest over the run), the driver's
 peak RSS, and peak GPU memory per worker when the groups ran on CUDA. The learner
@@ -35,6 +36,8 @@ def main() -> None:
     p.add_argument("--results", help="write the figures as JSON here too")
     p.add_argument("--runner", choices=["ray", "local"], default="ray")
     p.add_argument("--workers", type=int, default=None, help="default: all CPUs or GPUs")
+    p.add_argument("--budget", choices=["global", "group"], default="global")
+    p.add_argument("--oversample", type=float, default=2.0)
     p.add_argument("--partition", choices=["shard", "chunk", "cluster"], default="shard")
     p.add_argument("--chunk-size", type=int, default=10_000)
     p.add_argument("--n-clusters", type=int, default=None)
@@ -51,11 +54,13 @@ def main() -> None:
         chunk_size=args.chunk_size,
         n_clusters=args.n_clusters,
         device=args.device,
+        budget=args.budget,
+        oversample=args.oversample,
     )
     load_before = os.getloadavg()
     started = time.perf_counter()
     runner = (
-        LocalRunner()
+        LocalRunner(workers=args.workers or len(os.sched_getaffinity(0)))
         if args.runner == "local"
         else RayRunner(workers=args.workers, device=args.device)
     )
@@ -78,6 +83,8 @@ def main() -> None:
         "select_docs_per_second": t["select_docs_per_second"],
         "group_seconds": s["group_seconds"],
         "peak_rss_mb_per_worker": s["peak_rss_mb_per_worker"],
+        "peak_rss_mb_global_round": s.get("peak_rss_mb_global_round"),
+        "budget": {k: v for k, v in m["budget"].items() if k != "global_round"},
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gpu_peak_mb_per_worker": s["gpu_peak_mb_per_worker"],
         "devices": s["devices"],

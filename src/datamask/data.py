@@ -30,6 +30,10 @@ class Corpus:
         Where the rows came from, for error messages and reports.
     extra : dict
         Optional per-row columns kept for reports (e.g. ``n_chars``).
+    quality_range : tuple of two ndarrays of shape (n_scores,), optional
+        ``(low, high)`` of each quality column over a larger corpus this one is part of
+        (a sharded run passes the corpus-wide range, so every group scales alike).
+        Default: the range of these rows.
     """
 
     ids: np.ndarray
@@ -39,6 +43,7 @@ class Corpus:
     quality_weights: np.ndarray | None = None
     source: str = "<memory>"
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+    quality_range: tuple[np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.quality = np.asarray(self.quality, dtype=np.float64)
@@ -60,9 +65,15 @@ class Corpus:
         """Combined quality in [0, 1]: each column min-max scaled, then weighted.
 
         A constant column contributes 0.5 to every document, so it never favours one.
+        With ``quality_range`` set, the columns are scaled by that range instead of the
+        rows' own.
         """
-        lo = self.quality.min(axis=0)
-        span = self.quality.max(axis=0) - lo
+        if self.quality_range is None:
+            lo, hi = self.quality.min(axis=0), self.quality.max(axis=0)
+        else:
+            lo = np.asarray(self.quality_range[0], dtype=np.float64)
+            hi = np.asarray(self.quality_range[1], dtype=np.float64)
+        span = hi - lo
         scaled = np.where(span > 0, (self.quality - lo) / np.where(span > 0, span, 1.0), 0.5)
         return scaled @ np.asarray(self.quality_weights, dtype=np.float64)
 
@@ -76,6 +87,7 @@ class Corpus:
             quality_weights=self.quality_weights,
             source=self.source,
             extra={k: v[rows] for k, v in self.extra.items()},
+            quality_range=self.quality_range,
         )
 
 

@@ -2,6 +2,7 @@
 
     datamask select --input 'data/*.parquet' --output out/sel --select-ratio 0.1
     datamask select --input data/ --output out/sel --partition cluster --n-clusters 64
+    datamask select --input data/ --output out/sel --method greedy --workers 2
     datamask select --input data/ --output out/sel --ray-address auto --workers 8
 
 ``--output`` is a folder: ``selected/part-*.parquet`` (a parquet dataset of the kept ids)
@@ -14,7 +15,7 @@ import argparse
 from typing import Any
 
 from .partition import PARTITIONS
-from .runner import LocalRunner, Settings, run_selection
+from .runner import BUDGETS, LocalRunner, Settings, available_cpus, run_selection
 
 __all__ = ["add_distributed_arguments", "run_distributed", "make_runner"]
 
@@ -57,9 +58,23 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
         help="rows sampled to fit the k-means centroids (default: 100000)",
     )
     add(
+        "--budget",
+        choices=BUDGETS,
+        help="global: each group proposes candidates and one global round over their union "
+        "keeps exactly round(select-ratio * N); group: each group keeps its proportional "
+        "share (default: global)",
+    )
+    add(
+        "--oversample",
+        type=float,
+        help="--budget global: candidates per group as a multiple of its proportional share "
+        "(default: 2.0; exact merges for topk and random need none)",
+    )
+    add(
         "--workers",
         type=int,
-        help="groups selected at once (default: every GPU of the Ray cluster, else every CPU)",
+        help="groups selected at once (default: the cores available here; with Ray, every "
+        "GPU of the cluster, else every CPU)",
     )
     add(
         "--ray-address",
@@ -77,29 +92,22 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--runner",
         choices=RUNNERS,
-        help="local: one group after another in this process; ray: Ray tasks "
-        "(default: ray when it is installed, local with --workers 1)",
+        help="local: a process pool of --workers on this machine; ray: Ray tasks, for a "
+        "cluster (default: local, ray when --ray-address is given)",
     )
 
 
 def make_runner(
     runner: str | None, workers: int | None, address: str | None, device: str = "auto"
 ) -> Any:
-    """The runner the flags ask for (see ``--runner``)."""
-    if runner is None:
-        try:
-            import ray  # noqa: F401
-
-            has_ray = True
-        except ImportError:
-            has_ray = False
-        runner = "ray" if has_ray and (address or workers != 1) else "local"
+    """The runner the flags ask for (see ``--runner``); nothing is started yet."""
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"--workers must be a positive integer; got {workers}.")
+    runner = runner or ("ray" if address else "local")
     if runner == "local":
         if address:
             raise ValueError("--ray-address needs --runner ray; got --runner local.")
-        if workers not in (None, 1):
-            raise ValueError(f"--runner local runs one group at a time; got --workers {workers}.")
-        return LocalRunner()
+        return LocalRunner(workers=workers or available_cpus())
     from .ray_backend import RayRunner
 
     return RayRunner(workers=workers, address=address, device=device)
@@ -121,6 +129,13 @@ def _print_summary(m: dict[str, Any]) -> None:
     if s["gpu_peak_mb_per_worker"] is not None:
         line += f"; peak GPU memory {s['gpu_peak_mb_per_worker']:.0f} MB"
     print(line + f"; runner {m['runner']['runner']} x{m['runner'].get('workers', 1)}")
+    b = m["budget"]
+    if b["global_round"]:
+        g = b["global_round"]
+        print(
+            f"global budget: {b['candidates']} candidates (oversample {b['oversample']:g}), "
+            f"global round {g['seconds']['total']:.1f}s, peak RSS {g['peak_rss_mb']:.0f} MB"
+        )
     print(f"wrote {m['output']['selected']}/ ({m['output']['parts']} parts) and manifest.json")
 
 
@@ -131,12 +146,6 @@ def run_distributed(args: argparse.Namespace) -> int:
     ``quality_cols``, ``feature_col``, learner settings, ``seed``, ``device``,
     ``progress``) and the flags of :func:`add_distributed_arguments`.
     """
-    method = getattr(args, "method", None) or "mask"
-    if method != "mask":
-        raise ValueError(
-            f"sharded selection runs the mask learner; got --method {method}. "
-            "Use --method mask, or select from one parquet file."
-        )
     settings = Settings.from_namespace(args).check()
     runner = make_runner(
         getattr(args, "runner", None),

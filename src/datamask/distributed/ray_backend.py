@@ -1,6 +1,8 @@
 """Run the steps of a sharded selection as Ray tasks, on a local Ray or a cluster.
 
-Ray is imported lazily, so ``import datamask`` never needs it. Each step is one task;
+Ray is imported lazily, so ``import datamask`` never needs it, and started (or joined) on
+the first step that needs it: :meth:`RayRunner.validation_runner` hands the validation pass
+to a local process pool, so bad input fails before Ray starts. Each step is one task;
 at most ``workers`` are in flight. When the cluster reports GPUs, selection tasks ask for
 ``num_gpus=1`` each and the learner's ``device="auto"`` resolves to the GPU Ray assigned
 (Ray sets ``CUDA_VISIBLE_DEVICES`` per task); otherwise each task gets
@@ -103,11 +105,41 @@ class RayRunner:
         ray = import_ray()
         self._ray = ray
         self._started = False
-        if workers is not None and (not isinstance(workers, int) or workers < 1):
+        if workers is not None and (
+            isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+        ):
             raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+        if address and not ray.is_initialized():
+            _check_reachable(address)  # a TCP connect: fails fast without starting anything
+        self._requested = workers
+        self._address = address
+        self._use_gpus_arg = use_gpus
+        self._device = device
+        self._connected = False
+        if ray.is_initialized():  # a Ray already running in this process: join it now
+            self._connect()
+
+    @property
+    def workers(self) -> int:
+        """Tasks in flight at once (before Ray is up: the request, else this machine's cores)."""
+        if self._connected:
+            return self._workers
+        from .runner import available_cpus
+
+        return self._requested or available_cpus()
+
+    def validation_runner(self) -> Any:
+        """Where the validation pass runs: this runner once Ray is up, else a local pool."""
+        if self._connected:
+            return self
+        from .runner import LocalRunner, available_cpus
+
+        return LocalRunner(workers=min(self._requested or available_cpus(), available_cpus()))
+
+    def _connect(self) -> None:
+        ray = self._ray
+        address, workers = self._address, self._requested
         if not ray.is_initialized():
-            if address:
-                _check_reachable(address)
             # Ray logs a warning about its token authentication on every start; it is
             # about Ray's own defaults, not this run, so it is silenced (auth is unchanged).
             quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
@@ -130,16 +162,23 @@ class RayRunner:
         resources = ray.cluster_resources()
         self.n_cpus = int(resources.get("CPU", 1))
         self.n_gpus = int(resources.get("GPU", 0))
+        use_gpus = self._use_gpus_arg
         if use_gpus is None:
-            use_gpus = self.n_gpus > 0 and str(device).lower() != "cpu"
+            use_gpus = self.n_gpus > 0 and str(self._device).lower() != "cpu"
         if use_gpus and self.n_gpus == 0:
             raise ValueError("use_gpus=True but the Ray cluster reports no GPUs.")
         self.use_gpus = use_gpus
-        self.workers = workers or (self.n_gpus if use_gpus else self.n_cpus)
-        self.cpus_per_task = max(1, self.n_cpus // self.workers)
+        self._workers = workers or (self.n_gpus if use_gpus else self.n_cpus)
+        self.cpus_per_task = max(1, self.n_cpus // self._workers)
+        # the most CPUs one node offers: what a whole-machine step may ask for
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        self.node_cpus = max([int(r.get("CPU", 0)) for r in nodes] or [self.n_cpus]) or 1
+        self._connected = True
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest."""
+        if not self._connected:
+            return {"runner": self.name, "workers": self.workers, "connected": False}
         return {
             "runner": self.name,
             "workers": self.workers,
@@ -150,16 +189,25 @@ class RayRunner:
         }
 
     def map(
-        self, fn: Callable[..., Any], items: Iterable[tuple], *, use_gpu: bool = False
+        self,
+        fn: Callable[..., Any],
+        items: Iterable[tuple],
+        *,
+        use_gpu: bool = False,
+        whole_machine: bool = False,
     ) -> Iterator[Any]:
         """Run ``fn(*args)`` as a task per item, ``workers`` at a time; yield as they finish.
 
-        A step's exception is raised here as itself (a ``ValueError`` naming a corrupt shard
-        stays a ``ValueError``) after the tasks still queued are cancelled.
+        Starts (or joins) Ray on first use. A ``whole_machine`` task asks for every CPU of
+        the largest node. A step's exception is raised here as itself (a ``ValueError``
+        naming a corrupt shard stays a ``ValueError``) after the tasks still queued are
+        cancelled.
         """
+        if not self._connected:
+            self._connect()
         ray = self._ray
         gpu = 1 if (use_gpu and self.use_gpus) else 0
-        cpus = 1 if gpu else self.cpus_per_task
+        cpus = 1 if gpu else (self.node_cpus if whole_machine else self.cpus_per_task)
         task = ray.remote(_call).options(num_cpus=cpus, num_gpus=gpu, max_retries=2)
         queue = iter(items)
         in_flight: list[Any] = []

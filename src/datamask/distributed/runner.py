@@ -1,14 +1,23 @@
-"""Corpus-scale selection: plan groups, run one learner per group, merge, resume.
+"""Corpus-scale selection: plan groups, select per group, one global round, resume.
 
 Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``OUT/_work``)::
 
-    OUT/selected/part-NNNNN.parquet   selected ids of group NNNNN (id, group, rank, logit)
-    OUT/manifest.json                 settings, per-group n / k / seconds / memory, totals
+    OUT/selected/part-global.parquet  budget="global": the selection (id, group, rank, logit)
+    OUT/selected/part-NNNNN.parquet   budget="group": selected ids of group NNNNN
+    OUT/manifest.json                 settings, budget, per-group n / k / seconds / memory
     WORK/settings.json                the settings and input fingerprint this work dir holds
     WORK/groups/NNNNN.parquet         every row of the group: id, logit, probability, rank,
                                       selected (skipped with ``selected_only``)
+    WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
+    WORK/completions/global           round 2's stats; written after part-global.parquet
     WORK/clusters/...                 centroids and per-shard cluster spills (by="cluster")
+
+Every group scales its quality by the corpus-wide range of each quality column, found by
+the validation pass. With ``budget="global"`` (the default) each group proposes
+``ceil(oversample * k * n_g / N)`` candidates and :func:`select_global` selects exactly
+``k = round(select_ratio * N)`` from their union; with ``budget="group"`` each group keeps
+its apportioned share.
 
 Before any group runs, the output (and a work dir outside it) is claimed with an
 exclusive lock, and every row of every shard is checked in one streaming pass
@@ -33,7 +42,7 @@ import resource
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .._validation import check_choice, check_positive, check_ratio, k_from_ratio
+from .._validation import check_choice, check_corpus, check_positive, check_ratio, k_from_ratio
 from ..io.atomic import (
     OutputLock,
     atomic_write,
@@ -55,7 +64,9 @@ from ..io.parquet import atomic_write_table
 from ..io.shards import (
     ShardInfo,
     ShardSource,
+    _mix,
     corpus_from_tables,
+    hash_ids,
     inspect_shards,
     list_shards,
     literal_or_glob,
@@ -74,9 +85,27 @@ from .partition import (
     sample_plan,
     spill_shard,
 )
-from .validate import check_scans, scan_jobs
+from .validate import QualityRange, check_scans, scan_jobs
 
-__all__ = ["Settings", "read_group", "select_group", "LocalRunner", "Runner", "run_selection"]
+__all__ = [
+    "BUDGETS",
+    "MODULAR",
+    "Settings",
+    "read_group",
+    "select_group",
+    "select_global",
+    "candidate_count",
+    "LocalRunner",
+    "Runner",
+    "run_selection",
+]
+
+#: ``Settings.budget`` values.
+BUDGETS = ("global", "group")
+#: Methods whose score of a document does not depend on the other documents: their global
+#: round is an exact merge of per-document scores (global top-k of quality; a seeded
+#: uniform draw per id), so no candidates are oversampled and no embeddings move.
+MODULAR = ("topk", "random")
 
 
 @dataclass(frozen=True)
@@ -107,6 +136,18 @@ class Settings:
     max_similarity : float, optional
         Hard cap on the cosine similarity of any two selected documents, across groups
         (see :mod:`datamask.distributed.cap`). Default: no cap.
+    method : str, default="mask"
+        The selector every group (and the global round) runs: any ``--method`` of
+        :data:`datamask.greedy.SELECTORS`.
+    budget : {"global", "group"}, default="global"
+        ``global``: two rounds; each group proposes candidates, one global round over their
+        union picks exactly ``round(select_ratio * N)`` (see :func:`select_global`).
+        ``group``: each group keeps its share ``apportion(n_g)`` and the parts are the
+        selection (the reference's per-chunk selection).
+    oversample : float, default=2.0
+        ``budget="global"``: each group proposes ``ceil(oversample * k * n_g / N)``
+        candidates (at least 1, at most n_g). Ignored for ``topk`` and ``random``, whose
+        global round is exact (see :data:`MODULAR`).
     """
 
     id_col: str = "chunk_id"
@@ -136,14 +177,18 @@ class Settings:
     kmeans_sample: int = 100_000
     selected_only: bool = False
     max_similarity: float | None = None
+    method: str = "mask"
+    budget: str = "global"
+    oversample: float = 2.0
 
     @property
     def columns(self) -> list[str]:
         """Columns read from every shard, each once."""
         return list(dict.fromkeys([self.id_col, *self.quality_cols, self.feature_col]))
 
-    def make_learner(self, k: int, seed: int, device: str | None = None) -> Any:
-        """The :class:`~datamask.optim.MaskLearner` for one group, keeping exactly ``k``."""
+    def make_learner(self, k: int | None, seed: int, device: str | None = None) -> Any:
+        """The selector of ``method`` for one group (or the global round), keeping ``k``."""
+        from ..greedy import make_selector
         from ..objectives import Objective, make_diversity
         from ..optim import MaskLearner
 
@@ -153,6 +198,17 @@ class Settings:
             else make_diversity(a)
             for a in self.algorithm
         ]
+        if self.method != "mask":
+            return make_selector(
+                self.method,
+                objective=Objective(diversity, lamb=self.lamb),
+                select_ratio=self.select_ratio,
+                k=k,
+                seed=seed,
+                device=device or self.device,
+                progress=False,
+                max_similarity=self.max_similarity,
+            )
         return MaskLearner(
             Objective(diversity, lamb=self.lamb),
             select_ratio=self.select_ratio,
@@ -181,6 +237,19 @@ class Settings:
             check_positive("n_clusters", self.n_clusters, integer=True)
         check_positive("kmeans_sample", self.kmeans_sample, integer=True)
         check_ratio("select_ratio", self.select_ratio)
+        from ..greedy import SELECTORS
+
+        check_choice("method", self.method, SELECTORS)
+        check_choice("budget", self.budget, BUDGETS)
+        if isinstance(self.oversample, bool) or not (
+            isinstance(self.oversample, int | float) and 1.0 <= self.oversample < math.inf
+        ):
+            raise ValueError(f"oversample must be a number >= 1; got {self.oversample!r}.")
+        if self.method in MODULAR and self.max_similarity is not None and self.budget == "global":
+            raise ValueError(
+                f"max_similarity with --method {self.method} needs --budget group (the global "
+                f"round of {self.method} merges scores, not documents); got --budget global."
+            )
         if not self.quality_cols:
             raise ValueError("quality_cols must name at least one column; got none.")
         if self.quality_weights is not None and len(self.quality_weights) != len(self.quality_cols):
@@ -195,7 +264,11 @@ class Settings:
             )
         # The learner validates the rest; calling its check here, on the driver, means a bad
         # value fails at once instead of inside the first group on a remote worker.
-        self.make_learner(k=1, seed=0, device="cpu").check_params()
+        learner = self.make_learner(k=1, seed=0, device="cpu")
+        if hasattr(learner, "check_params"):
+            learner.check_params()
+        else:
+            learner._check_params()
         return self
 
     @classmethod
@@ -233,8 +306,22 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def read_group(spec: GroupSpec, settings: Settings) -> tuple[Any, pa.Array]:
-    """The rows of one group as a Corpus (not yet validated) and its ids as stored."""
+def candidates_path(work_dir: str | Path, gid: int) -> Path:
+    """Round 1 of a global budget: the candidates one group proposes."""
+    return Path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
+
+
+GLOBAL_PART = "part-global.parquet"
+
+
+def read_group(
+    spec: GroupSpec, settings: Settings, quality_range: QualityRange | None = None
+) -> tuple[Any, pa.Array]:
+    """The rows of one group as a Corpus (not yet validated) and its ids as stored.
+
+    ``quality_range`` is the corpus-wide ``(lows, highs)`` of the quality columns that
+    the group scales its quality with (default: its own range).
+    """
     tables = [
         (
             read_rows(p.path, p.start, p.stop, settings.columns),
@@ -249,18 +336,122 @@ def read_group(spec: GroupSpec, settings: Settings) -> tuple[Any, pa.Array]:
         quality_weights=settings.quality_weights,
         feature_col=settings.feature_col,
         source=f"group {spec.gid} ({spec.label})",
+        quality_range=quality_range or None,
     )
 
 
+def candidate_count(n_g: int, n_total: int, k_total: int, oversample: float) -> int:
+    """Candidates a group of ``n_g`` rows proposes: ``ceil(oversample * k * n_g / N)``.
+
+    At least 1 and at most ``n_g``; since every group proposes at least its exact quota
+    ``k * n_g / N``, the union holds at least ``k`` documents.
+
+    Examples
+    --------
+    >>> candidate_count(10_000, 1_000_000, 100_000, 2.0)
+    2000
+    """
+    if n_g == 0:
+        return 0
+    return int(min(n_g, max(1, math.ceil(oversample * k_total * n_g / n_total - 1e-9))))
+
+
+def modular_scores(corpus: Any, ids: pa.Array, settings: Settings) -> np.ndarray:
+    """Per-document scores of a :data:`MODULAR` method, comparable across groups.
+
+    ``topk``: the combined quality scaled by the corpus-wide range, as float32 (the
+    learner's quality term). ``random``: a uniform draw in [0, 1) keyed by the id's hash
+    and the run's seed, so the global top k is a seeded uniform k-subset whatever the
+    partition.
+    """
+    if settings.method == "topk":
+        return corpus.normalized_quality().astype(np.float32).astype(np.float64)
+    # the run's seed, not the group's: a document draws the same number in any partition
+    salt = np.uint64(int(np.random.SeedSequence(settings.seed).generate_state(1, np.uint64)[0]))
+    mixed = _mix(hash_ids(ids) ^ salt)
+    return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _fit(
+    corpus: Any, ids: pa.Array, k: int, settings: Settings, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, float], str, float | None]:
+    """Run the method for exactly ``k`` of ``corpus``.
+
+    Returns (selected mask, scores ranking kept rows first, logits, probabilities, terms,
+    device, peak GPU MB).
+    """
+    n = corpus.n_docs
+    terms: dict[str, float] = {}
+    device = "none"
+    gpu_peak_mb = None
+    if settings.method in MODULAR:
+        check_corpus(corpus)  # the same checks and scaling as a selector's fit
+        scores = modular_scores(corpus, ids, settings)
+        selected = np.zeros(n, dtype=bool)
+        selected[np.lexsort((corpus.ids, -scores))[:k]] = True
+        logits = scores.astype(np.float32)
+        return selected, scores, logits, selected.astype(np.float32), terms, "cpu", None
+    if 0 < k < n:
+        learner = settings.make_learner(k, seed)
+        from .._device import resolve_device
+
+        dev = resolve_device(learner.device)
+        if dev.type == "cuda":
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(dev)
+        learner.fit(corpus)
+        if dev.type == "cuda":
+            gpu_peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20
+        scores = np.asarray(learner.scores_, dtype=np.float64)
+        logits = np.asarray(getattr(learner, "logits_", scores), dtype=np.float32)
+        probabilities = getattr(learner, "probabilities_", None)
+        selected = np.zeros(n, dtype=bool)
+        selected[learner.selected_] = True
+        if probabilities is None:
+            probabilities = selected.astype(np.float32)
+        probabilities = np.asarray(probabilities, dtype=np.float32)
+        terms = {key: float(v) for key, v in learner.terms_.items()}
+        device = str(learner.device_)
+        del learner
+    else:  # k == 0 keeps nothing, k == n keeps all: every logit ties
+        logits = np.zeros(n, dtype=np.float32)
+        scores = logits.astype(np.float64)
+        selected = np.full(n, k == n)
+        probabilities = selected.astype(np.float32)
+    return selected, scores, logits, probabilities, terms, device, gpu_peak_mb
+
+
+def _rank(selected: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """1-based rank: kept rows first, then by score, ties by id (the learner's top-k order).
+
+    Under a ``max_similarity`` cap the kept rows are not a prefix of the score order, so
+    they are ranked first explicitly.
+    """
+    order = np.lexsort((ids, -scores, ~selected))
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[order] = np.arange(1, len(ids) + 1)
+    return rank
+
+
 def select_group(
-    spec: GroupSpec, settings: Settings, work_dir: str | Path, out_dir: str | Path
+    spec: GroupSpec,
+    settings: Settings,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    quality_range: QualityRange | None = None,
+    propose: bool = False,
 ) -> dict[str, Any]:
     """Select ``spec.k`` documents of one group and write its files; a pure, resumable step.
 
-    Reads only the group's rows, runs the learner with ``spec.seed``, then writes
-    ``WORK/groups/NNNNN.parquet`` (unless ``settings.selected_only``),
-    ``OUT/selected/part-NNNNN.parquet`` and last the marker ``WORK/completions/NNNNN``.
-    When the marker exists already the step returns its stats without recomputing.
+    Reads only the group's rows (quality scaled by the corpus-wide ``quality_range``), runs
+    the method with ``spec.seed``, then writes ``WORK/groups/NNNNN.parquet`` (unless
+    ``settings.selected_only``), its result, and last the marker ``WORK/completions/NNNNN``.
+    The result is ``OUT/selected/part-NNNNN.parquet`` (ids kept); with ``propose`` (round 1
+    of a global budget) it is ``WORK/candidates/NNNNN.parquet`` instead: the ``spec.k``
+    candidates with their rank, score, raw quality and embedding (score and rank only for
+    :data:`MODULAR` methods), which :func:`select_global` reads. When the marker exists
+    already the step returns its stats without recomputing.
 
     Returns
     -------
@@ -274,50 +465,18 @@ def select_group(
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     # 1. Read only this group's rows (row groups overlapping each piece).
-    corpus, ids = read_group(spec, settings)
+    corpus, ids = read_group(spec, settings, quality_range)
     n = corpus.n_docs
     read_s = time.perf_counter() - started
 
-    # 2. Run the learner for exactly k (nothing to learn when k is 0 or n).
-    terms: dict[str, float] = {}
-    device = "none"
-    gpu_peak_mb = None
-    if 0 < spec.k < n:
-        learner = settings.make_learner(spec.k, spec.seed)
-        from .._device import resolve_device
-
-        dev = resolve_device(learner.device)
-        if dev.type == "cuda":
-            import torch
-
-            torch.cuda.reset_peak_memory_stats(dev)
-        learner.fit(corpus)
-        if dev.type == "cuda":
-            gpu_peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20
-        logits = np.asarray(learner.logits_, dtype=np.float32)
-        capped = learner.selected_ if settings.max_similarity is not None else None
-        scores = np.asarray(learner.scores_, dtype=np.float64)  # the kept rows ranked first
-        probabilities = np.asarray(learner.probabilities_, dtype=np.float32)
-        terms = {k: float(v) for k, v in learner.terms_.items()}
-        device = str(learner.device_)
-        del learner
-    else:  # k == 0 keeps nothing, k == n keeps all: every logit ties
-        fill = 1.0 if spec.k == n else 0.0
-        capped = None
-        logits = np.zeros(n, dtype=np.float32)
-        scores = logits.astype(np.float64)
-        probabilities = np.full(n, fill, dtype=np.float32)
+    # 2. Run the method for exactly k (nothing to learn when k is 0 or n).
+    selected, scores, logits, probabilities, terms, device, gpu_peak_mb = _fit(
+        corpus, ids, spec.k, settings, spec.seed
+    )
     fit_s = time.perf_counter() - started - read_s
 
-    # 3. Rank inside the group (ties by id, as the learner's top-k): rank <= k is kept.
-    order = np.lexsort((corpus.ids, -scores))
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(1, n + 1)
-    selected = rank <= spec.k
-    if capped is not None:  # the cap skipped rows of the top k for the next compatible ones
-        selected = np.zeros(n, dtype=bool)
-        selected[capped] = True
-    del corpus
+    # 3. Rank inside the group (kept rows first, then by score, ties by id).
+    rank = _rank(selected, scores, corpus.ids)
 
     # 4. Write the group's files atomically, then the marker.
     gid_col = pa.array(np.full(n, spec.gid, dtype=np.int32))
@@ -337,17 +496,26 @@ def select_group(
         )
     keep = np.flatnonzero(selected)
     keep = keep[np.argsort(rank[keep])]
-    atomic_write_table(
-        pa.table(
-            {
-                settings.id_col: ids.take(pa.array(keep)),
-                "group": gid_col.take(pa.array(keep)),
-                "rank": pa.array(rank[keep]),
-                "logit": pa.array(logits[keep]),
-            }
-        ),
-        part_path(out_dir, spec.gid),
-    )
+    take = pa.array(keep)
+    columns = {
+        settings.id_col: ids.take(take),
+        "group": gid_col.take(take),
+        "rank": pa.array(rank[keep]),
+        "logit": pa.array(logits[keep]),
+    }
+    if propose:
+        columns["score"] = pa.array(scores[keep])
+        if settings.method not in MODULAR:  # what the global round needs to select again
+            for j in range(len(settings.quality_cols)):
+                columns[f"quality_{j}"] = pa.array(corpus.quality[keep, j])
+            feats = np.ascontiguousarray(corpus.features[keep], dtype=np.float32)
+            columns["features"] = pa.FixedSizeListArray.from_arrays(
+                pa.array(feats.reshape(-1)), corpus.dim
+            )
+        atomic_write_table(pa.table(columns), candidates_path(work_dir, spec.gid))
+    else:
+        atomic_write_table(pa.table(columns), part_path(out_dir, spec.gid))
+    del corpus
     total_s = time.perf_counter() - started
     stats = {
         "gid": spec.gid,
@@ -373,6 +541,101 @@ def select_group(
     return {**stats, "reused": False}
 
 
+def select_global(
+    groups: list[GroupSpec],
+    settings: Settings,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    k_total: int,
+    quality_range: QualityRange,
+) -> dict[str, Any]:
+    """Round 2 of a global budget: exactly ``k_total`` documents from the groups' candidates.
+
+    :data:`MODULAR` methods merge the candidates' scores: the ``k_total`` best (ties by id)
+    are exactly the global top k (each group proposed ``min(n_g, k_total)``). Every other
+    method runs once more, with the run's seed, on the union of the candidates (quality
+    scaled by the corpus-wide range), as in GreeDi (Mirzasoleiman et al. 2013). Writes
+    ``OUT/selected/part-global.parquet`` (id, group, rank, logit) and then the marker
+    ``WORK/completions/global``; a pure, resumable step like :func:`select_group`.
+    """
+    marker = Path(work_dir) / "completions" / "global"
+    final = Path(out_dir) / "selected" / GLOBAL_PART
+    if marker.exists() and final.exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(candidates_path(work_dir, g.gid)) for g in groups]
+    table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
+    del tables
+    ids = table.column(settings.id_col).combine_chunks()
+    ids_np = ids.to_numpy(zero_copy_only=False)
+    n = table.num_rows
+    read_s = time.perf_counter() - started
+    terms: dict[str, float] = {}
+    device = "none"
+    if settings.method in MODULAR:
+        scores = table.column("score").to_numpy()
+        selected = np.zeros(n, dtype=bool)
+        selected[np.lexsort((ids_np, -scores))[:k_total]] = True
+        logits = table.column("logit").to_numpy()
+        gpu_peak_mb = None
+    else:
+        from ..data import Corpus
+
+        width = table.schema.field("features").type.list_size
+        flat = table.column("features").combine_chunks().values.to_numpy()
+        corpus = Corpus(
+            ids=ids_np,
+            quality=np.stack(
+                [table.column(f"quality_{j}").to_numpy() for j in range(len(quality_range[0]))],
+                axis=1,
+            ),
+            features=flat.reshape(n, width),
+            quality_names=list(settings.quality_cols),
+            quality_weights=None
+            if settings.quality_weights is None
+            else np.asarray(settings.quality_weights, float),
+            source="the candidates of every group",
+            quality_range=(np.asarray(quality_range[0]), np.asarray(quality_range[1])),
+        )
+        table = table.drop_columns(["features"])
+        selected, scores, logits, _, terms, device, gpu_peak_mb = _fit(
+            corpus, ids, k_total, settings, int(settings.seed)
+        )
+        del corpus
+    fit_s = time.perf_counter() - started - read_s
+    rank = _rank(selected, scores, ids_np)
+    keep = np.flatnonzero(selected)
+    keep = keep[np.argsort(rank[keep])]
+    take = pa.array(keep)
+    atomic_write_table(
+        pa.table(
+            {
+                settings.id_col: ids.take(take),
+                "group": table.column("group").combine_chunks().take(take),
+                "rank": pa.array(rank[keep]),
+                "logit": pa.array(np.asarray(logits, dtype=np.float32)[keep]),
+            }
+        ),
+        final,
+    )
+    total_s = time.perf_counter() - started
+    stats = {
+        "n_candidates": n,
+        "k": int(selected.sum()),
+        "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
+        "peak_rss_mb": _peak_rss_mb(),
+        "gpu_peak_mb": gpu_peak_mb,
+        "device": device,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "terms": terms,
+    }
+    atomic_write_json(stats, marker)
+    return {**stats, "reused": False}
+
+
 # --- runners ---------------------------------------------------------------------------------
 class Runner(Protocol):
     """What :func:`run_selection` needs from a scheduler."""
@@ -381,16 +644,52 @@ class Runner(Protocol):
     workers: int
 
     def map(
-        self, fn: Callable[..., Any], items: Iterable[tuple], *, use_gpu: bool = False
+        self,
+        fn: Callable[..., Any],
+        items: Iterable[tuple],
+        *,
+        use_gpu: bool = False,
+        whole_machine: bool = False,
     ) -> Iterator[Any]:
-        """Call ``fn(*args)`` for every ``args`` in ``items``; yield results as they finish."""
+        """Call ``fn(*args)`` for every ``args`` in ``items``; yield results as they finish.
+
+        ``whole_machine``: each call may use every core of one machine (the global round,
+        a single step, sets its threads accordingly).
+        """
         ...
 
     def close(self) -> None: ...
 
 
+def available_cpus() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _call_with_threads(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
+    """Step body in a worker: pin torch's and BLAS threads, then run the step."""
+    from .._device import set_threads
+
+    set_threads(n_threads)
+    return fn(*args)
+
+
 class LocalRunner:
-    """Run every step in this process, one after another (no Ray needed).
+    """Run steps on this machine: in this process, or in a pool of ``workers`` processes.
+
+    The pool is the standard library's :class:`concurrent.futures.ProcessPoolExecutor`
+    with the ``spawn`` start method (safe with torch's threads), started on first use and
+    kept until :meth:`close`. Each step pins torch to ``cores // workers`` threads, so the
+    workers do not oversubscribe the cores; a ``whole_machine`` step gets every core.
+    Steps are pure, so results do not depend on ``workers``.
+
+    Parameters
+    ----------
+    workers : int, default=1
+        Steps run at once. 1 runs them one after another in this process.
 
     Examples
     --------
@@ -400,19 +699,55 @@ class LocalRunner:
     """
 
     name = "local"
-    workers = 1
+
+    def __init__(self, workers: int = 1) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+        self.workers = workers
+        self._pool: Any = None
 
     def map(
-        self, fn: Callable[..., Any], items: Iterable[tuple], *, use_gpu: bool = False
+        self,
+        fn: Callable[..., Any],
+        items: Iterable[tuple],
+        *,
+        use_gpu: bool = False,
+        whole_machine: bool = False,
     ) -> Iterator[Any]:
-        for args in items:
-            yield fn(*args)
+        jobs = list(items)
+        if self.workers == 1:
+            for args in jobs:
+                yield fn(*args)
+            return
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("spawn")
+            )
+        cores = available_cpus()
+        threads = cores if whole_machine else max(1, cores // self.workers)
+        pending = {self._pool.submit(_call_with_threads, fn, threads, *args) for args in jobs}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()  # a step's exception is raised here as itself
+        finally:
+            for future in pending:
+                future.cancel()
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Shut the worker pool down (a no-op in-process)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def describe(self) -> dict[str, Any]:
-        return {"runner": self.name, "workers": 1}
+        return {"runner": self.name, "workers": self.workers}
 
 
 # --- claiming a work dir ------------------------------------------------------------------
@@ -633,8 +968,17 @@ def _run_claimed(
     if n_total == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
     k_total = k_from_ratio(settings.select_ratio, n_total)
-    scans = _progress_map(runner, scan_shard, scan_jobs(infos, settings), "check inputs", progress)
-    checksums = check_scans(scans, infos, settings)
+    # The validation pass runs before any cluster is started: a RayRunner not yet
+    # connected hands it to a local pool, so bad input fails before Ray starts.
+    checker = getattr(runner, "validation_runner", lambda: runner)()
+    try:
+        scans = _progress_map(
+            checker, scan_shard, scan_jobs(infos, settings), "check inputs", progress
+        )
+        checksums, quality_range = check_scans(scans, infos, settings)
+    finally:
+        if checker is not runner:
+            checker.close()
     record = _fingerprint(settings, infos, checksums)
     resumed = _claim(work, out, record)
 
@@ -642,16 +986,32 @@ def _run_claimed(
     groups = make_groups(plan, k_total, settings.seed)
     if sum(g.k for g in groups) != k_total:  # apportion guarantees it; check before writing
         raise RuntimeError("group budgets do not add up to the global k; please report this.")
+    # A global budget with one group is that group's own selection: no second round.
+    two_rounds = settings.budget == "global" and len(groups) > 1
+    shares = {g.gid: g.k for g in groups}
+    if two_rounds:  # round 1: every group proposes candidates instead of keeping its share
+        groups = [
+            replace(
+                g,
+                k=min(g.n, k_total)
+                if settings.method in MODULAR
+                else candidate_count(g.n, n_total, k_total, settings.oversample),
+            )
+            for g in groups
+        ]
     plan_s = time.perf_counter() - started
+
+    def result_path(gid: int) -> Path:
+        return candidates_path(work, gid) if two_rounds else part_path(out, gid)
 
     stats: dict[int, dict[str, Any]] = {}
     pending = []
     for g in groups:
         marker = completion_path(work, g.gid)
-        if marker.exists() and part_path(out, g.gid).exists():
+        if marker.exists() and result_path(g.gid).exists():
             stats[g.gid] = {**json.loads(marker.read_text()), "reused": True}
         else:
-            marker.unlink(missing_ok=True)  # a marker without its part: redo the group
+            marker.unlink(missing_ok=True)  # a marker without its result: redo the group
             pending.append(g)
     n_pending_docs = sum(g.n for g in pending)
     select_started = time.perf_counter()
@@ -659,13 +1019,13 @@ def _run_claimed(
     bar = tqdm(
         total=len(groups),
         initial=len(groups) - len(pending),  # a resumed run starts where the last one stopped
-        desc="select groups",
+        desc="propose candidates" if two_rounds else "select groups",
         unit="group",
         disable=not progress,
         dynamic_ncols=True,
     )
     try:
-        jobs = [(g, settings, str(work), str(out)) for g in pending]
+        jobs = [(g, settings, str(work), str(out), quality_range, two_rounds) for g in pending]
         for result in runner.map(select_group, jobs, use_gpu=True):
             stats[result["gid"]] = result
             done_docs += result["n"]
@@ -676,17 +1036,32 @@ def _run_claimed(
         bar.close()
     select_s = time.perf_counter() - select_started
 
-    # Merge: the output dataset is the set of parts; drop stray temporaries of killed runs.
-    clean_stale_temporaries(out / "selected")
     missing = [g.gid for g in groups if not completion_path(work, g.gid).exists()]
     if missing:
         raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
-    ordered = [stats[g.gid] for g in groups]
+    global_stats = None
+    global_s = 0.0
+    if two_rounds:  # round 2: one selection over the union of the candidates
+        global_started = time.perf_counter()
+        job = (groups, settings, str(work), str(out), k_total, quality_range)
+        with tqdm(total=1, desc="global round", disable=not progress) as gbar:
+            results = runner.map(select_global, [job], use_gpu=True, whole_machine=True)
+            global_stats = list(results)[0]
+            gbar.update(1)
+        global_s = time.perf_counter() - global_started
+    # Merge: the output dataset is the set of parts; drop stray temporaries of killed runs.
+    clean_stale_temporaries(out / "selected")
+    ordered = [{**stats[g.gid], "share": shares[g.gid]} for g in groups]
     cap_facts = None
-    if settings.max_similarity is not None:  # the cap must hold across groups too
+    if settings.max_similarity is not None and not two_rounds:  # the cap across groups
         from .cap import cap_across_groups
 
         cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)
+    elif global_stats is not None and settings.max_similarity is not None:
+        cap_facts = {"applied_in": "global round", "threshold": settings.max_similarity}
+    k_selected = global_stats["k"] if global_stats else int(sum(s["k"] for s in ordered))
+    if k_selected != k_total:  # every path guarantees it; check before marking complete
+        raise RuntimeError(f"selected {k_selected} documents, not {k_total}; please report this.")
     # Per-input-file keep lists for `datamask apply` (OUT/keep/), from the final parts.
     keep = keep_lists_for_output(out, source, files, id_col=settings.id_col, progress=progress)
     total_s = time.perf_counter() - started
@@ -703,22 +1078,45 @@ def _run_claimed(
         },
         "runner": getattr(runner, "describe", lambda: {"runner": runner.name})(),
         "work_dir": str(work),
-        "output": {"selected": str(out / "selected"), "parts": len(groups), "k": k_total},
+        "budget": {
+            "mode": "global" if two_rounds else "group",
+            "method": settings.method,
+            "oversample": settings.oversample if two_rounds else None,
+            "candidates": global_stats["n_candidates"] if global_stats else None,
+            "quality_range": {
+                name: [quality_range[0][j], quality_range[1][j]]
+                for j, name in enumerate(settings.quality_cols)
+            },
+            "global_round": global_stats,
+        },
+        "output": {
+            "selected": str(out / "selected"),
+            "parts": 1 if two_rounds else len(groups),
+            "k": k_total,
+        },
         "totals": {
             "n_docs": n_total,
-            "k": int(sum(s["k"] for s in ordered)),
+            "k": k_selected,
             "n_groups": len(groups),
             "groups_computed": len(computed),
             "groups_reused": len(groups) - len(computed),
             "resumed": resumed,
-            "seconds": {"plan": plan_s, "select": select_s, "total": total_s},
+            "seconds": {
+                "plan": plan_s,
+                "select": select_s,
+                "global": global_s,
+                "total": total_s,
+            },
             "docs_per_second": n_total / total_s,
             "select_docs_per_second": n_pending_docs / select_s if n_pending_docs else None,
             "driver_peak_rss_mb": _peak_rss_mb(),
         },
         "max_similarity": cap_facts,
         "selection_digest": keep["selection"],
-        "summary": _summary(ordered),
+        "summary": {
+            **_summary(ordered),
+            "peak_rss_mb_global_round": global_stats["peak_rss_mb"] if global_stats else None,
+        },
         "summary_computed": _summary(computed) if computed else None,
         "groups": ordered,
     }

@@ -4,7 +4,9 @@ One streaming read of every shard (:func:`~datamask.io.shards.scan_shard`, a ste
 runner schedules like any other, one per :func:`scan_jobs` item) checks each file on its
 own; :func:`check_scans` then checks
 what only the whole corpus shows: one embedding width and one id type across shards,
-quality ranges that can be scaled, and ids unique across shards. Ids are compared by
+quality ranges that can be scaled, and ids unique across shards. The same pass gives the
+corpus-wide minimum and maximum of every quality column, by which every group then scales
+its quality (so a score means the same in every group). Ids are compared by
 64-bit hashes spread over ``n_buckets`` buckets (on disk when there is more than one), so
 the driver holds at most one bucket, about ``BUCKET_ROWS`` ids, whatever the corpus
 size; a repeated hash is confirmed by reading the two ids themselves.
@@ -24,7 +26,7 @@ import numpy as np
 from .._validation import check_quality_span
 from ..io.shards import ShardInfo, ShardScan, read_rows
 
-__all__ = ["scan_jobs", "check_scans", "BUCKET_ROWS"]
+__all__ = ["scan_jobs", "check_scans", "BUCKET_ROWS", "QualityRange"]
 
 #: Ids per bucket of the uniqueness check (16 bytes each: 128 MB at most in memory).
 BUCKET_ROWS = 8_000_000
@@ -117,10 +119,16 @@ def scan_jobs(infos: Sequence[ShardInfo], settings: Any) -> list[tuple]:
     return [(s, info.path, *columns, n_buckets) for s, info in enumerate(infos) if info.num_rows]
 
 
+QualityRange = tuple[tuple[float, ...], tuple[float, ...]]
+
+
 def check_scans(
     scans: Iterable[ShardScan], infos: Sequence[ShardInfo], settings: Any
-) -> dict[str, str]:
-    """What only the whole corpus shows; returns ``{path: content checksum}``.
+) -> tuple[dict[str, str], QualityRange]:
+    """What only the whole corpus shows.
+
+    Returns ``{path: content checksum}`` and the corpus-wide ``(lows, highs)`` of the
+    quality columns, one value per column.
 
     Parameters
     ----------
@@ -148,9 +156,9 @@ def check_scans(
 
 def _check_corpus_wide(
     scans: list[ShardScan], buckets: _IdBuckets, infos: Sequence[ShardInfo], settings: Any
-) -> dict[str, str]:
+) -> tuple[dict[str, str], QualityRange]:
     if not scans:
-        return {}
+        return {}, ((), ())
     ref = scans[0]
     for sc in scans[1:]:
         if sc.width != ref.width:
@@ -163,9 +171,12 @@ def _check_corpus_wide(
                 f"column {settings.id_col!r} is {sc.id_type} in {sc.path} but {ref.id_type} "
                 f"in {ref.path}; store ids with one type in every shard."
             )
+    lows, highs = [], []
     for j, name in enumerate(settings.quality_cols):
         lo = min(sc.quality_min[j] for sc in scans)
         hi = max(sc.quality_max[j] for sc in scans)
         check_quality_span(np.asarray([lo, hi]), name, "the input shards")
+        lows.append(float(lo))
+        highs.append(float(hi))
     _raise_first_duplicate(*buckets.duplicates(), infos, settings.id_col)
-    return {sc.path: sc.checksum for sc in scans}
+    return {sc.path: sc.checksum for sc in scans}, (tuple(lows), tuple(highs))

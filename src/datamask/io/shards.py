@@ -264,6 +264,7 @@ def corpus_from_tables(
     quality_weights: Sequence[float] | None,
     feature_col: str,
     source: str,
+    quality_range: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> tuple[Corpus, pa.Array]:
     """One :class:`~datamask.data.Corpus` from pieces read from several files.
 
@@ -273,6 +274,9 @@ def corpus_from_tables(
         Each piece and where it came from (for error messages).
     source : str
         The corpus's ``source`` (e.g. ``"group 7"``).
+    quality_range : (lows, highs), optional
+        Corpus-wide range of each quality column, used to scale these rows
+        (:attr:`~datamask.data.Corpus.quality_range`).
 
     Returns
     -------
@@ -315,6 +319,9 @@ def corpus_from_tables(
         quality_names=list(quality_cols),
         quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
         source=source,
+        quality_range=None
+        if quality_range is None
+        else (np.asarray(quality_range[0], float), np.asarray(quality_range[1], float)),
     )
     return corpus, ids_arrow
 
