@@ -57,6 +57,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datamask.quality import heuristic_quality
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
@@ -506,34 +508,9 @@ def fortunes(root: Path, info: dict[str, dict[str, str]]) -> list[Doc]:
 # quality heuristic
 # ------------------------------------------------------------------------------------------
 
-_STOP_TEXT = """a about after all also an and any are as at be because been but by can could do does
-    for from had has have he her his how i if in into is it its may more most must no not of
-    on one only or other our out she should so some such than that the their them then there
-    these they this those to up was we were what when where which while who will with would
-    you your"""
-STOP_WORDS = frozenset(_STOP_TEXT.split())
-#: a line "ends a sentence" when it ends in . ! ? , optionally followed by closing quotes/brackets
-SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*$")
-
-
-def quality_score(text: str) -> float:
-    """Mean of six signals in [0, 1]; 0 for a text with no words. See the README."""
-    words = text.split()
-    n = len(words)
-    if n == 0:
-        return 0.0
-    alpha = sum(any(c.isalpha() for c in w) for w in words) / n
-    mean_len = sum(len(w) for w in words) / n
-    if 3 <= mean_len <= 10:
-        length = 1.0
-    else:
-        length = max(0.0, 1 - min(abs(mean_len - 3), abs(mean_len - 10)) / 3)
-    stop = min(1.0, sum(w.lower().strip(".,;:()\"'") in STOP_WORDS for w in words) / n / 0.25)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    ends = sum(bool(SENTENCE_END.search(ln)) for ln in lines) / len(lines)
-    unique = 1 - (len(lines) - len(set(lines))) / len(lines)
-    size = min(1.0, len(text) / 1000)
-    return round((alpha + length + stop + ends + unique + size) / 6, 6)
+#: The heuristic lives in the library (``datamask embed --quality heuristic`` writes it);
+#: the demo's ``quality_score`` column is exactly this function.
+quality_score = heuristic_quality
 
 
 # ------------------------------------------------------------------------------------------
