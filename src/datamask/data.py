@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Corpus", "Selection"]
+__all__ = ["Corpus", "Selection", "rank_order"]
 
 
 @dataclass
@@ -114,3 +114,24 @@ class Selection:
         out = np.zeros(n_docs, dtype=bool)
         out[self.selected] = True
         return out
+
+
+def rank_order(scores: np.ndarray, ids: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
+    """Row indices, best first: score descending, ties broken by ascending id.
+
+    The one ranking of datamask: the learner's top-k, the output's ``rank`` column, the
+    cap's walk and the sharded runner all read it. ``first`` (bool, optional) puts those
+    rows ahead of every other row, each part in the same order.
+
+    Examples
+    --------
+    >>> rank_order(np.array([0.5, 0.9, 0.5]), np.array(["c", "a", "b"])).tolist()
+    [1, 2, 0]
+    >>> rank_order(np.array([0.5, 0.9, 0.5]), np.array(["c", "a", "b"]),
+    ...            first=np.array([True, False, False])).tolist()
+    [0, 1, 2]
+    """
+    keys = (ids, -np.asarray(scores, dtype=np.float64))
+    if first is not None:
+        keys = (*keys, ~np.asarray(first, dtype=bool))
+    return np.lexsort(keys)

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from .data import rank_order
 from .neighbors import assign_clusters, spherical_kmeans
 
 __all__ = [
@@ -394,7 +395,7 @@ def capped_top_k(
     (a conflict keeps the higher-scored row and takes the next compatible one instead).
     Raises ValueError with :func:`infeasible_message` when the ranking runs out first.
     """
-    order = np.lexsort((ids, -np.asarray(scores, dtype=np.float64)))
+    order = rank_order(scores, ids)
     cap = SimilarityCap(features, threshold, capacity=k)
     kept = cap.walk(order, k)
     if len(kept) < k:

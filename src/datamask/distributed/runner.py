@@ -51,6 +51,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from .._validation import check_choice, check_corpus, check_positive, check_ratio, k_from_ratio
+from ..data import rank_order
 from ..io.atomic import (
     OutputLock,
     atomic_write,
@@ -388,7 +389,7 @@ def _fit(
         check_corpus(corpus)  # the same checks and scaling as a selector's fit
         scores = modular_scores(corpus, ids, settings)
         selected = np.zeros(n, dtype=bool)
-        selected[np.lexsort((corpus.ids, -scores))[:k]] = True
+        selected[rank_order(scores, corpus.ids)[:k]] = True
         logits = scores.astype(np.float32)
         return selected, scores, logits, selected.astype(np.float32), terms, "cpu", None
     if 0 < k < n:
@@ -428,7 +429,7 @@ def _rank(selected: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarr
     Under a ``max_similarity`` cap the kept rows are not a prefix of the score order, so
     they are ranked first explicitly.
     """
-    order = np.lexsort((ids, -scores, ~selected))
+    order = rank_order(scores, ids, first=selected)
     rank = np.empty(len(ids), dtype=np.int64)
     rank[order] = np.arange(1, len(ids) + 1)
     return rank
@@ -577,7 +578,7 @@ def select_global(
     if settings.method in MODULAR:
         scores = table.column("score").to_numpy()
         selected = np.zeros(n, dtype=bool)
-        selected[np.lexsort((ids_np, -scores))[:k_total]] = True
+        selected[rank_order(scores, ids_np)[:k_total]] = True
         logits = table.column("logit").to_numpy()
         gpu_peak_mb = None
     else:

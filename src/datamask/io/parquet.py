@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..data import Corpus
+from ..data import Corpus, rank_order
 from .atomic import atomic_write, atomic_write_json, to_json
 
 __all__ = [
@@ -219,7 +219,7 @@ def selection_table(
     n = len(ids)
     mask = np.zeros(n, dtype=bool)
     mask[selected] = True
-    order = np.lexsort((ids, -np.asarray(scores, dtype=np.float64)))
+    order = rank_order(scores, ids)
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(1, n + 1)
     cols: dict[str, Any] = {id_col: pa.array(ids)}

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
 from .._validation import check_choice, check_corpus, check_positive, check_ratio, resolve_k
-from ..data import Corpus, Selection
+from ..data import Corpus, Selection, rank_order
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective, make_diversity
 from .local_search import swap_search
@@ -55,8 +55,7 @@ BASELINES = ("group", "loo")
 
 def top_k_rows(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     """Sorted row indices of the ``k`` highest scores, ties broken by ascending id."""
-    order = np.lexsort((ids, -np.asarray(scores, dtype=np.float64)))
-    return np.sort(order[:k])
+    return np.sort(rank_order(scores, ids)[:k])
 
 
 def _budget_shift(
