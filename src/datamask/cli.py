@@ -574,15 +574,16 @@ def run_select(args: argparse.Namespace) -> int:
     check_writable(args.output)
     check_no_overlap([args.output, summary_path(args.output)], [args.input])
     with OutputLock(args.output):
-        return _select_one_file(args)
+        return _select_one_file(args, keep_lists=not in_memory)
 
 
-def _select_one_file(args: argparse.Namespace) -> int:
-    """``datamask select`` on one parquet file, once its output is claimed."""
+def _select_one_file(args: argparse.Namespace, *, keep_lists: bool) -> int:
+    """``datamask select`` on one parquet file (or save_to_disk folder), once its output is
+    claimed. ``keep_lists``: write the per-file keep lists (parquet inputs only)."""
     import pyarrow as pa
 
     from .greedy import make_selector
-    from .io.datasets import is_save_to_disk, read_input_corpus
+    from .io.datasets import read_input_corpus
     from .io.keep import keep_lists_for_output, selection_digest
     from .io.parquet import selection_table, write_selection
     from .objectives import Objective, make_diversity
@@ -668,8 +669,7 @@ def _select_one_file(args: argparse.Namespace) -> int:
     write_selection(args.output, table, summary)  # parquet and summary as one unit
     # Keep lists name rows of parquet inputs (for `datamask apply`); a save_to_disk folder
     # is filtered with Dataset.select on the selection's ids instead.
-    lists = not is_save_to_disk(args.input)
-    if lists:
+    if keep_lists:
         keep_lists_for_output(
             args.output, args.input, [args.input], id_col=args.id_col, selected_ids=kept_ids
         )
@@ -678,7 +678,7 @@ def _select_one_file(args: argparse.Namespace) -> int:
         f"selected {summary['k']} of {corpus.n_docs} documents with {args.method} in "
         f"{summary['seconds']['fit']:.2f}s: {terms}"
     )
-    also = " and keep lists" if lists else ""
+    also = " and keep lists" if keep_lists else ""
     print(f"wrote {args.output}, {summary_path(args.output)}{also}")
     return 0
 

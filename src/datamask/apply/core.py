@@ -258,6 +258,20 @@ class _Sinks:
     removed_ids: list[pa.Array] | None = None
 
 
+def _batch_rows(
+    plan: _Plan, keep: _KeepList | None, start: int, n: int, ids: Any
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The kept rows of the batch of ``n`` rows at ``start``: their positions, a boolean
+    mask, and (keep lists only) the ids the list expects there, else None."""
+    if plan.mode == "keep":
+        rows, expected = keep.take(start, n)
+    else:
+        rows, expected = plan.ids.positions(ids), None
+    mask = np.zeros(n, dtype=bool)
+    mask[rows] = True
+    return rows, mask, expected
+
+
 def _apply_parquet(
     src: Location,
     out: Location,
@@ -292,14 +306,9 @@ def _apply_parquet(
         for batch in batches:
             n = batch.num_rows
             ids = batch.column(id_col) if id_col in schema.names else None
-            if plan.mode == "keep":
-                rows, expected = keep.take(n_rows, n)
-                if ids is not None:
-                    _check_ids(ids, expected, src.uri, n_rows, rows)
-            else:
-                rows = plan.ids.positions(ids)
-            mask = np.zeros(n, dtype=bool)
-            mask[rows] = True
+            rows, mask, expected = _batch_rows(plan, keep, n_rows, n, ids)
+            if expected is not None and ids is not None:
+                _check_ids(ids, expected, src.uri, n_rows, rows)
             writer.write_batch(batch.filter(pa.array(mask)))
             if rem_writer is not None:
                 rem_writer.write_batch(batch.filter(pa.array(~mask)))
@@ -341,12 +350,7 @@ def _apply_jsonl(
         for lines in _json_lines(src, gz, batch_size):
             n = len(lines)
             ids = _ids_of_lines(lines, id_col, src.uri, n_rows) if need_ids else None
-            if plan.mode == "keep":
-                rows, _ = keep.take(n_rows, n)
-            else:
-                rows = plan.ids.positions(ids)
-            mask = np.zeros(n, dtype=bool)
-            mask[rows] = True
+            rows, mask, _ = _batch_rows(plan, keep, n_rows, n, ids)
             w_out.write(b"".join(line + b"\n" for line, m in zip(lines, mask, strict=False) if m))
             if w_rem is not None:
                 w_rem.write(
@@ -492,10 +496,10 @@ def apply_selection(
             with s.open_input_file() as fh:
                 total += pq.ParquetFile(fh).metadata.num_rows
 
-    locks = [_claim(out)]
-    try:
+    with ExitStack() as claims:  # released in reverse; on an error, made folders go too
+        claims.enter_context(_claim(out))
         if rem is not None:
-            locks.append(_claim(rem))
+            claims.enter_context(_claim(rem))
         state_loc = out.join(STATE_DIR, "state.json")
         previous = _read_json(state_loc)
         if previous is not None and previous != state:
@@ -520,12 +524,6 @@ def apply_selection(
             progress,
             total,
         )
-    except BaseException:
-        for lock in reversed(locks):
-            lock.release(remove_created=True)
-        raise
-    for lock in reversed(locks):
-        lock.release()
     seconds = time.perf_counter() - started
     return {
         **result,

@@ -42,6 +42,7 @@ import resource
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -937,18 +938,11 @@ def run_selection(
     check_no_overlap([out, work], files)
     # Claim the output (and a work dir outside it) before any computation: a second run
     # writing the same folder is refused here, and an unwritable folder fails here.
-    locks = [OutputLock(out, folder=True)]
-    if not work.resolve().is_relative_to(out.resolve()):
-        locks.append(OutputLock(work, folder=True))
-    try:
-        manifest = _run_claimed(source, files, out, work, settings, runner, progress, started)
-    except BaseException:
-        for lock in reversed(locks):
-            lock.release(remove_created=True)
-        raise
-    for lock in reversed(locks):
-        lock.release()
-    return manifest
+    with ExitStack() as claims:  # released in reverse; on an error, made folders go too
+        claims.enter_context(OutputLock(out, folder=True))
+        if not work.resolve().is_relative_to(out.resolve()):
+            claims.enter_context(OutputLock(work, folder=True))
+        return _run_claimed(source, files, out, work, settings, runner, progress, started)
 
 
 def _run_claimed(

@@ -97,6 +97,15 @@ def _parquet_files(folder: Any, subdirectory: str = "") -> list[str]:
     return sorted(f for f in files if not f.rsplit("/", 1)[-1].startswith((".", "_")))
 
 
+def _from_metadata(docs: list[Document], key: str, dtype: Any, hint: str) -> np.ndarray:
+    """``doc.metadata[key]`` of every document as one array; the first document without
+    the key is named, followed by ``hint``."""
+    missing = next((d.id for d in docs if key not in d.metadata), None)
+    if missing is not None:
+        raise ValueError(f"document {missing!r} has no metadata key {key!r}; {hint}")
+    return np.asarray([d.metadata[key] for d in docs], dtype=dtype)
+
+
 class DatamaskFeatures(PipelineStep):
     """Write each document's id, quality and embedding to ``output_folder/{rank:05d}.parquet``.
 
@@ -160,25 +169,20 @@ class DatamaskFeatures(PipelineStep):
                 progress=False,
             )
         else:
-            missing = next((d.id for d in docs if self.embedding_key not in d.metadata), None)
-            if missing is not None:
-                raise ValueError(
-                    f"document {missing!r} has no metadata key {self.embedding_key!r}; "
-                    "drop embedding_key= to compute embeddings from the text."
-                )
-            emb = np.asarray([d.metadata[self.embedding_key] for d in docs], dtype=np.float32)
+            emb = _from_metadata(
+                docs,
+                self.embedding_key,
+                np.float32,
+                "drop embedding_key= to compute embeddings from the text.",
+            )
         if self.quality_key is None:
             from ..quality import heuristic_quality_batch
 
             quality = heuristic_quality_batch(d.text for d in docs)
         else:
-            missing = next((d.id for d in docs if self.quality_key not in d.metadata), None)
-            if missing is not None:
-                raise ValueError(
-                    f"document {missing!r} has no metadata key {self.quality_key!r}; "
-                    "drop quality_key= to use the text heuristic."
-                )
-            quality = np.asarray([d.metadata[self.quality_key] for d in docs], dtype=np.float64)
+            quality = _from_metadata(
+                docs, self.quality_key, np.float64, "drop quality_key= to use the text heuristic."
+            )
         values = pa.array(np.ascontiguousarray(emb, dtype=np.float32).reshape(-1))
         return pa.table(
             {
