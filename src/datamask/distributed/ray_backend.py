@@ -200,8 +200,8 @@ class RayRunner:
 
         Starts (or joins) Ray on first use. A ``whole_machine`` task asks for every CPU of
         the largest node. A step's exception is raised here as itself (a ``ValueError``
-        naming a corrupt shard stays a ``ValueError``) after the tasks still queued are
-        cancelled.
+        naming a corrupt shard stays a ``ValueError``); no further task is submitted, and
+        the ones already running are left to finish.
         """
         if not self._connected:
             self._connect()
@@ -222,20 +222,22 @@ class RayRunner:
         for _ in range(self.workers):
             if not submit():
                 break
-        try:
-            while in_flight:
-                done, _ = ray.wait(in_flight, num_returns=1)
-                in_flight.remove(done[0])
-                try:
-                    result = ray.get(done[0])
-                except ray.exceptions.RayTaskError as exc:
-                    cause = getattr(exc, "cause", None)
-                    raise (cause if isinstance(cause, Exception) else exc) from None
-                submit()
-                yield result
-        finally:
-            for ref in in_flight:
-                ray.cancel(ref, force=True)
+        # On an error, the tasks still in flight are running (at most ``workers`` are
+        # submitted) and are left to finish, as the process pool's are: each step writes
+        # atomically, its marker last, so a finished one is reused on resume, and ``close``
+        # stops those of a Ray this runner started. No ``ray.cancel(force=True)``: in Ray
+        # 2.60 a forced cancel racing the task's own completion aborted the driver with a
+        # RAY_CHECK failure in TaskManager::CompletePendingTask (once in six suite runs here).
+        while in_flight:
+            done, _ = ray.wait(in_flight, num_returns=1)
+            in_flight.remove(done[0])
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                raise (cause if isinstance(cause, Exception) else exc) from None
+            submit()
+            yield result
 
     def close(self) -> None:
         """Shut Ray down if this runner started it."""
