@@ -14,7 +14,8 @@ import pytest
 from datamask import make_clustered
 from datamask.apply import apply_selection
 from datamask.cli import main
-from datamask.distributed import LocalRunner, Settings, run_selection
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, run_selection
 
 N_SHARDS, ROWS, DIM = 3, 200, 8
 FAST = dict(n_epochs=10, select_ratio=0.2, n_neighbors=8)
@@ -57,7 +58,13 @@ def selected(tmp_path_factory):
     root = tmp_path_factory.mktemp("apply")
     files = write_corpus(root / "data", jsonl=True)
     out = root / "sel"
-    run_selection(root / "data", out, Settings(**FAST), runner=LocalRunner(), progress=False)
+    run_selection(
+        root / "data",
+        out,
+        SelectSpec.from_mapping(dict(**FAST)),
+        runner=LocalRunner(),
+        progress=False,
+    )
     ids = pq.read_table(out / "selected").column("chunk_id").to_pylist()
     return root, files, out, set(ids)
 
@@ -236,7 +243,13 @@ def test_relative_names():
 def test_sharded_select_from_a_list_of_files_names_keep_lists_relatively(tmp_path, selected):
     root, files, _, _ = selected
     out = tmp_path / "sel"
-    run_selection(list(files), out, Settings(**FAST), runner=LocalRunner(), progress=False)
+    run_selection(
+        list(files),
+        out,
+        SelectSpec.from_mapping(dict(**FAST)),
+        runner=LocalRunner(),
+        progress=False,
+    )
     index = json.loads((out / "keep" / "_index.json").read_text())
     assert sorted(index["files"]) == ["a/part-0.parquet", "a/part-1.parquet", "b/part-2.parquet"]
     assert all(pq.read_schema(f).names[0] == "chunk_id" for f in files)  # inputs untouched

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from datamask import make_clustered
+from datamask.cli.bench import add_bench_parser, run_bench
 from datamask.evaluate import bench, format_markdown, measure_peak_rss
-from datamask.evaluate.commands import add_bench_parser, run_bench
 
 ALL = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
 FAST = {"mask": {"n_epochs": 30}, "disf-greedy": {"batch_size": 50}}

@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask import Corpus, MaskLearner, make_clustered
+from datamask.config import SelectSpec
 from datamask.distributed import (
     LocalRunner,
-    Settings,
     apportion,
     group_seeds,
     run_selection,
@@ -185,7 +185,9 @@ def test_read_rows_crosses_row_groups(shard_dir):
 # --- exact global count -------------------------------------------------------------------
 @pytest.mark.parametrize("partition", ["shard", "chunk", "cluster"])
 def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
-    settings = Settings(partition=partition, chunk_size=250, n_clusters=4, **FAST)
+    settings = SelectSpec.from_mapping(
+        dict(partition=partition, chunk_size=250, n_clusters=4, **FAST)
+    )
     m = run_selection(shard_dir, tmp_path / "out", settings, runner=ray_runner, progress=False)
     k_total = round(FAST["select_ratio"] * N_SHARDS * ROWS)
     ids = selected_ids(tmp_path / "out")
@@ -226,7 +228,9 @@ def test_ids_carry_through_unchanged(tmp_path):
             ),
             root / f"{s}.parquet",
         )
-    settings = Settings(id_col="doc", quality_cols=("q",), feature_col="emb", **FAST)
+    settings = SelectSpec.from_mapping(
+        dict(id_col="doc", quality_cols=("q",), feature_col="emb", **FAST)
+    )
     run_selection(root, tmp_path / "out", settings, progress=False)
     table = pq.read_table(tmp_path / "out" / "selected")
     assert table.schema.field("doc").type == pa.int64()
@@ -241,19 +245,28 @@ def test_tiny_groups_keep_nothing_or_everything_and_still_sum_exactly(tmp_path):
     for ratio in (0.2, 0.9):
         tiny = dict(partition="chunk", chunk_size=3, n_epochs=5, select_ratio=ratio, n_neighbors=4)
         out = tmp_path / f"out-{ratio}"
-        m = run_selection(tmp_path / "in", out, Settings(budget="group", **tiny), progress=False)
+        m = run_selection(
+            tmp_path / "in",
+            out,
+            SelectSpec.from_mapping(dict(budget="group", **tiny)),
+            progress=False,
+        )
         ks = [g["k"] for g in m["groups"]]
         assert sum(ks) == len(selected_ids(out)) == round(ratio * 40)
         assert (0 in ks) if ratio == 0.2 else (3 in ks)
         # the global budget: every tiny group proposes at least one candidate
         out = tmp_path / f"global-{ratio}"
-        m = run_selection(tmp_path / "in", out, Settings(**tiny), progress=False)
+        m = run_selection(
+            tmp_path / "in", out, SelectSpec.from_mapping(dict(**tiny)), progress=False
+        )
         assert min(g["k"] for g in m["groups"]) >= 1
         assert len(set(selected_ids(out))) == m["totals"]["k"] == round(ratio * 40)
 
 
 def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
-    settings = Settings(partition="cluster", n_clusters=3, chunk_size=400, **FAST)
+    settings = SelectSpec.from_mapping(
+        dict(partition="cluster", n_clusters=3, chunk_size=400, **FAST)
+    )
     out = tmp_path / "out"
     first = run_selection(shard_dir, out, settings, progress=False)
     before = selected_ids(out)
@@ -274,7 +287,7 @@ def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
 # --- equivalence with the single-process learner -----------------------------------------
 def test_one_group_equals_single_process_learner(shard_dir, tmp_path, ray_runner):
     """One chunk spanning all shards = MaskLearner on the concatenated corpus."""
-    settings = Settings(partition="chunk", chunk_size=10**6, **FAST)
+    settings = SelectSpec.from_mapping(dict(partition="chunk", chunk_size=10**6, **FAST))
     m = run_selection(shard_dir, tmp_path / "out", settings, runner=ray_runner, progress=False)
     assert m["partition"]["n_groups"] == 1
     parts = [read_corpus(f) for f in list_shards(shard_dir)]
@@ -283,7 +296,7 @@ def test_one_group_equals_single_process_learner(shard_dir, tmp_path, ray_runner
         quality=np.concatenate([p.quality for p in parts]),
         features=np.concatenate([p.features for p in parts]),
     )
-    ref = settings.make_learner(k=None, seed=0, device="cpu").fit(whole)
+    ref = settings.make_selector(seed=0, device="cpu").fit(whole)
     assert isinstance(ref, MaskLearner)
     expected = sorted(whole.ids[ref.selected_].tolist())
     assert selected_ids(tmp_path / "out") == expected
@@ -346,7 +359,8 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     import datamask.distributed.runner as runner
-    from datamask.distributed import Settings, run_selection
+    from datamask.config import SelectSpec
+    from datamask.distributed import run_selection
 
     real = runner.atomic_write_json
     markers = []
@@ -363,7 +377,9 @@ KILLER = textwrap.dedent(
         real(obj, path)
 
     runner.atomic_write_json = write_then_die
-    settings = Settings(partition="chunk", chunk_size=250, budget={budget!r}, **{fast})
+    settings = SelectSpec.from_mapping(
+        dict(partition="chunk", chunk_size=250, budget={budget!r}, **{fast})
+    )
     run_selection(sys.argv[1], sys.argv[2], settings, progress=False)
     """
 )
@@ -386,7 +402,9 @@ def kill_during(when: str, budget: str, shard_dir: Path, out: Path, tmp_path: Pa
     "when, budget", [("round1", "group"), ("round1", "global"), ("round2", "global")]
 )
 def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner):
-    settings = Settings(partition="chunk", chunk_size=250, budget=budget, **FAST)
+    settings = SelectSpec.from_mapping(
+        dict(partition="chunk", chunk_size=250, budget=budget, **FAST)
+    )
     clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
     n_groups = clean["totals"]["n_groups"]
 
@@ -422,9 +440,9 @@ def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner
 
 
 def test_other_settings_in_the_same_work_dir_are_refused(shard_dir, tmp_path):
-    settings = Settings(partition="shard", **FAST)
+    settings = SelectSpec.from_mapping(dict(partition="shard", **FAST))
     run_selection(shard_dir, tmp_path / "out", settings, progress=False)
-    changed = Settings(partition="shard", **{**FAST, "select_ratio": 0.2})
+    changed = SelectSpec.from_mapping(dict(partition="shard", **{**FAST, "select_ratio": 0.2}))
     with pytest.raises(ValueError, match=r"other settings \(select_ratio 0.137 -> 0.2\)"):
         run_selection(shard_dir, tmp_path / "out", changed, progress=False)
 
@@ -433,7 +451,9 @@ def test_other_settings_in_the_same_work_dir_are_refused(shard_dir, tmp_path):
 def test_missing_shard_is_named_and_nothing_is_written(shard_dir, tmp_path):
     files = list_shards(shard_dir)[:2] + [tmp_path / "gone.parquet"]
     with pytest.raises(ValueError, match="gone.parquet' does not exist"):
-        run_selection(files, tmp_path / "out", Settings(**FAST), progress=False)
+        run_selection(
+            files, tmp_path / "out", SelectSpec.from_mapping(dict(**FAST)), progress=False
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -442,7 +462,7 @@ def test_corrupt_footer_is_named_and_nothing_is_written(shard_dir, tmp_path):
     shutil.copytree(shard_dir, root)
     (root / "part-00003.parquet").write_bytes(b"not a parquet file at all")
     with pytest.raises(ValueError, match=r"cannot read '.*part-00003.parquet' as parquet"):
-        run_selection(root, tmp_path / "out", Settings(**FAST), progress=False)
+        run_selection(root, tmp_path / "out", SelectSpec.from_mapping(dict(**FAST)), progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -457,12 +477,14 @@ def test_corrupt_page_fails_before_any_group(shard_dir, tmp_path, ray_runner):
     bad.write_bytes(bytes(data))
     out = tmp_path / "out"
     with pytest.raises(ValueError, match=r"cannot read '.*part-00004.parquet' as parquet"):
-        run_selection(root, out, Settings(**FAST), runner=ray_runner, progress=False)
+        run_selection(
+            root, out, SelectSpec.from_mapping(dict(**FAST)), runner=ray_runner, progress=False
+        )
     assert not out.exists()  # found by the validation pass: no group ran, nothing written
 
 
 def test_worker_count_does_not_change_a_bit(shard_dir, tmp_path, ray_runner):
-    settings = Settings(partition="chunk", chunk_size=450, **FAST)
+    settings = SelectSpec.from_mapping(dict(partition="chunk", chunk_size=450, **FAST))
     run_selection(shard_dir, tmp_path / "one", settings, runner=LocalRunner(), progress=False)
     run_selection(shard_dir, tmp_path / "many", settings, runner=ray_runner, progress=False)
     assert ray_runner.workers >= 2
@@ -475,11 +497,26 @@ def test_worker_count_does_not_change_a_bit(shard_dir, tmp_path, ray_runner):
 
 def test_bad_settings_fail_before_writing(shard_dir, tmp_path):
     with pytest.raises(ValueError, match="partition must be one of"):
-        run_selection(shard_dir, tmp_path / "o", Settings(partition="rows"), progress=False)
+        run_selection(
+            shard_dir,
+            tmp_path / "o",
+            SelectSpec.from_mapping(dict(partition="rows")),
+            progress=False,
+        )
     with pytest.raises(ValueError, match="select_ratio must be in"):
-        run_selection(shard_dir, tmp_path / "o", Settings(select_ratio=1.5), progress=False)
+        run_selection(
+            shard_dir,
+            tmp_path / "o",
+            SelectSpec.from_mapping(dict(select_ratio=1.5)),
+            progress=False,
+        )
     with pytest.raises(ValueError, match="column 'score' not found in .*part-00000.parquet"):
-        run_selection(shard_dir, tmp_path / "o", Settings(quality_cols=("score",)), progress=False)
+        run_selection(
+            shard_dir,
+            tmp_path / "o",
+            SelectSpec.from_mapping(dict(quality_cols=("score",))),
+            progress=False,
+        )
     assert not (tmp_path / "o").exists()
 
 
@@ -505,17 +542,21 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
 
 
 def test_make_runner_defaults_to_a_local_pool():
-    from datamask.distributed import RayRunner, make_runner
+    from datamask.distributed import RayRunner
     from datamask.distributed.runner import available_cpus
+    from datamask.pipeline import make_runner
 
-    default = make_runner(None, None, None)
+    def runner(**run):
+        return make_runner(SelectSpec.from_mapping(run))
+
+    default = runner()
     assert isinstance(default, LocalRunner) and default.workers == available_cpus()
-    assert make_runner("local", 4, None).workers == 4
-    assert isinstance(make_runner(None, 2, "auto"), RayRunner)  # --ray-address means Ray
+    assert runner(runner="local", workers=4).workers == 4
+    assert isinstance(runner(workers=2, ray_address="auto"), RayRunner)  # --ray-address: Ray
     with pytest.raises(ValueError, match="needs --runner ray"):
-        make_runner("local", None, "auto")
-    with pytest.raises(ValueError, match="workers must be a positive integer"):
-        make_runner(None, 0, None)
+        runner(runner="local", ray_address="auto")
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        runner(workers=0)
 
 
 def test_ray_runner_without_gpus_refuses_use_gpus(ray_runner):
@@ -531,7 +572,11 @@ def test_ray_runner_without_gpus_refuses_use_gpus(ray_runner):
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_workers_select_on_cuda(shard_dir, tmp_path, ray_runner):
     m = run_selection(
-        shard_dir, tmp_path / "out", Settings(**FAST), runner=ray_runner, progress=False
+        shard_dir,
+        tmp_path / "out",
+        SelectSpec.from_mapping(dict(**FAST)),
+        runner=ray_runner,
+        progress=False,
     )
     assert all(d.startswith("cuda") for d in m["summary"]["devices"])
     assert ray_runner.describe()["gpus_per_task"] == 1
@@ -575,7 +620,10 @@ def test_global_scaling_two_skewed_shards(tmp_path):
     shares = {}
     for budget in ("group", "global"):
         m = run_selection(
-            tmp_path / "in", tmp_path / budget, Settings(budget=budget, **fast), progress=False
+            tmp_path / "in",
+            tmp_path / budget,
+            SelectSpec.from_mapping(dict(budget=budget, **fast)),
+            progress=False,
         )
         ids = selected_ids(tmp_path / budget)
         assert len(ids) == 300 == m["totals"]["k"]
@@ -587,7 +635,7 @@ def test_global_scaling_two_skewed_shards(tmp_path):
     run_selection(
         tmp_path / "in",
         tmp_path / "topk",
-        Settings(method="topk", budget="group", **fast),
+        SelectSpec.from_mapping(dict(method="topk", budget="group", **fast)),
         progress=False,
     )
     groups = tmp_path / "topk" / "_work" / "groups"
@@ -601,7 +649,9 @@ METHODS = ["mask", "greedy", "greedy-dense", "stochastic-greedy", "disf-greedy",
 
 @pytest.mark.parametrize("method", METHODS)
 def test_exact_global_count_for_every_method(method, shard_dir, corpus, tmp_path):
-    settings = Settings(method=method, partition="chunk", chunk_size=450, **FAST)
+    settings = SelectSpec.from_mapping(
+        dict(method=method, partition="chunk", chunk_size=450, **FAST)
+    )
     m = run_selection(shard_dir, tmp_path / "out", settings, progress=False)
     k_total = round(FAST["select_ratio"] * N_SHARDS * ROWS)
     ids = selected_ids(tmp_path / "out")
@@ -613,16 +663,18 @@ def test_exact_global_count_for_every_method(method, shard_dir, corpus, tmp_path
         expected = corpus.ids[np.lexsort((corpus.ids, -q.astype(np.float64)))[:k_total]]
         assert ids == sorted(expected.tolist())
     if method == "random":  # a seeded uniform draw per id: the partition does not matter
-        other = Settings(method=method, partition="shard", **FAST)
+        other = SelectSpec.from_mapping(dict(method=method, partition="shard", **FAST))
         run_selection(shard_dir, tmp_path / "by-shard", other, progress=False)
         assert selected_ids(tmp_path / "by-shard") == ids
-        reseeded = Settings(method=method, partition="chunk", chunk_size=450, **{**FAST, "seed": 1})
+        reseeded = SelectSpec.from_mapping(
+            dict(method=method, partition="chunk", chunk_size=450, **{**FAST, "seed": 1})
+        )
         run_selection(shard_dir, tmp_path / "seed-1", reseeded, progress=False)
         assert selected_ids(tmp_path / "seed-1") != ids
 
 
 def test_identical_across_worker_counts_and_runners(shard_dir, tmp_path, ray_runner):
-    settings = Settings(partition="chunk", chunk_size=450, **FAST)
+    settings = SelectSpec.from_mapping(dict(partition="chunk", chunk_size=450, **FAST))
     pool = LocalRunner(workers=2)
     try:
         for name, runner in [("one", LocalRunner()), ("pool", pool), ("ray", ray_runner)]:
@@ -645,11 +697,12 @@ RAY_AFTER_CHECKS = textwrap.dedent(
     """
     import sys
     import ray
-    from datamask.distributed import RayRunner, Settings, run_selection
+    from datamask.config import SelectSpec
+    from datamask.distributed import RayRunner, run_selection
 
     runner = RayRunner(workers=1)
     try:
-        run_selection(sys.argv[1], sys.argv[2], Settings(), runner=runner, progress=False)
+        run_selection(sys.argv[1], sys.argv[2], SelectSpec(), runner=runner, progress=False)
     except ValueError as exc:
         print("refused:", exc)
     print("ray started:", ray.is_initialized())

@@ -13,9 +13,9 @@ import pytest
 from conftest import write_reference_layout
 
 from datamask import Objective, make_clustered
+from datamask.cli.evaluate import add_evaluate_parser, run_evaluate
 from datamask.data import Corpus
 from datamask.evaluate import evaluate_selection, format_report, length_stats, read_selection
-from datamask.evaluate.commands import add_evaluate_parser, run_evaluate
 from datamask.objectives import DiSF, FacilityLocation, PairwiseSimilarity
 
 

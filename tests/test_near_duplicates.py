@@ -13,7 +13,8 @@ from scipy.sparse.csgraph import connected_components
 
 from datamask import Corpus
 from datamask.cli import main
-from datamask.distributed import LocalRunner, Settings, run_selection
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, run_selection
 from datamask.evaluate.redundancy import check_thresholds, redundancy
 from datamask.greedy import SELECTORS, make_selector
 from datamask.io.parquet import read_corpus
@@ -302,7 +303,9 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
         m = run_selection(
             shards,
             out,
-            Settings(max_similarity=cap, selected_only=True, budget=budget, **fast),
+            SelectSpec.from_mapping(
+                dict(max_similarity=cap, selected_only=True, budget=budget, **fast)
+            ),
             runner=LocalRunner(),
             progress=False,
         )

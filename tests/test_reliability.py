@@ -549,13 +549,14 @@ def test_literal_brackets_in_a_file_name(tmp_path, capsys):
 
 
 def test_resume_refuses_a_shard_rewritten_with_the_same_size(tmp_path):
-    from datamask.distributed import Settings, run_selection
+    from datamask.config import SelectSpec
+    from datamask.distributed import run_selection
 
     root = tmp_path / "in"
     plain = dict(compression="none", use_dictionary=False)
     write_docs(root / "a.parquet", seed=1, **plain)
     b = write_docs(root / "b.parquet", seed=2, **plain)
-    settings = Settings(n_epochs=5, n_neighbors=8, select_ratio=0.2)
+    settings = SelectSpec.from_mapping(dict(n_epochs=5, n_neighbors=8, select_ratio=0.2))
     run_selection(root, tmp_path / "out", settings, progress=False)
     size = b.stat().st_size
     table = pq.read_table(b)
@@ -608,13 +609,14 @@ def test_same_seed_bit_identical_above_20k_whatever_global_rng_or_threads(corpus
 
 def test_id_uniqueness_on_disk_buckets_names_the_first_repeat(tmp_path, monkeypatch):
     """Above BUCKET_ROWS ids the check files hashes by bucket on disk; same answer."""
-    from datamask.distributed import Settings, run_selection, validate
+    from datamask.config import SelectSpec
+    from datamask.distributed import run_selection, validate
 
     monkeypatch.setattr(validate, "BUCKET_ROWS", 64)  # 400 ids -> 7 buckets
     root = tmp_path / "in"
     write_docs(root / "a.parquet", ids=pa.array(np.arange(200, dtype=np.int64)))
     write_docs(root / "b.parquet", ids=pa.array(np.arange(200, 400, dtype=np.int64)))
-    settings = Settings(n_epochs=3, n_neighbors=8, select_ratio=0.2)
+    settings = SelectSpec.from_mapping(dict(n_epochs=3, n_neighbors=8, select_ratio=0.2))
     run_selection(root, tmp_path / "ok", settings, progress=False)  # unique: passes
     ids = np.arange(200, 400, dtype=np.int64)
     ids[[50, 120]] = [17, 3]  # 3 repeats row 3 of a.parquet: earlier in a, later in b

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import torch
 
-from datamask.distributed import LocalRunner, Settings, run_selection
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.validate import check_scans, scan_jobs
 from datamask.io.shards import inspect_shards, list_shards, scan_shard
 
 
-def validation_pass(data: Path, settings: Settings) -> float:
-    infos = inspect_shards(list_shards(data), columns=settings.columns)
+def validation_pass(data: Path, settings: SelectSpec) -> float:
+    infos = inspect_shards(list_shards(data), columns=settings.columns.read)
     started = time.perf_counter()
     runner = LocalRunner()
     check_scans(runner.map(scan_shard, scan_jobs(infos, settings)), infos, settings)
@@ -42,7 +43,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--select-ratio", type=float, default=0.1)
     args = p.parse_args()
-    settings = Settings(select_ratio=args.select_ratio)
+    settings = SelectSpec.from_mapping(dict(select_ratio=args.select_ratio))
     n_docs = sum(i.num_rows for i in inspect_shards(list_shards(args.data)))
     rows = []
     for r in range(args.repeat):

@@ -44,7 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from datamask.distributed import LocalRunner, Settings, run_selection
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, run_selection
 from datamask.io.shards import inspect_shards, list_shards, read_rows
 
 ID, Q, F = "chunk_id", "quality_score", "feature_arr"
@@ -80,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         del tables
         corpus = Corpus(ids=ids, quality=quality, features=feats)
         read_s = time.perf_counter() - started
-        learner = Settings(select_ratio=args.select_ratio).make_learner(k=None, seed=0)
+        spec = SelectSpec.from_mapping(dict(select_ratio=args.select_ratio))
+        learner = spec.make_selector()
         learner.fit(corpus)
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table({ID: pa.array(ids[learner.selected_])}), out / "selected.parquet")
@@ -95,8 +97,8 @@ def cmd_run(args: argparse.Namespace) -> None:
             "terms_own_graph": {k: float(v) for k, v in learner.terms_.items()},
         }
     else:
-        settings = Settings(
-            select_ratio=args.select_ratio, budget=args.budget, oversample=args.oversample
+        settings = SelectSpec.from_mapping(
+            dict(select_ratio=args.select_ratio, budget=args.budget, oversample=args.oversample)
         )
         runner = LocalRunner(workers=args.workers)
         try:
@@ -228,7 +230,12 @@ def cmd_skew(args: argparse.Namespace) -> None:
     rows = {}
     for budget in ("group", "global"):
         out = Path(args.out) / budget
-        run_selection(root, out, Settings(select_ratio=0.5, budget=budget), progress=False)
+        run_selection(
+            root,
+            out,
+            SelectSpec.from_mapping(dict(select_ratio=0.5, budget=budget)),
+            progress=False,
+        )
         ids = pq.read_table(out / "selected").column(ID).to_pylist()
         rows[budget] = {
             "k": len(ids),

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from datamask.distributed import LocalRunner, RayRunner, Settings, run_selection
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, RayRunner, run_selection
 
 
 def main() -> None:
@@ -47,15 +48,17 @@ def main() -> None:
     p.add_argument("--progress", action="store_true")
     args = p.parse_args()
 
-    settings = Settings(
-        select_ratio=args.select_ratio,
-        n_epochs=args.n_epochs,
-        partition=args.partition,
-        chunk_size=args.chunk_size,
-        n_clusters=args.n_clusters,
-        device=args.device,
-        budget=args.budget,
-        oversample=args.oversample,
+    settings = SelectSpec.from_mapping(
+        dict(
+            select_ratio=args.select_ratio,
+            n_epochs=args.n_epochs,
+            partition=args.partition,
+            chunk_size=args.chunk_size,
+            n_clusters=args.n_clusters,
+            device=args.device,
+            budget=args.budget,
+            oversample=args.oversample,
+        )
     )
     load_before = os.getloadavg()
     started = time.perf_counter()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,11 @@ import numpy as np
 from .data import Corpus
 
 __all__ = [
+    "Interval",
+    "Options",
+    "describe",
+    "satisfies",
+    "validate_params",
     "check_ratio",
     "check_choice",
     "check_positive",
@@ -202,3 +208,116 @@ def check_corpus(corpus: Corpus) -> Corpus:
         raise ValueError(f"quality weights must not all be 0; got {w}.")
     corpus.quality_weights = w / w.sum()
     return corpus
+
+
+# --- parameter constraint tables (scikit-learn's ``_parameter_constraints``) ----------------
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of ``kind`` (int or float) between ``left`` and ``right`` (None: unbounded).
+
+    ``closed`` is "both", "left", "right" or "neither". ``str()`` is the phrase errors use:
+
+    >>> str(Interval(int, 1, None, closed="left")), str(Interval(float, 0, 1, closed="neither"))
+    ('>= 1', 'in (0, 1)')
+    """
+
+    kind: type
+    left: float | None
+    right: float | None
+    closed: str = "both"
+
+    def __contains__(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, _NUMBER[self.kind]):
+            return False
+        if not math.isfinite(value):
+            return False
+        lo_ok = self.left is None or (
+            value >= self.left if self.closed in ("both", "left") else value > self.left
+        )
+        hi_ok = self.right is None or (
+            value <= self.right if self.closed in ("both", "right") else value < self.right
+        )
+        return lo_ok and hi_ok
+
+    def __str__(self) -> str:
+        low = self.closed in ("both", "left")
+        high = self.closed in ("both", "right")
+        if self.right is None:
+            return f"{'>=' if low else '>'} {_num(self.left)}"
+        if self.left is None:
+            return f"{'<=' if high else '<'} {_num(self.right)}"
+        left, right = "[" if low else "(", "]" if high else ")"
+        return f"in {left}{_num(self.left)}, {_num(self.right)}{right}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of ``options`` (strings), e.g. ``Options(("expected", "reinforce"))``."""
+
+    options: tuple[str, ...]
+
+    def __contains__(self, value: Any) -> bool:
+        return isinstance(value, str) and value in self.options
+
+    def __str__(self) -> str:
+        return f"one of {list(self.options)}"
+
+
+_NUMBER: dict[type, tuple[type, ...]] = {
+    int: (int, np.integer),
+    float: (int, float, np.integer, np.floating),
+}
+
+
+def _num(x: float | None) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+#: A constraint list holds types (``bool``, ``str``, ``int``, ``float``), :class:`Interval`,
+#: :class:`Options` and ``None`` (the value may be None).
+Constraint = type | Interval | Options | None
+
+
+def satisfies(value: Any, constraint: Constraint) -> bool:
+    """Whether ``value`` meets one constraint of a table."""
+    if constraint is None:
+        return value is None
+    if isinstance(constraint, Interval | Options):
+        return value in constraint
+    if constraint is bool:
+        return isinstance(value, bool | np.bool_)
+    if constraint in _NUMBER:
+        return not isinstance(value, bool) and isinstance(value, _NUMBER[constraint])
+    return isinstance(value, constraint)
+
+
+def describe(constraints: Sequence[Constraint]) -> str:
+    """The constraints as an error phrase: ``>= 1``, ``an integer``, ... (None, "use the
+    default", is left out: it is never what a user got wrong)."""
+    words = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
+    parts = [words.get(c, str(c)) if isinstance(c, type) else str(c) for c in constraints if c]
+    return " or ".join(parts)
+
+
+def validate_params(constraints: Mapping[str, Sequence[Constraint]], values: Mapping) -> None:
+    """Check every value of ``values`` named in ``constraints``; the first bad one raises.
+
+    TypeError when the value's type fits no constraint, ValueError when the type fits but
+    the value is out of range, worded like every check here: ``{name} must be {what}; got
+    {value!r}.``
+
+    >>> validate_params({"n_epochs": [Interval(int, 1, None, closed="left"), None]},
+    ...                 {"n_epochs": 0})
+    Traceback (most recent call last):
+    ...
+    ValueError: n_epochs must be >= 1; got 0.
+    """
+    for name, value in values.items():
+        allowed = constraints.get(name)
+        if allowed is None or any(satisfies(value, c) for c in allowed):
+            continue
+        kinds = [c.kind if isinstance(c, Interval) else str if isinstance(c, Options) else c
+                 for c in allowed]
+        right_type = any(c is not None and satisfies(value, c) for c in kinds if c is not None)
+        error = ValueError if right_type else TypeError
+        raise error(f"{name} must be {describe(allowed)}; got {value!r}.")

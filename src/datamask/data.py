@@ -93,7 +93,7 @@ class Corpus:
 
 @dataclass
 class Selection:
-    """The outcome of a selector on a corpus.
+    """The outcome of a selector on a corpus: what every method returns and the writer writes.
 
     Attributes
     ----------
@@ -103,17 +103,39 @@ class Selection:
         Per-document score the selector ranked by (final logit for the learner,
         pick order for greedy); higher is better.
     meta : dict
-        Method name, settings, timings and objective terms.
+        Method name, timings, device, objective terms and what the method resolved.
+    ids : ndarray, shape (n_docs,), optional
+        The corpus' ids (ties in the ranking go to the smaller id).
+    logits, probabilities : ndarray of float32, shape (n_docs,), optional
+        The learner's final keep-logits and keep-probabilities (None for other methods).
     """
 
     selected: np.ndarray
     scores: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
+    ids: np.ndarray | None = None
+    logits: np.ndarray | None = None
+    probabilities: np.ndarray | None = None
 
-    def mask(self, n_docs: int) -> np.ndarray:
-        out = np.zeros(n_docs, dtype=bool)
+    @property
+    def n_docs(self) -> int:
+        return len(self.scores)
+
+    def mask(self, n_docs: int | None = None) -> np.ndarray:
+        """Boolean keep-mask over the rows."""
+        out = np.zeros(self.n_docs if n_docs is None else n_docs, dtype=bool)
         out[self.selected] = True
         return out
+
+    def rank(self) -> np.ndarray:
+        """1-based rank of every row: kept rows first, then by score, ties by id (the one
+        ranking, :func:`rank_order`). Under a ``max_similarity`` cap the kept rows need not
+        be the best scores, so they are put first explicitly."""
+        ids = self.ids if self.ids is not None else np.arange(self.n_docs)
+        order = rank_order(self.scores, ids, first=self.mask())
+        rank = np.empty(self.n_docs, dtype=np.int64)
+        rank[order] = np.arange(1, self.n_docs + 1)
+        return rank
 
 
 def rank_order(scores: np.ndarray, ids: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:

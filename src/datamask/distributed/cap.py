@@ -36,10 +36,11 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .._validation import check_corpus
+from ..config import SelectSpec
 from ..io.parquet import atomic_write_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from .partition import GroupSpec
-from .runner import Settings, _group_name, part_path, read_group
+from .runner import _group_name, part_path, read_group
 
 __all__ = ["cap_across_groups"]
 
@@ -47,7 +48,7 @@ __all__ = ["cap_across_groups"]
 class _Pass:
     """The shared state of the pass: the cap and what each group keeps."""
 
-    def __init__(self, settings: Settings, work: Path, capacity: int) -> None:
+    def __init__(self, settings: SelectSpec, work: Path, capacity: int) -> None:
         self.settings, self.work, self.capacity = settings, work, capacity
         self.cap: SimilarityCap | None = None
         self.kept: dict[int, np.ndarray] = {}  # gid -> rows kept, in walk order
@@ -67,7 +68,9 @@ class _Pass:
         order = order[~np.isin(order, before)]  # a second sweep skips the rows kept already
         if self.cap is None:
             self.cap = SimilarityCap(
-                corpus.features, float(self.settings.max_similarity), capacity=self.capacity
+                corpus.features,
+                float(self.settings.selector.max_similarity),
+                capacity=self.capacity,
             )
         else:
             self.cap.rebind(corpus.features)
@@ -80,7 +83,7 @@ class _Pass:
 
 def cap_across_groups(
     groups: list[GroupSpec],
-    settings: Settings,
+    settings: SelectSpec,
     work: Path,
     out: Path,
     *,
@@ -96,7 +99,7 @@ def cap_across_groups(
         and ``per_group`` (gid -> replaced and kept, for groups that changed).
     """
     started = time.perf_counter()
-    threshold = float(settings.max_similarity)
+    threshold = float(settings.selector.max_similarity)
     k_total = sum(g.k for g in groups)
     state = _Pass(settings, Path(work), k_total)
     short = 0
@@ -132,7 +135,7 @@ def cap_across_groups(
         atomic_write_table(
             pa.table(
                 {
-                    settings.id_col: ids.take(pa.array(keep)),
+                    settings.columns.id_col: ids.take(pa.array(keep)),
                     "group": pa.array(np.full(len(keep), g.gid, dtype=np.int32)),
                     "rank": pa.array(rank[keep]),
                     "logit": pa.array(logits[keep]),

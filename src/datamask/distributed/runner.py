@@ -43,7 +43,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,8 +51,9 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .._validation import check_choice, check_corpus, check_positive, check_ratio, k_from_ratio
-from ..data import rank_order
+from .._validation import k_from_ratio
+from ..config import SelectSpec
+from ..data import Corpus, Selection, rank_order
 from ..io.atomic import (
     OutputLock,
     atomic_write,
@@ -66,17 +67,16 @@ from ..io.parquet import atomic_write_table
 from ..io.shards import (
     ShardInfo,
     ShardSource,
-    _mix,
     corpus_from_tables,
-    hash_ids,
     inspect_shards,
     list_shards,
     literal_or_glob,
     read_rows,
     scan_shard,
 )
+from ..pipeline.step import MODULAR, fit_group
+from ..pipeline.writer import run_record, selection_table
 from .partition import (
-    PARTITIONS,
     GroupSpec,
     fit_centroids,
     make_groups,
@@ -90,9 +90,6 @@ from .partition import (
 from .validate import QualityRange, check_scans, scan_jobs
 
 __all__ = [
-    "BUDGETS",
-    "MODULAR",
-    "Settings",
     "read_group",
     "select_group",
     "select_global",
@@ -101,190 +98,6 @@ __all__ = [
     "Runner",
     "run_selection",
 ]
-
-#: ``Settings.budget`` values.
-BUDGETS = ("global", "group")
-#: Methods whose score of a document does not depend on the other documents: their global
-#: round is an exact merge of per-document scores (global top-k of quality; a seeded
-#: uniform draw per id), so no candidates are oversampled and no embeddings move.
-MODULAR = ("topk", "random")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything that decides a sharded selection (and is fingerprinted for resume).
-
-    The learner fields mean what they mean for :class:`~datamask.optim.MaskLearner` and
-    ``datamask select``; the partition fields are described in
-    :mod:`datamask.distributed.partition`.
-
-    Parameters
-    ----------
-    id_col, feature_col : str
-        Id column (written back unchanged) and embedding column.
-    quality_cols : tuple of str, default=("quality_score",)
-        Quality columns, mixed with ``quality_weights`` (default equal).
-    partition : {"shard", "chunk", "cluster"}, default="shard"
-        How rows are grouped.
-    chunk_size : int, default=100_000
-        Rows per group for ``chunk``; the largest group for ``cluster``.
-    n_clusters : int, optional
-        Clusters for ``cluster`` (default ``ceil(N / chunk_size)``).
-    kmeans_sample : int, default=100_000
-        Rows sampled to fit the centroids.
-    selected_only : bool, default=False
-        Skip the per-group files holding every row's logit (kept with ``max_similarity``:
-        the cross-group pass reads the groups' rankings from them).
-    max_similarity : float, optional
-        Hard cap on the cosine similarity of any two selected documents, across groups
-        (see :mod:`datamask.distributed.cap`). Default: no cap.
-    method : str, default="mask"
-        The selector every group (and the global round) runs: any ``--method`` of
-        :data:`datamask.greedy.SELECTORS`.
-    budget : {"global", "group"}, default="global"
-        ``global``: two rounds; each group proposes candidates, one global round over their
-        union picks exactly ``round(select_ratio * N)`` (see :func:`select_global`).
-        ``group``: each group keeps its share ``apportion(n_g)`` and the parts are the
-        selection (the reference's per-chunk selection).
-    oversample : float, default=2.0
-        ``budget="global"``: each group proposes ``ceil(oversample * k * n_g / N)``
-        candidates (at least 1, at most n_g). Ignored for ``topk`` and ``random``, whose
-        global round is exact (see :data:`MODULAR`).
-    """
-
-    id_col: str = "chunk_id"
-    quality_cols: tuple[str, ...] = ("quality_score",)
-    quality_weights: tuple[float, ...] | None = None
-    feature_col: str = "feature_arr"
-    algorithm: tuple[str, ...] = ("Facility",)
-    lamb: float = 0.5
-    select_ratio: float = 0.3
-    n_epochs: int | None = None
-    partial: float = 0.1
-    n_rollout: int = 128
-    max_lr: float | None = None
-    min_lr: float | None = None
-    init: str = "quality"
-    estimator: str = "expected"
-    mask_sampler: str = "bernoulli"
-    baseline: str = "group"
-    refine: str = "swap"
-    n_neighbors: int | None = None
-    knn: str = "auto"
-    seed: int = 0
-    device: str = "auto"
-    partition: str = "shard"
-    chunk_size: int = 100_000
-    n_clusters: int | None = None
-    kmeans_sample: int = 100_000
-    selected_only: bool = False
-    max_similarity: float | None = None
-    method: str = "mask"
-    budget: str = "global"
-    oversample: float = 2.0
-
-    @property
-    def columns(self) -> list[str]:
-        """Columns read from every shard, each once."""
-        return list(dict.fromkeys([self.id_col, *self.quality_cols, self.feature_col]))
-
-    def make_learner(self, k: int | None, seed: int, device: str | None = None) -> Any:
-        """The selector of ``method`` for one group (or the global round), keeping ``k``."""
-        from ..greedy import make_selector
-        from ..objectives import Objective, make_diversity
-        from ..optim import MaskLearner
-
-        diversity = [
-            make_diversity(a, n_neighbors=self.n_neighbors, knn=self.knn)
-            if a == "Facility"
-            else make_diversity(a)
-            for a in self.algorithm
-        ]
-        if self.method != "mask":
-            return make_selector(
-                self.method,
-                objective=Objective(diversity, lamb=self.lamb),
-                select_ratio=self.select_ratio,
-                k=k,
-                seed=seed,
-                device=device or self.device,
-                progress=False,
-                max_similarity=self.max_similarity,
-            )
-        return MaskLearner(
-            Objective(diversity, lamb=self.lamb),
-            select_ratio=self.select_ratio,
-            k=k,
-            n_epochs=self.n_epochs,
-            partial=self.partial,
-            n_rollout=self.n_rollout,
-            max_lr=self.max_lr,
-            min_lr=self.min_lr,
-            init=self.init,
-            estimator=self.estimator,
-            mask_sampler=self.mask_sampler,
-            baseline=self.baseline,
-            refine=self.refine,
-            seed=seed,
-            device=device or self.device,
-            progress=False,
-            max_similarity=self.max_similarity,
-        )
-
-    def check(self) -> Settings:
-        """Refuse bad settings before anything is written. Returns self."""
-        check_choice("partition", self.partition, PARTITIONS)
-        check_positive("chunk_size", self.chunk_size, integer=True)
-        if self.n_clusters is not None:
-            check_positive("n_clusters", self.n_clusters, integer=True)
-        check_positive("kmeans_sample", self.kmeans_sample, integer=True)
-        check_ratio("select_ratio", self.select_ratio)
-        from ..greedy import SELECTORS
-
-        check_choice("method", self.method, SELECTORS)
-        check_choice("budget", self.budget, BUDGETS)
-        if isinstance(self.oversample, bool) or not (
-            isinstance(self.oversample, int | float) and 1.0 <= self.oversample < math.inf
-        ):
-            raise ValueError(f"oversample must be a number >= 1; got {self.oversample!r}.")
-        if self.method in MODULAR and self.max_similarity is not None and self.budget == "global":
-            raise ValueError(
-                f"max_similarity with --method {self.method} needs --budget group (the global "
-                f"round of {self.method} merges scores, not documents); got --budget global."
-            )
-        if not self.quality_cols:
-            raise ValueError("quality_cols must name at least one column; got none.")
-        if self.quality_weights is not None and len(self.quality_weights) != len(self.quality_cols):
-            raise ValueError(
-                f"quality_weights must have one weight per quality column "
-                f"({len(self.quality_cols)}); got {list(self.quality_weights)}."
-            )
-        name = str(self.device).lower()
-        if not (name in ("auto", "cpu") or name.startswith("cuda")):
-            raise ValueError(
-                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {self.device!r}."
-            )
-        # The learner validates the rest; calling its check here, on the driver, means a bad
-        # value fails at once instead of inside the first group on a remote worker.
-        learner = self.make_learner(k=1, seed=0, device="cpu")
-        if hasattr(learner, "check_params"):
-            learner.check_params()
-        else:
-            learner._check_params()
-        return self
-
-    @classmethod
-    def from_namespace(cls, args: Any) -> Settings:
-        """Settings from the ``datamask select`` arguments (absent ones keep defaults)."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = getattr(args, f.name, None)
-            if value is None:
-                continue
-            if f.name in ("quality_cols", "algorithm", "quality_weights"):
-                value = (value,) if isinstance(value, str) else tuple(value)
-            values[f.name] = value
-        return cls(**values)
 
 
 # --- the pure step --------------------------------------------------------------------------
@@ -317,7 +130,7 @@ GLOBAL_PART = "part-global.parquet"
 
 
 def read_group(
-    spec: GroupSpec, settings: Settings, quality_range: QualityRange | None = None
+    spec: GroupSpec, settings: SelectSpec, quality_range: QualityRange | None = None
 ) -> tuple[Any, pa.Array]:
     """The rows of one group as a Corpus (not yet validated) and its ids as stored.
 
@@ -326,17 +139,17 @@ def read_group(
     """
     tables = [
         (
-            read_rows(p.path, p.start, p.stop, settings.columns),
+            read_rows(p.path, p.start, p.stop, settings.columns.read),
             f"{p.path} (rows {p.start}-{p.stop})",
         )
         for p in spec.pieces
     ]
     return corpus_from_tables(
         tables,
-        id_col=settings.id_col,
-        quality_cols=settings.quality_cols,
-        quality_weights=settings.quality_weights,
-        feature_col=settings.feature_col,
+        id_col=settings.columns.id_col,
+        quality_cols=settings.columns.quality_cols,
+        quality_weights=settings.columns.quality_weights,
+        feature_col=settings.columns.feature_col,
         source=f"group {spec.gid} ({spec.label})",
         quality_range=quality_range or None,
     )
@@ -358,87 +171,9 @@ def candidate_count(n_g: int, n_total: int, k_total: int, oversample: float) -> 
     return int(min(n_g, max(1, math.ceil(oversample * k_total * n_g / n_total - 1e-9))))
 
 
-def modular_scores(corpus: Any, ids: pa.Array, settings: Settings) -> np.ndarray:
-    """Per-document scores of a :data:`MODULAR` method, comparable across groups.
-
-    ``topk``: the combined quality scaled by the corpus-wide range, as float32 (the
-    learner's quality term). ``random``: a uniform draw in [0, 1) keyed by the id's hash
-    and the run's seed, so the global top k is a seeded uniform k-subset whatever the
-    partition.
-    """
-    if settings.method == "topk":
-        return corpus.normalized_quality().astype(np.float32).astype(np.float64)
-    # the run's seed, not the group's: a document draws the same number in any partition
-    salt = np.uint64(int(np.random.SeedSequence(settings.seed).generate_state(1, np.uint64)[0]))
-    mixed = _mix(hash_ids(ids) ^ salt)
-    return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-def _fit(
-    corpus: Any, ids: pa.Array, k: int, settings: Settings, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, float], str, float | None]:
-    """Run the method for exactly ``k`` of ``corpus``.
-
-    Returns (selected mask, scores ranking kept rows first, logits, probabilities, terms,
-    device, peak GPU MB).
-    """
-    n = corpus.n_docs
-    terms: dict[str, float] = {}
-    device = "none"
-    gpu_peak_mb = None
-    if settings.method in MODULAR:
-        check_corpus(corpus)  # the same checks and scaling as a selector's fit
-        scores = modular_scores(corpus, ids, settings)
-        selected = np.zeros(n, dtype=bool)
-        selected[rank_order(scores, corpus.ids)[:k]] = True
-        logits = scores.astype(np.float32)
-        return selected, scores, logits, selected.astype(np.float32), terms, "cpu", None
-    if 0 < k < n:
-        learner = settings.make_learner(k, seed)
-        from .._device import resolve_device
-
-        dev = resolve_device(learner.device)
-        if dev.type == "cuda":
-            import torch
-
-            torch.cuda.reset_peak_memory_stats(dev)
-        learner.fit(corpus)
-        if dev.type == "cuda":
-            gpu_peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20
-        scores = np.asarray(learner.scores_, dtype=np.float64)
-        logits = np.asarray(getattr(learner, "logits_", scores), dtype=np.float32)
-        probabilities = getattr(learner, "probabilities_", None)
-        selected = np.zeros(n, dtype=bool)
-        selected[learner.selected_] = True
-        if probabilities is None:
-            probabilities = selected.astype(np.float32)
-        probabilities = np.asarray(probabilities, dtype=np.float32)
-        terms = {key: float(v) for key, v in learner.terms_.items()}
-        device = str(learner.device_)
-        del learner
-    else:  # k == 0 keeps nothing, k == n keeps all: every logit ties
-        logits = np.zeros(n, dtype=np.float32)
-        scores = logits.astype(np.float64)
-        selected = np.full(n, k == n)
-        probabilities = selected.astype(np.float32)
-    return selected, scores, logits, probabilities, terms, device, gpu_peak_mb
-
-
-def _rank(selected: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """1-based rank: kept rows first, then by score, ties by id (the learner's top-k order).
-
-    Under a ``max_similarity`` cap the kept rows are not a prefix of the score order, so
-    they are ranked first explicitly.
-    """
-    order = rank_order(scores, ids, first=selected)
-    rank = np.empty(len(ids), dtype=np.int64)
-    rank[order] = np.arange(1, len(ids) + 1)
-    return rank
-
-
 def select_group(
     spec: GroupSpec,
-    settings: Settings,
+    settings: SelectSpec,
     work_dir: str | Path,
     out_dir: str | Path,
     quality_range: QualityRange | None = None,
@@ -448,7 +183,7 @@ def select_group(
 
     Reads only the group's rows (quality scaled by the corpus-wide ``quality_range``), runs
     the method with ``spec.seed``, then writes ``WORK/groups/NNNNN.parquet`` (unless
-    ``settings.selected_only``), its result, and last the marker ``WORK/completions/NNNNN``.
+    ``settings.run.selected_only``), its result, and last the marker ``WORK/completions/NNNNN``.
     The result is ``OUT/selected/part-NNNNN.parquet`` (ids kept); with ``propose`` (round 1
     of a global budget) it is ``WORK/candidates/NNNNN.parquet`` instead: the ``spec.k``
     candidates with their rank, score, raw quality and embedding (score and rank only for
@@ -471,59 +206,41 @@ def select_group(
     n = corpus.n_docs
     read_s = time.perf_counter() - started
 
-    # 2. Run the method for exactly k (nothing to learn when k is 0 or n).
-    selected, scores, logits, probabilities, terms, device, gpu_peak_mb = _fit(
-        corpus, ids, spec.k, settings, spec.seed
-    )
+    # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
+    sel = fit_group(corpus, spec.k, settings, seed=spec.seed, stored_ids=ids)
     fit_s = time.perf_counter() - started - read_s
 
-    # 3. Rank inside the group (kept rows first, then by score, ties by id).
-    rank = _rank(selected, scores, corpus.ids)
-
-    # 4. Write the group's files atomically, then the marker.
-    gid_col = pa.array(np.full(n, spec.gid, dtype=np.int32))
-    if not settings.selected_only or settings.max_similarity is not None:
+    # 3. Write the group's files atomically (the writer ranks: kept rows first, then by
+    #    score, ties by id), then the marker.
+    id_col = settings.columns.id_col
+    if not settings.run.selected_only or settings.selector.max_similarity is not None:
         atomic_write_table(
-            pa.table(
-                {
-                    settings.id_col: ids,
-                    "group": gid_col,
-                    "logit": pa.array(logits),
-                    "probability": pa.array(probabilities),
-                    "rank": pa.array(rank),
-                    "selected": pa.array(selected),
-                }
-            ),
+            selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
             Path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
         )
-    keep = np.flatnonzero(selected)
-    keep = keep[np.argsort(rank[keep])]
-    take = pa.array(keep)
-    columns = {
-        settings.id_col: ids.take(take),
-        "group": gid_col.take(take),
-        "rank": pa.array(rank[keep]),
-        "logit": pa.array(logits[keep]),
-    }
     if propose:
-        columns["score"] = pa.array(scores[keep])
-        if settings.method not in MODULAR:  # what the global round needs to select again
-            for j in range(len(settings.quality_cols)):
-                columns[f"quality_{j}"] = pa.array(corpus.quality[keep, j])
-            feats = np.ascontiguousarray(corpus.features[keep], dtype=np.float32)
-            columns["features"] = pa.FixedSizeListArray.from_arrays(
+        extra: dict[str, Any] = {"score": sel.scores}
+        if settings.selector.method not in MODULAR:  # what the global round selects from
+            for j in range(len(settings.columns.quality_cols)):
+                extra[f"quality_{j}"] = corpus.quality[:, j]
+            feats = np.ascontiguousarray(corpus.features, dtype=np.float32)
+            extra["features"] = pa.FixedSizeListArray.from_arrays(
                 pa.array(feats.reshape(-1)), corpus.dim
             )
-        atomic_write_table(pa.table(columns), candidates_path(work_dir, spec.gid))
+        table = selection_table(
+            sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True, extra=extra
+        )
+        atomic_write_table(table, candidates_path(work_dir, spec.gid))
     else:
-        atomic_write_table(pa.table(columns), part_path(out_dir, spec.gid))
+        table = selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True)
+        atomic_write_table(table, part_path(out_dir, spec.gid))
     del corpus
     total_s = time.perf_counter() - started
     stats = {
         "gid": spec.gid,
         "label": spec.label,
         "n": n,
-        "k": int(selected.sum()),
+        "k": len(sel.selected),
         "seed": spec.seed,
         "seconds": {
             "read": read_s,
@@ -533,11 +250,11 @@ def select_group(
         },
         "docs_per_second": n / total_s if total_s > 0 else None,
         "peak_rss_mb": _peak_rss_mb(),
-        "gpu_peak_mb": gpu_peak_mb,
-        "device": device,
+        "gpu_peak_mb": sel.meta["gpu_peak_mb"],
+        "device": sel.meta["device"],
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "terms": terms,
+        "terms": sel.meta["terms"],
     }
     atomic_write_json(stats, marker)
     return {**stats, "reused": False}
@@ -545,7 +262,7 @@ def select_group(
 
 def select_global(
     groups: list[GroupSpec],
-    settings: Settings,
+    settings: SelectSpec,
     work_dir: str | Path,
     out_dir: str | Path,
     k_total: int,
@@ -570,21 +287,15 @@ def select_global(
     tables = [pq.read_table(candidates_path(work_dir, g.gid)) for g in groups]
     table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
     del tables
-    ids = table.column(settings.id_col).combine_chunks()
+    ids = table.column(settings.columns.id_col).combine_chunks()
     ids_np = ids.to_numpy(zero_copy_only=False)
     n = table.num_rows
     read_s = time.perf_counter() - started
-    terms: dict[str, float] = {}
-    device = "none"
-    if settings.method in MODULAR:
+    if settings.selector.method in MODULAR:  # an exact merge of comparable scores
         scores = table.column("score").to_numpy()
-        selected = np.zeros(n, dtype=bool)
-        selected[rank_order(scores, ids_np)[:k_total]] = True
-        logits = table.column("logit").to_numpy()
-        gpu_peak_mb = None
+        sel = Selection(np.sort(rank_order(scores, ids_np)[:k_total]), scores, ids=ids_np)
+        sel.meta.update(terms={}, device="none", gpu_peak_mb=None)
     else:
-        from ..data import Corpus
-
         width = table.schema.field("features").type.list_size
         flat = table.column("features").combine_chunks().values.to_numpy()
         corpus = Corpus(
@@ -594,45 +305,36 @@ def select_global(
                 axis=1,
             ),
             features=flat.reshape(n, width),
-            quality_names=list(settings.quality_cols),
+            quality_names=list(settings.columns.quality_cols),
             quality_weights=None
-            if settings.quality_weights is None
-            else np.asarray(settings.quality_weights, float),
+            if settings.columns.quality_weights is None
+            else np.asarray(settings.columns.quality_weights, float),
             source="the candidates of every group",
             quality_range=(np.asarray(quality_range[0]), np.asarray(quality_range[1])),
         )
         table = table.drop_columns(["features"])
-        selected, scores, logits, _, terms, device, gpu_peak_mb = _fit(
-            corpus, ids, k_total, settings, int(settings.seed)
-        )
+        sel = fit_group(corpus, k_total, settings, seed=int(settings.selector.seed))
         del corpus
     fit_s = time.perf_counter() - started - read_s
-    rank = _rank(selected, scores, ids_np)
-    keep = np.flatnonzero(selected)
-    keep = keep[np.argsort(rank[keep])]
-    take = pa.array(keep)
-    atomic_write_table(
-        pa.table(
-            {
-                settings.id_col: ids.take(take),
-                "group": table.column("group").combine_chunks().take(take),
-                "rank": pa.array(rank[keep]),
-                "logit": pa.array(np.asarray(logits, dtype=np.float32)[keep]),
-            }
-        ),
-        final,
+    out = selection_table(
+        sel,
+        id_col=settings.columns.id_col,
+        stored_ids=ids,
+        group=table.column("group").combine_chunks(),
+        kept_only=True,
     )
+    atomic_write_table(out, final)
     total_s = time.perf_counter() - started
     stats = {
         "n_candidates": n,
-        "k": int(selected.sum()),
+        "k": len(sel.selected),
         "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
         "peak_rss_mb": _peak_rss_mb(),
-        "gpu_peak_mb": gpu_peak_mb,
-        "device": device,
+        "gpu_peak_mb": sel.meta["gpu_peak_mb"],
+        "device": sel.meta["device"],
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "terms": terms,
+        "terms": sel.meta["terms"],
     }
     atomic_write_json(stats, marker)
     return {**stats, "reused": False}
@@ -754,11 +456,11 @@ class LocalRunner:
 
 # --- claiming a work dir ------------------------------------------------------------------
 def _fingerprint(
-    settings: Settings, infos: list[ShardInfo], checksums: dict[str, str]
+    settings: SelectSpec, infos: list[ShardInfo], checksums: dict[str, str]
 ) -> dict[str, Any]:
-    """Settings and, per shard, path, rows, size and the checksum of the bytes read."""
+    """SelectSpec and, per shard, path, rows, size and the checksum of the bytes read."""
     record = {
-        "settings": asdict(settings),
+        "settings": settings.fingerprint(),
         "shards": [
             [str(Path(i.path).resolve()), i.num_rows, i.size_bytes, checksums.get(i.path, "")]
             for i in infos
@@ -827,39 +529,39 @@ def _progress_map(
 
 
 def _plan(
-    infos: list[ShardInfo], settings: Settings, work: Path, runner: Runner, progress: bool
+    infos: list[ShardInfo], settings: SelectSpec, work: Path, runner: Runner, progress: bool
 ) -> tuple[list[tuple[str, list]], dict[str, Any]]:
     """Group plan for the chosen partition, and facts about it for the manifest."""
-    if settings.partition == "shard":
+    if settings.partition.partition == "shard":
         return plan_by_shard(infos), {}
-    if settings.partition == "chunk":
-        return plan_by_chunk(infos, settings.chunk_size), {}
+    if settings.partition.partition == "chunk":
+        return plan_by_chunk(infos, settings.partition.chunk_size), {}
     n_total = sum(i.num_rows for i in infos)
-    n_clusters = settings.n_clusters or math.ceil(n_total / settings.chunk_size)
+    n_clusters = settings.partition.n_clusters or math.ceil(n_total / settings.partition.chunk_size)
     folder = work / "clusters"
     cent_path = folder / "centroids.npy"
     if not cent_path.exists():
         # 1. Seeded sample, read row group by row group in every shard that has sampled rows.
-        wanted = sample_plan(infos, settings.kmeans_sample, settings.seed)
-        jobs = [(s, infos[s], rows, settings.feature_col) for s, rows in wanted.items()]
+        wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
+        jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
         parts = dict(_progress_map(runner, read_sample, jobs, "k-means sample", progress))
         sample = np.concatenate([parts[s] for s in sorted(parts)])
         del parts
         # 2. Centroids on the driver, on CPU: the partition is the same on any cluster.
-        centroids = fit_centroids(sample, n_clusters, settings.seed)
+        centroids = fit_centroids(sample, n_clusters, settings.selector.seed)
         del sample
         with atomic_write(cent_path) as tmp, open(tmp, "wb") as fh:
             np.save(fh, centroids)
     # 3. One streaming pass filing every row under its nearest centroid (resumable per shard).
     jobs = [
-        (s, info, str(cent_path), str(folder), settings.columns, settings.feature_col)
+        (s, info, str(cent_path), str(folder), settings.columns.read, settings.columns.feature_col)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
     counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
     spills = [(str(folder / f"shard-{s:05d}.parquet"), counts[s]) for s, *_ in jobs]
     n_used = len(np.load(cent_path))
-    return plan_by_cluster(spills, settings.chunk_size), {"n_clusters": n_used}
+    return plan_by_cluster(spills, settings.partition.chunk_size), {"n_clusters": n_used}
 
 
 def _summary(stats: list[dict[str, Any]]) -> dict[str, Any]:
@@ -884,7 +586,7 @@ def _summary(stats: list[dict[str, Any]]) -> dict[str, Any]:
 def run_selection(
     source: ShardSource,
     output: str | Path,
-    settings: Settings | None = None,
+    settings: SelectSpec | None = None,
     *,
     runner: Runner | None = None,
     work_dir: str | Path | None = None,
@@ -898,8 +600,8 @@ def run_selection(
         Parquet shards (see :func:`datamask.io.shards.list_shards`).
     output : str or Path
         Output folder: ``selected/part-*.parquet`` and ``manifest.json``.
-    settings : Settings, optional
-        Learner and partition settings (default ``Settings()``).
+    settings : SelectSpec, optional
+        Learner and partition settings (default ``SelectSpec()``).
     runner : Runner, optional
         Scheduler; default :class:`LocalRunner`.
     work_dir : str or Path, optional
@@ -919,7 +621,7 @@ def run_selection(
         holds a run with other settings. Nothing is written for a group that fails.
     """
     started = time.perf_counter()
-    settings = (settings or Settings()).check()
+    settings = (settings or SelectSpec()).check()
     runner = runner or LocalRunner()
     out = Path(output)
     if out.exists() and not out.is_dir():
@@ -950,7 +652,7 @@ def _run_claimed(
     files: list[Path],
     out: Path,
     work: Path,
-    settings: Settings,
+    settings: SelectSpec,
     runner: Runner,
     progress: bool,
     started: float,
@@ -958,11 +660,11 @@ def _run_claimed(
     """:func:`run_selection` once the output is claimed."""
     # Footers first (row counts, columns), then every row of every shard: nothing is
     # written for a run whose input is bad, and no group starts before all are checked.
-    infos = inspect_shards(files, columns=settings.columns)
+    infos = inspect_shards(files, columns=settings.columns.read)
     n_total = sum(i.num_rows for i in infos)
     if n_total == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
-    k_total = k_from_ratio(settings.select_ratio, n_total)
+    k_total = k_from_ratio(settings.selector.select_ratio, n_total)
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(runner, "validation_runner", lambda: runner)()
@@ -978,19 +680,19 @@ def _run_claimed(
     resumed = _claim(work, out, record)
 
     plan, plan_facts = _plan(infos, settings, work, runner, progress)
-    groups = make_groups(plan, k_total, settings.seed)
+    groups = make_groups(plan, k_total, settings.selector.seed)
     if sum(g.k for g in groups) != k_total:  # apportion guarantees it; check before writing
         raise RuntimeError("group budgets do not add up to the global k; please report this.")
     # A global budget with one group is that group's own selection: no second round.
-    two_rounds = settings.budget == "global" and len(groups) > 1
+    two_rounds = settings.partition.budget == "global" and len(groups) > 1
     shares = {g.gid: g.k for g in groups}
     if two_rounds:  # round 1: every group proposes candidates instead of keeping its share
         groups = [
             replace(
                 g,
                 k=min(g.n, k_total)
-                if settings.method in MODULAR
-                else candidate_count(g.n, n_total, k_total, settings.oversample),
+                if settings.selector.method in MODULAR
+                else candidate_count(g.n, n_total, k_total, settings.partition.oversample),
             )
             for g in groups
         ]
@@ -1048,39 +750,47 @@ def _run_claimed(
     clean_stale_temporaries(out / "selected")
     ordered = [{**stats[g.gid], "share": shares[g.gid]} for g in groups]
     cap_facts = None
-    if settings.max_similarity is not None and not two_rounds:  # the cap across groups
+    if settings.selector.max_similarity is not None and not two_rounds:  # the cap across groups
         from .cap import cap_across_groups
 
         cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)
-    elif global_stats is not None and settings.max_similarity is not None:
-        cap_facts = {"applied_in": "global round", "threshold": settings.max_similarity}
+    elif global_stats is not None and settings.selector.max_similarity is not None:
+        cap_facts = {"applied_in": "global round", "threshold": settings.selector.max_similarity}
     k_selected = global_stats["k"] if global_stats else int(sum(s["k"] for s in ordered))
     if k_selected != k_total:  # every path guarantees it; check before marking complete
         raise RuntimeError(f"selected {k_selected} documents, not {k_total}; please report this.")
     # Per-input-file keep lists for `datamask apply` (OUT/keep/), from the final parts.
-    keep = keep_lists_for_output(out, source, files, id_col=settings.id_col, progress=progress)
+    keep = keep_lists_for_output(
+        out, source, files, id_col=settings.columns.id_col, progress=progress
+    )
     total_s = time.perf_counter() - started
     computed = [s for s in ordered if not s["reused"]]
     manifest = {
+        **run_record(
+            settings,
+            n_docs=n_total,
+            k=k_selected,
+            terms=global_stats["terms"] if global_stats else None,
+        ),
         **record,
         "complete": True,
         "input": {"source": str(source), "n_shards": len(infos), "n_docs": n_total},
         "partition": {
-            "by": settings.partition,
+            "by": settings.partition.partition,
             "n_groups": len(groups),
-            "chunk_size": settings.chunk_size,
+            "chunk_size": settings.partition.chunk_size,
             **plan_facts,
         },
         "runner": getattr(runner, "describe", lambda: {"runner": runner.name})(),
         "work_dir": str(work),
         "budget": {
             "mode": "global" if two_rounds else "group",
-            "method": settings.method,
-            "oversample": settings.oversample if two_rounds else None,
+            "method": settings.selector.method,
+            "oversample": settings.partition.oversample if two_rounds else None,
             "candidates": global_stats["n_candidates"] if global_stats else None,
             "quality_range": {
                 name: [quality_range[0][j], quality_range[1][j]]
-                for j, name in enumerate(settings.quality_cols)
+                for j, name in enumerate(settings.columns.quality_cols)
             },
             "global_round": global_stats,
         },

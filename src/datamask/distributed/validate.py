@@ -115,7 +115,11 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
 def scan_jobs(infos: Sequence[ShardInfo], settings: Any) -> list[tuple]:
     """Arguments of one :func:`~datamask.io.shards.scan_shard` step per non-empty shard."""
     n_buckets = _n_buckets(infos)
-    columns = (settings.id_col, tuple(settings.quality_cols), settings.feature_col)
+    columns = (
+        settings.columns.id_col,
+        tuple(settings.columns.quality_cols),
+        settings.columns.feature_col,
+    )
     return [(s, info.path, *columns, n_buckets) for s, info in enumerate(infos) if info.num_rows]
 
 
@@ -137,7 +141,7 @@ def check_scans(
         (each one's id hashes are filed and dropped).
     infos : sequence of ShardInfo
         The shards, in the run's order.
-    settings : Settings
+    settings : SelectSpec
         Columns checked (``id_col``, ``quality_cols``).
 
     Raises
@@ -168,15 +172,15 @@ def _check_corpus_wide(
             )
         if sc.id_type != ref.id_type:
             raise ValueError(
-                f"column {settings.id_col!r} is {sc.id_type} in {sc.path} but {ref.id_type} "
-                f"in {ref.path}; store ids with one type in every shard."
+                f"column {settings.columns.id_col!r} is {sc.id_type} in {sc.path} but "
+                f"{ref.id_type} in {ref.path}; store ids with one type in every shard."
             )
     lows, highs = [], []
-    for j, name in enumerate(settings.quality_cols):
+    for j, name in enumerate(settings.columns.quality_cols):
         lo = min(sc.quality_min[j] for sc in scans)
         hi = max(sc.quality_max[j] for sc in scans)
         check_quality_span(np.asarray([lo, hi]), name, "the input shards")
         lows.append(float(lo))
         highs.append(float(hi))
-    _raise_first_duplicate(*buckets.duplicates(), infos, settings.id_col)
+    _raise_first_duplicate(*buckets.duplicates(), infos, settings.columns.id_col)
     return {sc.path: sc.checksum for sc in scans}, (tuple(lows), tuple(highs))

@@ -42,15 +42,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
 from ..io.atomic import atomic_write_json, atomic_write_text
-from ..objectives import ALGORITHMS, Objective, make_diversity
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import evaluate_selection
 
 __all__ = ["DEFAULT_METHODS", "bench", "format_markdown", "measure_peak_rss", "run_method"]
 
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
+#: The bench's budget: the 10% a pre-training corpus keeps (``select`` defaults to 0.3, the
+#: reference's ratio).
+BENCH_SELECT_RATIO = 0.1
 
 #: The yardstick every J and time is divided by: lazy greedy on the K-NN graph.
 YARDSTICK = "greedy"
@@ -171,34 +174,11 @@ def _load_corpus(path: str) -> Corpus:
         )
 
 
-def make_objective(spec: dict[str, Any]) -> Objective:
-    """An unbound objective from ``{"algorithm": [...], "lamb": x, "n_neighbors": K,
-    "knn": "auto"}`` (the bench's picklable description of it)."""
-    names = spec["algorithm"]
-    names = [names] if isinstance(names, str) else list(names)
-    terms = []
-    for name in names:
-        if name not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}; got {name!r}.")
-        if name == "Facility":
-            terms.append(
-                make_diversity(
-                    name,
-                    n_neighbors=spec.get("n_neighbors"),
-                    knn=spec.get("knn", "auto"),
-                    n_probe=spec.get("n_probe"),
-                )
-            )
-        else:
-            terms.append(make_diversity(name))
-    return Objective(terms, lamb=spec.get("lamb", 0.5))
-
-
 def run_method(
     corpus: Corpus | str,
     method: str,
     params: dict[str, Any],
-    objective_spec: dict[str, Any],
+    objective_spec: ObjectiveSpec,
     threads: int | None = None,
 ) -> dict[str, Any]:
     """Fit one selector and measure it. ``corpus`` may be the path of a saved ``.npz``.
@@ -231,7 +211,7 @@ def run_method(
             "load_before": load_before,
             "load_after": _load(),
         }
-    selector = make_selector(method, objective=make_objective(objective_spec), **params)
+    selector = make_selector(method, objective=objective_spec.make(), **params)
     use_cuda = torch.cuda.is_available() and str(params.get("device", "auto")) != "cpu"
     if use_cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -262,7 +242,7 @@ def run_method(
 
 
 def _run_isolated(
-    npz: str, method: str, params: dict[str, Any], spec: dict[str, Any], threads: int | None
+    npz: str, method: str, params: dict[str, Any], spec: ObjectiveSpec, threads: int | None
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
@@ -276,12 +256,13 @@ def bench(
     methods: Sequence[str] = DEFAULT_METHODS,
     algorithm: str | Sequence[str] = "Facility",
     lamb: float = 0.5,
-    select_ratio: float = 0.1,
+    select_ratio: float = BENCH_SELECT_RATIO,
     seed: int = 0,
     device: str = "cpu",
     n_neighbors: int | None = None,
     knn: str = "auto",
     n_probe: int | None = None,
+    objective: ObjectiveSpec | None = None,
     threads: int | None = None,
     method_params: dict[str, dict[str, Any]] | None = None,
     disf_reference_batches: int = 0,
@@ -305,6 +286,9 @@ def bench(
         ``--method`` names (see :data:`datamask.greedy.SELECTORS`), run in this order.
     algorithm, lamb, n_neighbors, knn, n_probe
         The objective every method is run and scored with.
+    objective : ObjectiveSpec, optional
+        The objective as a spec instead (user terms by name, with their ``term_modules``,
+        imported in every isolated process too); not together with the five above.
     threads : int, optional
         torch/numpy threads of every method (default: the cores available).
     select_ratio, seed, device
@@ -356,17 +340,27 @@ def bench(
     if map_method not in ("pca", "tsne"):
         raise ValueError(f"map_method must be 'pca' or 'tsne'; got {map_method!r}.")
     names = [algorithm] if isinstance(algorithm, str) else list(algorithm)
-    spec = {
-        "algorithm": names,
-        "lamb": float(lamb),
-        "n_neighbors": n_neighbors,
-        "knn": knn,
-        "n_probe": n_probe,
-    }
+    if objective is None:  # one objective factory: the spec's, checked like select's
+        objective = SelectSpec.from_mapping(
+            {
+                "algorithm": names,
+                "lamb": lamb,
+                "n_neighbors": n_neighbors,
+                "knn": knn,
+                "n_probe": n_probe,
+            }
+        ).objective
+    elif (names, lamb, n_neighbors, knn, n_probe) != (["Facility"], 0.5, None, "auto", None):
+        raise ValueError(
+            "give the objective either as objective= or as algorithm/lamb/n_neighbors/knn/"
+            "n_probe, not both."
+        )
+    spec = objective
+    names = list(objective.algorithm)
+    lamb = objective.lamb
     from .._device import set_threads
 
     threads = set_threads(threads)
-    make_objective(spec)  # fail early on a bad name or lamb
     method_params = dict(method_params or {})
     unknown = sorted(set(method_params) - set(methods))
     if unknown:
@@ -432,9 +426,8 @@ def bench(
             "k": int(len(runs[0]["selected"])) if "selected" in runs[0] else None,
             "algorithm": names,
             "lamb": lamb,
-            "n_neighbors": n_neighbors,
-            "knn": knn,
-            "n_probe": n_probe,
+            **dict(objective.term_params),
+            "term_modules": list(objective.term_modules),
             "threads": threads,
             "seed": seed,
             "device": device,

@@ -104,6 +104,9 @@ class BaseSelector:
 
     #: The ``--method`` name of the selector.
     method: ClassVar[str] = ""
+    #: The selector's own parameters and what each accepts (the CLI's flags are made from
+    #: it); the shared ones above are the fields of :class:`datamask.config.SelectorSpec`.
+    _parameter_constraints: ClassVar[dict[str, list]] = {}
 
     def __init__(
         self,

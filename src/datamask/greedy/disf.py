@@ -34,7 +34,7 @@ import time
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_positive
+from .._validation import Interval, Options, check_choice, check_positive
 from ..data import Corpus
 from ..near_duplicates import infeasible_message
 from ..objectives import Objective
@@ -174,6 +174,11 @@ class GreedyDiSF(BaseSelector):
     """
 
     method = "disf-greedy"
+    _parameter_constraints = {
+        "batch_size": [Interval(int, 1, None, closed="left")],
+        "implementation": [Options(IMPLEMENTATIONS)],
+        "eps": [Interval(float, 0, None, closed="neither")],
+    }
 
     def __init__(
         self,

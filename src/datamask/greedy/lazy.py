@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from .._validation import check_positive
+from .._validation import Interval, check_positive
 from ..data import Corpus
 from ..objectives import FacilityLocation, Objective, Quality
 from ._base import BaseSelector, GreedyTrace, pick_order_scores
@@ -97,6 +97,7 @@ class LazyGreedy(BaseSelector):
     """
 
     method = "greedy"
+    _parameter_constraints = {"batch_size": [Interval(int, 1, None, closed="left")]}
 
     def __init__(
         self,

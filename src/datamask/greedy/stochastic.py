@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from .._validation import check_positive, check_ratio
+from .._validation import Interval, check_positive, check_ratio
 from ..data import Corpus
 from ..objectives import Objective
 from ._base import BaseSelector, GreedyTrace, pick_order_scores
@@ -67,6 +67,11 @@ class StochasticGreedy(BaseSelector):
     """
 
     method = "stochastic-greedy"
+    _parameter_constraints = {
+        "eps": [Interval(float, 0, 1, closed="neither")],
+        "sample": [Interval(int, 1, None, closed="left"), None],
+        "batch_size": [Interval(int, 1, None, closed="left")],
+    }
 
     def __init__(
         self,

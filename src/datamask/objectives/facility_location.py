@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
+from .._validation import Interval, Options
 from ..neighbors import _block_rows, knn_graph, resolve_knn
 from .base import Term
 
@@ -92,6 +94,12 @@ class FacilityLocation(Term):
     """
 
     name = "facility"
+
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        "n_neighbors": [Interval(int, 0, None, closed="neither"), None],
+        "knn": [Options(("auto", "exact", "ivf", "faiss"))],
+        "n_probe": [Interval(int, 1, None, closed="left"), None],
+    }
 
     def __init__(
         self,

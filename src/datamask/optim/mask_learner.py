@@ -31,14 +31,22 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
-from .._validation import check_choice, check_corpus, check_positive, check_ratio, resolve_k
+from .._validation import (
+    Interval,
+    Options,
+    check_choice,
+    check_corpus,
+    check_positive,
+    check_ratio,
+    resolve_k,
+)
 from ..data import Corpus, Selection, rank_order
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective, make_diversity
@@ -172,6 +180,21 @@ class MaskLearner:
     >>> len(learner.selected_)
     60
     """
+
+    #: The method's own parameters and what each accepts (the CLI's flags are made from it).
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        "n_epochs": [Interval(int, 1, None, closed="left"), None],
+        "partial": [Interval(float, 0, 1, closed="right")],
+        "n_rollout": [Interval(int, 1, None, closed="left")],
+        "max_lr": [Interval(float, 0, None, closed="neither"), None],
+        "min_lr": [Interval(float, 0, None, closed="neither"), None],
+        "init": [Options(INITS)],
+        "estimator": [Options(ESTIMATORS)],
+        "mask_sampler": [Options(MASK_SAMPLERS)],
+        "baseline": [Options(BASELINES)],
+        "refine": [Options(REFINES)],
+        "max_swap_rounds": [Interval(int, 1, None, closed="left")],
+    }
 
     def __init__(
         self,
@@ -405,4 +428,6 @@ class MaskLearner:
                 "terms": self.terms_,
                 "seconds": self.fit_seconds_,
             },
+            logits=self.logits_,
+            probabilities=self.probabilities_,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .core import REMOVED_FORMATS, apply_selection
+from ..apply.core import REMOVED_FORMATS, apply_selection
 
 __all__ = ["add_apply_parser", "run_apply"]
 

@@ -1,0 +1,7 @@
+"""The ``datamask`` command line: one module per command, flags made from the library's
+options (:mod:`datamask.config`). The library never imports argparse; only this package does.
+"""
+
+from .main import EXIT_BAD_INPUT, EXIT_IO_ERROR, build_parser, main
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_IO_ERROR", "build_parser", "main"]

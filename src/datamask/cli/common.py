@@ -1,0 +1,112 @@
+"""What ``evaluate`` and ``bench`` share: the corpus they read, the objective they score
+with and the near-duplicate figures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, options
+from ..evaluate.report import LENGTH_COLUMNS
+from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
+from ..presets import resolve_columns
+from .args import add_column_arguments, add_objective_arguments, add_option, add_threads_argument
+
+__all__ = [
+    "add_data_arguments",
+    "add_objective_arguments",
+    "add_redundancy_arguments",
+    "objective_from",
+    "read_corpus_arg",
+]
+
+
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """The corpus columns (None: from ``--preset`` or the input's columns) and the length
+    column of the report."""
+    add_column_arguments(p)
+    p.add_argument(
+        "--length-col",
+        "--length_col",
+        dest="length_col",
+        default=None,
+        help="column for the length distribution, numbers or texts (default: the first of "
+        "n_chars, length, n_tokens, text present; none -> no length section)",
+    )
+
+
+def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
+    """The objective, the device and the threads."""
+    add_objective_arguments(p)
+    add_option(p, next(o for o in options(SelectorSpec) if o.name == "device"))
+    add_threads_argument(p)
+
+
+def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
+    """The objective the flags describe, checked like ``select``'s."""
+    keys = ("algorithm", "lamb", "term_modules", "n_neighbors", "knn", "n_probe")
+    from ..config import term_options
+
+    names = set(keys) | {o.name for o in term_options()}
+    return SelectSpec.from_mapping(
+        {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    ).objective
+
+
+def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dup-thresholds",
+        "--dup_thresholds",
+        dest="dup_thresholds",
+        nargs="+",
+        type=float,
+        default=[0.9, 0.95, 0.99],
+        help="cosine thresholds of the near-duplicate figures (pairs, documents and largest "
+        "group above each) (default: 0.9 0.95 0.99)",
+    )
+    p.add_argument(
+        "--dup-search",
+        "--dup_search",
+        dest="dup_search",
+        choices=["auto", "exact", "ivf"],
+        default="auto",
+        help="pair search over the whole input: exact, or ivf (k-means cells, approximate: "
+        "lower bounds) (default: auto = exact up to 100,000 documents or on CUDA)",
+    )
+
+
+def read_corpus_arg(args: argparse.Namespace, path: str) -> Any:
+    """The corpus at ``path`` with the columns the flags name (else preset, else schema);
+    sets ``args.id_col`` and ``args.feature_col`` to what was found."""
+    split = getattr(args, "split", None)
+    names = input_column_names(path, split=split) if Path(path).exists() else []
+    given = [n for n, _ in args.quality_col] if args.quality_col else None
+    id_col, quality_cols, feature_col = resolve_columns(
+        names,
+        preset=getattr(args, "preset", None),
+        id_col=args.id_col,
+        quality_cols=given,
+        feature_col=args.feature_col,
+        where=str(path),
+    )
+    args.id_col, args.feature_col = id_col or "chunk_id", feature_col  # read_selection's too
+    specs = args.quality_col or [(n, 1.0) for n in quality_cols]
+    extra: list[str] = []
+    wanted = [args.length_col] if args.length_col else list(LENGTH_COLUMNS)
+    if Path(path).is_file() or is_save_to_disk(path):
+        present = [c for c in wanted if c in names]
+        if args.length_col and not present and names:
+            raise ValueError(
+                f"column {args.length_col!r} not found in {path}; available columns: {names}."
+            )
+        extra = present[:1]  # read one length source only (texts can be large)
+    return read_input_corpus(
+        path,
+        split=split,
+        id_col=args.id_col,
+        quality_cols=[n for n, _ in specs],
+        quality_weights=[w for _, w in specs],
+        feature_col=args.feature_col,
+        extra_cols=extra,
+    )

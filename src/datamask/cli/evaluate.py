@@ -1,0 +1,99 @@
+"""``datamask evaluate``: score a selection with the objective, every term and diagnostics.
+
+datamask evaluate --input docs.parquet --selection out/selection.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .._device import set_threads
+from ..config import ObjectiveSpec
+from ..evaluate.report import evaluate_selection, format_report, read_selection
+from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
+from .common import (
+    add_data_arguments,
+    add_redundancy_arguments,
+    add_scoring_arguments,
+    objective_from,
+    read_corpus_arg,
+)
+
+__all__ = ["add_evaluate_parser", "run_evaluate"]
+
+
+def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``datamask evaluate``."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="score a selection: the objective, every term and diagnostics",
+        description="Score a selection of --input: the objective J and each term, quality "
+        "mean, facility-location coverage of the whole set, mean pairwise similarity, DiSF "
+        "correlation loss, mean nearest-neighbour similarity inside the subset and the "
+        "length distribution. Prints a table and writes JSON.",
+    )
+    p.add_argument("--input", required=True, help="the parquet the selection was made from")
+    p.add_argument(
+        "--selection",
+        required=True,
+        help="`datamask select` output (parquet with the id column and a boolean "
+        "`selected` column), a parquet of selected ids only, or a text file with "
+        "one id per line",
+    )
+    p.add_argument(
+        "--output", default=None, help="JSON report path (default: <selection>.eval.json beside it)"
+    )
+    p.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="what is printed on stdout (default: table)",
+    )
+    add_scoring_arguments(p)
+    add_data_arguments(p)
+    add_redundancy_arguments(p)
+    return p
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """``datamask evaluate``: print the table (or JSON) and write the JSON report."""
+    set_threads(args.threads)
+    objective = objective_from(args)  # checked before any work
+    sel = Path(args.selection)
+    output = (
+        Path(args.output)
+        if args.output
+        else sel.with_name(sel.name.removesuffix(sel.suffix) + ".eval.json")
+    )
+    # Before any computation: the report never overwrites the data or the selection.
+    check_writable(output)
+    check_no_overlap([output], [args.input, args.selection])
+    with OutputLock(output):
+        report = _evaluate(args, objective)
+        atomic_write_json(report, output)
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+        print(f"wrote {output}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, objective: ObjectiveSpec) -> dict[str, Any]:
+    corpus = read_corpus_arg(args, args.input)
+    rows = read_selection(args.selection, corpus.ids, id_col=args.id_col)
+    report = evaluate_selection(
+        corpus,
+        rows,
+        algorithm=list(objective.algorithm),
+        lamb=objective.lamb,
+        length_col=args.length_col,
+        device=args.device or "auto",
+        dup_thresholds=args.dup_thresholds,
+        dup_search=args.dup_search,
+    )
+    report["selection"] = str(args.selection)
+    return report

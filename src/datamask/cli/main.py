@@ -1,0 +1,111 @@
+"""The ``datamask`` command: a thin skin over the library.
+
+    datamask select   --input docs.parquet --output out/selection.parquet
+    datamask evaluate --input docs.parquet --selection out/selection.parquet
+    datamask bench    --input docs.parquet --out-dir out/bench
+    datamask embed    --input docs.jsonl   --output docs.parquet
+    datamask apply    --input docs.parquet --selection out/selection.parquet --output out/kept
+
+Bad input prints one line, ``datamask: error: ...``, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import __version__
+from ..config import load_config
+from ..io.remote import staged_arguments
+from ..objectives.registry import import_term_modules
+from .apply import add_apply_parser, run_apply
+from .bench import add_bench_parser, run_bench
+from .embed import add_embed_parser, run_embed
+from .evaluate import add_evaluate_parser, run_evaluate
+from .select import add_select_parser, run_select
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_IO_ERROR", "build_parser", "main"]
+
+EXIT_BAD_INPUT = 2
+#: Exit status when writing failed (full disk, I/O error) after the checks at the door.
+EXIT_IO_ERROR = 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error message on one line, whatever produced it."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"{exc.strerror}: {str(exc.filename)!r}."
+    return text or type(exc).__name__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command; flags of settings come from :mod:`datamask.config`."""
+    parser = argparse.ArgumentParser(
+        prog="datamask",
+        description="Joint quality + diversity selection of pre-training data (DATAMASK).",
+    )
+    parser.add_argument("--version", action="version", version=f"datamask {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_select_parser(sub)
+    add_evaluate_parser(sub)
+    add_bench_parser(sub)
+    add_apply_parser(sub)
+    add_embed_parser(sub)
+    return parser
+
+
+def _user_terms(argv: Sequence[str] | None) -> None:
+    """Import the ``--term-module`` modules before the parser is built, so that the flags of
+    their terms' parameters exist (a failing import is reported like any bad input)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--term-module", "--term_module", dest="term_modules", action="append")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    modules = list(known.term_modules or ())
+    if known.config and Path(known.config).is_file():  # a bad file is reported by select
+        try:
+            from_file = load_config(known.config).get("term_modules") or []
+        except ValueError:
+            from_file = []
+        modules += [from_file] if isinstance(from_file, str) else list(from_file)
+    import_term_modules(modules)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``datamask`` command. Returns the exit status."""
+    try:
+        _user_terms(argv)
+    except ImportError as exc:
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    commands = {
+        "apply": run_apply,
+        "select": run_select,
+        "evaluate": run_evaluate,
+        "bench": run_bench,
+        "embed": run_embed,
+    }
+    try:
+        # Remote paths (s3://, gs://, hf://) are checked, staged and uploaded around the
+        # command (datamask.io.remote); apply streams them itself.
+        with staged_arguments(args, load_config if args.command == "select" else None):
+            return commands[args.command](args)
+    except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # stdout closed early (e.g. `| head`): the work itself is done
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a full disk or a vanished folder while writing: nothing written
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_IO_ERROR
+    except KeyboardInterrupt:
+        print("datamask: interrupted; no output was written.", file=sys.stderr)
+        return 130

@@ -1,0 +1,155 @@
+"""The one group step: any method of the registry, exactly k rows, a :class:`Selection`.
+
+A single file is a plan with one group; a sharded corpus is many groups and, with the
+global budget, one more round over their candidates. Every one of them runs
+:func:`fit_group`, so a method, a term or a setting means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from .._device import resolve_device
+from .._validation import check_corpus
+from ..config import SelectSpec
+from ..data import Corpus, Selection, rank_order
+from ..io.shards import _mix, hash_ids
+from ..neighbors import sampled_recall
+
+__all__ = ["MODULAR", "fit_group", "graph_summary", "modular_scores"]
+
+#: Methods whose score of a document does not depend on the other documents: across groups
+#: their scores compare, so a global round merges them exactly (global top-k of quality; a
+#: seeded uniform draw per id), and no candidates are oversampled.
+MODULAR = ("topk", "random")
+
+#: What a fitted selector resolved by itself, copied into the selection's ``meta``.
+_RESOLVED = ("n_epochs_", "max_lr_", "min_lr_", "max_pair_similarity_")
+
+
+def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarray:
+    """Per-document scores of a :data:`MODULAR` method, comparable across groups.
+
+    ``topk``: the combined quality scaled by the corpus-wide range, as float32 (the
+    learner's quality term). ``random``: a uniform draw in [0, 1) keyed by the id's hash
+    and the run's seed, so the global top k is a seeded uniform k-subset whatever the
+    partition.
+    """
+    if spec.selector.method == "topk":
+        return corpus.normalized_quality().astype(np.float32).astype(np.float64)
+    seed = spec.selector.seed  # the run's seed: a document draws the same in any partition
+    salt = np.uint64(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
+    mixed = _mix(hash_ids(ids) ^ salt)
+    return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def graph_summary(objective: Any) -> dict[str, Any] | None:
+    """The neighbour graph a bound objective used: method, K, recall@K on 200 sampled rows."""
+    term = next((t for _, t in objective.terms if getattr(t, "graph_", None) is not None), None)
+    if term is None:
+        return None
+    return {
+        "method": term.graph_method_,
+        "n_neighbors": term.n_neighbors_,
+        "n_probe": term.n_probe,
+        "recall_sampled": sampled_recall(term.features_, term.graph_[0], n_rows=200),
+        "recall_rows": min(200, term.n_docs),
+        "seconds": term.graph_seconds_,
+    }
+
+
+def fit_group(
+    corpus: Corpus,
+    k: int | None,
+    spec: SelectSpec,
+    *,
+    seed: int | None = None,
+    stored_ids: pa.Array | None = None,
+    progress: bool = False,
+    describe_graph: bool = False,
+) -> Selection:
+    """Select exactly ``k`` rows of ``corpus`` (None: ``round(select_ratio * n)``).
+
+    Parameters
+    ----------
+    corpus : Corpus
+        The group's rows, quality already scaled as the run decided.
+    k : int or None
+        Rows to keep; 0 keeps nothing and ``n`` keeps all (every score then ties).
+    spec : SelectSpec
+        The method, objective and settings.
+    seed : int, optional
+        The group's seed (default: the spec's).
+    stored_ids : pyarrow.Array, optional
+        The ids as stored. When given, :data:`MODULAR` methods score with
+        :func:`modular_scores`, which compare across groups (the sharded runner).
+    progress : bool, default=False
+        The method's progress bar.
+    describe_graph : bool, default=False
+        Add the neighbour graph's method, K and sampled recall to ``meta["graph"]``.
+
+    Returns
+    -------
+    Selection
+        ``meta`` holds ``method``, ``terms``, ``device``, ``gpu_peak_mb``, ``seconds``
+        (fit, graph, optimise), ``history``, ``resolved`` and ``graph``.
+    """
+    n = corpus.n_docs
+    method = spec.selector.method
+    meta: dict[str, Any] = {
+        "method": method,
+        "terms": {},
+        "device": "none",
+        "gpu_peak_mb": None,
+        "history": [],
+        "resolved": {},
+        "graph": None,
+    }
+    if stored_ids is not None and method in MODULAR:
+        check_corpus(corpus)  # the same checks and scaling as a selector's fit
+        k = int(k if k is not None else round(spec.selector.select_ratio * n))
+        scores = modular_scores(corpus, stored_ids, spec)
+        selected = np.sort(rank_order(scores, corpus.ids)[:k])
+        meta["device"] = "cpu"
+        return Selection(selected, scores, meta, ids=corpus.ids, logits=scores.astype(np.float32))
+    if k is not None and not 0 < k < n:  # nothing to learn: every score ties
+        scores = np.zeros(n)
+        selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
+        return Selection(selected, scores, meta, ids=corpus.ids, logits=scores.astype(np.float32))
+    selector = spec.selector.make(spec.objective.make(), k=k, seed=seed, progress=progress)
+    dev = resolve_device(selector.device)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    selector.fit(corpus)
+    if dev.type == "cuda":
+        meta["gpu_peak_mb"] = torch.cuda.max_memory_allocated(dev) / 2**20
+    started = time.perf_counter()
+    result = selector.selection()
+    meta.update(
+        terms={key: float(v) for key, v in selector.terms_.items()},
+        device=str(selector.device_),
+        seconds={
+            "fit": selector.fit_seconds_,
+            "graph": selector.graph_seconds_,
+            "optimise": selector.optimise_seconds_,
+        },
+        history=getattr(selector, "history_", []),
+        resolved={a: getattr(selector, a) for a in _RESOLVED if hasattr(selector, a)},
+        graph=graph_summary(selector.objective_) if describe_graph else None,
+    )
+    meta["seconds"]["describe"] = time.perf_counter() - started
+    return Selection(
+        np.asarray(result.selected, dtype=np.int64),
+        np.asarray(result.scores, dtype=np.float64),
+        {**result.meta, **meta},
+        ids=corpus.ids,
+        logits=None if result.logits is None else np.asarray(result.logits, np.float32),
+        probabilities=None
+        if result.probabilities is None
+        else np.asarray(result.probabilities, np.float32),
+    )

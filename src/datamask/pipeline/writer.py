@@ -1,0 +1,125 @@
+"""The one writer: a :class:`~datamask.data.Selection` as a table, and the run's record.
+
+Every table a selection is written as comes from :func:`selection_table`, which owns the
+ranking (:meth:`Selection.rank`) and the column order: the id as stored, then ``group``
+(sharded runs), ``selected``, ``logit``, ``probability``, ``rank``. ``kept_only`` writes
+the kept rows alone, best first (id, group, rank, logit). :func:`run_record` is the part
+every summary and manifest shares: settings, method, counts, terms, versions.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .. import __version__
+from ..config import SelectSpec
+from ..data import Selection
+
+__all__ = ["run_record", "selection_table", "versions"]
+
+
+def selection_table(
+    selection: Selection,
+    *,
+    id_col: str,
+    stored_ids: pa.Array | None = None,
+    group: int | pa.Array | None = None,
+    kept_only: bool = False,
+    logit: bool = True,
+    probability: bool | None = None,
+    extra: dict[str, Any] | None = None,
+) -> pa.Table:
+    """The rows of a selection as a table.
+
+    Parameters
+    ----------
+    selection : Selection
+    id_col : str
+        Name of the id column.
+    stored_ids : pyarrow.Array, optional
+        The ids as read (written back unchanged); default ``selection.ids``.
+    group : int or pyarrow.Array, optional
+        Adds a ``group`` column: this group's number, or one per row (sharded runs).
+    kept_only : bool, default=False
+        Only the kept rows, best first.
+    logit : bool, default=True
+        The ``logit`` column: the learner's final logits, else the method's scores (the
+        ``rank`` column is the order either way).
+    probability : bool, optional
+        The ``probability`` column: the learner's keep-probabilities, else the keep-mask.
+        Default: when the method has probabilities.
+    extra : dict, optional
+        More columns over every row, taken like the others (``kept_only`` picks rows).
+    """
+    ids = stored_ids if stored_ids is not None else pa.array(selection.ids)
+    mask = selection.mask()
+    rank = selection.rank()
+    logits = selection.logits if selection.logits is not None else selection.scores
+    probabilities = selection.probabilities
+    if probability is None:
+        probability = probabilities is not None
+    if probabilities is None:
+        probabilities = mask.astype(np.float32)
+    if kept_only:
+        rows = np.flatnonzero(mask)
+        rows = rows[np.argsort(rank[rows])]
+    else:
+        rows = None
+    take = (lambda a: a) if rows is None else (lambda a: a[rows])
+    cols: dict[str, Any] = {id_col: ids if rows is None else ids.take(pa.array(rows))}
+    if isinstance(group, pa.Array | pa.ChunkedArray):
+        cols["group"] = _take(group, rows) if rows is not None else group
+    elif group is not None:
+        cols["group"] = pa.array(np.full(len(take(mask)), group, dtype=np.int32))
+    if kept_only:
+        cols["rank"] = pa.array(take(rank))
+        if logit:
+            cols["logit"] = pa.array(take(np.asarray(logits, dtype=np.float32)))
+    else:
+        cols["selected"] = pa.array(mask)
+        if logit:
+            cols["logit"] = pa.array(np.asarray(logits, dtype=np.float32))
+        if probability:
+            cols["probability"] = pa.array(np.asarray(probabilities, dtype=np.float32))
+        cols["rank"] = pa.array(rank)
+    for name, values in (extra or {}).items():
+        cols[name] = values if rows is None else _take(values, rows)
+    return pa.table(cols)
+
+
+def _take(values: Any, rows: np.ndarray) -> Any:
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        return values.take(pa.array(rows))
+    return pa.array(np.asarray(values)[rows])
+
+
+def versions() -> dict[str, str]:
+    """Versions of datamask and the libraries that decide its numbers."""
+    import pyarrow
+    import torch
+
+    return {
+        "datamask": __version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "pyarrow": pyarrow.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_record(
+    spec: SelectSpec, *, n_docs: int, k: int, terms: dict[str, float] | None
+) -> dict[str, Any]:
+    """The keys every summary (one file) and manifest (shards) starts with."""
+    return {
+        "n_docs": int(n_docs),
+        "k": int(k),
+        "method": spec.selector.method,
+        "terms": {key: float(v) for key, v in (terms or {}).items()},
+        "settings": spec.flat(),
+        "versions": versions(),
+    }

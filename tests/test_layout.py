@@ -1,0 +1,184 @@
+"""The package's shape: imports point one way (cli -> pipeline -> selectors -> objectives ->
+io/data), no module imports itself back through others, and only the CLI knows argparse."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import datamask
+
+ROOT = Path(datamask.__file__).parent
+
+#: Layer of each part of the package, outermost first. A module may import its own layer
+#: and the layers below it, never one above.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("cli", ("cli",)),
+    ("pipeline", ("pipeline", "distributed", "apply", "evaluate", "integrations", "tables")),
+    ("config", ("config",)),
+    ("selectors", ("greedy", "optim")),
+    ("objectives", ("objectives", "neighbors", "near_duplicates")),
+    (
+        "io/data",
+        (
+            "io",
+            "data",
+            "_validation",
+            "_device",
+            "_memory",
+            "presets",
+            "quality",
+            "synthetic",
+            "embed",
+        ),
+    ),
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None  # datamask itself: the public re-exports
+    for rank, (_, members) in enumerate(LAYERS):
+        if parts[1] in members:
+            return rank
+    raise AssertionError(f"{module} belongs to no layer; add it to LAYERS")
+
+
+def _imports(path: Path, top_level_only: bool) -> list[tuple[str, int]]:
+    """datamask modules ``path`` imports (resolved), with the line."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.startswith("datamask"):
+                # ``from .pkg import name`` may name a submodule: prefer it when it exists
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    out.append((sub if _exists(sub) else target, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("datamask"):
+                    out.append((alias.name, node.lineno))
+    return out
+
+
+def _exists(module: str) -> bool:
+    rel = Path(*module.split(".")[1:])
+    return (ROOT / rel).with_suffix(".py").exists() or (ROOT / rel / "__init__.py").exists()
+
+
+def _modules() -> list[Path]:
+    return sorted(ROOT.rglob("*.py"))
+
+
+def test_imports_point_inwards():
+    wrong = []
+    for path in _modules():
+        module = _module_name(path)
+        own = _layer(module)
+        if own is None:
+            continue
+        for target, line in _imports(path, top_level_only=False):
+            rank = _layer(target)
+            if rank is not None and rank < own:
+                wrong.append(
+                    f"{module}:{line} ({LAYERS[own][0]}) imports {target} ({LAYERS[rank][0]})"
+                )
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycle_between_modules():
+    graph = {}
+    for path in _modules():
+        module = _module_name(path)
+        targets = set()
+        for target, _ in _imports(path, top_level_only=True):
+            # importing a.b.c runs a.b's __init__ first, unless the importer is inside a.b
+            parts = target.split(".")
+            for i in range(2, len(parts) + 1):
+                parent = ".".join(parts[:i])
+                if not (module == parent or module.startswith(parent + ".")):
+                    targets.add(parent)
+        graph[module] = targets
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == node or nxt not in graph:
+                continue
+            if seen.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in seen:
+                visit(nxt)
+        stack.pop()
+        seen[node] = 2
+
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node)
+    # ``package -> its own submodule -> package`` is Python's normal re-export pattern only
+    # when the submodule imports a sibling through the package; report every other cycle.
+    real = [c for c in cycles if not _through_own_init(c)]
+    assert not real, "import cycles:\n" + "\n".join(" -> ".join(c) for c in real)
+
+
+def _through_own_init(cycle: list[str]) -> bool:
+    """A cycle made only of a package's __init__ and its own submodules."""
+    head = min(cycle, key=len)
+    return all(m == head or m.startswith(head + ".") for m in cycle)
+
+
+def test_only_the_cli_imports_argparse():
+    users = []
+    for path in _modules():
+        module = _module_name(path)
+        if module.startswith("datamask.cli"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if "argparse" in names:
+                users.append(f"{module}:{node.lineno}")
+    assert not users, f"argparse outside datamask.cli: {users}"
+
+
+def test_the_layout_test_sees_a_wrong_import(tmp_path):
+    """The checks above are not vacuous: an objective importing a selector is caught."""
+    fake = ROOT / "objectives" / "_layout_probe.py"
+    fake.write_text("from ..greedy import SELECTORS\n")
+    try:
+        try:
+            test_imports_point_inwards()
+        except AssertionError as exc:
+            assert "_layout_probe" in str(exc)
+        else:
+            raise AssertionError("the layering check let objectives import greedy")
+    finally:
+        fake.unlink()
