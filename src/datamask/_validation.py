@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,10 @@ import numpy as np
 from .data import Corpus
 
 __all__ = [
+    "Interval",
+    "Options",
+    "describe_constraint",
+    "validate_params",
     "check_ratio",
     "check_choice",
     "check_positive",
@@ -202,3 +207,155 @@ def check_corpus(corpus: Corpus) -> Corpus:
         raise ValueError(f"quality weights must not all be 0; got {w}.")
     corpus.quality_weights = w / w.sum()
     return corpus
+
+
+# --- parameter constraint tables (scikit-learn's ``_parameter_constraints``) ------------------
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of ``type`` (``int`` or ``float``) between ``left`` and ``right``.
+
+    ``None`` for a bound means unbounded; ``closed`` says which bounds belong to the range:
+    ``"both"``, ``"left"``, ``"right"`` or ``"neither"``. An ``Interval(float, ...)``
+    accepts ints too; booleans are never numbers here.
+
+    Examples
+    --------
+    >>> Interval(int, 1, None, closed="left").is_satisfied_by(3)
+    True
+    >>> str(Interval(float, 0, 1, closed="right"))
+    'a float in the range (0, 1]'
+    """
+
+    type: type
+    left: float | None
+    right: float | None
+    closed: str = "both"
+
+    def __post_init__(self) -> None:
+        if self.type not in (int, float):
+            raise TypeError(f"Interval type must be int or float; got {self.type!r}.")
+        if self.closed not in ("both", "left", "right", "neither"):
+            raise ValueError(
+                "closed must be one of ['both', 'left', 'right', 'neither']; "
+                f"got {self.closed!r}."
+            )
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if isinstance(value, bool | np.bool_):
+            return False
+        kinds = (int, np.integer) if self.type is int else (int, float, np.integer, np.floating)
+        if not isinstance(value, kinds) or (self.type is float and math.isnan(value)):
+            return False
+        left_in = self.closed in ("both", "left")
+        right_in = self.closed in ("both", "right")
+        if self.left is not None and (value < self.left or (value == self.left and not left_in)):
+            return False
+        return self.right is None or value < self.right or (value == self.right and right_in)
+
+    def __str__(self) -> str:
+        lo = "-inf" if self.left is None else f"{self.left:g}"
+        hi = "inf" if self.right is None else f"{self.right:g}"
+        lb = "[" if self.closed in ("both", "left") and self.left is not None else "("
+        rb = "]" if self.closed in ("both", "right") and self.right is not None else ")"
+        article = "an" if self.type is int else "a"
+        return f"{article} {self.type.__name__} in the range {lb}{lo}, {hi}{rb}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a closed set of values of ``type`` (e.g. ``Options(str, frozenset({"a"}))``)."""
+
+    type: type
+    options: frozenset
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, self.type) and value in self.options
+
+    def __str__(self) -> str:
+        return f"a {self.type.__name__} among {sorted(self.options, key=str)}"
+
+
+def _satisfies(constraint: Any, value: Any) -> bool:
+    if constraint is None:
+        return value is None
+    if isinstance(constraint, Interval | Options):
+        return constraint.is_satisfied_by(value)
+    if isinstance(constraint, type):
+        if constraint is bool:
+            return isinstance(value, bool | np.bool_)
+        if constraint is int:
+            return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+        if constraint is float:
+            return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+                value, bool | np.bool_
+            )
+        return isinstance(value, constraint)
+    if callable(constraint):  # a predicate with a ``description`` attribute, or its name
+        return bool(constraint(value))
+    raise TypeError(f"unknown parameter constraint {constraint!r}.")
+
+
+def describe_constraint(constraint: Any) -> str:
+    """The constraint in words, as in ``"an int in the range [1, inf)"``."""
+    if constraint is None:
+        return "None"
+    if isinstance(constraint, type):
+        name = constraint.__name__
+        return f"an instance of '{name}'" if name not in ("int", "float", "str", "bool") else (
+            f"{'an' if name == 'int' else 'a'} {name}"
+        )
+    if isinstance(constraint, Interval | Options):
+        return str(constraint)
+    return getattr(constraint, "description", getattr(constraint, "__name__", repr(constraint)))
+
+
+def validate_params(
+    owner: str, constraints: Mapping[str, list], values: Mapping[str, Any]
+) -> None:
+    """Check every value against its constraint list, as scikit-learn does.
+
+    Parameters
+    ----------
+    owner : str
+        What the parameters belong to (a class name), for the message.
+    constraints : mapping of str to list
+        Per parameter, the accepted forms: a type (``int``, ``float``, ``str``, ``bool`` or
+        any class), ``None``, an :class:`Interval`, an :class:`Options`, or a predicate
+        (a callable returning bool; its ``description`` attribute names it). A value is
+        valid when it satisfies at least one. ``"no_validation"`` skips the parameter.
+    values : mapping of str to object
+        The parameters to check (only those present are checked; names without a
+        constraint are refused).
+
+    Raises
+    ------
+    TypeError
+        A name that ``constraints`` does not declare.
+    ValueError
+        A value that satisfies none of its constraints, worded like scikit-learn:
+        ``The 'n_neighbors' parameter of FacilityLocation must be an int in the range
+        [1, inf) or None. Got 0 instead.``
+
+    Examples
+    --------
+    >>> validate_params("F", {"k": [Interval(int, 1, None), None]}, {"k": 0})
+    Traceback (most recent call last):
+    ...
+    ValueError: The 'k' parameter of F must be an int in the range [1, inf) or None. Got 0 instead.
+    """
+    unknown = sorted(set(values) - set(constraints))
+    if unknown:
+        raise TypeError(
+            f"{owner} got unexpected parameter(s) {unknown}; it takes {sorted(constraints)}."
+        )
+    for name, value in values.items():
+        allowed = constraints[name]
+        if allowed == "no_validation":
+            continue
+        if any(_satisfies(c, value) for c in allowed):
+            continue
+        words = [describe_constraint(c) for c in allowed]
+        text = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+        raise ValueError(
+            f"The {name!r} parameter of {owner} must be {text}. Got {value!r} instead."
+        )
