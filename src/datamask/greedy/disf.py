@@ -38,7 +38,7 @@ from .._validation import check_choice, check_positive
 from ..data import Corpus
 from ..near_duplicates import infeasible_message
 from ..objectives import Objective
-from ..objectives.disf import correlation_loss
+from ..objectives.disf import correlation_loss, offdiag_correlation
 from ._base import BaseSelector
 
 __all__ = [
@@ -120,9 +120,9 @@ def reference_correlation(feat: torch.Tensor, eps: float = 1e-8) -> torch.Tensor
     """The original's ``cal_corre`` (times 1e4): squared off-diagonal correlations, summed."""
     m = feat.shape[0]
     z = feat - feat.mean(dim=0, keepdim=True)
-    z = z / torch.sqrt(eps + z.var(dim=0, keepdim=True))
-    corr = z.T @ z / (m - 1)
-    return (corr * corr).sum() - (corr.diagonal() ** 2).sum()
+    # The original standardises by sqrt(unbiased variance + eps), then divides z^T z by
+    # m - 1: the unbiased covariance with eps added to its variances.
+    return offdiag_correlation(z.T @ z / (m - 1), eps=eps, eps_mode="add")
 
 
 class GreedyDiSF(BaseSelector):

@@ -273,7 +273,7 @@ class MaskLearner:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
         else:
             objective = self.objective
-        self.objective_ = objective.bind(corpus, self.k_, self.device_)
+        self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
         gen, _ = make_generators(self.seed, self.device_)
         self._gen = gen
 
