@@ -78,6 +78,10 @@ def candidate_losses(
 ) -> torch.Tensor:
     """The original's correlation loss of (picked rows + x) for every candidate row x.
 
+    :func:`~datamask.objectives.disf.offdiag_correlation` with ``eps_mode="add"`` (what
+    :func:`reference_correlation` computes) expanded as a rank-two update of the moments,
+    so that every candidate costs O(d^2) without its own d x d matrix.
+
     Parameters
     ----------
     count : int

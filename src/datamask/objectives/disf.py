@@ -192,6 +192,8 @@ class DiSF(Term):
         ``C' = a C + b u u^T`` with ``a = c / (c + 1)``, ``b = c / (c + 1)^2``; removing it,
         ``a = c / (c - 1)``, ``b = -c / (c - 1)^2``. With ``D = 1 / diag(C')`` the squared
         correlations sum to ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (u^T (u o D))^2``.
+        This is :func:`offdiag_correlation` (``eps_mode="clamp"``) of ``C'`` expanded, so all
+        candidates cost two GEMMs instead of one d x d matrix each.
         """
         d = self.features_.shape[1]
         mean = total / count
