@@ -555,7 +555,7 @@ def test_make_runner_defaults_to_a_local_pool():
     assert isinstance(runner(workers=2, ray_address="auto"), RayRunner)  # --ray-address: Ray
     with pytest.raises(ValueError, match="needs --runner ray"):
         runner(runner="local", ray_address="auto")
-    with pytest.raises(ValueError, match="workers must be >= 1"):
+    with pytest.raises(ValueError, match="workers must be > 0"):
         runner(workers=0)
 
 

@@ -16,7 +16,11 @@ from .objectives import (
     PairwiseSimilarity,
     Quality,
     Term,
+    TermContext,
+    ValueTerm,
     make_diversity,
+    make_term,
+    register_term,
 )
 from .optim import MaskLearner
 from .synthetic import make_clustered
@@ -35,7 +39,11 @@ __all__ = [
     "Quality",
     "Selection",
     "Term",
+    "TermContext",
+    "ValueTerm",
     "make_clustered",
     "make_diversity",
+    "make_term",
+    "register_term",
     "select_table",
 ]

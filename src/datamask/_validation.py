@@ -15,6 +15,7 @@ __all__ = [
     "Interval",
     "Options",
     "describe",
+    "describe_constraint",
     "satisfies",
     "validate_params",
     "check_ratio",
@@ -210,114 +211,173 @@ def check_corpus(corpus: Corpus) -> Corpus:
     return corpus
 
 
-# --- parameter constraint tables (scikit-learn's ``_parameter_constraints``) ----------------
+# --- parameter constraint tables (scikit-learn's ``_parameter_constraints``) ------------------
 @dataclass(frozen=True)
 class Interval:
-    """Numbers of ``kind`` (int or float) between ``left`` and ``right`` (None: unbounded).
+    """Numbers of ``type`` (``int`` or ``float``) between ``left`` and ``right``.
 
-    ``closed`` is "both", "left", "right" or "neither". ``str()`` is the phrase errors use:
+    ``None`` for a bound means unbounded; ``closed`` says which bounds belong to the range:
+    ``"both"``, ``"left"``, ``"right"`` or ``"neither"``. An ``Interval(float, ...)``
+    accepts ints too; booleans are never numbers here. ``str()`` is the phrase errors use.
 
-    >>> str(Interval(int, 1, None, closed="left")), str(Interval(float, 0, 1, closed="neither"))
-    ('>= 1', 'in (0, 1)')
+    Examples
+    --------
+    >>> Interval(int, 1, None, closed="left").is_satisfied_by(3)
+    True
+    >>> str(Interval(int, 1, None, closed="left")), str(Interval(float, 0, 1, closed="right"))
+    ('>= 1', 'in (0, 1]')
     """
 
-    kind: type
+    type: type
     left: float | None
     right: float | None
     closed: str = "both"
 
-    def __contains__(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, _NUMBER[self.kind]):
+    def __post_init__(self) -> None:
+        if self.type not in (int, float):
+            raise TypeError(f"Interval type must be int or float; got {self.type!r}.")
+        if self.closed not in ("both", "left", "right", "neither"):
+            raise ValueError(
+                f"closed must be one of ['both', 'left', 'right', 'neither']; got {self.closed!r}."
+            )
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if not _is_type(value, self.type):
             return False
         if not math.isfinite(value):
             return False
-        lo_ok = self.left is None or (
-            value >= self.left if self.closed in ("both", "left") else value > self.left
-        )
-        hi_ok = self.right is None or (
-            value <= self.right if self.closed in ("both", "right") else value < self.right
-        )
-        return lo_ok and hi_ok
+        left_in = self.closed in ("both", "left")
+        right_in = self.closed in ("both", "right")
+        if self.left is not None and (value < self.left or (value == self.left and not left_in)):
+            return False
+        return self.right is None or value < self.right or (value == self.right and right_in)
 
     def __str__(self) -> str:
         low = self.closed in ("both", "left")
         high = self.closed in ("both", "right")
-        if self.right is None:
+        if self.right is None and self.left is not None:
             return f"{'>=' if low else '>'} {_num(self.left)}"
-        if self.left is None:
+        if self.left is None and self.right is not None:
             return f"{'<=' if high else '<'} {_num(self.right)}"
+        if self.left is None:
+            return "a number" if self.type is float else "an integer"
         left, right = "[" if low else "(", "]" if high else ")"
         return f"in {left}{_num(self.left)}, {_num(self.right)}{right}"
 
 
 @dataclass(frozen=True)
 class Options:
-    """One of ``options`` (strings), e.g. ``Options(("expected", "reinforce"))``."""
+    """One of a closed set of values of ``type``, e.g. ``Options(str, ("a", "b"))`` (a tuple
+    keeps its order in messages and ``--help``; a set is shown sorted)."""
 
-    options: tuple[str, ...]
+    type: type
+    options: frozenset | tuple
 
-    def __contains__(self, value: Any) -> bool:
-        return isinstance(value, str) and value in self.options
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, self.type) and value in self.options
+
+    @property
+    def ordered(self) -> list:
+        return list(self.options) if isinstance(self.options, tuple) else sorted(self.options)
 
     def __str__(self) -> str:
-        return f"one of {list(self.options)}"
-
-
-_NUMBER: dict[type, tuple[type, ...]] = {
-    int: (int, np.integer),
-    float: (int, float, np.integer, np.floating),
-}
+        return f"one of {self.ordered}"
 
 
 def _num(x: float | None) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-#: A constraint list holds types (``bool``, ``str``, ``int``, ``float``), :class:`Interval`,
-#: :class:`Options` and ``None`` (the value may be None).
-Constraint = type | Interval | Options | None
+def _is_type(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool | np.bool_)
+    if isinstance(value, bool | np.bool_):
+        return False
+    if kind is int:
+        return isinstance(value, int | np.integer)
+    if kind is float:
+        return isinstance(value, int | float | np.integer | np.floating)
+    return isinstance(value, kind)
 
 
-def satisfies(value: Any, constraint: Constraint) -> bool:
-    """Whether ``value`` meets one constraint of a table."""
+def satisfies(value: Any, constraint: Any) -> bool:
+    """Whether ``value`` meets one constraint of a table: a type, ``None``, an
+    :class:`Interval`, an :class:`Options` or a predicate (a callable returning bool)."""
     if constraint is None:
         return value is None
     if isinstance(constraint, Interval | Options):
-        return value in constraint
-    if constraint is bool:
-        return isinstance(value, bool | np.bool_)
-    if constraint in _NUMBER:
-        return not isinstance(value, bool) and isinstance(value, _NUMBER[constraint])
-    return isinstance(value, constraint)
+        return constraint.is_satisfied_by(value)
+    if isinstance(constraint, type):
+        return _is_type(value, constraint)
+    if callable(constraint):  # a predicate with a ``description`` attribute, or its name
+        return bool(constraint(value))
+    raise TypeError(f"unknown parameter constraint {constraint!r}.")
 
 
-def describe(constraints: Sequence[Constraint]) -> str:
-    """The constraints as an error phrase: ``>= 1``, ``an integer``, ... (None, "use the
-    default", is left out: it is never what a user got wrong)."""
-    words = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
-    parts = [words.get(c, str(c)) if isinstance(c, type) else str(c) for c in constraints if c]
-    return " or ".join(parts)
+def describe_constraint(constraint: Any) -> str:
+    """One constraint in words: ``>= 1``, ``one of ['a', 'b']``, ``an integer``, ..."""
+    if constraint is None:
+        return "None"
+    if isinstance(constraint, type):
+        words = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
+        return words.get(constraint, f"an instance of {constraint.__name__}")
+    if isinstance(constraint, Interval | Options):
+        return str(constraint)
+    return getattr(constraint, "description", getattr(constraint, "__name__", repr(constraint)))
 
 
-def validate_params(constraints: Mapping[str, Sequence[Constraint]], values: Mapping) -> None:
-    """Check every value of ``values`` named in ``constraints``; the first bad one raises.
+def describe(constraints: Sequence[Any]) -> str:
+    """A constraint list as an error phrase. None ("use the default") is left out: it is
+    never what a user got wrong."""
+    return " or ".join(describe_constraint(c) for c in constraints if c is not None)
 
-    TypeError when the value's type fits no constraint, ValueError when the type fits but
-    the value is out of range, worded like every check here: ``{name} must be {what}; got
-    {value!r}.``
 
-    >>> validate_params({"n_epochs": [Interval(int, 1, None, closed="left"), None]},
-    ...                 {"n_epochs": 0})
+def _kind(constraint: Any) -> type | None:
+    if isinstance(constraint, Interval | Options):
+        return constraint.type
+    return constraint if isinstance(constraint, type) else None
+
+
+def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    """Check every value against its constraint list (scikit-learn's model).
+
+    Parameters
+    ----------
+    owner : str
+        What the parameters belong to (a class name, or "settings"), named when a
+        parameter is not declared.
+    constraints : mapping of str to list
+        Per parameter, the accepted forms: a type (``int``, ``float``, ``str``, ``bool`` or
+        any class), ``None``, an :class:`Interval`, an :class:`Options`, or a predicate
+        (a callable returning bool; its ``description`` attribute names it). A value is
+        valid when it satisfies at least one. ``"no_validation"`` skips the parameter.
+    values : mapping of str to object
+        The parameters to check (only those present are checked).
+
+    Raises
+    ------
+    TypeError
+        A name ``constraints`` does not declare, or a value of a type no constraint takes.
+    ValueError
+        A value of the right type outside every constraint. Both are worded like every
+        check at the door: ``{name} must be {what}; got {value!r}.``
+
+    Examples
+    --------
+    >>> validate_params("F", {"k": [Interval(int, 1, None, closed="left"), None]}, {"k": 0})
     Traceback (most recent call last):
     ...
-    ValueError: n_epochs must be >= 1; got 0.
+    ValueError: k must be >= 1; got 0.
     """
+    unknown = sorted(set(values) - set(constraints))
+    if unknown:
+        raise TypeError(
+            f"{owner} got unexpected parameter(s) {unknown}; it takes {sorted(constraints)}."
+        )
     for name, value in values.items():
-        allowed = constraints.get(name)
-        if allowed is None or any(satisfies(value, c) for c in allowed):
+        allowed = constraints[name]
+        if allowed == "no_validation" or any(satisfies(value, c) for c in allowed):
             continue
-        kinds = [c.kind if isinstance(c, Interval) else str if isinstance(c, Options) else c
-                 for c in allowed]
-        right_type = any(c is not None and satisfies(value, c) for c in kinds if c is not None)
-        error = ValueError if right_type else TypeError
+        kinds = [k for k in map(_kind, allowed) if k is not None]
+        error = ValueError if any(_is_type(value, k) for k in kinds) else TypeError
         raise error(f"{name} must be {describe(allowed)}; got {value!r}.")

@@ -91,21 +91,19 @@ class Option:
             if not isinstance(items, list | tuple) or not items:
                 raise TypeError(f"{self.name} must be a name or a list of names; got {value!r}.")
             for item in items:
-                validate_params({self.name: self.allowed()}, {self.name: item})
+                validate_params("settings", {self.name: self.allowed()}, {self.name: item})
             return tuple(items)
         if isinstance(value, int) and not isinstance(value, bool) and self.kind is float:
             value = float(value)
-        validate_params({self.name: self.allowed()}, {self.name: value})
+        validate_params("settings", {self.name: self.allowed()}, {self.name: value})
         return value
 
     @property
     def kind(self) -> type:
         """The Python type of one value (what argparse converts a flag's text to)."""
         for c in self.allowed():
-            if isinstance(c, Interval):
-                return c.kind
-            if isinstance(c, Options):
-                return str
+            if isinstance(c, Interval | Options):
+                return c.type
             if isinstance(c, type):
                 return c
         return str
@@ -114,7 +112,7 @@ class Option:
     def choices(self) -> list[str] | None:
         for c in self.allowed():
             if isinstance(c, Options):
-                return list(c.options)
+                return c.ordered
         return None
 
 
@@ -128,11 +126,11 @@ _COUNT = Interval(int, 0, None, closed="neither")  # "> 0", as every count's mes
 
 
 def _method_names() -> tuple:
-    return (Options(tuple(SELECTORS)),)
+    return (Options(str, tuple(SELECTORS)),)
 
 
 def _term_names() -> tuple:
-    return (Options(tuple(TERMS)),)
+    return (Options(str, tuple(TERMS)),)
 
 
 # --- the five sections ------------------------------------------------------------------------
@@ -234,7 +232,7 @@ class PartitionSpec:
 
     partition: str = _option(
         "shard",
-        (Options(("shard", "chunk", "cluster")),),
+        (Options(str, ("shard", "chunk", "cluster")),),
         "selection groups: one per shard, fixed-size chunks of rows, or k-means clusters of "
         "the embeddings",
     )
@@ -250,7 +248,7 @@ class PartitionSpec:
     kmeans_sample: int = _option(100_000, (_COUNT,), "rows sampled to fit the k-means centroids")
     budget: str = _option(
         "global",
-        (Options(("global", "group")),),
+        (Options(str, ("global", "group")),),
         "global: each group proposes candidates and one global round over their union keeps "
         "exactly round(select-ratio * N); group: each group keeps its proportional share",
     )
@@ -283,7 +281,7 @@ class RunSpec:
     )
     runner: str | None = _option(
         None,
-        (Options(("local", "ray")), None),
+        (Options(str, ("local", "ray")), None),
         "local: a process pool of --workers on this machine; ray: Ray tasks, for a cluster "
         "(None: local, ray when --ray-address is given)",
     )
@@ -341,6 +339,7 @@ _SHARED = frozenset(
         "max_similarity",
         "graph",
         "log_every",
+        "dense_max_bytes",
     }
 )
 
@@ -499,7 +498,8 @@ class SelectSpec:
         that are not registered, a cap the global merge cannot honour. Returns self."""
         method = self.selector.method
         cls = SELECTORS[method]
-        own = set(getattr(cls, "_parameter_constraints", {}))
+        own_table = getattr(cls, "_parameter_constraints", {})
+        own = set(own_table)
         stray = sorted(set(dict(self.selector.params)) - own)
         if stray:
             takes = sorted(own) or "none of its own"
@@ -507,7 +507,9 @@ class SelectSpec:
                 f"{', '.join(stray)} is not a parameter of method {method!r} (it takes "
                 f"{takes}); drop it or choose another --method."
             )
-        validate_params(getattr(cls, "_parameter_constraints", {}), dict(self.selector.params))
+        validate_params(
+            cls.__name__, getattr(cls, "_parameter_constraints", {}), dict(self.selector.params)
+        )
         import_term_modules(self.objective.term_modules)
         for name in self.objective.algorithm:
             if name not in TERMS:

@@ -22,7 +22,14 @@ from .._device import resolve_device
 from .._validation import check_corpus
 from ..data import Corpus
 from ..neighbors import _block_rows
-from ..objectives import ALGORITHMS, Objective, make_diversity
+from ..objectives import (
+    ALGORITHMS,
+    FacilityLocation,
+    Objective,
+    PairwiseSimilarity,
+    TermContext,
+    make_diversity,
+)
 from ..objectives.disf import correlation_loss
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 
@@ -44,23 +51,23 @@ _QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 
 # --- metrics --------------------------------------------------------------------------------
+def _bound(term_cls: type, x: torch.Tensor, k: int):
+    return term_cls().bind(TermContext.create(x, None, k))
+
+
 def facility_coverage(x: torch.Tensor, selected: torch.Tensor) -> float:
-    """``mean_i max(0, max_{j in S} <x_i, x_j>)`` over every row i of ``x`` (unit rows)."""
-    xs = x[selected]
-    step = _block_rows(len(selected))
-    total = 0.0
-    for lo in range(0, x.shape[0], step):
-        total += float((x[lo : lo + step] @ xs.T).amax(1).clamp_min(0.0).double().sum())
-    return total / x.shape[0]
+    """``mean_i max(0, max_{j in S} <x_i, x_j>)`` over every row i of ``x`` (unit rows):
+    the value of :class:`~datamask.objectives.FacilityLocation` (exact, dense)."""
+    return _bound(FacilityLocation, x, len(selected)).value(selected)
 
 
 def mean_pairwise_similarity(x: torch.Tensor, selected: torch.Tensor) -> float:
-    """Mean cosine similarity over ordered pairs ``i != j`` of the selected (unit) rows."""
+    """Mean cosine similarity over ordered pairs ``i != j`` of the selected (unit) rows:
+    one minus the value of :class:`~datamask.objectives.PairwiseSimilarity`."""
     k = len(selected)
     if k < 2:
         return float("nan")
-    s = x[selected].double().sum(0)
-    return float((s @ s - k) / (k * (k - 1)))
+    return 1.0 - _bound(PairwiseSimilarity, x, k).value(selected)
 
 
 def mean_nn_similarity(x: torch.Tensor, selected: torch.Tensor) -> float:

@@ -160,7 +160,7 @@ class BaseSelector:
         objective = self.objective
         if objective is None:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
-        self.objective_ = objective.bind(corpus, self.k_, self.device_)
+        self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
         self._torch_gen, self._np_rng = make_generators(int(self.seed), self.device_)
         self._cap = (
             None

@@ -38,7 +38,7 @@ from .._validation import Interval, Options, check_choice, check_positive
 from ..data import Corpus
 from ..near_duplicates import infeasible_message
 from ..objectives import Objective
-from ..objectives.disf import correlation_loss
+from ..objectives.disf import correlation_loss, offdiag_correlation
 from ._base import BaseSelector
 
 __all__ = [
@@ -77,6 +77,10 @@ def candidate_losses(
     eps: float = 1e-8,
 ) -> torch.Tensor:
     """The original's correlation loss of (picked rows + x) for every candidate row x.
+
+    :func:`~datamask.objectives.disf.offdiag_correlation` with ``eps_mode="add"`` (what
+    :func:`reference_correlation` computes) expanded as a rank-two update of the moments,
+    so that every candidate costs O(d^2) without its own d x d matrix.
 
     Parameters
     ----------
@@ -120,9 +124,9 @@ def reference_correlation(feat: torch.Tensor, eps: float = 1e-8) -> torch.Tensor
     """The original's ``cal_corre`` (times 1e4): squared off-diagonal correlations, summed."""
     m = feat.shape[0]
     z = feat - feat.mean(dim=0, keepdim=True)
-    z = z / torch.sqrt(eps + z.var(dim=0, keepdim=True))
-    corr = z.T @ z / (m - 1)
-    return (corr * corr).sum() - (corr.diagonal() ** 2).sum()
+    # The original standardises by sqrt(unbiased variance + eps), then divides z^T z by
+    # m - 1: the unbiased covariance with eps added to its variances.
+    return offdiag_correlation(z.T @ z / (m - 1), eps=eps, eps_mode="add")
 
 
 class GreedyDiSF(BaseSelector):
@@ -176,7 +180,7 @@ class GreedyDiSF(BaseSelector):
     method = "disf-greedy"
     _parameter_constraints = {
         "batch_size": [Interval(int, 1, None, closed="left")],
-        "implementation": [Options(IMPLEMENTATIONS)],
+        "implementation": [Options(str, IMPLEMENTATIONS)],
         "eps": [Interval(float, 0, None, closed="neither")],
     }
 

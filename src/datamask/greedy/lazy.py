@@ -15,22 +15,20 @@ import torch
 
 from .._validation import Interval, check_positive
 from ..data import Corpus
-from ..objectives import FacilityLocation, Objective, Quality
+from ..objectives import Objective
 from ._base import BaseSelector, GreedyTrace, pick_order_scores
 
 __all__ = ["DenseGreedy", "LazyGreedy", "is_submodular"]
 
-#: Terms whose marginal gains never increase as the selection grows.
-SUBMODULAR_TERMS = (Quality, FacilityLocation)
-
 
 def is_submodular(objective: Objective) -> bool:
-    """Whether every term of ``objective`` is known to be submodular (stale gains are bounds).
+    """Whether every term of ``objective`` declares ``submodular = True`` (stale gains are
+    bounds). A new term gets lazy evaluation by declaring it.
 
-    Pairwise similarity is submodular only when no two documents have a negative cosine,
-    and DiSF is not submodular at all, so both report False.
+    Quality and facility location do. Pairwise similarity is submodular only when no two
+    documents have a negative cosine, and DiSF is not submodular at all: both do not.
     """
-    return all(isinstance(term, SUBMODULAR_TERMS) for _, term in objective.terms)
+    return all(term.submodular for _, term in objective.terms)
 
 
 class LazyGreedy(BaseSelector):
@@ -48,7 +46,7 @@ class LazyGreedy(BaseSelector):
        stale gain is an upper bound on the true one, so the row taken is the true argmax
        (ties: the lower row index, as in naive greedy).
 
-    When a term is not known to be submodular (pairwise similarity, DiSF), stale gains
+    When a term does not declare ``submodular`` (pairwise similarity, DiSF), stale gains
     are not bounds; every pick then re-evaluates all remaining rows (``lazy_ = False``),
     which is still exact greedy.
 

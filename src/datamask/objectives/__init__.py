@@ -1,11 +1,21 @@
-"""Objective terms (one metric per module) and their weighted combination."""
+"""Objective terms (one metric per module), their registry and weighted combination."""
 
-from .base import Term
+from .base import Term, TermContext
 from .combined import ALGORITHMS, Objective, make_diversity
-from .disf import DiSF, correlation_loss
+from .disf import DiSF, correlation_loss, offdiag_correlation
 from .facility_location import FacilityLocation
 from .pairwise import PairwiseSimilarity
 from .quality import Quality
+from .registry import (
+    TERMS,
+    import_term_modules,
+    make_term,
+    qualified_name,
+    register_term,
+    term_names,
+    term_params,
+)
+from .value_only import ValueTerm
 
 __all__ = [
     "ALGORITHMS",
@@ -14,7 +24,17 @@ __all__ = [
     "Objective",
     "PairwiseSimilarity",
     "Quality",
+    "TERMS",
     "Term",
+    "TermContext",
+    "ValueTerm",
     "correlation_loss",
+    "import_term_modules",
     "make_diversity",
+    "make_term",
+    "offdiag_correlation",
+    "qualified_name",
+    "register_term",
+    "term_names",
+    "term_params",
 ]

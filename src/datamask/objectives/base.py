@@ -1,9 +1,11 @@
-"""The contract every objective term honours.
+"""The contract every objective term honours, and the context it is bound to.
 
 A term scores a subset S of the corpus, higher is better, on a scale near [0, 1] so that
 terms can be mixed by weights (see :mod:`datamask.objectives.combined`). Optimisers reach
 terms only through these methods:
 
+- ``bind(ctx)``: attach a :class:`TermContext` (features, quality, k, device, seeded
+  generators, requested extra columns).
 - ``value(selected)``: exact value on the whole corpus (evaluation, reports).
 - ``batch_values(batch, masks)``: the value of each of G masks over a batch of rows, as one
   tensor op (the reference's REINFORCE rewards).
@@ -11,34 +13,164 @@ terms only through these methods:
   independently with probability ``p`` (the learner's exact-gradient estimator).
 - ``init_state(graph) / gains(state, candidates) / update(state, j)``: marginal gains for
   the greedy baselines (``update`` may change ``state`` in place).
+
+What an optimiser may assume about a term is declared by class-level capability flags, not
+found by ``isinstance``: :attr:`Term.submodular` (stale greedy gains are upper bounds, so
+lazy evaluation is exact), :attr:`Term.modular` (a row's gain never depends on the
+selection), :attr:`Term.has_graph` (a neighbour graph built by :meth:`Term.build_graph`),
+:attr:`Term.has_expected` (an :meth:`Term.expected` estimator). A new term gets lazy
+greedy evaluation by declaring ``submodular = True``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
-__all__ = ["Term"]
+from .._device import make_generators
+
+__all__ = ["Term", "TermContext"]
+
+
+@dataclass(frozen=True)
+class TermContext:
+    """Everything a term is bound to for one run.
+
+    Parameters
+    ----------
+    features : float tensor of shape (n_docs, d)
+        Unit-norm embeddings on the compute device.
+    quality : float tensor of shape (n_docs,) or None
+        The combined quality score scaled to [0, 1], on the device.
+    k : int
+        Target subset size.
+    device : torch.device
+        Where ``features`` live.
+    seed : int
+        The run's seed; ``generator`` and ``rng`` are derived from it.
+    generator : torch.Generator
+        Seeded torch generator on ``device``: every torch draw of the term goes through it
+        (never torch's global RNG), so the same seed gives the same selection.
+    rng : numpy.random.Generator
+        Seeded numpy generator, for draws made on the host.
+    columns : mapping of str to ndarray
+        Extra per-document columns the term asked for in ``requires_columns`` (length
+        n_docs each).
+    """
+
+    features: torch.Tensor
+    quality: torch.Tensor | None
+    k: int
+    device: torch.device
+    seed: int
+    generator: torch.Generator
+    rng: np.random.Generator
+    columns: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls,
+        features: torch.Tensor,
+        quality: torch.Tensor | None,
+        k: int,
+        *,
+        seed: int = 0,
+        columns: Mapping[str, np.ndarray] | None = None,
+    ) -> TermContext:
+        """A context with fresh generators from ``seed`` on the device of ``features``."""
+        device = features.device
+        gen, rng = make_generators(int(seed), device)
+        return cls(
+            features=features,
+            quality=quality,
+            k=int(k),
+            device=device,
+            seed=int(seed),
+            generator=gen,
+            rng=rng,
+            columns=dict(columns or {}),
+        )
 
 
 class Term(ABC):
-    """One objective term. Subclasses set ``name`` and implement the methods below."""
+    """One objective term. Subclasses set ``name`` and implement the methods below.
+
+    Class attributes
+    ----------------
+    name : str
+        Key of the term's value in reports (repeats get ``_2``, ``_3``, ...).
+    submodular : bool, default=False
+        Marginal gains never increase as the selection grows: the lazy greedy may use stale
+        gains as upper bounds (an objective is lazy only when all its terms are).
+    modular : bool, default=False
+        A row's gain does not depend on the selection (``gains`` of any state are the
+        gains of the empty one); the swap search then scores adds and drops by them.
+    has_graph : bool, default=False
+        The term counts greedy gains on a neighbour graph built by :meth:`build_graph`
+        (timed; see :meth:`graph_summary`).
+    has_expected : bool
+        The term implements :meth:`expected` (set automatically when a subclass defines
+        ``expected``).
+    requires_columns : tuple of str, default=()
+        Extra corpus columns the term reads from ``ctx.columns``.
+    _parameter_constraints : dict
+        Constructor parameters and their accepted forms (see
+        :func:`datamask._validation.validate_params`); what the registry and the CLI may
+        pass to the term.
+    """
 
     name: ClassVar[str]
+    submodular: ClassVar[bool] = False
+    modular: ClassVar[bool] = False
+    has_graph: ClassVar[bool] = False
+    has_expected: ClassVar[bool] = False
+    requires_columns: ClassVar[tuple[str, ...]] = ()
+    _parameter_constraints: ClassVar[dict[str, list]] = {}
 
-    def bind(self, features: torch.Tensor, quality: torch.Tensor, k: int) -> Term:
-        """Attach the corpus (features on the compute device, normalised quality in [0, 1])
-        and the target subset size ``k``. Returns self."""
-        self.features_ = features
-        self.quality_ = quality
-        self.k_ = int(k)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "expected" in cls.__dict__ and "has_expected" not in cls.__dict__:
+            cls.has_expected = True
+
+    def bind(
+        self,
+        ctx: TermContext | torch.Tensor,
+        quality: torch.Tensor | None = None,
+        k: int | None = None,
+    ) -> Term:
+        """Attach the run's :class:`TermContext`. Returns self.
+
+        ``bind(features, quality, k)`` (the former signature) still works: it builds a
+        context with seed 0 and no extra columns.
+        """
+        if not isinstance(ctx, TermContext):
+            if k is None:
+                raise TypeError("bind(features, quality, k) needs k; or pass a TermContext.")
+            ctx = TermContext.create(ctx, quality, k)
+        missing = [c for c in self.requires_columns if c not in ctx.columns]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__} requires the column(s) {missing}; the context holds "
+                f"{sorted(ctx.columns)}."
+            )
+        self.ctx_ = ctx
+        self.features_ = ctx.features
+        self.quality_ = ctx.quality
+        self.k_ = int(ctx.k)
         return self
 
     @property
     def n_docs(self) -> int:
         return int(self.features_.shape[0])
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor parameters declared in ``_parameter_constraints``, as set."""
+        return {p: getattr(self, p) for p in self._parameter_constraints if hasattr(self, p)}
 
     @abstractmethod
     def value(self, selected: torch.Tensor) -> float:
@@ -66,7 +198,71 @@ class Term(ABC):
         ``clients`` optionally restricts a coverage-type term to a random subset of the rows it
         averages over (an unbiased stochastic estimate).
         """
-        raise NotImplementedError(f"{type(self).__name__} has no expected-value estimator.")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no expected-value estimator; use "
+            "estimator='reinforce' (--estimator reinforce) or a greedy selector."
+        )
+
+    # --- neighbour graph (terms with has_graph) ---------------------------------------------
+    def build_graph(self) -> None:
+        """Build the term's neighbour graph now (a no-op for terms without one)."""
+        return None
+
+    def graph_summary(self) -> dict[str, Any] | None:
+        """``{"seconds", "method", "n_neighbors"}`` of a built graph, else None."""
+        return None
+
+    def graph_value(self, selected: torch.Tensor) -> float:
+        """The value the graph greedy and the swap search maximise (``value`` unless the
+        term counts coverage on a graph)."""
+        return self.value(selected)
+
+    # --- swap local search (optim.local_search) ---------------------------------------------
+    def swap_bounds(
+        self, keep: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Per row (float64, shape (n,)): the gain of adding it to the selection ``keep``
+        (a bool mask) and the loss of dropping it, each alone, on :meth:`graph_value`.
+
+        Returns None when the term has no cheap all-rows scores: the swap search then asks
+        :meth:`swap_scores` on a pool of :meth:`swap_pool_size` candidates. Modular terms
+        get theirs from :meth:`gains`.
+        """
+        if not self.modular:
+            return None
+        every = torch.arange(keep.shape[0], device=keep.device)
+        g = self.gains(self.init_state(), every).double()
+        return g, g
+
+    def swap_pair(self, adds: torch.Tensor, drops: torch.Tensor) -> torch.Tensor | None:
+        """Exact correction of swapping ``drops[i]`` for ``adds[i]`` beyond the sum of the
+        two single-row scores (None: no interaction counted)."""
+        return None
+
+    def swap_footprint(self, keep: torch.Tensor) -> tuple | None:
+        """For terms whose swaps can interact (facility location): the rows each swap
+        touches, so that the search can pick swaps that add up (None: no footprint)."""
+        return None
+
+    def swap_pool_size(self, m: int) -> int:
+        """Candidates scored by :meth:`swap_scores` when :meth:`swap_bounds` is None, for a
+        search that examines ``m`` pairs a round."""
+        return 64
+
+    def swap_scores(
+        self, selected: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The term's gain if each of ``adds`` were added to ``selected`` alone, and its loss
+        if each of ``drops`` (rows of ``selected``) were dropped alone. Default: by
+        differencing :meth:`graph_value` (one call per candidate)."""
+        base = self.graph_value(selected)
+        gain = [self.graph_value(torch.cat([selected, a.view(1)])) - base for a in adds]
+        loss = [base - self.graph_value(selected[selected != d]) for d in drops]
+        dev = selected.device
+        return (
+            torch.tensor(gain, dtype=torch.float64, device=dev),
+            torch.tensor(loss, dtype=torch.float64, device=dev),
+        )
 
     # --- greedy marginal gains -------------------------------------------------------------
     @abstractmethod
@@ -83,4 +279,5 @@ class Term(ABC):
         """Add row ``j`` to the selection; returns the new state."""
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"

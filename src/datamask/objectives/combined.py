@@ -2,35 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._validation import check_ratio, validate_params
 from ..data import Corpus
-from .base import Term
-from .disf import DiSF
-from .facility_location import FacilityLocation
-from .pairwise import PairwiseSimilarity
+from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
+from .base import Term, TermContext
 from .quality import Quality
+from .registry import TERMS, term_class
 
 __all__ = ["Objective", "ALGORITHMS", "make_diversity"]
 
-#: The reference's ``--algorithm`` names and the term each one selects.
-ALGORITHMS: dict[str, type[Term]] = {
-    "Facility": FacilityLocation,
-    "Pair_simi": PairwiseSimilarity,
-    "DiSF": DiSF,
-}
+#: The ``--algorithm`` names (the reference's ``Facility``, ``Pair_simi``, ``DiSF``, then
+#: any registered user term) and their classes: the registry itself, so always current.
+ALGORITHMS: dict[str, type[Term]] = TERMS
 
 
-def make_diversity(algorithm: str, **kwargs: Any) -> Term:
-    """The diversity term for a reference ``--algorithm`` name."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}; got {algorithm!r}.")
-    cls = ALGORITHMS[algorithm]
-    return cls(**kwargs) if cls is FacilityLocation else cls()
+def make_diversity(algorithm: str, **params: Any) -> Term:
+    """The diversity term registered as ``algorithm``, built with ``params``.
+
+    Every term takes the parameters it declares in ``_parameter_constraints`` (filter
+    CLI-level settings with :func:`~datamask.objectives.registry.term_params`).
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or a parameter value outside the term's constraints.
+    TypeError
+        A parameter the term does not declare.
+    """
+    cls = term_class(algorithm, what="algorithm")
+    validate_params(cls.__name__, cls._parameter_constraints, params)
+    return cls(**params)
 
 
 class Objective:
@@ -58,8 +65,6 @@ class Objective:
         lamb: float = 0.5,
         weights: Sequence[float] | None = None,
     ) -> None:
-        from .._validation import check_ratio
-
         self.diversity = [diversity] if isinstance(diversity, Term) else list(diversity)
         if not self.diversity:
             raise ValueError("diversity must hold at least one term; got none.")
@@ -75,16 +80,65 @@ class Objective:
     def __repr__(self) -> str:
         return f"Objective(diversity={self.diversity}, lamb={self.lamb})"
 
-    def bind(self, corpus: Corpus, k: int, device: torch.device | str = "cpu") -> Objective:
-        """Move the corpus to ``device`` and attach it to every term. Returns self."""
+    def bind(
+        self,
+        corpus: Corpus,
+        k: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        columns: Mapping[str, np.ndarray] | None = None,
+    ) -> Objective:
+        """Move the corpus to ``device`` and bind every term to its context. Returns self.
+
+        Parameters
+        ----------
+        corpus : Corpus
+            The (checked) documents.
+        k : int
+            Target subset size.
+        device : torch.device or str, default="cpu"
+            Compute device.
+        seed : int, default=0
+            The run's seed. Every term gets its own :class:`~datamask.objectives.base.
+            TermContext` with fresh generators from it, so one term's draws never shift
+            another's and the same seed gives the same result at any N.
+        columns : mapping of str to ndarray, optional
+            Extra per-document columns; default ``corpus.extra`` when the corpus has it.
+            Each term receives the columns it lists in ``requires_columns``.
+
+        Raises
+        ------
+        ValueError
+            A term requires a column that is absent, or a column of the wrong length.
+        """
         self.device_ = torch.device(device)
         self.k_ = int(k)
+        self.seed_ = int(seed)
         self.features_ = torch.as_tensor(corpus.features, device=self.device_)
         self.quality_ = torch.as_tensor(
             corpus.normalized_quality(), dtype=torch.float32, device=self.device_
         )
+        available = dict(getattr(corpus, "extra", None) or {}) if columns is None else columns
+        n = self.features_.shape[0]
         for _, term in self.terms:
-            term.bind(self.features_, self.quality_, self.k_)
+            wanted = {}
+            for col in term.requires_columns:
+                if col not in available:
+                    where = getattr(corpus, "source", "the corpus")
+                    raise ValueError(
+                        f"term {type(term).__name__} requires the column {col!r}, which was "
+                        f"not read from {where}; available columns: {sorted(available)}."
+                    )
+                values = np.asarray(available[col])
+                if len(values) != n:
+                    raise ValueError(
+                        f"column {col!r} has {len(values)} rows but there are {n} documents."
+                    )
+                wanted[col] = values
+            ctx = TermContext.create(
+                self.features_, self.quality_, self.k_, seed=self.seed_, columns=wanted
+            )
+            term.bind(ctx)
         return self
 
     # --- values ------------------------------------------------------------------------------
@@ -116,25 +170,36 @@ class Objective:
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         """Differentiable E[J] under independent keep-probabilities ``p``."""
+        missing = [type(t).__name__ for _, t in self.terms if not t.has_expected]
+        if missing:
+            raise NotImplementedError(
+                f"{', '.join(missing)} has no expected-value estimator (value-only term); "
+                "use estimator='reinforce' (--estimator reinforce) or a greedy selector "
+                "(--method greedy)."
+            )
         return sum(w * t.expected(p, clients) for w, t in self.terms)
 
     # --- neighbour graphs -----------------------------------------------------------------
     def build_graphs(self) -> None:
         """Build the K-NN graph of every term that has one (timed in its ``graph_seconds_``)."""
         for _, term in self.terms:
-            if isinstance(term, FacilityLocation):
-                term.knn_graph()
+            if term.has_graph:
+                term.build_graph()
 
     def graph_info(self) -> dict[str, Any]:
         """Seconds spent building neighbour graphs, how, and their K (empty when none)."""
-        terms = [
-            t for _, t in self.terms if isinstance(t, FacilityLocation) and t.graph_ is not None
-        ]
+        built = [t.graph_summary() for _, t in self.terms if t.has_graph]
+        built = [g for g in built if g is not None]
         return {
-            "graph_seconds": float(sum(t.graph_seconds_ for t in terms)),
-            "graph_method": ",".join(t.graph_method_ for t in terms),
-            "n_neighbors": [int(t.n_neighbors_) for t in terms],
+            "graph_seconds": float(sum(g["seconds"] for g in built)),
+            "graph_method": ",".join(g["method"] for g in built),
+            "n_neighbors": [int(g["n_neighbors"]) for g in built],
         }
+
+    @property
+    def submodular(self) -> bool:
+        """Whether every term declares itself submodular (stale greedy gains are bounds)."""
+        return all(t.submodular for _, t in self.terms)
 
     # --- greedy ------------------------------------------------------------------------------
     def init_state(self, graph: bool = False) -> list[Any]:

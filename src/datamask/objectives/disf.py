@@ -4,11 +4,56 @@ from __future__ import annotations
 
 import torch
 
-from .base import Term
+from .._validation import Interval
+from .base import Term, TermContext
+from .registry import register_term
 
-__all__ = ["DiSF", "correlation_loss"]
+__all__ = ["DISF_POOL", "DiSF", "correlation_loss", "offdiag_correlation"]
 
 _EPS = 1e-8
+
+#: DiSF's swap scores cost O(d^2) a row; the swap search computes them for at least this
+#: many add and drop candidates (those the other terms rank best).
+DISF_POOL = 8192
+
+
+def offdiag_correlation(
+    cov: torch.Tensor, *, eps: float = _EPS, eps_mode: str = "clamp"
+) -> torch.Tensor:
+    """Sum of squared off-diagonal correlations of the covariance matrices ``cov``.
+
+    The one correlation kernel of the package: the DiSF term (value, batched values,
+    expectation, greedy state), the evaluation's DiSF loss and the original greedy's
+    reference loss all end here.
+
+    Parameters
+    ----------
+    cov : float tensor of shape (..., d, d)
+        Covariance matrices (biased or unbiased: the correlation is the same up to ``eps``).
+    eps : float, default=1e-8
+        Guard of the variances.
+    eps_mode : {"clamp", "add"}, default="clamp"
+        ``clamp``: variances below ``eps`` are raised to it (datamask's terms: a constant
+        column has correlation 0, and a non-constant one is exact). ``add``: ``eps`` is
+        added to every variance, as the original DiSF's ``cal_corre`` does to the unbiased
+        variance; :func:`datamask.greedy.disf.reference_correlation` needs it to reproduce
+        the original's picks (its rank-two update ``candidate_losses`` expands the same
+        formula).
+
+    Returns
+    -------
+    float tensor of shape (...)
+    """
+    var = cov.diagonal(dim1=-2, dim2=-1)
+    if eps_mode == "clamp":
+        var = var.clamp_min(eps)
+    elif eps_mode == "add":
+        var = var + eps
+    else:
+        raise ValueError(f"eps_mode must be one of ['clamp', 'add']; got {eps_mode!r}.")
+    inv_std = var.rsqrt()
+    corr = cov * inv_std[..., :, None] * inv_std[..., None, :]
+    return (corr * corr).sum((-2, -1)) - (corr.diagonal(dim1=-2, dim2=-1) ** 2).sum(-1)
 
 
 def _weighted_offdiag(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -25,11 +70,8 @@ def _weighted_offdiag(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         second = torch.matmul((weights[:, :, None] * x[None]).transpose(1, 2), x)
         second = second / n[:, None, None]
     cov = second - mean[:, :, None] * mean[:, None, :]
-    inv_std = cov.diagonal(dim1=1, dim2=2).clamp_min(_EPS).rsqrt()
-    corr = cov * inv_std[:, :, None] * inv_std[:, None, :]
     d = x.shape[1]
-    off = (corr * corr).sum((1, 2)) - (corr.diagonal(dim1=1, dim2=2) ** 2).sum(1)
-    return off / (d * (d - 1))
+    return offdiag_correlation(cov) / (d * (d - 1))
 
 
 def correlation_loss(x: torch.Tensor) -> float:
@@ -39,6 +81,7 @@ def correlation_loss(x: torch.Tensor) -> float:
     return float(_weighted_offdiag(w, x)[0] * d * (d - 1))
 
 
+@register_term("DiSF")
 class DiSF(Term):
     """``D(S) = 1 - L(S) / L_k``: L the sum of squared off-diagonal correlations of the
     standardised features, ``L_k`` its mean over random subsets of the target size k.
@@ -56,18 +99,26 @@ class DiSF(Term):
     Parameters
     ----------
     n_reference : int, default=4
-        Random subsets averaged for ``L_k`` (drawn with a fixed seed, so values are
-        reproducible).
+        Random subsets averaged for ``L_k``. They are drawn from a CPU generator seeded 0,
+        not the run's generator: ``L_k`` is a constant of the term (the scale of its
+        values), so values stay comparable across seeds and devices.
     """
 
     name = "disf"
+    _parameter_constraints = {"n_reference": [Interval(int, 1, None, closed="left")]}
 
     def __init__(self, n_reference: int = 4) -> None:
         self.n_reference = n_reference
 
-    def bind(self, features: torch.Tensor, quality: torch.Tensor, k: int) -> DiSF:
-        super().bind(features, quality, k)
-        gen = torch.Generator(device="cpu").manual_seed(0)
+    def bind(
+        self,
+        ctx: TermContext | torch.Tensor,
+        quality: torch.Tensor | None = None,
+        k: int | None = None,
+    ) -> DiSF:
+        super().bind(ctx, quality, k)
+        features, k = self.features_, self.k_
+        gen = torch.Generator(device="cpu").manual_seed(0)  # a constant of the term, see above
         n = features.shape[0]
         size = min(max(int(k), 2), n)
         masks = torch.zeros(self.n_reference, n, dtype=features.dtype)
@@ -92,6 +143,9 @@ class DiSF(Term):
             return 1.0 - _weighted_offdiag(p[None], self.features_)[0] / self.scale_
         # A random sample of rows: the same weighted correlation, O(|clients| d^2) a step.
         return 1.0 - _weighted_offdiag(p[clients][None], self.features_[clients])[0] / self.scale_
+
+    def swap_pool_size(self, m: int) -> int:
+        return max(4 * m, DISF_POOL)
 
     # Greedy state: count, feature sum and second-moment sum of the selection.
     def init_state(self, graph: bool = False) -> tuple[int, torch.Tensor, torch.Tensor]:
@@ -138,6 +192,8 @@ class DiSF(Term):
         ``C' = a C + b u u^T`` with ``a = c / (c + 1)``, ``b = c / (c + 1)^2``; removing it,
         ``a = c / (c - 1)``, ``b = -c / (c - 1)^2``. With ``D = 1 / diag(C')`` the squared
         correlations sum to ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (u^T (u o D))^2``.
+        This is :func:`offdiag_correlation` (``eps_mode="clamp"``) of ``C'`` expanded, so all
+        candidates cost two GEMMs instead of one d x d matrix each.
         """
         d = self.features_.shape[1]
         mean = total / count
@@ -166,9 +222,7 @@ class DiSF(Term):
         d = total.shape[0]
         mean = total / count
         cov = second / count - mean[:, None] * mean[None, :]
-        inv = cov.diagonal().clamp_min(_EPS).rsqrt()
-        corr = cov * inv[:, None] * inv[None, :]
-        off = (corr * corr).sum() - (corr.diagonal() ** 2).sum()
+        off = offdiag_correlation(cov)
         return float(1.0 - off / (d * (d - 1)) / self.scale_)
 
     def update(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from .._validation import Interval, Options
-from ..neighbors import _block_rows, knn_graph, resolve_knn
-from .base import Term
+from ..neighbors import KNN_METHODS, _block_rows, knn_graph, resolve_knn
+from .base import Term, TermContext
+from .registry import register_term
 
 __all__ = [
     "FacilityLocation",
@@ -48,6 +48,17 @@ class CoverState:
     graph: bool
 
 
+def _csr(
+    keys: torch.Tensor, values: torch.Tensor, n: int, *, presorted: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``values`` grouped by ``keys`` in [0, n): ``(ptr, grouped)``, group j at ptr[j]:ptr[j+1]."""
+    if not presorted:
+        order = torch.argsort(keys, stable=True)
+        keys, values = keys[order], values[order]
+    return torch.searchsorted(keys, torch.arange(n + 1, device=keys.device)), values
+
+
+@register_term("Facility")
 class FacilityLocation(Term):
     """``D(S) = mean_i max(0, max_{j in S} <x_i, x_j>)`` over all n documents i.
 
@@ -72,7 +83,9 @@ class FacilityLocation(Term):
         K of the graph. Default: :func:`neighbors_for_ratio` of the target size, so that
         every document expects ``KEPT_NEIGHBORS`` kept neighbours in its list.
     knn : {"auto", "exact", "ivf", "faiss"}, default="auto"
-        How the graph is built, see :func:`datamask.neighbors.knn_graph`.
+        How the graph is built, see :func:`datamask.neighbors.knn_graph`. The ivf k-means
+        draws from the context's seeded generator (``TermContext.generator``), so the
+        graph depends on the input and the run's seed only.
     n_probe : int, optional
         Probes of the approximate searches (default ``neighbors.default_n_probe``).
     graph : (indices, similarities) tensors, optional
@@ -94,11 +107,14 @@ class FacilityLocation(Term):
     """
 
     name = "facility"
-
-    _parameter_constraints: ClassVar[dict[str, list]] = {
-        "n_neighbors": [Interval(int, 0, None, closed="neither"), None],
-        "knn": [Options(("auto", "exact", "ivf", "faiss"))],
+    submodular = True
+    has_graph = True
+    _parameter_constraints = {
+        "n_neighbors": [Interval(int, 0, None, closed="neither"), None],  # "> 0"
+        "knn": [Options(str, tuple(KNN_METHODS))],
         "n_probe": [Interval(int, 1, None, closed="left"), None],
+        "graph": [tuple, None],
+        "dense_max_bytes": [Interval(int, 0, None, closed="left")],
     }
 
     def __init__(
@@ -118,8 +134,14 @@ class FacilityLocation(Term):
     def __repr__(self) -> str:
         return f"FacilityLocation(n_neighbors={self.n_neighbors}, knn={self.knn!r})"
 
-    def bind(self, features: torch.Tensor, quality: torch.Tensor, k: int) -> FacilityLocation:
-        super().bind(features, quality, k)
+    def bind(
+        self,
+        ctx: TermContext | torch.Tensor,
+        quality: torch.Tensor | None = None,
+        k: int | None = None,
+    ) -> FacilityLocation:
+        super().bind(ctx, quality, k)
+        features = self.features_
         n = self.n_docs
         if self.n_neighbors is None:
             self.n_neighbors_ = neighbors_for_ratio(self.k_, n)
@@ -130,6 +152,7 @@ class FacilityLocation(Term):
                 raise ValueError(f"n_neighbors must be >= 1; got {self.n_neighbors}.")
             self.n_neighbors_ = min(self.n_neighbors, n)
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._swap_top = None
         self.graph_seconds_ = 0.0
         self.graph_method_ = "given" if self.graph is not None else ""
         if self.graph is not None:
@@ -161,7 +184,11 @@ class FacilityLocation(Term):
     def knn_graph(
         self, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The (indices, similarities clipped at 0) K-NN graph, built once on first use."""
+        """The (indices, similarities clipped at 0) K-NN graph, built once on first use.
+
+        Its random draws (the ivf k-means) come from ``generator``, by default the bound
+        context's: the same seed builds the same graph whatever torch's global state.
+        """
         if self.graph_ is None:
             start = time.perf_counter()
             x = self.features_
@@ -171,11 +198,23 @@ class FacilityLocation(Term):
                 self.n_neighbors_,
                 method=self.graph_method_,
                 n_probe=self.n_probe,
-                generator=generator,
+                generator=self.ctx_.generator if generator is None else generator,
             )
             self.graph_ = (idx, sim.clamp_min(0.0))
             self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
+
+    def build_graph(self) -> None:
+        self.knn_graph()
+
+    def graph_summary(self) -> dict | None:
+        if self.graph_ is None:
+            return None
+        return {
+            "seconds": float(self.graph_seconds_),
+            "method": self.graph_method_,
+            "n_neighbors": int(self.n_neighbors_),
+        }
 
     def reverse_graph(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The graph by column, CSR: ``(ptr, clients, sims)``; the documents that list row
@@ -217,6 +256,42 @@ class FacilityLocation(Term):
 
     def value(self, selected: torch.Tensor) -> float:
         return float(self.coverage(selected).double().mean())
+
+    # --- swap local search: all-rows bounds on the graph objective -------------------------
+    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gain of adding each row against the current graph coverage, and loss of dropping
+        each kept row: the coverage its clients fall back to (their second-best kept
+        neighbour). The exact swap gain of a pair is never below ``gain - loss``."""
+        n = keep.shape[0]
+        idx, sim = self.knn_graph()
+        covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
+        top = covered.topk(min(2, covered.shape[1]), dim=1)
+        self._swap_top = top  # for swap_footprint
+        best = top.values[:, 0]
+        second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
+        owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
+        drop = torch.zeros(n, dtype=torch.float64, device=keep.device)
+        drop.index_add_(0, owner, (best - second).to(torch.float64))
+        every = torch.arange(n, device=keep.device)
+        return self._graph_gains(best, every).to(torch.float64), drop / n
+
+    def swap_footprint(self, keep: torch.Tensor) -> tuple:
+        """The documents each kept row covers best or second best, and those each other
+        row would gain on, both CSR ``(ptr, rows)`` (after :meth:`swap_bounds` on ``keep``):
+        swaps whose footprints do not meet add up."""
+        n = keep.shape[0]
+        top = self._swap_top
+        idx, _ = self.knn_graph()
+        owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
+        real = (top.values > 0).reshape(-1)  # a zero similarity is no neighbour
+        clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
+        _, rclients, rsims = self.reverse_graph()
+        gains_here = rsims > top.values[:, 0][rclients]  # beats the current cover
+        cols = self.reverse_cols_
+        return (
+            _csr(owners.reshape(-1)[real], clients[real], n),
+            _csr(cols[gains_here], rclients[gains_here], n, presorted=True),
+        )
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]

@@ -17,6 +17,8 @@ class Quality(Term):
     """
 
     name = "quality"
+    submodular = True
+    modular = True
 
     def value(self, selected: torch.Tensor) -> float:
         return float(self.quality_[selected].mean())
@@ -36,3 +38,7 @@ class Quality(Term):
 
     def update(self, state: None, j: int) -> None:
         return None
+
+    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        q = self.quality_.to(torch.float64) / k  # a row adds (or takes away) q / k
+        return q, q

@@ -28,23 +28,18 @@ from typing import Any
 
 import torch
 
-from ..objectives import DiSF, FacilityLocation, Objective, PairwiseSimilarity, Quality
+from ..objectives import Objective
+from ..objectives.disf import DISF_POOL
 
 __all__ = ["DISF_POOL", "SwapResult", "graph_objective", "swap_search"]
 
-#: DiSF's swap scores cost O(d^2) a row; they are computed for at least this many add and
-#: drop candidates (those the other terms rank best), every row below that size.
-DISF_POOL = 8192
-
 
 def graph_objective(objective: Objective, selected: torch.Tensor) -> float:
-    """J with facility location counted on its K-NN graph (the greedy's objective)."""
+    """J with every term's :meth:`~datamask.objectives.Term.graph_value` (facility location
+    counted on its K-NN graph: the greedy's objective)."""
     total = 0.0
     for w, term in objective.terms:
-        if isinstance(term, FacilityLocation):
-            total += w * term.graph_value(selected)
-        else:
-            total += w * term.value(selected)
+        total += w * term.graph_value(selected)
     return total
 
 
@@ -60,85 +55,40 @@ class SwapResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _csr(
-    keys: torch.Tensor, values: torch.Tensor, n: int, *, presorted: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``values`` grouped by ``keys`` in [0, n): ``(ptr, grouped)``, group j at ptr[j]:ptr[j+1]."""
-    if not presorted:
-        order = torch.argsort(keys, stable=True)
-        keys, values = keys[order], values[order]
-    return torch.searchsorted(keys, torch.arange(n + 1, device=keys.device)), values
-
-
-def _footprints(objective: Objective, keep: torch.Tensor, tops: list) -> list:
-    """Per facility term: the documents each kept row covers best or second best, and the
-    documents each other row would gain on (both CSR), for :func:`_independent`. ``tops``:
-    each term's two best kept similarities per document (from :func:`_scores`)."""
-    n = keep.shape[0]
+def _footprints(objective: Objective, keep: torch.Tensor) -> list:
+    """Per term that has one (facility location), its swap footprint (see
+    ``FacilityLocation.swap_footprint``) for :func:`_independent`."""
     out = []
-    terms = [t for w, t in objective.terms if isinstance(t, FacilityLocation) and w != 0]
-    for term, top in zip(terms, tops, strict=True):
-        idx, _ = term.knn_graph()
-        owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
-        real = (top.values > 0).reshape(-1)  # a zero similarity is no neighbour
-        clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
-        rptr, rclients, rsims = term.reverse_graph()
-        gains_here = rsims > top.values[:, 0][rclients]  # beats the current cover
-        cols = term.reverse_cols_
-        out.append(
-            (
-                _csr(owners.reshape(-1)[real], clients[real], n),
-                _csr(cols[gains_here], rclients[gains_here], n, presorted=True),
-            )
-        )
+    for w, term in objective.terms:
+        footprint = term.swap_footprint(keep) if w != 0 else None
+        if footprint is not None:
+            out.append(footprint)
     return out
 
 
 def _scores(
     objective: Objective, keep: torch.Tensor, k: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float, list]:
-    """Per row: gain of adding it, loss of dropping it; the pairwise sum and its weight;
-    per facility term, the two best kept similarities of every document."""
+) -> tuple[torch.Tensor, torch.Tensor, list, list]:
+    """Per row: gain of adding it, loss of dropping it, summed over the terms that score
+    every row (``Term.swap_bounds``); the terms scored on a candidate pool instead
+    (``Term.swap_scores``: DiSF, value-only terms); the terms with a pair correction."""
     n = keep.shape[0]
     dtype = torch.float64
     gain = torch.zeros(n, dtype=dtype, device=keep.device)
     loss = torch.zeros(n, dtype=dtype, device=keep.device)
-    pair_sum, pair_w = None, 0.0
-    tops = []
-    sel = torch.nonzero(keep).squeeze(1)
+    pooled, paired = [], []
     for w, term in objective.terms:
         if w == 0:
             continue
-        if isinstance(term, Quality):
-            q = term.quality_.to(dtype) / k
-            gain += w * q
-            loss += w * q
-        elif isinstance(term, FacilityLocation):
-            idx, sim = term.knn_graph()
-            covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
-            top = covered.topk(min(2, covered.shape[1]), dim=1)
-            tops.append(top)
-            best = top.values[:, 0]
-            second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
-            owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
-            drop = torch.zeros(n, dtype=dtype, device=keep.device)
-            drop.index_add_(0, owner, (best - second).to(dtype))
-            loss += w * drop / n
-            every = torch.arange(n, device=keep.device)
-            gain += w * term._graph_gains(best, every).to(dtype)
-        elif isinstance(term, PairwiseSimilarity):
-            x = term.features_
-            c = max(k * (k - 1), 1)
-            pair_sum = x[sel].to(dtype).sum(0)
-            pair_w = w / c
-            dots = x.to(dtype) @ pair_sum
-            gain += w * (-2.0 * dots) / c
-            loss += w * (-2.0 * dots + 2.0) / c
-        elif isinstance(term, DiSF):  # O(d^2) a row: scored on the candidates only, below
-            pass
-        else:
-            raise TypeError(f"swap_search does not know the term {type(term).__name__}.")
-    return gain, loss, pair_sum, pair_w, tops
+        bounds = term.swap_bounds(keep, k)
+        if bounds is None:  # O(d^2) or worse a row: scored on the candidates only, below
+            pooled.append((w, term))
+            continue
+        g, l_ = bounds
+        gain += w * g
+        loss += w * l_
+        paired.append((w, term))
+    return gain, loss, pooled, paired
 
 
 def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: int) -> list[int]:
@@ -213,20 +163,19 @@ def swap_search(
     current = start = graph_objective(objective, sel)
     m = min(k, 1024) if batch is None else int(batch)
     result = SwapResult(selected=sel, start=start, value=start)
-    disf = [(w, t) for w, t in objective.terms if isinstance(t, DiSF) and w != 0]
     scores = None
     for rnd in range(max_rounds):
         result.rounds = rnd + 1
         if scores is None:
             scores = _scores(objective, keep, k)
-        gain, loss, pair_sum, pair_w, tops = scores
+        gain, loss, pooled, paired = scores
         m_eff = min(m, k, n - k)
         if m_eff < 1:
             break
         add_score = gain.masked_fill(keep, -torch.inf)
         drop_score = -loss.masked_fill(~keep, torch.inf)
-        if disf:  # DiSF on a pool of the candidates the other terms rank best
-            pool = max(4 * m_eff, DISF_POOL)
+        if pooled:  # DiSF, value-only terms: on a pool of the candidates the others rank best
+            pool = max(t.swap_pool_size(m_eff) for _, t in pooled)
             add_pool = add_score.topk(min(pool, n - k)).indices
             drop_pool = drop_score.topk(min(pool, k)).indices
             rows = torch.nonzero(keep).squeeze(1)
@@ -234,23 +183,24 @@ def swap_search(
             drop_score = torch.full_like(loss, -torch.inf)
             add_score[add_pool] = gain[add_pool]
             drop_score[drop_pool] = -loss[drop_pool]
-            for w, term in disf:
+            for w, term in pooled:
                 g, l_ = term.swap_scores(rows, add_pool, drop_pool)
                 add_score[add_pool] += w * g
                 drop_score[drop_pool] -= w * l_
         adds = add_score.topk(m_eff).indices
         drops = drop_score.topk(m_eff).indices
         bound = add_score[adds] + drop_score[drops]
-        if pair_sum is not None:  # exact pairwise cross term of each pair
-            x = objective.features_
-            bound = bound + 2.0 * pair_w * (x[adds] * x[drops]).sum(1).double()
+        for w, term in paired:  # exact cross term of each pair (pairwise similarity)
+            cross = term.swap_pair(adds, drops)
+            if cross is not None:
+                bound = bound + w * cross
         good = torch.nonzero(bound > tol).squeeze(1)
         if len(good) == 0:
             break
         # Every positive pair at once; if that does not rise, the non-interacting ones.
         trial, value = _apply(objective, keep, adds[good], drops[good])
         if not value > current + tol and len(good) > 1:
-            pick = _independent(adds[good], drops[good], _footprints(objective, keep, tops), n)
+            pick = _independent(adds[good], drops[good], _footprints(objective, keep), n)
             if len(pick) < len(good):
                 good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
                 trial, value = _apply(objective, keep, adds[good], drops[good])

@@ -188,11 +188,11 @@ class MaskLearner:
         "n_rollout": [Interval(int, 1, None, closed="left")],
         "max_lr": [Interval(float, 0, None, closed="neither"), None],
         "min_lr": [Interval(float, 0, None, closed="neither"), None],
-        "init": [Options(INITS)],
-        "estimator": [Options(ESTIMATORS)],
-        "mask_sampler": [Options(MASK_SAMPLERS)],
-        "baseline": [Options(BASELINES)],
-        "refine": [Options(REFINES)],
+        "init": [Options(str, INITS)],
+        "estimator": [Options(str, ESTIMATORS)],
+        "mask_sampler": [Options(str, MASK_SAMPLERS)],
+        "baseline": [Options(str, BASELINES)],
+        "refine": [Options(str, REFINES)],
         "max_swap_rounds": [Interval(int, 1, None, closed="left")],
     }
 
@@ -296,7 +296,7 @@ class MaskLearner:
             objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
         else:
             objective = self.objective
-        self.objective_ = objective.bind(corpus, self.k_, self.device_)
+        self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
         gen, _ = make_generators(self.seed, self.device_)
         self._gen = gen
 

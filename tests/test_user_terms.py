@@ -1,0 +1,143 @@
+"""A user term defined here, used by name through ``select``, ``bench`` and a sharded run.
+
+``--term-module test_user_terms`` imports this file (pytest puts ``tests/`` on the path and
+spawned workers inherit it), which registers ``Spread``; the generated ``--power`` flag is
+its parameter. Every path must score with it exactly as a direct evaluation does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import write_reference_layout
+
+from datamask import Corpus, Objective, make_clustered, register_term
+from datamask._validation import Interval
+from datamask.cli import main
+from datamask.io.parquet import read_corpus, read_summary
+from datamask.objectives import Quality, ValueTerm
+
+MODULE = "test_user_terms"
+FAST = ["--device", "cpu", "--no-progress", "--select-ratio", "0.1"]
+
+
+@register_term("Spread")
+class Spread(ValueTerm):
+    """``1 - |mean of the selected unit embeddings| ** power``: higher when the selection
+    points in many directions. Value-only: gains by differencing, no lazy evaluation."""
+
+    name = "spread"
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        "power": [Interval(float, 0, None, closed="neither")],
+    }
+
+    def __init__(self, power: float = 1.0) -> None:
+        self.power = power
+
+    def value(self, selected: torch.Tensor) -> float:
+        centre = self.features_[selected].double().mean(0)
+        return float(1.0 - centre.norm() ** self.power)
+
+
+def _write(path: Path, n: int = 300, seed: int = 0) -> Path:
+    return write_reference_layout(path, make_clustered(n, 16, 5, seed=seed))
+
+
+def _j(corpus, rows: np.ndarray, power: float, lamb: float = 0.5) -> dict[str, float]:
+    """The objective by hand: quality term and Spread, bound to the corpus."""
+    obj = Objective([Spread(power)], lamb=lamb).bind(corpus, len(rows), "cpu")
+    return obj.term_values(np.sort(rows))
+
+
+def test_select_uses_the_user_term_and_its_flag(tmp_path):
+    docs = _write(tmp_path / "docs.parquet")
+    out = tmp_path / "sel.parquet"
+    argv = ["select", "--input", docs, "--output", out, "--term-module", MODULE]
+    argv += ["--algorithm", "Spread", "--power", "2", "--method", "greedy", *FAST]
+    assert main([str(a) for a in argv]) == 0
+    summary = read_summary(out)
+    assert summary["settings"]["algorithm"] == ["Spread"]
+    assert summary["settings"]["power"] == 2.0 and summary["settings"]["term_modules"] == [MODULE]
+    corpus = read_corpus(docs)
+    table = pq.read_table(out).to_pydict()
+    rows = np.flatnonzero(table["selected"])
+    expected = _j(corpus, rows, power=2.0)
+    assert set(summary["terms"]) == {"quality", "spread", "J"}
+    for key, value in expected.items():
+        assert summary["terms"][key] == pytest.approx(value, abs=1e-9)
+    # the greedy maximised this objective: it beats the top-quality subset on it
+    topk = np.argsort(-corpus.normalized_quality(), kind="stable")[: len(rows)]
+    assert expected["J"] > _j(corpus, topk, power=2.0)["J"]
+    # in a fresh process without the module the name is unknown: argparse refuses it
+    bare = [str(a) for a in argv if a not in ("--term-module", MODULE)]
+    done = subprocess.run(
+        [sys.executable, "-m", "datamask.cli", *bare], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "invalid choice: 'Spread'" in done.stderr
+
+
+def test_bench_runs_the_user_term_in_spawned_processes(tmp_path):
+    docs = _write(tmp_path / "docs.parquet")
+    out = tmp_path / "bench"
+    argv = ["bench", "--input", docs, "--out-dir", out, "--term-module", MODULE]
+    argv += ["--algorithm", "Spread", "--methods", "greedy", "topk", "--no-plots"]
+    argv += ["--device", "cpu", "--no-progress", "--select-ratio", "0.1"]
+    assert main([str(a) for a in argv]) == 0  # isolated: every method in a spawned process
+    data = json.loads((out / "bench.json").read_text())
+    assert data["settings"]["algorithm"] == ["Spread"]
+    runs = {r["label"]: r for r in data["runs"]}
+    corpus = read_corpus(docs)
+    for run in runs.values():
+        assert set(run["terms"]) == {"quality", "spread", "J"}
+    assert runs["greedy"]["terms"]["J"] > runs["topk"]["terms"]["J"]
+    topk = np.argsort(-corpus.normalized_quality(), kind="stable")[:30]
+    assert runs["topk"]["terms"]["J"] == pytest.approx(_j(corpus, topk, 1.0)["J"], abs=1e-9)
+
+
+def test_sharded_run_uses_the_user_term_in_spawned_workers(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    whole = make_clustered(360, 16, 5, seed=0)
+    for s in range(3):
+        rows = slice(120 * s, 120 * (s + 1))
+        part = Corpus(
+            ids=whole.ids[rows], quality=whole.quality[rows], features=whole.features[rows]
+        )
+        write_reference_layout(shards / f"part-{s}.parquet", part)
+    common = ["--term-module", MODULE, "--algorithm", "Spread", "--method", "greedy"]
+    common += ["--partition", "chunk", "--chunk-size", "150", "--runner", "local", *FAST]
+    outs = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"out-{workers}"
+        argv = ["select", "--input", shards, "--output", out, "--workers", workers, *common]
+        assert main([str(a) for a in argv]) == 0
+        outs[workers] = json.loads((out / "manifest.json").read_text())
+        ids = pq.read_table(out / "selected").column("chunk_id").to_pylist()
+        outs[workers]["ids"] = sorted(ids)
+    spawned = outs["2"]
+    assert {g["pid"] for g in spawned["groups"]} - {os.getpid()}  # ran in worker processes
+    assert spawned["settings"]["algorithm"] == ["Spread"]
+    assert spawned["budget"]["global_round"]["terms"].keys() == {"quality", "spread", "J"}
+    assert all(set(g["terms"]) == {"quality", "spread", "J"} for g in spawned["groups"])
+    assert spawned["ids"] == outs["1"]["ids"]  # the same selection in-process and spawned
+
+
+def test_a_term_taken_by_another_class_is_refused():
+    class Other(ValueTerm):
+        name = "other"
+
+        def value(self, selected: torch.Tensor) -> float:
+            return 0.0
+
+    with pytest.raises(ValueError, match="'Spread' is already registered"):
+        register_term("Spread")(Other)
+    assert Quality().name == "quality"
