@@ -7,6 +7,8 @@ import os as _os
 # 2 threads at load average 5.6 on 2 cores (0.45 s -> 4.9 s); see _device.set_threads.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+__version__ = "0.1.0"  # before the submodules: the writer stamps it into every summary
+
 from .data import Corpus, Selection
 from .objectives import (
     ALGORITHMS,
@@ -25,8 +27,6 @@ from .objectives import (
 from .optim import MaskLearner
 from .synthetic import make_clustered
 from .tables import select_table
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS",

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .config import SelectSpec
 from .data import Corpus
-from .io.parquet import arrays_from_table, selection_table
+from .io.parquet import arrays_from_table
+from .pipeline import fit_group, selection_table
 from .presets import resolve_columns
 
 __all__ = ["select_table"]
@@ -124,9 +126,6 @@ def select_table(
     TypeError
         For an unsupported ``data`` type.
     """
-    from .greedy import make_selector
-    from .objectives import Objective, make_diversity
-
     names = _column_names(data)
     qcols = [quality_col] if isinstance(quality_col, str) else quality_col
     id_col, qcols, feature_col = resolve_columns(
@@ -162,25 +161,20 @@ def select_table(
         quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
         source="data",
     )
-    algorithms = [algorithm] if isinstance(algorithm, str) else list(algorithm)
-    objective = Objective([make_diversity(a) for a in algorithms], lamb=lamb)
-    selector = make_selector(
-        method,
-        objective=objective,
-        select_ratio=select_ratio,
-        seed=seed,
-        device=device,
-        progress=progress,
-        max_similarity=max_similarity,
+    settings = {
+        "method": method,
+        "algorithm": [algorithm] if isinstance(algorithm, str) else list(algorithm),
+        "lamb": lamb,
+        "select_ratio": select_ratio,
+        "seed": seed,
+        "device": device,
+        "max_similarity": max_similarity,
+        "progress": progress,
         **params,
-    ).fit(corpus)
-    out = selection_table(
-        corpus.ids,
-        selector.selected_,
-        selector.scores_,
-        getattr(selector, "probabilities_", None),
-        id_col=id_col or "row",
-    )
+    }
+    spec = SelectSpec.from_mapping(settings, where="select_table's arguments")
+    selection = fit_group(corpus, None, spec, progress=progress)
+    out = selection_table(selection, id_col=id_col or "row")
     if id_col is None:
         return out
     return out.add_column(1, "row", pa.array(rows))

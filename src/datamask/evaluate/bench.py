@@ -528,11 +528,13 @@ def format_markdown(result: dict[str, Any]) -> str:
         + ", see `datamask.evaluate.bench`).",
         "",
     ]
+    # facility coverage is the facility term's value: a column of its own only without one
+    coverage = ["coverage"] if "facility" not in term_names else []
     head = [
         "method",
         "J",
         *term_names,
-        "coverage",
+        *coverage,
         "pair sim",
         "DiSF loss",
         "NN sim",
@@ -554,7 +556,7 @@ def format_markdown(result: dict[str, Any]) -> str:
             r["label"],
             _fmt(t.get("J"), ".4f"),
             *[_fmt(t.get(n), ".4f") for n in term_names],
-            _fmt(m.get("facility_coverage"), ".4f"),
+            *[_fmt(m.get("facility_coverage"), ".4f") for _ in coverage],
             _fmt(m.get("mean_pairwise_similarity"), ".4f"),
             _fmt(m.get("disf_loss"), ".1f"),
             _fmt(m.get("mean_nn_similarity"), ".4f"),
