@@ -65,20 +65,13 @@ def _column_names(data: Any) -> list[str]:
 def select_table(
     data: Any,
     *,
-    select_ratio: float = 0.3,
-    lamb: float = 0.5,
-    method: str = "mask",
-    algorithm: str | Sequence[str] = "Facility",
     preset: str | None = None,
     id_col: str | None = None,
     quality_col: str | Sequence[str] | None = None,
     quality_weights: Sequence[float] | None = None,
     feature_col: str | None = None,
-    seed: int = 0,
-    device: str = "auto",
-    max_similarity: float | None = None,
     progress: bool = False,
-    **params: Any,
+    **settings: Any,
 ) -> pa.Table:
     """Select ``round(select_ratio * n)`` rows of a table; one answer row per input row.
 
@@ -87,14 +80,6 @@ def select_table(
     data : pyarrow.Table, datasets.Dataset or pandas.DataFrame
         Rows with an id column (optional), one or more quality columns and an embedding
         column (list or fixed-size list of floats). Only those columns are read.
-    select_ratio : float, default=0.3
-        Fraction of rows kept, in (0, 1].
-    lamb : float, default=0.5
-        Weight of quality against diversity, in [0, 1].
-    method : str, default="mask"
-        A selector of :data:`datamask.greedy.SELECTORS` (``mask``, ``greedy``, ``topk``, ...).
-    algorithm : str or sequence of str, default="Facility"
-        Diversity term(s): ``Facility``, ``Pair_simi``, ``DiSF``.
     preset : {"datamask", "fineweb-edu", "curator", "auto"}, optional
         Column names of a known layout (see :mod:`datamask.presets`); None detects them.
     id_col, quality_col, feature_col : str, optional
@@ -102,13 +87,12 @@ def select_table(
         numbers are the ids.
     quality_weights : sequence of float, optional
         Weights of several quality columns (default equal).
-    seed : int, default=0
-    device : str, default="auto"
-    max_similarity : float, optional
-        Hard cap on the cosine similarity of any two selected rows.
     progress : bool, default=False
-    **params
-        Further selector arguments (``n_epochs``, ``refine``, ...).
+        The method's progress bar.
+    **settings
+        Any setting of ``datamask select`` by its key, checked and defaulted as there
+        (:class:`datamask.config.SelectSpec`): ``select_ratio``, ``lamb``, ``method``,
+        ``algorithm``, ``seed``, ``device``, ``max_similarity``, ``n_epochs``, ``knn``, ...
 
     Returns
     -------
@@ -161,17 +145,6 @@ def select_table(
         quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
         source="data",
     )
-    settings = {
-        "method": method,
-        "algorithm": [algorithm] if isinstance(algorithm, str) else list(algorithm),
-        "lamb": lamb,
-        "select_ratio": select_ratio,
-        "seed": seed,
-        "device": device,
-        "max_similarity": max_similarity,
-        "progress": progress,
-        **params,
-    }
     spec = SelectSpec.from_mapping(settings, where="select_table's arguments")
     selection = fit_group(corpus, None, spec, progress=progress)
     out = selection_table(selection, id_col=id_col or "row")

@@ -52,6 +52,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "(`pip install datamask[datatrove]`)."
     ) from exc
 
+from ..config import SelectSpec
+from ..tables import select_table
+
 __all__ = ["DatamaskFeatures", "DatamaskSelect", "DatamaskFilter", "group_seed"]
 
 #: Schema-metadata key recording the features stage's task count.
@@ -252,12 +255,14 @@ class DatamaskSelect(PipelineStep):
         The :class:`DatamaskFeatures` output.
     output_folder : str or DataFolder
         Where the selection goes (read by :class:`DatamaskFilter`).
-    select_ratio, lamb, method, algorithm, max_similarity, device
-        As in :func:`datamask.select_table`.
     seed : int, default=0
         Group g uses :func:`group_seed` ``(seed, g, G)``.
-    **params
-        Further selector settings (``n_epochs``, ``refine``, ...).
+    device : str, default="cpu"
+        Datatrove's workers are CPU processes unless told otherwise.
+    **settings
+        Any setting of ``datamask select`` (``select_ratio``, ``lamb``, ``method``,
+        ``algorithm``, ``max_similarity``, ``n_epochs``, ...), as in
+        :func:`datamask.select_table`.
     """
 
     name = "🎭 datamask select"
@@ -268,29 +273,18 @@ class DatamaskSelect(PipelineStep):
         features_folder: DataFolderLike,
         output_folder: DataFolderLike,
         *,
-        select_ratio: float = 0.3,
-        lamb: float = 0.5,
-        method: str = "mask",
-        algorithm: str = "Facility",
-        max_similarity: float | None = None,
         seed: int = 0,
         device: str = "cpu",
-        **params: Any,
+        **settings: Any,
     ) -> None:
         super().__init__()
-        from .._validation import check_ratio
-
-        check_ratio("select_ratio", select_ratio, high_open=False)
+        # checked now, on the driver, as `datamask select` checks them
+        SelectSpec.from_mapping({**settings, "seed": seed, "device": device}, where=self.name)
         self.features_folder = get_datafolder(features_folder)
         self.output_folder = get_datafolder(output_folder)
-        self.select_ratio = select_ratio
-        self.lamb = lamb
-        self.method = method
-        self.algorithm = algorithm
-        self.max_similarity = max_similarity
         self.seed = seed
         self.device = device
-        self.params = params
+        self.settings = settings
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
@@ -303,8 +297,6 @@ class DatamaskSelect(PipelineStep):
         mine = files[rank::world_size]
         if not mine:
             return
-        from ..tables import select_table
-
         tables = [_read_table(self.features_folder, f) for f in mine]
         sizes = [t.num_rows for t in tables]
         if sum(sizes) == 0:
@@ -316,14 +308,9 @@ class DatamaskSelect(PipelineStep):
                 id_col="chunk_id",
                 quality_col="quality_score",
                 feature_col="feature_arr",
-                select_ratio=self.select_ratio,
-                lamb=self.lamb,
-                method=self.method,
-                algorithm=self.algorithm,
-                max_similarity=self.max_similarity,
                 seed=group_seed(self.seed, rank, world_size),
                 device=self.device,
-                **self.params,
+                **self.settings,
             )
         selected = selection["selected"].to_numpy(zero_copy_only=False)
         self.stat_update("documents", value=len(selected))
