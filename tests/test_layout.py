@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("cli",)),
     ("pipeline", ("pipeline", "distributed", "apply", "evaluate", "integrations", "tables")),
     ("config", ("config",)),
-    ("selectors", ("greedy", "optim")),
+    ("selectors", ("selectors", "greedy", "optim")),
     ("objectives", ("objectives", "neighbors", "near_duplicates")),
     (
         "io/data",
@@ -149,6 +149,14 @@ def _through_own_init(cycle: list[str]) -> bool:
     return all(m == head or m.startswith(head + ".") for m in cycle)
 
 
+def test_greedy_does_not_import_the_learner():
+    """The baselines stand on their own: the registry joining them with the learner is
+    :mod:`datamask.selectors`."""
+    for path in sorted((ROOT / "greedy").rglob("*.py")):
+        for target, line in _imports(path, top_level_only=False):
+            assert not target.startswith("datamask.optim"), f"{path.name}:{line} -> {target}"
+
+
 def test_only_the_cli_imports_argparse():
     users = []
     for path in _modules():
@@ -172,7 +180,7 @@ def test_only_the_cli_imports_argparse():
 def test_the_layout_test_sees_a_wrong_import(tmp_path):
     """The checks above are not vacuous: an objective importing a selector is caught."""
     fake = ROOT / "objectives" / "_layout_probe.py"
-    fake.write_text("from ..greedy import SELECTORS\n")
+    fake.write_text("from ..selectors import SELECTORS\n")
     try:
         try:
             test_imports_point_inwards()

@@ -16,7 +16,6 @@ from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.evaluate.redundancy import check_thresholds, redundancy
-from datamask.greedy import SELECTORS, make_selector
 from datamask.io.parquet import read_corpus
 from datamask.near_duplicates import (
     SimilarityCap,
@@ -25,6 +24,7 @@ from datamask.near_duplicates import (
     max_pair_similarity,
     similar_pairs,
 )
+from datamask.selectors import SELECTORS, make_selector
 
 
 def near_duplicate_corpus(n: int = 600, dim: int = 24, n_bases: int = 60, *, seed: int = 0):

@@ -440,9 +440,43 @@ def test_term_modules_register_user_terms_in_spawned_processes(tmp_path, monkeyp
             sys.modules.pop(mod, None)
 
 
-def test_term_subclass_needs_the_abstract_methods():
+def test_term_subclass_needs_a_value():
     class Incomplete(Term):
         name = "incomplete"
 
     with pytest.raises(TypeError):
         Incomplete()
+
+
+class QualitySquaredExpected(Term):
+    """A learner-only term: ``value`` and ``expected`` only (greedy gains and batch values
+    come from the defaults, by differencing ``value``)."""
+
+    name = "quality_sq"
+
+    def value(self, selected: torch.Tensor) -> float:
+        return float((self.quality_[selected].double() ** 2).mean())
+
+    def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
+        q2 = self.quality_.to(p.dtype) ** 2
+        return (p * q2).sum() / p.sum().clamp_min(1e-12)
+
+
+def test_a_learner_only_term_runs_the_exact_gradient_and_the_greedy(small):
+    assert QualitySquaredExpected.has_expected
+    q = small.normalized_quality()
+    k = 8
+    best = np.sort(np.argsort(-q, kind="stable")[:k])  # the exact optimum of mean(q^2)
+    learner = MaskLearner(
+        Objective(QualitySquaredExpected(), lamb=0.0),
+        select_ratio=0.2,
+        n_epochs=60,
+        refine="none",
+        device="cpu",
+    ).fit(small)
+    assert learner.selected_.tolist() == best.tolist()
+    greedy = NaiveGreedy(
+        Objective(QualitySquaredExpected(), lamb=0.0), select_ratio=0.2, device="cpu"
+    ).fit(small)
+    assert greedy.selected_.tolist() == best.tolist()
+    assert greedy.terms_["quality_sq"] == pytest.approx(float(np.mean(q[best] ** 2)))

@@ -41,11 +41,11 @@ from datamask import make_clustered
 from datamask._device import set_threads
 from datamask.data import Corpus
 from datamask.evaluate.bench import _cpu_seconds, measure_peak_rss
-from datamask.greedy import make_selector
 from datamask.io.parquet import read_corpus
 from datamask.neighbors import knn_graph, resolve_knn, sampled_recall
 from datamask.objectives import Objective, make_diversity
 from datamask.objectives.facility_location import neighbors_for_ratio
+from datamask.selectors import make_selector
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

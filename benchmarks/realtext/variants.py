@@ -21,9 +21,9 @@ import numpy as np
 
 from datamask import MaskLearner
 from datamask._device import set_threads
-from datamask.greedy import make_selector
 from datamask.io.parquet import read_corpus
 from datamask.objectives import FacilityLocation, Objective
+from datamask.selectors import make_selector
 
 ROOT = Path(__file__).resolve().parents[2]
 SETS = {

@@ -44,9 +44,9 @@ import numpy as np
 
 from datamask.evaluate.bench import measure_peak_rss
 from datamask.evaluate.redundancy import redundancy
-from datamask.greedy import make_selector
 from datamask.io.parquet import read_corpus
 from datamask.objectives import FacilityLocation, Objective
+from datamask.selectors import make_selector
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

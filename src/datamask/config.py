@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ._validation import Interval, Options, validate_params
-from .greedy import SELECTORS
 from .objectives import Objective
 from .objectives.registry import TERMS, import_term_modules, make_term, term_params
+from .selectors import SELECTORS
 
 __all__ = [
     "ColumnsSpec",

@@ -11,8 +11,8 @@ from typing import Any
 
 from ..config import SelectorSpec, options, selector_options
 from ..evaluate.bench import BENCH_SELECT_RATIO, DEFAULT_METHODS, bench, format_markdown
-from ..greedy import SELECTORS
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
+from ..selectors import SELECTORS
 from ..synthetic import make_clustered
 from .args import add_option, add_options
 from .common import (

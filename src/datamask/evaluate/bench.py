@@ -189,7 +189,7 @@ def run_method(
     cores available).
     """
     from .._device import set_threads
-    from ..greedy import make_selector
+    from ..selectors import make_selector
 
     set_threads(threads)
 
@@ -283,7 +283,7 @@ def bench(
     corpus : Corpus
         The data (validated here).
     methods : sequence of str
-        ``--method`` names (see :data:`datamask.greedy.SELECTORS`), run in this order.
+        ``--method`` names (see :data:`datamask.selectors.SELECTORS`), run in this order.
     algorithm, lamb, n_neighbors, knn, n_probe
         The objective every method is run and scored with.
     objective : ObjectiveSpec, optional
@@ -326,7 +326,7 @@ def bench(
         greedy), ``figures`` (headline ratios) and ``files`` written.
     """
     from .._validation import check_corpus, check_ratio
-    from ..greedy import SELECTORS
+    from ..selectors import SELECTORS
 
     check_corpus(corpus)
     check_ratio("select_ratio", select_ratio)

@@ -98,7 +98,11 @@ class TermContext:
 
 
 class Term(ABC):
-    """One objective term. Subclasses set ``name`` and implement the methods below.
+    """One objective term. Subclasses set ``name`` and implement ``value``; the rest have
+    defaults by differencing ``value`` (``batch_values``, the greedy ``init_state`` /
+    ``gains`` / ``update``) or are optional (``expected``, for the learner's exact
+    gradient). A learner-only term implements ``value`` and ``expected``; a value-only one
+    (:class:`~datamask.objectives.ValueTerm`) only ``value``.
 
     Class attributes
     ----------------
@@ -176,9 +180,19 @@ class Term(ABC):
     def value(self, selected: torch.Tensor) -> float:
         """Exact value of the term for the rows ``selected`` (int64 indices)."""
 
-    @abstractmethod
+    def empty_value(self) -> float:
+        """The value of the empty selection (the base of the first greedy gains by
+        differencing, and the reward of a mask that keeps nothing). Default 0."""
+        return 0.0
+
+    def _value_of(self, rows: torch.Tensor) -> float:
+        return self.empty_value() if len(rows) == 0 else float(self.value(rows))
+
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         """Values of G masks restricted to ``batch``.
+
+        Default: ``value`` of the kept rows of ``batch``, mask by mask (one call each);
+        the built-in terms override it with one tensor op.
 
         Parameters
         ----------
@@ -191,6 +205,8 @@ class Term(ABC):
         -------
         float tensor of shape (G,)
         """
+        out = [self._value_of(batch[m > 0]) for m in masks]
+        return torch.tensor(out, dtype=masks.dtype, device=masks.device)
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         """Differentiable E[term] under independent keep-probabilities ``p`` (shape (n_docs,)).
@@ -265,18 +281,30 @@ class Term(ABC):
         )
 
     # --- greedy marginal gains -------------------------------------------------------------
-    @abstractmethod
+    # Defaults: gains by differencing ``value`` (one call per candidate), so a term that
+    # implements only ``value`` (and ``expected``, for the learner) runs everywhere; the
+    # built-in terms keep incremental states instead.
     def init_state(self, graph: bool = False) -> Any:
         """State of the empty selection. ``graph``: gains of a coverage term are counted on
-        its K-nearest-neighbour graph instead of all pairs (other terms ignore it)."""
+        its K-nearest-neighbour graph instead of all pairs (other terms ignore it).
+        Default: the rows picked so far (in pick order) and their value."""
+        return {"rows": [], "value": self.empty_value()}
 
-    @abstractmethod
     def gains(self, state: Any, candidates: torch.Tensor) -> torch.Tensor:
         """Increase of the term if each candidate row were added (shape (c,))."""
+        dev = self.features_.device
+        base = torch.as_tensor(state["rows"], dtype=torch.long, device=dev)
+        out = [
+            self._value_of(torch.cat([base, c.view(1)])) - state["value"] for c in candidates
+        ]
+        return torch.tensor(out, dtype=self.features_.dtype, device=dev)
 
-    @abstractmethod
     def update(self, state: Any, j: int) -> Any:
         """Add row ``j`` to the selection; returns the new state."""
+        rows = [*state["rows"], int(j)]
+        dev = self.features_.device
+        value = self._value_of(torch.as_tensor(rows, dtype=torch.long, device=dev))
+        return {"rows": rows, "value": value}
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

@@ -10,8 +10,6 @@ call per mask, candidate or swap, so it suits small corpora and the reinforce es
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from .base import Term
@@ -51,41 +49,9 @@ class ValueTerm(Term):
     name = "value"
     has_expected = False
 
-    def empty_value(self) -> float:
-        """The value of the empty selection (the base of the first greedy gains, and the
-        reward of a mask that keeps nothing). Default 0."""
-        return 0.0
-
-    def _value_of(self, rows: torch.Tensor) -> float:
-        return self.empty_value() if len(rows) == 0 else float(self.value(rows))
-
-    def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-        """``value`` of the kept rows of ``batch``, mask by mask (the term is measured on
-        the whole corpus, only the kept rows come from the batch)."""
-        out = [self._value_of(batch[m > 0]) for m in masks]
-        return torch.tensor(out, dtype=masks.dtype, device=masks.device)
-
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError(
             f"{type(self).__name__} is a value-only term: it has no expected-value estimator; "
             "use estimator='reinforce' (--estimator reinforce) or a greedy selector "
             "(--method greedy)."
         )
-
-    # Greedy state: the rows picked so far (in pick order) and their value.
-    def init_state(self, graph: bool = False) -> dict[str, Any]:
-        return {"rows": [], "value": self.empty_value()}
-
-    def gains(self, state: dict[str, Any], candidates: torch.Tensor) -> torch.Tensor:
-        dev = self.features_.device
-        base = torch.as_tensor(state["rows"], dtype=torch.long, device=dev)
-        out = [
-            self._value_of(torch.cat([base, c.view(1)])) - state["value"] for c in candidates
-        ]
-        return torch.tensor(out, dtype=self.features_.dtype, device=dev)
-
-    def update(self, state: dict[str, Any], j: int) -> dict[str, Any]:
-        rows = [*state["rows"], int(j)]
-        dev = self.features_.device
-        value = self._value_of(torch.as_tensor(rows, dtype=torch.long, device=dev))
-        return {"rows": rows, "value": value}
