@@ -45,6 +45,7 @@ import torch
 from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
 from ..io.atomic import atomic_write_json, atomic_write_text
+from ..io.snapshot import load_corpus_npz, save_corpus_npz
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import evaluate_selection
 
@@ -150,30 +151,6 @@ def _load() -> float:
 
 
 # --- one method -------------------------------------------------------------------------------
-def _save_corpus(corpus: Corpus, path: Path) -> None:
-    np.savez(
-        path,
-        ids=np.asarray([str(i) for i in corpus.ids]),
-        quality=corpus.quality,
-        features=corpus.features,
-        quality_names=np.asarray(corpus.quality_names),
-        quality_weights=np.asarray(corpus.quality_weights, dtype=np.float64),
-        source=np.asarray(corpus.source),
-    )
-
-
-def _load_corpus(path: str) -> Corpus:
-    with np.load(path, allow_pickle=False) as z:
-        return Corpus(
-            ids=z["ids"].astype(object),
-            quality=z["quality"],
-            features=z["features"],
-            quality_names=[str(s) for s in z["quality_names"]],
-            quality_weights=z["quality_weights"],
-            source=str(z["source"]),
-        )
-
-
 def run_method(
     corpus: Corpus | str,
     method: str,
@@ -194,7 +171,7 @@ def run_method(
     set_threads(threads)
 
     if isinstance(corpus, str):
-        corpus = _load_corpus(corpus)
+        corpus = load_corpus_npz(corpus)
     if method == "disf-greedy-reference":
         from ..greedy.disf import time_reference
 
@@ -375,7 +352,7 @@ def bench(
     with tempfile.TemporaryDirectory(prefix="datamask-bench-") as tmp:
         npz = str(Path(tmp) / "corpus.npz")
         if isolate:
-            _save_corpus(corpus, Path(npz))
+            save_corpus_npz(corpus, Path(npz))
         todo: list[tuple[str, str, dict[str, Any]]] = [
             (m, m, {**common, **method_params.get(m, {})}) for m in methods
         ]
