@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -46,6 +47,27 @@ class Spread(ValueTerm):
     def value(self, selected: torch.Tensor) -> float:
         centre = self.features_[selected].double().mean(0)
         return float(1.0 - centre.norm() ** self.power)
+
+
+@register_term("ShortDocs")
+class ShortDocs(ValueTerm):
+    """Reads an extra column: ``1 - mean(n_chars) / max(n_chars)`` over the selection."""
+
+    name = "short"
+    requires_columns = ("n_chars",)
+
+    def value(self, selected: torch.Tensor) -> float:
+        n_chars = np.asarray(self.ctx_.columns["n_chars"], dtype=np.float64)
+        return float(1.0 - n_chars[selected.cpu().numpy()].mean() / n_chars.max())
+
+
+def _with_lengths(path: Path, n: int = 300) -> np.ndarray:
+    """The demo layout plus an ``n_chars`` column; returns the lengths."""
+    _write(path, n=n)
+    table = pq.read_table(path)
+    lengths = np.random.default_rng(0).integers(100, 5000, size=n)
+    pq.write_table(table.append_column("n_chars", pa.array(lengths)), path)
+    return lengths
 
 
 def _write(path: Path, n: int = 300, seed: int = 0) -> Path:
@@ -129,6 +151,26 @@ def test_sharded_run_uses_the_user_term_in_spawned_workers(tmp_path):
     assert spawned["budget"]["global_round"]["terms"].keys() == {"quality", "spread", "J"}
     assert all(set(g["terms"]) == {"quality", "spread", "J"} for g in spawned["groups"])
     assert spawned["ids"] == outs["1"]["ids"]  # the same selection in-process and spawned
+
+
+def test_a_term_reads_the_extra_column_it_requires(tmp_path, capsys):
+    docs = tmp_path / "docs.parquet"
+    lengths = _with_lengths(docs)
+    out = tmp_path / "sel.parquet"
+    argv = ["select", "--input", docs, "--output", out, "--term-module", MODULE]
+    argv += ["--algorithm", "ShortDocs", "--method", "greedy", "--lamb", "0.2", *FAST]
+    assert main([str(a) for a in argv]) == 0
+    rows = np.flatnonzero(pq.read_table(out).column("selected").to_numpy(zero_copy_only=False))
+    summary = read_summary(out)
+    want = 1.0 - lengths[rows].mean() / lengths.max()
+    assert summary["terms"]["short"] == pytest.approx(want, abs=1e-12)
+    assert lengths[rows].mean() < lengths.mean()  # it did prefer short documents
+    # an input without the column is refused before anything is written
+    bare = tmp_path / "bare.parquet"
+    _write(bare)
+    code = main([str(a) for a in [*argv[:2], bare, "--output", tmp_path / "o.parquet", *argv[5:]]])
+    assert code == 2 and "n_chars" in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_a_term_taken_by_another_class_is_refused():

@@ -159,6 +159,13 @@ class ObjectiveSpec:
     #: the ones it declares.
     term_params: tuple[tuple[str, Any], ...] = ()
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Extra corpus columns the terms read (their ``requires_columns``), each once."""
+        import_term_modules(self.term_modules)
+        wanted = [c for name in self.algorithm for c in TERMS[name].requires_columns]
+        return tuple(dict.fromkeys(wanted))
+
     def make(self) -> Objective:
         """The objective: one term per name in ``algorithm``, weighted equally."""
         import_term_modules(self.term_modules)

@@ -21,7 +21,7 @@ from .._device import set_threads
 from ..config import SelectSpec
 from ..distributed import runner as sharded
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from ..io.datasets import is_save_to_disk, read_input_corpus
+from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
 from ..io.keep import keep_lists_for_output, selection_digest
 from ..io.parquet import summary_path, write_selection
 from ..io.shards import literal_or_glob
@@ -123,6 +123,13 @@ def _select_file(
     """One file: a plan with one group, once the output is claimed."""
     started = time.perf_counter()
     cols = spec.columns
+    names = input_column_names(source, split=split)
+    missing = [c for c in spec.objective.columns if c not in names]
+    if missing:
+        raise ValueError(
+            f"the terms {list(spec.objective.algorithm)} read column(s) {missing}, not found "
+            f"in {source}; available columns: {names}."
+        )
     corpus = read_input_corpus(  # a parquet file or a save_to_disk folder
         source,
         split=split,
@@ -130,6 +137,7 @@ def _select_file(
         quality_cols=list(cols.quality_cols),
         quality_weights=None if cols.quality_weights is None else list(cols.quality_weights),
         feature_col=cols.feature_col,
+        extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
     )
     read_seconds = time.perf_counter() - started
     selection = fit_group(corpus, None, spec, progress=spec.run.progress, describe_graph=True)
