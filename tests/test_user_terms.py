@@ -173,6 +173,32 @@ def test_a_term_reads_the_extra_column_it_requires(tmp_path, capsys):
     assert not (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.parametrize("budget", ["global", "group"])
+def test_a_sharded_run_carries_the_required_column_to_every_round(tmp_path, budget):
+    docs = tmp_path / "docs.parquet"
+    lengths = _with_lengths(docs, n=360)
+    table = pq.read_table(docs)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for s in range(3):
+        pq.write_table(table.slice(120 * s, 120), shards / f"part-{s}.parquet")
+    out = tmp_path / "out"
+    argv = ["select", "--input", shards, "--output", out, "--term-module", MODULE]
+    argv += ["--algorithm", "ShortDocs", "--method", "greedy", "--lamb", "0.2", "--budget"]
+    argv += [budget, "--workers", "1", *FAST]
+    assert main([str(a) for a in argv]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    kept = set(pq.read_table(out / "selected").column("chunk_id").to_pylist())
+    rows = np.flatnonzero(np.isin(table.column("chunk_id").to_pylist(), list(kept)))
+    assert len(rows) == 36 and lengths[rows].mean() < lengths.mean()
+    if budget == "global":  # the global round scored the candidates with the column too
+        cands = pq.read_table(out / "_work" / "candidates").column("chunk_id").to_pylist()
+        assert len(cands) == m["budget"]["candidates"] > 36
+        pool = lengths[np.isin(table.column("chunk_id").to_pylist(), cands)]
+        want = 1.0 - lengths[rows].mean() / pool.max()
+        assert m["budget"]["global_round"]["terms"]["short"] == pytest.approx(want, abs=1e-12)
+
+
 def test_a_term_taken_by_another_class_is_refused():
     class Other(ValueTerm):
         name = "other"

@@ -545,6 +545,11 @@ class SelectSpec:
         getattr(selector, "check_params", getattr(selector, "_check_params", lambda: None))()
         return self
 
+    @property
+    def read_columns(self) -> list[str]:
+        """Every column a run reads: id, quality, embedding and what the terms require."""
+        return list(dict.fromkeys([*self.columns.read, *self.objective.columns]))
+
     def make_selector(self, **kwargs: Any) -> Any:
         """A fresh selector of the method with its objective (``kwargs``: ``k``, ``seed``,
         ``device``, ``progress``, see :meth:`SelectorSpec.make`)."""

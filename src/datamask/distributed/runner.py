@@ -139,12 +139,12 @@ def read_group(
     """
     tables = [
         (
-            read_rows(p.path, p.start, p.stop, settings.columns.read),
+            read_rows(p.path, p.start, p.stop, settings.read_columns),
             f"{p.path} (rows {p.start}-{p.stop})",
         )
         for p in spec.pieces
     ]
-    return corpus_from_tables(
+    corpus, ids = corpus_from_tables(
         tables,
         id_col=settings.columns.id_col,
         quality_cols=settings.columns.quality_cols,
@@ -153,6 +153,11 @@ def read_group(
         source=f"group {spec.gid} ({spec.label})",
         quality_range=quality_range or None,
     )
+    for name in settings.objective.columns:  # what the terms read (requires_columns)
+        corpus.extra[name] = np.concatenate(
+            [t.column(name).to_numpy(zero_copy_only=False) for t, _ in tables]
+        )
+    return corpus, ids
 
 
 def candidate_count(n_g: int, n_total: int, k_total: int, oversample: float) -> int:
@@ -227,6 +232,8 @@ def select_group(
             extra["features"] = pa.FixedSizeListArray.from_arrays(
                 pa.array(feats.reshape(-1)), corpus.dim
             )
+            for name in settings.objective.columns:  # the terms' columns, for round 2
+                extra[f"extra_{name}"] = corpus.extra[name]
         table = selection_table(
             sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True, extra=extra
         )
@@ -311,6 +318,10 @@ def select_global(
             else np.asarray(settings.columns.quality_weights, float),
             source="the candidates of every group",
             quality_range=(np.asarray(quality_range[0]), np.asarray(quality_range[1])),
+            extra={
+                name: table.column(f"extra_{name}").to_numpy(zero_copy_only=False)
+                for name in settings.objective.columns
+            },
         )
         table = table.drop_columns(["features"])
         sel = fit_group(corpus, k_total, settings, seed=int(settings.selector.seed))
@@ -554,7 +565,7 @@ def _plan(
             np.save(fh, centroids)
     # 3. One streaming pass filing every row under its nearest centroid (resumable per shard).
     jobs = [
-        (s, info, str(cent_path), str(folder), settings.columns.read, settings.columns.feature_col)
+        (s, info, str(cent_path), str(folder), settings.read_columns, settings.columns.feature_col)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
@@ -660,7 +671,7 @@ def _run_claimed(
     """:func:`run_selection` once the output is claimed."""
     # Footers first (row counts, columns), then every row of every shard: nothing is
     # written for a run whose input is bad, and no group starts before all are checked.
-    infos = inspect_shards(files, columns=settings.columns.read)
+    infos = inspect_shards(files, columns=settings.read_columns)
     n_total = sum(i.num_rows for i in infos)
     if n_total == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
