@@ -9,20 +9,18 @@ import torch
 from datamask import DiSF, FacilityLocation, Objective, PairwiseSimilarity, make_clustered
 from datamask.data import Corpus
 from datamask.greedy import (
-    SELECTORS,
     DenseGreedy,
     GreedyDiSF,
     LazyGreedy,
-    Method,
     NaiveGreedy,
     RandomSelector,
     StochasticGreedy,
     TopKQuality,
-    make_selector,
 )
 from datamask.greedy.disf import batch_quotas, candidate_losses, reference_correlation
 from datamask.greedy.stochastic import sample_size
 from datamask.objectives.disf import correlation_loss
+from datamask.selectors import SELECTORS, Method, make_selector
 
 TERMS = {"Facility": FacilityLocation, "Pair_simi": PairwiseSimilarity, "DiSF": DiSF}
 
