@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
 from .._validation import check_choice, check_corpus, check_positive, check_ratio, resolve_k
-from ..data import Corpus, Selection, rank_order
+from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective, make_diversity
 from .local_search import swap_search
@@ -51,11 +51,6 @@ REFINES = ("swap", "none")
 INITS = ("same", "quality")
 MASK_SAMPLERS = ("bernoulli", "topk")
 BASELINES = ("group", "loo")
-
-
-def top_k_rows(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-    """Sorted row indices of the ``k`` highest scores, ties broken by ascending id."""
-    return np.sort(rank_order(scores, ids)[:k])
 
 
 def _budget_shift(
