@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import Corpus, rank_order
-from .atomic import atomic_write, atomic_write_json, to_json
+from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
 
 __all__ = [
     "read_corpus",
@@ -257,9 +256,10 @@ def write_selection(
 
     The summary, stamped with a fresh ``run_id``, is stored inside the parquet's schema
     metadata (``datamask.summary``), so the parquet always carries the settings that made
-    it; ``<stem>.summary.json`` beside it is a readable copy. Commit order: both files are
-    written and synced under temporary names; then the old summary is removed, the parquet
-    renamed into place, then the summary. A crash or full disk at any point leaves either
+    it; ``<stem>.summary.json`` beside it is a readable copy. Both are published by
+    :func:`~datamask.io.atomic.atomic_write_group`: both files are written and synced under
+    temporary names; then the old summary is removed, the parquet renamed into place, then
+    the summary. A crash or full disk at any point leaves either
     the old pair, or a parquet with no summary file beside it, never a parquet next to
     another run's summary. :func:`read_summary` reads the authoritative copy.
     """
@@ -270,20 +270,9 @@ def write_selection(
     text = to_json({**summary, "run_id": secrets.token_hex(8)})
     meta = {**(table.schema.metadata or {}), SUMMARY_KEY: text.encode()}
     table = table.replace_schema_metadata(meta)
-    side = summary_path(path)
-    with (
-        atomic_write(path, commit=False) as tmp_table,
-        atomic_write(side, commit=False) as tmp_json,
-    ):
+    with atomic_write_group([path, summary_path(path)]) as (tmp_table, tmp_json):
         pq.write_table(table, tmp_table, compression="zstd", write_page_checksum=True)
         tmp_json.write_text(text, encoding="utf-8")
-    try:
-        side.unlink(missing_ok=True)
-        os.replace(tmp_table, path)
-        os.replace(tmp_json, side)
-    finally:
-        tmp_table.unlink(missing_ok=True)
-        tmp_json.unlink(missing_ok=True)
 
 
 def read_summary(path: str | Path) -> dict[str, Any] | None:
