@@ -34,14 +34,14 @@ import multiprocessing as mp
 import os
 import platform
 import tempfile
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._memory import measure_peak_rss
 from ..data import Corpus
 from ..io.atomic import atomic_write_json, atomic_write_text
 from ..objectives import ALGORITHMS, Objective, make_diversity
@@ -70,67 +70,6 @@ _EXTRA_ATTRS = (
     "refine_seconds_",
     "swaps_",
 )
-
-
-# --- memory -----------------------------------------------------------------------------------
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("VmHWM not found in /proc/self/status")
-
-
-def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
-    """Run ``fn()`` and measure the peak resident memory it added, in MiB.
-
-    Returns ``(fn's result, {"peak_mb", "rss_before_mb", "memory_method"})``; see the module
-    docstring for the method. Off Linux the numbers are NaN.
-    """
-    try:
-        before = _rss_bytes()
-    except OSError:
-        return fn(), {
-            "peak_mb": float("nan"),
-            "rss_before_mb": float("nan"),
-            "memory_method": "unavailable",
-        }
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak-RSS counter (VmHWM) to the current RSS
-        _hwm_bytes()
-        method = "clear_refs+VmHWM"
-    except OSError:
-        method = "rss-sampling-2ms"
-    peak = [before]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.002):
-            peak[0] = max(peak[0], _rss_bytes())
-
-    sampler = None
-    if method == "rss-sampling-2ms":
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-    try:
-        result = fn()
-    finally:
-        if sampler is not None:
-            stop.set()
-            sampler.join()
-    top = max(peak[0], _rss_bytes()) if sampler is not None else _hwm_bytes()
-    mib = 1024.0 * 1024.0
-    return result, {
-        "peak_mb": max(0.0, (top - before) / mib),
-        "rss_before_mb": before / mib,
-        "memory_method": method,
-    }
 
 
 def _cpu_seconds() -> float:
