@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._validation import check_quality_span, unit_rows
-from ..data import Corpus
-from .parquet import arrays_from_table, check_id_type
+from .parquet import arrays_from_table, check_id_type, corpus_from_tables
 
 __all__ = [
     "ShardInfo",
@@ -254,76 +253,6 @@ def iter_batches(
         yield from pf.iter_batches(batch_size=batch_size, columns=list(columns))
     except Exception as exc:
         raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
-
-
-def corpus_from_tables(
-    tables: Sequence[tuple[pa.Table, str]],
-    *,
-    id_col: str,
-    quality_cols: Sequence[str],
-    quality_weights: Sequence[float] | None,
-    feature_col: str,
-    source: str,
-    quality_range: tuple[Sequence[float], Sequence[float]] | None = None,
-) -> tuple[Corpus, pa.Array]:
-    """One :class:`~datamask.data.Corpus` from pieces read from several files.
-
-    Parameters
-    ----------
-    tables : sequence of (pyarrow.Table, str)
-        Each piece and where it came from (for error messages).
-    source : str
-        The corpus's ``source`` (e.g. ``"group 7"``).
-    quality_range : (lows, highs), optional
-        Corpus-wide range of each quality column, used to scale these rows
-        (:attr:`~datamask.data.Corpus.quality_range`).
-
-    Returns
-    -------
-    corpus : Corpus
-        Not yet validated (the learner's ``fit`` does that).
-    ids : pyarrow.Array
-        The id column exactly as stored, for writing ids back unchanged.
-    """
-    id_parts, q_parts, f_parts = [], [], []
-    width: tuple[int, str] | None = None
-    for table, where in tables:
-        ids, q, feats = arrays_from_table(
-            table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
-        )
-        if width is None:
-            width = (feats.shape[1], where)
-        elif feats.shape[1] != width[0]:
-            raise ValueError(
-                f"embedding width {feats.shape[1]} in {where} does not match "
-                f"{width[0]} in {width[1]}."
-            )
-        id_parts.append(ids)
-        q_parts.append(q)
-        f_parts.append(feats)
-    if not id_parts:
-        raise ValueError(f"{source} has no rows.")
-    types = {a.type for a in id_parts}
-    if len(types) > 1:
-        raise ValueError(
-            f"column {id_col!r} has different types across the shards of {source}: "
-            f"{sorted(map(str, types))}; store ids with one type."
-        )
-    ids_arrow = pa.concat_arrays(id_parts) if len(id_parts) > 1 else id_parts[0]
-    features = f_parts[0] if len(f_parts) == 1 else np.concatenate(f_parts)
-    del f_parts
-    corpus = Corpus(
-        ids=ids_arrow.to_numpy(zero_copy_only=False),
-        quality=np.concatenate(q_parts),
-        features=features,
-        quality_names=list(quality_cols),
-        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
-        source=source,
-        quality_range=None
-        if quality_range is None
-        else (np.asarray(quality_range[0], float), np.asarray(quality_range[1], float)),
-    )
-    return corpus, ids_arrow
 
 
 # --- validation pass --------------------------------------------------------------------------
