@@ -78,19 +78,6 @@ class Corpus:
         scaled = np.where(span > 0, (self.quality - lo) / np.where(span > 0, span, 1.0), 0.5)
         return scaled @ np.asarray(self.quality_weights, dtype=np.float64)
 
-    def subset(self, rows: np.ndarray) -> Corpus:
-        """The corpus restricted to ``rows`` (quality scaling is *not* recomputed)."""
-        return Corpus(
-            ids=self.ids[rows],
-            quality=self.quality[rows],
-            features=self.features[rows],
-            quality_names=list(self.quality_names),
-            quality_weights=self.quality_weights,
-            source=self.source,
-            extra={k: v[rows] for k, v in self.extra.items()},
-            quality_range=self.quality_range,
-        )
-
 
 @dataclass
 class Selection:

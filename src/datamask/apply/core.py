@@ -229,15 +229,6 @@ def _curator_row_group(n: int) -> int:
     return max(1000, min(n // 10, 1_000_000))
 
 
-@dataclass
-class _Sinks:
-    """Where one shard's kept rows and removed rows/ids go."""
-
-    kept: Any
-    removed: Any = None
-    removed_ids: list[pa.Array] | None = None
-
-
 def _batch_rows(
     plan: _Plan, keep: _KeepList | None, start: int, n: int, ids: Any
 ) -> tuple[np.ndarray, np.ndarray, Any]:

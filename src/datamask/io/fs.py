@@ -113,13 +113,6 @@ class Location:
     def name(self) -> str:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
 
-    @property
-    def local_path(self) -> Path:
-        """The local path (only for local locations)."""
-        if not self.is_local:
-            raise ValueError(f"{self.uri!r} is not a local path.")
-        return Path(self.path)
-
     def join(self, *parts: str) -> Location:
         """A location below this one (``parts`` use ``/``)."""
         tail = "/".join(p.strip("/") for p in parts if p)

@@ -2,7 +2,7 @@
 
 Nothing here loads a whole corpus. :func:`inspect_shards` reads footers only (row counts,
 row-group sizes, schema); :func:`read_rows` reads the row groups that overlap a range of
-rows of one file; :func:`iter_batches` streams one file batch by batch. Every error names
+rows of one file; :func:`scan_shard` streams one file batch by batch. Every error names
 the file it is about.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,6 @@ __all__ = [
     "list_shards",
     "inspect_shards",
     "read_rows",
-    "iter_batches",
     "corpus_from_tables",
     "ShardScan",
     "ID_HASH_DTYPE",
@@ -244,17 +243,6 @@ def read_rows(
     return table.slice(start - int(starts[first]), stop - start)
 
 
-def iter_batches(
-    path: str | Path, columns: Sequence[str], batch_size: int = 65_536
-) -> Iterator[pa.RecordBatch]:
-    """Stream a file in record batches of at most ``batch_size`` rows."""
-    pf = _open(path)
-    try:
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns))
-    except Exception as exc:
-        raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
-
-
 # --- validation pass --------------------------------------------------------------------------
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -409,7 +397,14 @@ def scan_shard(
     qmax = np.full(len(quality_cols), -np.inf)
     hashes = []
     row = 0
-    for batch in iter_batches(path, columns, batch_size):
+    batches = pf.iter_batches(batch_size=batch_size, columns=columns)
+    while True:
+        try:  # read errors (a corrupt page) name the file
+            batch = next(batches, None)
+        except Exception as exc:
+            raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
+        if batch is None:
+            break
         n = batch.num_rows
         whole = row == 0 and n == pf.metadata.num_rows
         where = str(path) if whole else f"{path} (rows {row}-{row + n})"
