@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from .data import Corpus
+from .greedy import make_selector
 from .io.parquet import arrays_from_table, selection_table
+from .objectives import Objective, make_diversity
 from .presets import resolve_columns
 
 __all__ = ["select_table"]
@@ -124,8 +126,6 @@ def select_table(
     TypeError
         For an unsupported ``data`` type.
     """
-    from .greedy import make_selector
-    from .objectives import Objective, make_diversity
 
     names = _column_names(data)
     qcols = [quality_col] if isinstance(quality_col, str) else quality_col

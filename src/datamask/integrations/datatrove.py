@@ -52,6 +52,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "(`pip install datamask[datatrove]`)."
     ) from exc
 
+from .._validation import check_ratio
+from ..embed import embed_texts
+from ..io.atomic import atomic_write
+from ..quality import heuristic_quality_batch
+from ..tables import select_table
+
 __all__ = ["DatamaskFeatures", "DatamaskSelect", "DatamaskFilter", "group_seed"]
 
 #: Schema-metadata key recording the features stage's task count.
@@ -71,8 +77,6 @@ def _sink(folder: Any, name: str) -> Iterator[Any]:
     from fsspec.implementations.local import LocalFileSystem
 
     if isinstance(folder.fs, LocalFileSystem):
-        from ..io.atomic import atomic_write
-
         with atomic_write(folder.resolve_paths(name)) as tmp:
             yield tmp
     else:
@@ -158,8 +162,6 @@ class DatamaskFeatures(PipelineStep):
 
     def _table(self, docs: list[Document]) -> pa.Table:
         if self.embedding_key is None:
-            from ..embed import embed_texts
-
             emb = embed_texts(
                 [d.text for d in docs],
                 self.model,
@@ -176,8 +178,6 @@ class DatamaskFeatures(PipelineStep):
                 "drop embedding_key= to compute embeddings from the text.",
             )
         if self.quality_key is None:
-            from ..quality import heuristic_quality_batch
-
             quality = heuristic_quality_batch(d.text for d in docs)
         else:
             quality = _from_metadata(
@@ -278,7 +278,6 @@ class DatamaskSelect(PipelineStep):
         **params: Any,
     ) -> None:
         super().__init__()
-        from .._validation import check_ratio
 
         check_ratio("select_ratio", select_ratio, high_open=False)
         self.features_folder = get_datafolder(features_folder)
@@ -303,7 +302,6 @@ class DatamaskSelect(PipelineStep):
         mine = files[rank::world_size]
         if not mine:
             return
-        from ..tables import select_table
 
         tables = [_read_table(self.features_folder, f) for f in mine]
         sizes = [t.num_rows for t in tables]
