@@ -611,7 +611,6 @@ def test_corpus_quality_range_scales_like_the_whole_corpus():
     assert c.normalized_quality().tolist() == [0.0, 0.5, 1.0]
     c.quality_range = (np.array([0.0]), np.array([10.0]))
     np.testing.assert_allclose(c.normalized_quality(), [0.0, 0.05, 0.1])
-    assert c.subset(np.array([2])).quality_range is c.quality_range
 
 
 def test_global_scaling_two_skewed_shards(tmp_path):

@@ -294,8 +294,9 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
     )
     shards = tmp_path / "shards"
     shards.mkdir()
-    write_docs(shards / "part-00000.parquet", both.subset(np.arange(300)))
-    write_docs(shards / "part-00001.parquet", both.subset(np.arange(300, 600)))
+    for name, rows in (("part-00000", slice(0, 300)), ("part-00001", slice(300, 600))):
+        part = Corpus(ids=both.ids[rows], quality=both.quality[rows], features=both.features[rows])
+        write_docs(shards / f"{name}.parquet", part)
     fast = dict(n_epochs=20, select_ratio=0.1, n_neighbors=16, device="cpu")
     ids_of = {i: r for r, i in enumerate(both.ids)}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ logger = logging.getLogger("datamask")
 
 __all__ = [
     "available_cores",
+    "check_device_name",
     "make_generators",
     "resolve_device",
     "resolve_threads",
@@ -19,28 +21,65 @@ __all__ = [
 ]
 
 
+_CUDA_NAME = re.compile(r"cuda(:\d+)?")
+
+
+def _name_list(names: tuple[str, ...]) -> str:
+    quoted = [f"'{n}'" for n in names]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def check_device_name(device: str | torch.device, *, also: tuple[str, ...] = ()) -> str:
+    """Check a device name without touching CUDA; return it stripped and lower-cased.
+
+    Accepts ``"auto"``, ``"cpu"``, ``"cuda"`` and ``"cuda:N"`` (and the names in ``also``,
+    e.g. ``("mps",)`` for sentence-transformers). Whether the device exists on this machine
+    is :func:`resolve_device`'s business: this check is for a driver that hands the name to
+    workers elsewhere (the sharded runner), so a typo fails at once, before any work.
+
+    Examples
+    --------
+    >>> check_device_name(" CUDA:1 ")
+    'cuda:1'
+    >>> check_device_name("tpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got 'tpu'.
+    """
+    if isinstance(device, torch.device):
+        device = str(device)
+    name = str(device).strip().lower()
+    if name in ("auto", "cpu", *also) or _CUDA_NAME.fullmatch(name):
+        return name
+    allowed = _name_list(("auto", "cpu", "cuda", "cuda:N", *also))
+    raise ValueError(f"device must be {allowed}; got {device!r}.")
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` -> cuda when available, else cpu; ``"cuda:N"`` checked to exist."""
+    """``"auto"`` -> cuda when available, else cpu; ``"cuda:N"`` checked to exist.
+
+    The one device resolver of datamask: the learner, the selectors, evaluation and
+    :mod:`datamask.embed` (which passes ``str()`` of the result to sentence-transformers)
+    all call it. Names are checked by :func:`check_device_name` first.
+    """
     if isinstance(device, torch.device):
         return device
-    name = str(device).strip().lower()
+    name = check_device_name(device)
     if name == "auto":
         chosen = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         logger.info("device=auto -> %s (cuda available: %s)", chosen, torch.cuda.is_available())
         return chosen
     if name == "cpu":
         return torch.device("cpu")
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} was asked for but CUDA is not available here.")
-        dev = torch.device(name)
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {device!r} does not exist; this machine has "
-                f"{torch.cuda.device_count()} CUDA device(s)."
-            )
-        return dev
-    raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {device!r}.")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for but CUDA is not available here.")
+    dev = torch.device(name)
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device {device!r} does not exist; this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s)."
+        )
+    return dev
 
 
 def make_generators(seed: int, device: torch.device) -> tuple[torch.Generator, np.random.Generator]:

@@ -379,5 +379,6 @@ def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[
         if allowed == "no_validation" or any(satisfies(value, c) for c in allowed):
             continue
         kinds = [k for k in map(_kind, allowed) if k is not None]
-        error = ValueError if any(_is_type(value, k) for k in kinds) else TypeError
+        predicate = any(callable(c) and not isinstance(c, type) for c in allowed)
+        error = ValueError if predicate or any(_is_type(value, k) for k in kinds) else TypeError
         raise error(f"{name} must be {describe(allowed)}; got {value!r}.")

@@ -28,6 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ._device import check_device_name
 from ._validation import Interval, Options, validate_params
 from .objectives import Objective
 from .objectives.registry import TERMS, import_term_modules, make_term, term_params
@@ -122,6 +123,18 @@ def _option(default: Any, constraints: tuple | Callable[[], tuple], help: str, *
 
 
 _RATIO = Interval(float, 0, 1, closed="neither")
+
+
+def _device_name(value: Any) -> bool:
+    """A device name a worker can resolve (checked here without touching CUDA)."""
+    try:
+        check_device_name(value)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+_device_name.description = "'auto', 'cpu', 'cuda' or 'cuda:N'"  # type: ignore[attr-defined]
 _COUNT = Interval(int, 0, None, closed="neither")  # "> 0", as every count's message says
 
 
@@ -181,7 +194,7 @@ class SelectorSpec:
     method: str = _option("mask", _method_names, "selector (mask: the DATAMASK learner)")
     select_ratio: float = _option(0.3, (_RATIO,), "fraction of documents kept, in (0, 1)")
     seed: int = _option(0, (int,), "seed of every random draw")
-    device: str = _option("auto", (str,), "auto, cpu, cuda or cuda:N")
+    device: str = _option("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = _option(
         None,
         (Interval(float, -1, 1, closed="right"), None),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Corpus", "Selection", "rank_order"]
+__all__ = ["Corpus", "Selection", "apportion", "rank_order", "top_k_rows"]
 
 
 @dataclass
@@ -77,19 +78,6 @@ class Corpus:
         scaled = np.where(span > 0, (self.quality - lo) / np.where(span > 0, span, 1.0), 0.5)
         return scaled @ np.asarray(self.quality_weights, dtype=np.float64)
 
-    def subset(self, rows: np.ndarray) -> Corpus:
-        """The corpus restricted to ``rows`` (quality scaling is *not* recomputed)."""
-        return Corpus(
-            ids=self.ids[rows],
-            quality=self.quality[rows],
-            features=self.features[rows],
-            quality_names=list(self.quality_names),
-            quality_weights=self.quality_weights,
-            source=self.source,
-            extra={k: v[rows] for k, v in self.extra.items()},
-            quality_range=self.quality_range,
-        )
-
 
 @dataclass
 class Selection:
@@ -157,3 +145,59 @@ def rank_order(scores: np.ndarray, ids: np.ndarray, first: np.ndarray | None = N
     if first is not None:
         keys = (*keys, ~np.asarray(first, dtype=bool))
     return np.lexsort(keys)
+
+
+def top_k_rows(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Sorted row indices of the ``k`` highest scores, ties broken by ascending id.
+
+    The first ``k`` rows of :func:`rank_order`, sorted.
+
+    Examples
+    --------
+    >>> top_k_rows(np.array([1.0, 1.0, 1.0, 1.0]), np.array(["d", "a", "b", "c"]), 2).tolist()
+    [1, 2]
+    """
+    return np.sort(rank_order(scores, ids)[:k])
+
+
+def apportion(sizes: Sequence[int], k_total: int) -> np.ndarray:
+    """Share ``k_total`` among groups in proportion to ``sizes`` (Hamilton's method).
+
+    Each group gets the floor of its exact quota ``k_total * n_g / N``; the seats left
+    over go to the largest remainders, ties to the lower group id. Integer arithmetic
+    throughout, so the result is exact and the same on every machine. The one
+    largest-remainder rounding of datamask: the sharded runner's group budgets and the
+    DiSF greedy's per-batch quotas both read it.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Rows per group (all >= 0, sum > 0).
+    k_total : int
+        Documents to keep overall, ``0 <= k_total <= sum(sizes)``.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_groups,)
+        Budgets with ``sum == k_total`` and ``0 <= k_g <= sizes[g]``.
+
+    Examples
+    --------
+    Quotas 1.5, 0.9 and 0.6 floor to 1, 0, 0; the two seats left go to the largest
+    remainders, 0.9 and 0.6:
+
+    >>> apportion([5, 3, 2], 3).tolist()
+    [1, 1, 1]
+    """
+    n = [int(s) for s in sizes]
+    total = sum(n)
+    if total <= 0 or any(s < 0 for s in n):
+        raise ValueError(f"group sizes must be >= 0 with a positive sum; got {sizes}.")
+    if not 0 <= k_total <= total:
+        raise ValueError(f"k_total must be in [0, {total}]; got {k_total}.")
+    floors = [k_total * s // total for s in n]
+    remainders = [k_total * s % total for s in n]
+    left = k_total - sum(floors)
+    for g in sorted(range(len(n)), key=lambda g: (-remainders[g], g))[:left]:
+        floors[g] += 1
+    return np.asarray(floors, dtype=np.int64)

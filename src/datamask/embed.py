@@ -21,6 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from ._device import check_device_name, resolve_device
+from .io.atomic import atomic_write
+from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files
+from .quality import heuristic_quality_batch
 
 logger = logging.getLogger("datamask.embed")
 
@@ -69,25 +77,14 @@ def _resolve_model_path(model: str | Path | None) -> Path:
 
 
 def _resolve_device(device: str) -> str:
-    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; anything else is checked."""
+    """The device name for sentence-transformers: :func:`datamask._device.resolve_device`
+    (``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; ``"cuda:N"`` checked to
+    exist) as a string, plus ``"mps"``, which sentence-transformers also runs on."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a string such as 'auto', 'cpu' or 'cuda'; got {device!r}.")
-    name = device.strip().lower()
-    if name == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return name
-    if name.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} was asked for but CUDA is not available here.")
-        return name
-    if name == "mps":
-        return name
-    raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {device!r}.")
+    if check_device_name(device, also=("mps",)) == "mps":
+        return "mps"
+    return str(resolve_device(device))
 
 
 @lru_cache(maxsize=4)
@@ -288,13 +285,6 @@ def embed_file(
         If a file type is not supported, a file cannot be parsed, the input has no rows,
         lacks ``text_col``, or has null texts or ids; the message names the file.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from tqdm.auto import tqdm
-
-    from .io.atomic import atomic_write
-    from .io.text import file_kind, iter_text_chunks, list_text_files
-
     if quality not in (None, "heuristic"):
         raise ValueError(f"quality must be 'heuristic' or None; got {quality!r}.")
     chunk_rows = _check_positive_int("chunk_rows", chunk_rows)
@@ -302,25 +292,10 @@ def embed_file(
     files = list_text_files(input)
     out_path = Path(output)
     out_kind = file_kind(out_path, "output")
-    kinds = [file_kind(f) for f in files]  # every input's type is checked before any work
     label = files[0].name if len(files) == 1 else str(input)
 
-    total: int | None = 0
-    for f, kind in zip(files, kinds, strict=True):  # parquet footers: columns and row counts
-        if kind != "parquet":
-            total = None
-            continue
-        try:
-            meta = pq.ParquetFile(f)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise ValueError(f"{f.name} could not be read as parquet: {exc}") from None
-        names = meta.schema_arrow.names
-        if text_col not in names and meta.metadata.num_rows:
-            raise ValueError(
-                f"column {text_col!r} not found in {f.name}; available columns: {names}."
-            )
-        if total is not None:
-            total += meta.metadata.num_rows
+    # Every input's type, and the parquet footers (columns, row counts), before any work.
+    total = footer_rows(files, text_col)
 
     # The first rows are parsed and checked before anything is shown or written.
     chunks = iter_text_chunks(files, chunk_rows)
@@ -377,8 +352,6 @@ def embed_file(
                     table, feature_col, pa.FixedSizeListArray.from_arrays(values, dim)
                 )
                 if quality == "heuristic":
-                    from .quality import heuristic_quality_batch
-
                     table = _put_column(
                         table, quality_col, pa.array(heuristic_quality_batch(texts))
                     )
@@ -414,8 +387,6 @@ def embed_file(
 
 def _checked_texts(table: Any, text_col: str, name: str, start: int) -> list[str]:
     """The texts of a chunk; refuses a missing, non-string or null text column."""
-    import pyarrow as pa
-
     if text_col not in table.column_names:
         raise ValueError(
             f"column {text_col!r} not found in {name}; available columns: {table.column_names}."
@@ -441,8 +412,6 @@ def _put_column(table: Any, name: str, values: Any) -> Any:
 
 def _conform(table: Any, schema: Any, name: str, start: int, dropped: set[str]) -> Any:
     """A later chunk in the first chunk's schema: missing columns null, extra ones dropped."""
-    import pyarrow as pa
-
     dropped.update(c for c in table.column_names if c not in schema.names)
     columns = []
     for field in schema:

@@ -51,7 +51,7 @@ from .._validation import check_choice
 from ..io.atomic import OutputLock, to_json
 from ..io.fs import Location, cache_dir, check_reachable, expand, glob_root, resolve
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for, keep_file_name, relative_names
-from ..io.parquet import SUMMARY_KEY
+from ..io.parquet import SUMMARY_KEY, parquet_batches, parquet_num_rows, read_table
 
 __all__ = ["REMOVED_FORMATS", "SHARD_SUFFIXES", "apply_selection"]
 
@@ -148,25 +148,6 @@ def _plan(sel: Location, names: list[str], id_col: str) -> _Plan:
 
 
 # --- reading and writing one shard ----------------------------------------------------------
-def _parquet_batches(loc: Location, batch_size: int) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    fh = loc.open_input_file()
-    try:
-        pf = pq.ParquetFile(fh)
-    except Exception as exc:
-        fh.close()
-        raise ValueError(f"cannot read {loc.uri!r} as parquet: {exc}") from None
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        try:
-            yield from pf.iter_batches(batch_size=batch_size)
-        except Exception as exc:
-            raise ValueError(f"cannot read {loc.uri!r} as parquet: {exc}") from None
-        finally:
-            fh.close()
-
-    return pf.schema_arrow, batches()
-
-
 def _json_lines(loc: Location, gz: bool, batch_size: int) -> Iterator[list[bytes]]:
     """Non-empty lines (bytes, newline stripped) in lists of ``batch_size``."""
     with loc.open_input_stream() as raw:
@@ -215,8 +196,7 @@ class _KeepList:
     """One shard's keep list: kept row positions (and ids) handed out batch by batch."""
 
     def __init__(self, loc: Location, id_col: str) -> None:
-        with loc.open_input_file() as fh:
-            table = pq.read_table(fh)
+        table = read_table(loc)
         meta = json.loads((table.schema.metadata or {}).get(b"datamask.keep", b"{}"))
         self.uri = loc.uri
         self.rows = table.column("row").to_numpy()
@@ -249,15 +229,6 @@ def _curator_row_group(n: int) -> int:
     return max(1000, min(n // 10, 1_000_000))
 
 
-@dataclass
-class _Sinks:
-    """Where one shard's kept rows and removed rows/ids go."""
-
-    kept: Any
-    removed: Any = None
-    removed_ids: list[pa.Array] | None = None
-
-
 def _batch_rows(
     plan: _Plan, keep: _KeepList | None, start: int, n: int, ids: Any
 ) -> tuple[np.ndarray, np.ndarray, Any]:
@@ -283,7 +254,7 @@ def _apply_parquet(
     batch_size: int,
     bar: tqdm,
 ) -> tuple[int, int, list[pa.Array]]:
-    schema, batches = _parquet_batches(src, batch_size)
+    schema, batches = parquet_batches(src, batch_size)
     need_ids = plan.mode == "ids" or removed_format in ("ids", "curator")
     if need_ids and id_col not in schema.names:
         raise ValueError(
@@ -493,8 +464,7 @@ def apply_selection(
     if all(f == "parquet" for f in formats):
         total = 0
         for s in shards:
-            with s.open_input_file() as fh:
-                total += pq.ParquetFile(fh).metadata.num_rows
+            total += parquet_num_rows(s)
 
     with ExitStack() as claims:  # released in reverse; on an error, made folders go too
         claims.enter_context(_claim(out))

@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .._validation import check_corpus
 from ..config import SelectSpec
-from ..io.parquet import atomic_write_table
+from ..io.parquet import atomic_write_table, read_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from .partition import GroupSpec
 from .runner import _group_name, part_path, read_group
@@ -58,7 +57,7 @@ class _Pass:
         """Keep up to ``want`` more rows of group ``g``, best rank first. Returns how many."""
         corpus, ids = read_group(g, self.settings)
         check_corpus(corpus)  # L2-normalised, as the learner saw them
-        table = pq.read_table(
+        table = read_table(
             self.work / "groups" / f"{_group_name(g.gid)}.parquet",
             columns=["rank", "logit", "selected"],
         )

@@ -12,8 +12,9 @@ selects from. Three ways to form groups:
   ``chunk_size`` are split into near-equal parts, which bounds a worker's memory.
 
 The global budget ``k_total = round(select_ratio * N)`` is shared by largest-remainder
-(Hamilton) apportionment, in exact integer arithmetic with ties broken by group id, so
-the group budgets sum to ``k_total`` exactly and do not depend on scheduling.
+(Hamilton) apportionment (:func:`datamask.data.apportion`, re-exported here), in exact
+integer arithmetic with ties broken by group id, so the group budgets sum to ``k_total``
+exactly and do not depend on scheduling.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 import torch
 
 from .._validation import unit_rows
+from ..data import apportion
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
@@ -102,47 +104,6 @@ class GroupSpec:
 
 
 # --- budget and seeds ----------------------------------------------------------------------
-def apportion(sizes: Sequence[int], k_total: int) -> np.ndarray:
-    """Share ``k_total`` among groups in proportion to ``sizes`` (Hamilton's method).
-
-    Each group gets the floor of its exact quota ``k_total * n_g / N``; the seats left
-    over go to the largest remainders, ties to the lower group id. Integer arithmetic
-    throughout, so the result is exact and the same on every machine.
-
-    Parameters
-    ----------
-    sizes : sequence of int
-        Rows per group (all >= 0, sum > 0).
-    k_total : int
-        Documents to keep overall, ``0 <= k_total <= sum(sizes)``.
-
-    Returns
-    -------
-    ndarray of int64, shape (n_groups,)
-        Budgets with ``sum == k_total`` and ``0 <= k_g <= sizes[g]``.
-
-    Examples
-    --------
-    Quotas 1.5, 0.9 and 0.6 floor to 1, 0, 0; the two seats left go to the largest
-    remainders, 0.9 and 0.6:
-
-    >>> apportion([5, 3, 2], 3).tolist()
-    [1, 1, 1]
-    """
-    n = [int(s) for s in sizes]
-    total = sum(n)
-    if total <= 0 or any(s < 0 for s in n):
-        raise ValueError(f"group sizes must be >= 0 with a positive sum; got {sizes}.")
-    if not 0 <= k_total <= total:
-        raise ValueError(f"k_total must be in [0, {total}]; got {k_total}.")
-    floors = [k_total * s // total for s in n]
-    remainders = [k_total * s % total for s in n]
-    left = k_total - sum(floors)
-    for g in sorted(range(len(n)), key=lambda g: (-remainders[g], g))[:left]:
-        floors[g] += 1
-    return np.asarray(floors, dtype=np.int64)
-
-
 def group_seeds(seed: int, n_groups: int) -> list[int]:
     """Per-group learner seeds from ``numpy.random.SeedSequence(seed).spawn(n_groups)``.
 

@@ -38,7 +38,6 @@ import hashlib
 import json
 import math
 import os
-import resource
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -51,6 +50,8 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from .._device import set_threads
+from .._memory import peak_rss_mb
 from .._validation import k_from_ratio
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
@@ -63,7 +64,7 @@ from ..io.atomic import (
     clean_stale_temporaries,
 )
 from ..io.keep import keep_lists_for_output
-from ..io.parquet import atomic_write_table
+from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import (
     ShardInfo,
     ShardSource,
@@ -113,12 +114,6 @@ def completion_path(work_dir: str | Path, gid: int) -> Path:
 def part_path(out_dir: str | Path, gid: int) -> Path:
     """The selected-ids file of one group in the output dataset."""
     return Path(out_dir) / "selected" / f"part-{_group_name(gid)}.parquet"
-
-
-def _peak_rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux. Worker processes are reused across groups, so this is
-    # the peak of the whole worker so far: the figure "memory per worker" asks for.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def candidates_path(work_dir: str | Path, gid: int) -> Path:
@@ -256,7 +251,7 @@ def select_group(
             "total": total_s,
         },
         "docs_per_second": n / total_s if total_s > 0 else None,
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "gpu_peak_mb": sel.meta["gpu_peak_mb"],
         "device": sel.meta["device"],
         "host": socket.gethostname(),
@@ -289,9 +284,7 @@ def select_global(
     if marker.exists() and final.exists():
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
-    import pyarrow.parquet as pq
-
-    tables = [pq.read_table(candidates_path(work_dir, g.gid)) for g in groups]
+    tables = [read_table(candidates_path(work_dir, g.gid)) for g in groups]
     table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
     del tables
     ids = table.column(settings.columns.id_col).combine_chunks()
@@ -340,7 +333,7 @@ def select_global(
         "n_candidates": n,
         "k": len(sel.selected),
         "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "gpu_peak_mb": sel.meta["gpu_peak_mb"],
         "device": sel.meta["device"],
         "host": socket.gethostname(),
@@ -386,8 +379,6 @@ def available_cpus() -> int:
 
 def _call_with_threads(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
     """Step body in a worker: pin torch's and BLAS threads, then run the step."""
-    from .._device import set_threads
-
     set_threads(n_threads)
     return fn(*args)
 
@@ -825,7 +816,7 @@ def _run_claimed(
             },
             "docs_per_second": n_total / total_s,
             "select_docs_per_second": n_pending_docs / select_s if n_pending_docs else None,
-            "driver_peak_rss_mb": _peak_rss_mb(),
+            "driver_peak_rss_mb": peak_rss_mb(),
         },
         "max_similarity": cap_facts,
         "selection_digest": keep["selection"],

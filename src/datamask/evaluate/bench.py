@@ -34,14 +34,15 @@ import multiprocessing as mp
 import os
 import platform
 import tempfile
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._device import resolve_device, set_threads
+from .._memory import measure_peak_rss
 from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
 from ..io.atomic import atomic_write_json, atomic_write_text
@@ -76,67 +77,6 @@ _EXTRA_ATTRS = (
 )
 
 
-# --- memory -----------------------------------------------------------------------------------
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("VmHWM not found in /proc/self/status")
-
-
-def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
-    """Run ``fn()`` and measure the peak resident memory it added, in MiB.
-
-    Returns ``(fn's result, {"peak_mb", "rss_before_mb", "memory_method"})``; see the module
-    docstring for the method. Off Linux the numbers are NaN.
-    """
-    try:
-        before = _rss_bytes()
-    except OSError:
-        return fn(), {
-            "peak_mb": float("nan"),
-            "rss_before_mb": float("nan"),
-            "memory_method": "unavailable",
-        }
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak-RSS counter (VmHWM) to the current RSS
-        _hwm_bytes()
-        method = "clear_refs+VmHWM"
-    except OSError:
-        method = "rss-sampling-2ms"
-    peak = [before]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.002):
-            peak[0] = max(peak[0], _rss_bytes())
-
-    sampler = None
-    if method == "rss-sampling-2ms":
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-    try:
-        result = fn()
-    finally:
-        if sampler is not None:
-            stop.set()
-            sampler.join()
-    top = max(peak[0], _rss_bytes()) if sampler is not None else _hwm_bytes()
-    mib = 1024.0 * 1024.0
-    return result, {
-        "peak_mb": max(0.0, (top - before) / mib),
-        "rss_before_mb": before / mib,
-        "memory_method": method,
-    }
-
-
 def _cpu_seconds() -> float:
     """User + system CPU time of this process, every thread included."""
     import resource
@@ -165,7 +105,6 @@ def run_method(
     selector's extra fitted attributes. ``threads``: torch/numpy threads (default: the
     cores available).
     """
-    from .._device import set_threads
     from ..selectors import make_selector
 
     set_threads(threads)
@@ -189,7 +128,7 @@ def run_method(
             "load_after": _load(),
         }
     selector = make_selector(method, objective=objective_spec.make(), **params)
-    use_cuda = torch.cuda.is_available() and str(params.get("device", "auto")) != "cpu"
+    use_cuda = resolve_device(params.get("device", "auto")).type == "cuda"
     if use_cuda:
         torch.cuda.reset_peak_memory_stats()
     load_before = _load()
@@ -335,7 +274,6 @@ def bench(
     spec = objective
     names = list(objective.algorithm)
     lamb = objective.lamb
-    from .._device import set_threads
 
     threads = set_threads(threads)
     method_params = dict(method_params or {})

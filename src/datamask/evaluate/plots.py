@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..io.atomic import atomic_write
+
 __all__ = [
     "plot_learning_curve",
     "plot_objective_vs_time",
@@ -63,7 +65,6 @@ def _color(label: str) -> str:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    from ..io.atomic import atomic_write
 
     path = Path(path)
     with atomic_write(path) as tmp:

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
 from .._validation import check_corpus, check_ratio, resolve_k
-from ..data import Corpus, Selection
+from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import (
     SimilarityCap,
     capped_top_k,
@@ -26,7 +26,6 @@ from ..near_duplicates import (
     verify_cap,
 )
 from ..objectives import ALGORITHMS, Objective, make_diversity
-from ..optim.mask_learner import top_k_rows
 
 __all__ = ["BaseSelector", "GreedyTrace", "pick_order_scores"]
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .._validation import Interval, Options, check_choice, check_positive
-from ..data import Corpus
+from ..data import Corpus, apportion
 from ..near_duplicates import infeasible_message
 from ..objectives import Objective
 from ..objectives.disf import correlation_loss, offdiag_correlation
@@ -57,16 +57,12 @@ def batch_quotas(n_docs: int, k: int, batch_size: int) -> tuple[np.ndarray, np.n
 
     Returns ``(starts, quotas)``: batch b holds rows ``starts[b]:starts[b + 1]`` (the last
     one ends at ``n_docs``); the quotas are proportional to the batch sizes, rounded by
-    largest remainder (earlier batch first on ties), and sum to exactly ``k``.
+    largest remainder (earlier batch first on ties) with :func:`datamask.data.apportion`,
+    in exact integer arithmetic, and sum to exactly ``k``.
     """
     starts = np.arange(0, n_docs, batch_size, dtype=np.int64)
     sizes = np.minimum(starts + batch_size, n_docs) - starts
-    share = k * sizes / n_docs
-    quotas = np.floor(share).astype(np.int64)
-    rest = k - int(quotas.sum())
-    order = np.lexsort((np.arange(len(share)), -(share - quotas)))
-    quotas[order[:rest]] += 1
-    return starts, np.minimum(quotas, sizes)
+    return starts, apportion(sizes, k)
 
 
 def candidate_losses(

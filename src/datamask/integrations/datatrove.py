@@ -53,6 +53,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..config import SelectSpec
+from ..embed import embed_texts
+from ..io.atomic import atomic_write
+from ..quality import heuristic_quality_batch
 from ..tables import select_table
 
 __all__ = ["DatamaskFeatures", "DatamaskSelect", "DatamaskFilter", "group_seed"]
@@ -74,8 +77,6 @@ def _sink(folder: Any, name: str) -> Iterator[Any]:
     from fsspec.implementations.local import LocalFileSystem
 
     if isinstance(folder.fs, LocalFileSystem):
-        from ..io.atomic import atomic_write
-
         with atomic_write(folder.resolve_paths(name)) as tmp:
             yield tmp
     else:
@@ -161,8 +162,6 @@ class DatamaskFeatures(PipelineStep):
 
     def _table(self, docs: list[Document]) -> pa.Table:
         if self.embedding_key is None:
-            from ..embed import embed_texts
-
             emb = embed_texts(
                 [d.text for d in docs],
                 self.model,
@@ -179,8 +178,6 @@ class DatamaskFeatures(PipelineStep):
                 "drop embedding_key= to compute embeddings from the text.",
             )
         if self.quality_key is None:
-            from ..quality import heuristic_quality_batch
-
             quality = heuristic_quality_batch(d.text for d in docs)
         else:
             quality = _from_metadata(

@@ -2,7 +2,9 @@
 
 Every file datamask writes goes through :func:`atomic_write`: the bytes land in a hidden
 temporary beside the target, ``.<name>.<host>.<pid>.<random>.tmp``, are flushed to disk,
-and one ``os.replace`` puts them in place. So
+and one ``os.replace`` puts them in place (:func:`atomic_write_group` does the same for
+several files published as one unit; remote outputs use the same temporary names, see
+:meth:`datamask.io.fs.Location.open_atomic`). So
 
 - a crash, a ``kill -9`` or a full disk leaves either the old file or the new one, never
   half a file (and the leading dot keeps pyarrow's dataset discovery from seeing it);
@@ -28,7 +30,7 @@ import re
 import secrets
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,12 +40,14 @@ __all__ = [
     "OutputLock",
     "atomic_write",
     "atomic_write_bytes",
+    "atomic_write_group",
     "atomic_write_json",
     "atomic_write_text",
     "check_no_overlap",
     "check_writable",
     "clean_stale_temporaries",
     "describe_os_error",
+    "is_temporary",
     "temporary_name",
 ]
 
@@ -55,6 +59,12 @@ def temporary_name(path: str | Path) -> Path:
     """A fresh hidden temporary beside ``path``, unique to this host, process and call."""
     path = Path(path)
     return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def is_temporary(filename: str, name: str | None = None) -> bool:
+    """True when ``filename`` is a :func:`temporary_name` (of the target ``name``, if given)."""
+    m = _TMP_RE.match(filename)
+    return m is not None and (name is None or m["name"] == name)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -112,6 +122,11 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _commit(tmp: Path, path: Path) -> None:
+    """Move a synced temporary over its target: the one rename of every local write."""
+    os.replace(tmp, path)
+
+
 @contextmanager
 def atomic_write(path: str | Path, *, commit: bool = True) -> Iterator[Path]:
     """Yield a temporary path to write; on success move it over ``path`` in one rename.
@@ -121,8 +136,8 @@ def atomic_write(path: str | Path, *, commit: bool = True) -> Iterator[Path]:
     path : str or Path
         The target. Its folder is created when missing.
     commit : bool, default=True
-        With ``False`` the caller renames the temporary itself (to commit several files
-        together); it is still removed if the ``with`` body raises.
+        With ``False`` the temporary is synced but not renamed (see
+        :func:`atomic_write_group`); it is still removed if the ``with`` body raises.
 
     Examples
     --------
@@ -143,11 +158,48 @@ def atomic_write(path: str | Path, *, commit: bool = True) -> Iterator[Path]:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
         if commit:
-            os.replace(tmp, path)
+            _commit(tmp, path)
             _fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_write_group(paths: Sequence[str | Path]) -> Iterator[list[Path]]:
+    """Yield one temporary per target; on success publish them all as one unit.
+
+    Every temporary is written and synced before any target changes. Then the *other*
+    targets (all but the first) are removed, and the temporaries renamed over their
+    targets in order, the first one first. The first file is the authoritative one: a
+    crash or full disk at any point leaves either the old set, or the new first file with
+    some of its companions missing, never a new first file next to an old companion.
+    If the ``with`` body raises, no target is touched and the temporaries are removed.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> with atomic_write_group([folder / "a.txt", folder / "a.json"]) as (t1, t2):
+    ...     _ = t1.write_text("rows")
+    ...     _ = t2.write_text("{}")
+    >>> sorted(p.name for p in folder.iterdir())
+    ['a.json', 'a.txt']
+    """
+    targets = [Path(p) for p in paths]
+    with ExitStack() as stack:
+        tmps = [stack.enter_context(atomic_write(p, commit=False)) for p in targets]
+        yield tmps
+    try:
+        for path in targets[1:]:
+            path.unlink(missing_ok=True)
+        for tmp, path in zip(tmps, targets, strict=True):
+            _commit(tmp, path)
+        for folder in dict.fromkeys(p.parent for p in targets):
+            _fsync_dir(folder)
+    finally:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
 
 
 def _write_with(path: str | Path, mode: str, body: Callable[[IO[Any]], None]) -> None:

@@ -22,12 +22,11 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import Corpus
-from .parquet import arrays_from_table, read_corpus
+from .parquet import corpus_from_tables, read_corpus
 
 __all__ = [
     "SPLIT_NAMES",
@@ -247,15 +246,13 @@ def read_input_corpus(
     table = read_save_to_disk(path, wanted + extras, split=split)
     if table.num_rows == 0:
         raise ValueError(f"{where} has no rows.")
-    ids, quality, features = arrays_from_table(
-        table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
-    )
-    return Corpus(
-        ids=ids.to_numpy(zero_copy_only=False),
-        quality=quality,
-        features=features,
-        quality_names=list(quality_cols),
-        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
+    corpus, _ = corpus_from_tables(
+        [(table, where)],
+        id_col=id_col,
+        quality_cols=quality_cols,
+        quality_weights=quality_weights,
+        feature_col=feature_col,
         source=where,
-        extra={c: table.column(c).to_numpy(zero_copy_only=False) for c in extras},
+        extra_cols=extras,
     )
+    return corpus

@@ -34,7 +34,6 @@ import functools
 import glob
 import os
 import re
-import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from .atomic import _HOST, atomic_write
+from .atomic import atomic_write, is_temporary, temporary_name
 
 __all__ = [
     "REMOTE_SCHEMES",
@@ -113,13 +112,6 @@ class Location:
     @property
     def name(self) -> str:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
-
-    @property
-    def local_path(self) -> Path:
-        """The local path (only for local locations)."""
-        if not self.is_local:
-            raise ValueError(f"{self.uri!r} is not a local path.")
-        return Path(self.path)
 
     def join(self, *parts: str) -> Location:
         """A location below this one (``parts`` use ``/``)."""
@@ -196,7 +188,7 @@ class Location:
             with atomic_write(self.path) as tmp, open(tmp, "wb") as fh:
                 yield fh
             return
-        tmp = self.parent().join(f".{self.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp = self.parent().join(temporary_name(self.name).name)
         stream = self.fs.open_output_stream(tmp.path)
         try:
             yield stream
@@ -230,7 +222,6 @@ class Location:
         """
         if self.is_local:
             return
-        prefix = f".{self.name}."
         selector = pafs.FileSelector(self.parent().path, recursive=False, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
@@ -238,7 +229,7 @@ class Location:
             return
         for info in infos:
             base = info.path.rsplit("/", 1)[-1]
-            if base.startswith(prefix) and base.endswith(".tmp"):
+            if is_temporary(base, self.name):
                 with suppress(OSError):
                     self.fs.delete_file(info.path)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import Corpus, rank_order
-from .atomic import atomic_write, atomic_write_json, to_json
+from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
+from .fs import Location
 
 __all__ = [
     "read_corpus",
+    "corpus_from_tables",
+    "read_table",
+    "parquet_batches",
+    "parquet_num_rows",
     "features_from_arrow",
     "selection_table",
     "write_selection",
@@ -41,6 +45,59 @@ def _open(path: str | Path) -> pq.ParquetFile:
         return pq.ParquetFile(p, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
+
+
+def read_table(source: str | Path | Location, columns: Sequence[str] | None = None) -> pa.Table:
+    """A whole parquet file (a local path or a :class:`~datamask.io.fs.Location`).
+
+    Raises
+    ------
+    ValueError
+        When the file is missing or cannot be read; the message names it.
+    """
+    if isinstance(source, Location):
+        try:
+            with source.open_input_file() as fh:
+                return pq.read_table(fh, columns=None if columns is None else list(columns))
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
+    pf = _open(source)
+    try:
+        return pf.read(columns=None if columns is None else list(columns))
+    except Exception as exc:
+        raise ValueError(f"cannot read {str(source)!r} as parquet: {exc}") from None
+
+
+def parquet_num_rows(source: Location) -> int:
+    """Rows of a parquet file, from its footer alone."""
+    with source.open_input_file() as fh:
+        return pq.ParquetFile(fh).metadata.num_rows
+
+
+def parquet_batches(
+    source: Location, batch_size: int
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The schema of a parquet file and an iterator over its record batches.
+
+    The file is opened now (a bad footer fails here) and closed when the batches run out;
+    every error names it.
+    """
+    fh = source.open_input_file()
+    try:
+        pf = pq.ParquetFile(fh)
+    except Exception as exc:
+        fh.close()
+        raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from pf.iter_batches(batch_size=batch_size)
+        except Exception as exc:
+            raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
+        finally:
+            fh.close()
+
+    return pf.schema_arrow, batches()
 
 
 def _require(schema: pa.Schema, names: Sequence[str], where: str) -> None:
@@ -145,6 +202,88 @@ def arrays_from_table(
     return ids, q, features
 
 
+def corpus_from_tables(
+    tables: Sequence[tuple[pa.Table, str]],
+    *,
+    id_col: str,
+    quality_cols: Sequence[str],
+    quality_weights: Sequence[float] | None,
+    feature_col: str,
+    source: str,
+    quality_range: tuple[Sequence[float], Sequence[float]] | None = None,
+    extra_cols: Sequence[str] = (),
+) -> tuple[Corpus, pa.Array]:
+    """One :class:`~datamask.data.Corpus` from pieces read from one or several files.
+
+    The one place a corpus is built from arrow tables: :func:`read_corpus` (one parquet
+    file), :func:`datamask.io.datasets.read_input_corpus` (a ``save_to_disk`` folder) and
+    the sharded runner's groups all call it.
+
+    Parameters
+    ----------
+    tables : sequence of (pyarrow.Table, str)
+        Each piece and where it came from (for error messages).
+    source : str
+        The corpus's ``source`` (e.g. ``"group 7"``).
+    quality_range : (lows, highs), optional
+        Corpus-wide range of each quality column, used to scale these rows
+        (:attr:`~datamask.data.Corpus.quality_range`).
+    extra_cols : sequence of str, default=()
+        Columns every piece has, kept in :attr:`~datamask.data.Corpus.extra`.
+
+    Returns
+    -------
+    corpus : Corpus
+        Not yet validated (the learner's ``fit`` does that).
+    ids : pyarrow.Array
+        The id column exactly as stored, for writing ids back unchanged.
+    """
+    id_parts, q_parts, f_parts = [], [], []
+    width: tuple[int, str] | None = None
+    for table, where in tables:
+        ids, q, feats = arrays_from_table(
+            table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
+        )
+        if width is None:
+            width = (feats.shape[1], where)
+        elif feats.shape[1] != width[0]:
+            raise ValueError(
+                f"embedding width {feats.shape[1]} in {where} does not match "
+                f"{width[0]} in {width[1]}."
+            )
+        id_parts.append(ids)
+        q_parts.append(q)
+        f_parts.append(feats)
+    if not id_parts:
+        raise ValueError(f"{source} has no rows.")
+    types = {a.type for a in id_parts}
+    if len(types) > 1:
+        raise ValueError(
+            f"column {id_col!r} has different types across the shards of {source}: "
+            f"{sorted(map(str, types))}; store ids with one type."
+        )
+    ids_arrow = pa.concat_arrays(id_parts) if len(id_parts) > 1 else id_parts[0]
+    features = f_parts[0] if len(f_parts) == 1 else np.concatenate(f_parts)
+    del f_parts
+    extra = {}
+    for c in extra_cols:
+        parts = [t.column(c).to_numpy(zero_copy_only=False) for t, _ in tables]
+        extra[c] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    corpus = Corpus(
+        ids=ids_arrow.to_numpy(zero_copy_only=False),
+        quality=np.concatenate(q_parts),
+        features=features,
+        quality_names=list(quality_cols),
+        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
+        source=source,
+        extra=extra,
+        quality_range=None
+        if quality_range is None
+        else (np.asarray(quality_range[0], float), np.asarray(quality_range[1], float)),
+    )
+    return corpus, ids_arrow
+
+
 def read_corpus(
     path: str | Path,
     *,
@@ -182,24 +321,18 @@ def read_corpus(
         raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
     if table.num_rows == 0:
         raise ValueError(f"{where} has no rows.")
-    ids_arrow, quality, features = arrays_from_table(
-        table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
-    )
-    ids = ids_arrow.to_numpy(zero_copy_only=False)
-    if expected_dim is not None and features.shape[1] != expected_dim:
-        raise ValueError(
-            f"embedding width {features.shape[1]} in {where} does not match {expected_dim}."
-        )
-    extra = {c: table.column(c).to_numpy(zero_copy_only=False) for c in extras}
-    return Corpus(
-        ids=ids,
-        quality=quality,
-        features=features,
-        quality_names=list(quality_cols),
-        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
+    corpus, _ = corpus_from_tables(
+        [(table, where)],
+        id_col=id_col,
+        quality_cols=quality_cols,
+        quality_weights=quality_weights,
+        feature_col=feature_col,
         source=where,
-        extra=extra,
+        extra_cols=extras,
     )
+    if expected_dim is not None and corpus.dim != expected_dim:
+        raise ValueError(f"embedding width {corpus.dim} in {where} does not match {expected_dim}.")
+    return corpus
 
 
 def selection_table(
@@ -257,9 +390,10 @@ def write_selection(
 
     The summary, stamped with a fresh ``run_id``, is stored inside the parquet's schema
     metadata (``datamask.summary``), so the parquet always carries the settings that made
-    it; ``<stem>.summary.json`` beside it is a readable copy. Commit order: both files are
-    written and synced under temporary names; then the old summary is removed, the parquet
-    renamed into place, then the summary. A crash or full disk at any point leaves either
+    it; ``<stem>.summary.json`` beside it is a readable copy. Both are published by
+    :func:`~datamask.io.atomic.atomic_write_group`: both files are written and synced under
+    temporary names; then the old summary is removed, the parquet renamed into place, then
+    the summary. A crash or full disk at any point leaves either
     the old pair, or a parquet with no summary file beside it, never a parquet next to
     another run's summary. :func:`read_summary` reads the authoritative copy.
     """
@@ -270,20 +404,9 @@ def write_selection(
     text = to_json({**summary, "run_id": secrets.token_hex(8)})
     meta = {**(table.schema.metadata or {}), SUMMARY_KEY: text.encode()}
     table = table.replace_schema_metadata(meta)
-    side = summary_path(path)
-    with (
-        atomic_write(path, commit=False) as tmp_table,
-        atomic_write(side, commit=False) as tmp_json,
-    ):
+    with atomic_write_group([path, summary_path(path)]) as (tmp_table, tmp_json):
         pq.write_table(table, tmp_table, compression="zstd", write_page_checksum=True)
         tmp_json.write_text(text, encoding="utf-8")
-    try:
-        side.unlink(missing_ok=True)
-        os.replace(tmp_table, path)
-        os.replace(tmp_json, side)
-    finally:
-        tmp_table.unlink(missing_ok=True)
-        tmp_json.unlink(missing_ok=True)
 
 
 def read_summary(path: str | Path) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 Nothing here loads a whole corpus. :func:`inspect_shards` reads footers only (row counts,
 row-group sizes, schema); :func:`read_rows` reads the row groups that overlap a range of
-rows of one file; :func:`iter_batches` streams one file batch by batch. Every error names
+rows of one file; :func:`scan_shard` streams one file batch by batch. Every error names
 the file it is about.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,15 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._validation import check_quality_span, unit_rows
-from ..data import Corpus
-from .parquet import arrays_from_table, check_id_type
+from .parquet import arrays_from_table, check_id_type, corpus_from_tables
 
 __all__ = [
     "ShardInfo",
     "list_shards",
     "inspect_shards",
     "read_rows",
-    "iter_batches",
     "corpus_from_tables",
     "ShardScan",
     "ID_HASH_DTYPE",
@@ -245,87 +243,6 @@ def read_rows(
     return table.slice(start - int(starts[first]), stop - start)
 
 
-def iter_batches(
-    path: str | Path, columns: Sequence[str], batch_size: int = 65_536
-) -> Iterator[pa.RecordBatch]:
-    """Stream a file in record batches of at most ``batch_size`` rows."""
-    pf = _open(path)
-    try:
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns))
-    except Exception as exc:
-        raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
-
-
-def corpus_from_tables(
-    tables: Sequence[tuple[pa.Table, str]],
-    *,
-    id_col: str,
-    quality_cols: Sequence[str],
-    quality_weights: Sequence[float] | None,
-    feature_col: str,
-    source: str,
-    quality_range: tuple[Sequence[float], Sequence[float]] | None = None,
-) -> tuple[Corpus, pa.Array]:
-    """One :class:`~datamask.data.Corpus` from pieces read from several files.
-
-    Parameters
-    ----------
-    tables : sequence of (pyarrow.Table, str)
-        Each piece and where it came from (for error messages).
-    source : str
-        The corpus's ``source`` (e.g. ``"group 7"``).
-    quality_range : (lows, highs), optional
-        Corpus-wide range of each quality column, used to scale these rows
-        (:attr:`~datamask.data.Corpus.quality_range`).
-
-    Returns
-    -------
-    corpus : Corpus
-        Not yet validated (the learner's ``fit`` does that).
-    ids : pyarrow.Array
-        The id column exactly as stored, for writing ids back unchanged.
-    """
-    id_parts, q_parts, f_parts = [], [], []
-    width: tuple[int, str] | None = None
-    for table, where in tables:
-        ids, q, feats = arrays_from_table(
-            table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
-        )
-        if width is None:
-            width = (feats.shape[1], where)
-        elif feats.shape[1] != width[0]:
-            raise ValueError(
-                f"embedding width {feats.shape[1]} in {where} does not match "
-                f"{width[0]} in {width[1]}."
-            )
-        id_parts.append(ids)
-        q_parts.append(q)
-        f_parts.append(feats)
-    if not id_parts:
-        raise ValueError(f"{source} has no rows.")
-    types = {a.type for a in id_parts}
-    if len(types) > 1:
-        raise ValueError(
-            f"column {id_col!r} has different types across the shards of {source}: "
-            f"{sorted(map(str, types))}; store ids with one type."
-        )
-    ids_arrow = pa.concat_arrays(id_parts) if len(id_parts) > 1 else id_parts[0]
-    features = f_parts[0] if len(f_parts) == 1 else np.concatenate(f_parts)
-    del f_parts
-    corpus = Corpus(
-        ids=ids_arrow.to_numpy(zero_copy_only=False),
-        quality=np.concatenate(q_parts),
-        features=features,
-        quality_names=list(quality_cols),
-        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
-        source=source,
-        quality_range=None
-        if quality_range is None
-        else (np.asarray(quality_range[0], float), np.asarray(quality_range[1], float)),
-    )
-    return corpus, ids_arrow
-
-
 # --- validation pass --------------------------------------------------------------------------
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -480,7 +397,14 @@ def scan_shard(
     qmax = np.full(len(quality_cols), -np.inf)
     hashes = []
     row = 0
-    for batch in iter_batches(path, columns, batch_size):
+    batches = pf.iter_batches(batch_size=batch_size, columns=columns)
+    while True:
+        try:  # read errors (a corrupt page) name the file
+            batch = next(batches, None)
+        except Exception as exc:
+            raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
+        if batch is None:
+            break
         n = batch.num_rows
         whole = row == 0 and n == pf.metadata.num_rows
         where = str(path) if whole else f"{path} (rows {row}-{row + n})"

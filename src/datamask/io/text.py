@@ -20,7 +20,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["TEXT_SUFFIXES", "TextChunk", "file_kind", "list_text_files", "iter_text_chunks"]
+__all__ = [
+    "TEXT_SUFFIXES",
+    "TextChunk",
+    "file_kind",
+    "list_text_files",
+    "iter_text_chunks",
+    "footer_rows",
+]
 
 #: File endings read as documents.
 TEXT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".json", ".json.gz")
@@ -190,3 +197,29 @@ def iter_text_chunks(files: Sequence[Path], chunk_rows: int = 4096) -> Iterator[
             yield from _parquet_chunks(f, chunk_rows)
         else:
             yield from _jsonl_chunks(f, chunk_rows)
+
+
+def footer_rows(files: Sequence[Path], column: str) -> int | None:
+    """Rows of ``files`` from the parquet footers alone, or None when one is not parquet.
+
+    Every parquet file with rows must have ``column`` (checked from its footer, before
+    anything is read): the message names the file and lists its columns.
+    """
+    kinds = [file_kind(f) for f in files]  # every file's type is checked before any is read
+    total: int | None = 0
+    for f, kind in zip(files, kinds, strict=True):
+        if kind != "parquet":
+            total = None
+            continue
+        try:
+            meta = pq.ParquetFile(f)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(f"{f.name} could not be read as parquet: {exc}") from None
+        names = meta.schema_arrow.names
+        if column not in names and meta.metadata.num_rows:
+            raise ValueError(
+                f"column {column!r} not found in {f.name}; available columns: {names}."
+            )
+        if total is not None:
+            total += meta.metadata.num_rows
+    return total

@@ -47,7 +47,7 @@ from .._validation import (
     check_ratio,
     resolve_k,
 )
-from ..data import Corpus, Selection, rank_order
+from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective, make_diversity
 from .local_search import swap_search
@@ -59,11 +59,6 @@ REFINES = ("swap", "none")
 INITS = ("same", "quality")
 MASK_SAMPLERS = ("bernoulli", "topk")
 BASELINES = ("group", "loo")
-
-
-def top_k_rows(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-    """Sorted row indices of the ``k`` highest scores, ties broken by ascending id."""
-    return np.sort(rank_order(scores, ids)[:k])
 
 
 def _budget_shift(

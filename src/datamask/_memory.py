@@ -1,0 +1,106 @@
+"""Resident memory of this process, measured one way per question asked.
+
+Two figures, two questions:
+
+- :func:`measure_peak_rss` asks "how much did *this call* add?" (``bench``'s ``peak_mb``).
+  Right before the call it resets the kernel's peak-RSS counter (``echo 5 >
+  /proc/self/clear_refs``, Linux) and reads the current RSS; after it, it reads the peak
+  (``VmHWM`` in ``/proc/self/status``). The figure is that peak minus the RSS before: what
+  the call added on top of what was already loaded. Where ``clear_refs`` is unavailable a
+  thread samples RSS every 2 ms instead (``memory_method`` says which).
+- :func:`peak_rss_mb` asks "how large did this process ever get?" (the sharded runner's
+  ``peak_rss_mb`` per worker and ``driver_peak_rss_mb``): ``getrusage(RUSAGE_SELF)``'s
+  ``ru_maxrss``, the lifetime peak. Worker processes are reused across groups, so this is
+  the peak of the whole worker so far: the figure "memory per worker" asks for. It is
+  never reset (``ru_maxrss`` cannot be), so it cannot answer the first question.
+
+:func:`rss_mb` is the current RSS. ``tracemalloc`` is not used: it cannot see torch's
+allocations. GPU memory is torch's own ``max_memory_allocated``, read by the callers.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["measure_peak_rss", "peak_rss_mb", "rss_mb"]
+
+_MIB = 1024.0 * 1024.0
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("VmHWM not found in /proc/self/status")
+
+
+def rss_mb() -> float:
+    """Current resident memory of this process in MiB (NaN where /proc is unavailable)."""
+    try:
+        return _rss_bytes() / _MIB
+    except OSError:
+        return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process over its lifetime, in MiB (``ru_maxrss``)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    return peak / _MIB if sys.platform == "darwin" else peak / 1024.0
+
+
+def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    """Run ``fn()`` and measure the peak resident memory it added, in MiB.
+
+    Returns ``(fn's result, {"peak_mb", "rss_before_mb", "memory_method"})``; see the module
+    docstring for the method. Off Linux the numbers are NaN.
+    """
+    try:
+        before = _rss_bytes()
+    except OSError:
+        return fn(), {
+            "peak_mb": float("nan"),
+            "rss_before_mb": float("nan"),
+            "memory_method": "unavailable",
+        }
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak-RSS counter (VmHWM) to the current RSS
+        _hwm_bytes()
+        method = "clear_refs+VmHWM"
+    except OSError:
+        method = "rss-sampling-2ms"
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.002):
+            peak[0] = max(peak[0], _rss_bytes())
+
+    sampler = None
+    if method == "rss-sampling-2ms":
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+    try:
+        result = fn()
+    finally:
+        if sampler is not None:
+            stop.set()
+            sampler.join()
+    top = max(peak[0], _rss_bytes()) if sampler is not None else _hwm_bytes()
+    return result, {
+        "peak_mb": max(0.0, (top - before) / _MIB),
+        "rss_before_mb": before / _MIB,
+        "memory_method": method,
+    }
