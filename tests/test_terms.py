@@ -480,3 +480,16 @@ def test_a_learner_only_term_runs_the_exact_gradient_and_the_greedy(small):
     ).fit(small)
     assert greedy.selected_.tolist() == best.tolist()
     assert greedy.terms_["quality_sq"] == pytest.approx(float(np.mean(q[best] ** 2)))
+
+
+@pytest.mark.parametrize("cls", [MaskLearner, LazyGreedy])
+def test_objective_with_algorithm_or_lamb_is_refused_not_ignored(small, cls):
+    """Before, ``algorithm``/``lamb`` were silently ignored next to ``objective``."""
+    objective = Objective(make_diversity("Pair_simi"), lamb=0.2)
+    with pytest.raises(ValueError, match="either as objective= or as algorithm/lamb"):
+        cls(objective, lamb=0.7, select_ratio=0.2, device="cpu").fit(small)
+    with pytest.raises(ValueError, match="either as objective= or as algorithm/lamb"):
+        cls(objective, algorithm="DiSF", select_ratio=0.2, device="cpu").fit(small)
+    fitted = cls(algorithm="Pair_simi", lamb=0.2, select_ratio=0.2, device="cpu").fit(small)
+    assert set(fitted.terms_) == {"quality", "pairwise", "J"}
+    assert fitted.objective_.lamb == 0.2

@@ -71,6 +71,10 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     return value
 
 
+#: The fraction ``select`` keeps when none is given (the reference's ratio).
+DEFAULT_SELECT_RATIO = 0.3
+
+
 def k_from_ratio(select_ratio: float, n_docs: int) -> int:
     """``round(select_ratio * n_docs)``, refusing a selection of nothing."""
     k = int(round(select_ratio * n_docs))

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ._device import check_device_name
-from ._validation import Interval, Options, validate_params
+from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, validate_params
 from .objectives import Objective
+from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB
 from .objectives.registry import TERMS, import_term_modules, make_term, term_params
 from .selectors import SELECTORS
 
@@ -152,14 +153,14 @@ class ObjectiveSpec:
     """``J = lamb * quality + (1 - lamb) * mean of the diversity terms``."""
 
     algorithm: tuple[str, ...] = _option(
-        ("Facility",),
+        (DEFAULT_ALGORITHM,),
         _term_names,
         "diversity term(s), equally weighted: a registered term name (built in: Facility, "
         "Pair_simi, DiSF; --term-module adds yours)",
         many=True,
     )
     lamb: float = _option(
-        0.5, (Interval(float, 0, 1, closed="both"),), "weight of quality in [0, 1]"
+        DEFAULT_LAMB, (Interval(float, 0, 1, closed="both"),), "weight of quality in [0, 1]"
     )
     term_modules: tuple[str, ...] = _option(
         (),
@@ -192,7 +193,9 @@ class SelectorSpec:
     """The method, the budget and what every method shares; the rest goes in ``params``."""
 
     method: str = _option("mask", _method_names, "selector (mask: the DATAMASK learner)")
-    select_ratio: float = _option(0.3, (_RATIO,), "fraction of documents kept, in (0, 1)")
+    select_ratio: float = _option(
+        DEFAULT_SELECT_RATIO, (_RATIO,), "fraction of documents kept, in (0, 1)"
+    )
     seed: int = _option(0, (int,), "seed of every random draw")
     device: str = _option("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = _option(

@@ -170,13 +170,13 @@ def bench(
     corpus: Corpus,
     *,
     methods: Sequence[str] = DEFAULT_METHODS,
-    algorithm: str | Sequence[str] = "Facility",
-    lamb: float = 0.5,
+    algorithm: str | Sequence[str] | None = None,
+    lamb: float | None = None,
     select_ratio: float = BENCH_SELECT_RATIO,
     seed: int = 0,
     device: str = "cpu",
     n_neighbors: int | None = None,
-    knn: str = "auto",
+    knn: str | None = None,
     n_probe: int | None = None,
     objective: ObjectiveSpec | None = None,
     threads: int | None = None,
@@ -255,8 +255,8 @@ def bench(
             raise ValueError(f"method must be one of {list(SELECTORS)}; got {m!r}.")
     if map_method not in ("pca", "tsne"):
         raise ValueError(f"map_method must be 'pca' or 'tsne'; got {map_method!r}.")
-    names = [algorithm] if isinstance(algorithm, str) else list(algorithm)
     if objective is None:  # one objective factory: the spec's, checked like select's
+        names = [algorithm] if isinstance(algorithm, str) else algorithm
         objective = SelectSpec.from_mapping(
             {
                 "algorithm": names,
@@ -266,7 +266,7 @@ def bench(
                 "n_probe": n_probe,
             }
         ).objective
-    elif (names, lamb, n_neighbors, knn, n_probe) != (["Facility"], 0.5, None, "auto", None):
+    elif (algorithm, lamb, n_neighbors, knn, n_probe) != (None, None, None, None, None):
         raise ValueError(
             "give the objective either as objective= or as algorithm/lamb/n_neighbors/knn/"
             "n_probe, not both."

@@ -21,13 +21,12 @@ from ..data import Corpus
 from ..io.selection import read_selection, rows_from_ids
 from ..neighbors import _block_rows
 from ..objectives import (
-    ALGORITHMS,
     FacilityLocation,
     Objective,
     PairwiseSimilarity,
     TermContext,
-    make_diversity,
 )
+from ..objectives.combined import DEFAULT_ALGORITHM, resolve_objective
 from ..objectives.disf import correlation_loss
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 
@@ -115,8 +114,8 @@ def evaluate_selection(
     selected: np.ndarray,
     *,
     objective: Objective | None = None,
-    algorithm: str | Sequence[str] = ("Facility",),
-    lamb: float = 0.5,
+    algorithm: str | Sequence[str] | None = None,
+    lamb: float | None = None,
     length_col: str | None = None,
     device: str = "cpu",
     dup_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
@@ -134,10 +133,11 @@ def evaluate_selection(
     objective : Objective, optional
         Objective to report; default ``Objective([make_diversity(a) for a in algorithm],
         lamb)``. It is bound with ``k = len(selected)``.
-    algorithm : str or sequence of str, default=("Facility",)
-        Diversity term(s) of the default objective (the reference's names).
-    lamb : float, default=0.5
-        Quality weight of the default objective.
+    algorithm : str or sequence of str, optional
+        Diversity term(s) of the default objective (registered names; default Facility).
+    lamb : float, optional
+        Quality weight of the default objective (default 0.5). Neither goes with
+        ``objective``.
     length_col : str, optional
         Column of ``corpus.extra`` holding lengths (numbers) or texts; default the first of
         ``n_chars, length, n_tokens, text`` present. No length section when none is.
@@ -173,13 +173,12 @@ def evaluate_selection(
         raise ValueError("selected rows must not repeat.")
     dev = resolve_device(device)
     if objective is None:
-        names = [algorithm] if isinstance(algorithm, str) else list(algorithm)
-        for name in names:
-            if name not in ALGORITHMS:
-                raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}; got {name!r}.")
-        objective = Objective([make_diversity(a) for a in names], lamb=lamb)
-        settings: dict[str, Any] = {"algorithm": names, "lamb": float(lamb)}
+        names = [algorithm] if isinstance(algorithm, str) else list(algorithm or [])
+        objective = resolve_objective(None, names or None, lamb)
+        names = names or [DEFAULT_ALGORITHM]
+        settings: dict[str, Any] = {"algorithm": names, "lamb": float(objective.lamb)}
     else:
+        objective = resolve_objective(objective, algorithm, lamb)
         settings = {"objective": repr(objective), "lamb": objective.lamb}
     k = len(rows)
     objective.bind(corpus, k, dev)

@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
-from .._validation import check_corpus, check_ratio, resolve_k
+from .._validation import DEFAULT_SELECT_RATIO, check_corpus, check_ratio, resolve_k
 from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import (
     SimilarityCap,
@@ -25,7 +25,8 @@ from ..near_duplicates import (
     infeasible_message,
     verify_cap,
 )
-from ..objectives import ALGORITHMS, Objective, make_diversity
+from ..objectives import Objective
+from ..objectives.combined import DEFAULT_ALGORITHM, resolve_objective
 
 __all__ = ["BaseSelector", "GreedyTrace", "pick_order_scores"]
 
@@ -81,10 +82,12 @@ class BaseSelector:
     objective : Objective, optional
         What the selection is scored with (and, for the greedy selectors, what they
         maximise). Default: ``Objective(make_diversity(algorithm), lamb=lamb)``.
-    algorithm : {"Facility", "Pair_simi", "DiSF"}, default="Facility"
-        Diversity term when ``objective`` is not given.
-    lamb : float, default=0.5
-        Quality weight when ``objective`` is not given, in [0, 1].
+    algorithm : str, optional
+        Diversity term (a registered name) when ``objective`` is not given. Default
+        ``default_algorithm`` (``Facility``; ``DiSF`` for ``disf-greedy``).
+    lamb : float, optional
+        Quality weight when ``objective`` is not given, in [0, 1]. Default 0.5. Giving
+        ``algorithm`` or ``lamb`` with ``objective`` is an error (they would be ignored).
     select_ratio : float, default=0.3
         Fraction of documents kept, in (0, 1); exactly ``round(select_ratio * n)`` are.
     k : int, optional
@@ -106,14 +109,16 @@ class BaseSelector:
     #: The selector's own parameters and what each accepts (the CLI's flags are made from
     #: it); the shared ones above are the fields of :class:`datamask.config.SelectorSpec`.
     _parameter_constraints: ClassVar[dict[str, list]] = {}
+    #: The diversity term when neither ``objective`` nor ``algorithm`` is given.
+    default_algorithm: ClassVar[str] = DEFAULT_ALGORITHM
 
     def __init__(
         self,
         objective: Objective | None = None,
         *,
-        algorithm: str = "Facility",
-        lamb: float = 0.5,
-        select_ratio: float = 0.3,
+        algorithm: str | None = None,
+        lamb: float | None = None,
+        select_ratio: float = DEFAULT_SELECT_RATIO,
         k: int | None = None,
         seed: int = 0,
         device: str = "auto",
@@ -142,23 +147,15 @@ class BaseSelector:
         check_ratio("select_ratio", self.select_ratio)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer):
             raise TypeError(f"seed must be an integer; got {self.seed!r}.")
-        if self.objective is not None and not isinstance(self.objective, Objective):
-            raise TypeError(
-                f"objective must be a datamask Objective; got {type(self.objective).__name__}."
-            )
-        if self.objective is None and self.algorithm not in ALGORITHMS:
-            raise ValueError(
-                f"algorithm must be one of {list(ALGORITHMS)}; got {self.algorithm!r}."
-            )
+        objective = resolve_objective(
+            self.objective, self.algorithm, self.lamb, default_algorithm=self.default_algorithm
+        )
         self._check_params()
         check_max_similarity(self.max_similarity)
         check_corpus(corpus)
         self.device_ = resolve_device(self.device)
         n = corpus.n_docs
         self.k_ = resolve_k(self.select_ratio, n, self.k)
-        objective = self.objective
-        if objective is None:
-            objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
         self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
         self._torch_gen, self._np_rng = make_generators(int(self.seed), self.device_)
         self._cap = (

@@ -174,6 +174,7 @@ class GreedyDiSF(BaseSelector):
     """
 
     method = "disf-greedy"
+    default_algorithm = "DiSF"
     _parameter_constraints = {
         "batch_size": [Interval(int, 1, None, closed="left")],
         "implementation": [Options(str, IMPLEMENTATIONS)],
@@ -184,13 +185,12 @@ class GreedyDiSF(BaseSelector):
         self,
         objective: Objective | None = None,
         *,
-        algorithm: str = "DiSF",
         batch_size: int = 1024,
         implementation: str = "vectorised",
         eps: float = 1e-8,
         **kwargs,
     ) -> None:
-        super().__init__(objective, algorithm=algorithm, **kwargs)
+        super().__init__(objective, **kwargs)
         self.batch_size = batch_size
         self.implementation = implementation
         self.eps = eps

@@ -15,7 +15,19 @@ from .base import Term, TermContext
 from .quality import Quality
 from .registry import TERMS, term_class
 
-__all__ = ["Objective", "ALGORITHMS", "make_diversity"]
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_ALGORITHM",
+    "DEFAULT_LAMB",
+    "Objective",
+    "make_diversity",
+    "resolve_objective",
+]
+
+#: The objective when none is given: facility location, quality weighted 0.5. Every
+#: default of ``algorithm`` and ``lamb`` (selectors, evaluate, bench, the CLI) is these.
+DEFAULT_ALGORITHM = "Facility"
+DEFAULT_LAMB = 0.5
 
 #: The ``--algorithm`` names (the reference's ``Facility``, ``Pair_simi``, ``DiSF``, then
 #: any registered user term) and their classes: the registry itself, so always current.
@@ -62,7 +74,7 @@ class Objective:
     def __init__(
         self,
         diversity: Term | Sequence[Term],
-        lamb: float = 0.5,
+        lamb: float = DEFAULT_LAMB,
         weights: Sequence[float] | None = None,
     ) -> None:
         self.diversity = [diversity] if isinstance(diversity, Term) else list(diversity)
@@ -211,3 +223,30 @@ class Objective:
 
     def update(self, state: list[Any], j: int) -> list[Any]:
         return [t.update(s, j) for (_, t), s in zip(self.terms, state, strict=True)]
+
+
+def resolve_objective(
+    objective: Objective | None,
+    algorithm: str | Sequence[str] | None,
+    lamb: float | None,
+    *,
+    default_algorithm: str = DEFAULT_ALGORITHM,
+) -> Objective:
+    """The objective a selector was given: ``objective``, or one made from ``algorithm``
+    and ``lamb`` (defaults :data:`DEFAULT_ALGORITHM`, :data:`DEFAULT_LAMB`). Both at once
+    is refused: ``algorithm`` and ``lamb`` would be silently ignored."""
+    if objective is not None:
+        if not isinstance(objective, Objective):
+            raise TypeError(
+                f"objective must be a datamask Objective; got {type(objective).__name__}."
+            )
+        if algorithm is not None or lamb is not None:
+            raise ValueError(
+                "give the objective either as objective= or as algorithm/lamb, not both; got "
+                f"objective={objective!r} and algorithm={algorithm!r}, lamb={lamb!r}."
+            )
+        return objective
+    names = [algorithm or default_algorithm] if isinstance(algorithm, str | None) else algorithm
+    return Objective(
+        [make_diversity(name) for name in names], lamb=DEFAULT_LAMB if lamb is None else lamb
+    )

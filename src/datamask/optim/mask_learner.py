@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from .._device import make_generators, resolve_device
 from .._validation import (
+    DEFAULT_SELECT_RATIO,
     Interval,
     Options,
     check_choice,
@@ -49,7 +50,8 @@ from .._validation import (
 )
 from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
-from ..objectives import Objective, make_diversity
+from ..objectives import Objective
+from ..objectives.combined import resolve_objective
 from .local_search import swap_search
 
 __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
@@ -93,10 +95,12 @@ class MaskLearner:
     ----------
     objective : Objective, optional
         What to maximise. Default: ``Objective(make_diversity(algorithm), lamb=lamb)``.
-    algorithm : {"Facility", "Pair_simi", "DiSF"}, default="Facility"
-        Diversity term when ``objective`` is not given (the reference's names).
-    lamb : float, default=0.5
-        Quality weight when ``objective`` is not given.
+    algorithm : str, optional
+        Diversity term, a registered name (the reference's ``Facility``, ``Pair_simi``,
+        ``DiSF``, or a user term), when ``objective`` is not given. Default ``Facility``.
+    lamb : float, optional
+        Quality weight when ``objective`` is not given. Default 0.5. Giving ``algorithm``
+        or ``lamb`` with ``objective`` is an error (they would be ignored).
     select_ratio : float, default=0.3
         Fraction of documents kept, in (0, 1); exactly ``round(select_ratio * n)`` are.
     k : int, optional
@@ -195,9 +199,9 @@ class MaskLearner:
         self,
         objective: Objective | None = None,
         *,
-        algorithm: str = "Facility",
-        lamb: float = 0.5,
-        select_ratio: float = 0.3,
+        algorithm: str | None = None,
+        lamb: float | None = None,
+        select_ratio: float = DEFAULT_SELECT_RATIO,
         k: int | None = None,
         n_epochs: int | None = None,
         partial: float = 0.1,
@@ -287,10 +291,7 @@ class MaskLearner:
         start = time.perf_counter()
         self.device_ = resolve_device(self.device)
         self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
-        if self.objective is None:
-            objective = Objective(make_diversity(self.algorithm), lamb=self.lamb)
-        else:
-            objective = self.objective
+        objective = resolve_objective(self.objective, self.algorithm, self.lamb)
         self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
         gen, _ = make_generators(self.seed, self.device_)
         self._gen = gen
