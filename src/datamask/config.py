@@ -572,15 +572,23 @@ class SelectSpec:
         return self.selector.make(self.objective.make(), **kwargs)
 
     def flat(self) -> dict[str, Any]:
-        """Every setting under its flat key (method and term parameters included)."""
+        """Every setting under its flat key: the sections' fields, then every parameter of
+        the method and of the objective's terms, defaults filled in (what made a selection,
+        as its summary and the resume fingerprint record it)."""
         out: dict[str, Any] = {}
         for name in SECTIONS:
             section = getattr(self, name)
             for f in fields(section):
-                if f.name in ("params", "term_params"):
-                    out.update(dict(getattr(section, f.name)))
-                else:
+                if f.name not in ("params", "term_params"):
                     out[f.name] = getattr(section, f.name)
+        owners = [SELECTORS[self.selector.method]]
+        owners += [TERMS[name] for name in self.objective.algorithm]
+        for cls in owners:
+            for key in getattr(cls, "_parameter_constraints", {}):
+                if key not in _SHARED:
+                    out.setdefault(key, _default(cls, key))
+        out.update(dict(self.selector.params))
+        out.update(dict(self.objective.term_params))
         return out
 
     def fingerprint(self) -> dict[str, Any]:

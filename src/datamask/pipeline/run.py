@@ -87,7 +87,7 @@ def select(
         The summary (one file) or manifest (shards) also written beside the output.
     """
     spec = (spec or SelectSpec()).check()
-    set_threads(spec.run.threads)
+    threads = set_threads(spec.run.threads)
     in_memory = not isinstance(source, list | tuple) and is_save_to_disk(str(source))
     if in_memory and shards:
         raise ValueError(
@@ -114,11 +114,20 @@ def select(
     check_writable(output)
     check_no_overlap([output, summary_path(output)], [source])
     with OutputLock(output):
-        return _select_file(str(source), output, spec, split=split, keep_lists=not in_memory)
+        summary = _select_file(
+            str(source), output, spec, split=split, keep_lists=not in_memory, threads=threads
+        )
+        return summary
 
 
 def _select_file(
-    source: str, output: str | Path, spec: SelectSpec, *, split: str | None, keep_lists: bool
+    source: str,
+    output: str | Path,
+    spec: SelectSpec,
+    *,
+    split: str | None,
+    keep_lists: bool,
+    threads: int,
 ) -> dict[str, Any]:
     """One file: a plan with one group, once the output is claimed."""
     started = time.perf_counter()
@@ -163,6 +172,7 @@ def _select_file(
         "resolved": meta["resolved"],
         "history": meta["history"],
     }
+    summary["settings"]["threads"] = threads  # the count used, not None
     kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
     summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
     write_selection(output, table, summary)  # parquet and summary as one unit
