@@ -180,6 +180,16 @@ class ObjectiveSpec:
         wanted = [c for name in self.algorithm for c in TERMS[name].requires_columns]
         return tuple(dict.fromkeys(wanted))
 
+    def all_params(self) -> dict[str, Any]:
+        """Every parameter of the terms, given or default (what the objective ran with)."""
+        out: dict[str, Any] = {}
+        for name in self.algorithm:
+            cls = TERMS[name]
+            for key in getattr(cls, "_parameter_constraints", {}):
+                if key not in _SHARED:
+                    out.setdefault(key, _default(cls, key))
+        return {**out, **dict(self.term_params)}
+
     def make(self) -> Objective:
         """The objective: one term per name in ``algorithm``, weighted equally."""
         import_term_modules(self.term_modules)
@@ -581,14 +591,12 @@ class SelectSpec:
             for f in fields(section):
                 if f.name not in ("params", "term_params"):
                     out[f.name] = getattr(section, f.name)
-        owners = [SELECTORS[self.selector.method]]
-        owners += [TERMS[name] for name in self.objective.algorithm]
-        for cls in owners:
-            for key in getattr(cls, "_parameter_constraints", {}):
-                if key not in _SHARED:
-                    out.setdefault(key, _default(cls, key))
+        cls = SELECTORS[self.selector.method]
+        for key in getattr(cls, "_parameter_constraints", {}):
+            if key not in _SHARED:
+                out.setdefault(key, _default(cls, key))
         out.update(dict(self.selector.params))
-        out.update(dict(self.objective.term_params))
+        out.update(self.objective.all_params())
         return out
 
     def fingerprint(self) -> dict[str, Any]:

@@ -341,7 +341,7 @@ def bench(
             "k": int(len(runs[0]["selected"])) if "selected" in runs[0] else None,
             "algorithm": names,
             "lamb": lamb,
-            **dict(objective.term_params),
+            **objective.all_params(),
             "term_modules": list(objective.term_modules),
             "threads": threads,
             "seed": seed,
