@@ -246,7 +246,7 @@ def test_value_only_term_through_greedy_equals_a_greedy_by_hand(small):
 
 
 def test_value_only_term_by_name_through_the_learner(small):
-    learner = MaskLearner(
+    settings = dict(
         algorithm="TestMeanQualitySquared",
         lamb=0.0,
         select_ratio=0.2,
@@ -254,22 +254,14 @@ def test_value_only_term_by_name_through_the_learner(small):
         n_epochs=30,
         n_rollout=8,
         device="cpu",
-    ).fit(small)
+    )
+    learner = MaskLearner(**settings).fit(small)
     q = small.normalized_quality()
     sel = learner.selected_
     assert len(sel) == 8 and len(np.unique(sel)) == 8
     assert learner.terms_["quality_sq"] == pytest.approx(float(np.mean(q[sel] ** 2)))
     # The swap search (differencing the value) never lowers it below the learner's top k.
-    raw = MaskLearner(
-        algorithm="TestMeanQualitySquared",
-        lamb=0.0,
-        select_ratio=0.2,
-        estimator="reinforce",
-        n_epochs=30,
-        n_rollout=8,
-        device="cpu",
-        refine="none",
-    ).fit(small)
+    raw = MaskLearner(**settings, refine="none").fit(small)
     assert learner.terms_["J"] >= raw.terms_["J"] - 1e-12
     with pytest.raises(NotImplementedError, match="estimator='reinforce'"):
         MaskLearner(

@@ -5,18 +5,7 @@ Every selector has the :class:`~datamask.optim.MaskLearner` shape: parameters in
 ``__init__``, ``fit(corpus)`` sets ``selected_`` (sorted rows, exactly k), ``scores_``
 (higher = kept first), ``terms_`` and ``fit_seconds_``.
 
-========================  ==========================================================
-``--method``              selector
-========================  ==========================================================
-``mask``                  :class:`~datamask.optim.MaskLearner` (DATAMASK)
-``greedy``                :class:`LazyGreedy`: lazy greedy, facility location on the
-                          learner's K-NN graph (the yardstick)
-``greedy-dense``          :class:`DenseGreedy`: lazy greedy on all pairs (O(n^2))
-``stochastic-greedy``     :class:`StochasticGreedy` (Mirzasoleiman et al. 2015)
-``disf-greedy``           :class:`GreedyDiSF`, the original DiSF batched greedy
-``topk``                  :class:`TopKQuality`
-``random``                :class:`RandomSelector`
-========================  ==========================================================
+The ``--method`` names are listed with their classes in :mod:`datamask.selectors`.
 """
 
 from __future__ import annotations
