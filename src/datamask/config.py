@@ -31,8 +31,8 @@ from typing import Any
 from ._device import check_device_name
 from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, validate_params
 from .objectives import Objective
-from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB
-from .objectives.registry import TERMS, import_term_modules, make_term, term_params
+from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
+from .objectives.registry import TERMS, import_term_modules
 from .selectors import SELECTORS
 
 __all__ = [
@@ -193,9 +193,7 @@ class ObjectiveSpec:
     def make(self) -> Objective:
         """The objective: one term per name in ``algorithm``, weighted equally."""
         import_term_modules(self.term_modules)
-        params = dict(self.term_params)
-        terms = [make_term(name, **term_params(name, params)) for name in self.algorithm]
-        return Objective(terms, lamb=self.lamb)
+        return resolve_objective(None, self.algorithm, self.lamb, params=dict(self.term_params))
 
 
 @dataclass(frozen=True)

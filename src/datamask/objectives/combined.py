@@ -13,7 +13,7 @@ from ..data import Corpus
 from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
 from .base import Term, TermContext
 from .quality import Quality
-from .registry import TERMS, term_class
+from .registry import TERMS, term_class, term_params
 
 __all__ = [
     "ALGORITHMS",
@@ -231,10 +231,13 @@ def resolve_objective(
     lamb: float | None,
     *,
     default_algorithm: str = DEFAULT_ALGORITHM,
+    params: Mapping[str, Any] | None = None,
 ) -> Objective:
-    """The objective a selector was given: ``objective``, or one made from ``algorithm``
-    and ``lamb`` (defaults :data:`DEFAULT_ALGORITHM`, :data:`DEFAULT_LAMB`). Both at once
-    is refused: ``algorithm`` and ``lamb`` would be silently ignored."""
+    """The one objective factory: ``objective`` as given, or one term per name in
+    ``algorithm`` (default :data:`DEFAULT_ALGORITHM`), equally weighted, quality weighted
+    ``lamb`` (default :data:`DEFAULT_LAMB`). ``params`` are term settings by name
+    (``n_neighbors``, ``knn``, ...): each term takes those it declares. ``objective``
+    together with ``algorithm`` or ``lamb`` is refused: they would be silently ignored."""
     if objective is not None:
         if not isinstance(objective, Objective):
             raise TypeError(
@@ -247,6 +250,6 @@ def resolve_objective(
             )
         return objective
     names = [algorithm or default_algorithm] if isinstance(algorithm, str | None) else algorithm
-    return Objective(
-        [make_diversity(name) for name in names], lamb=DEFAULT_LAMB if lamb is None else lamb
-    )
+    params = dict(params or {})
+    terms = [make_diversity(name, **term_params(name, params)) for name in names]
+    return Objective(terms, lamb=DEFAULT_LAMB if lamb is None else lamb)
