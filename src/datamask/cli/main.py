@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -85,6 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        return _run(args)
+
+
+def _warning_line(message: Warning | str, *_: object, **__: object) -> None:
+    """A library warning as one line on stderr (no source line, no file name)."""
+    print(f"datamask: warning: {_one_line(Exception(str(message)))}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; bad input and I/O errors become one line and a status."""
     commands = {
         "apply": run_apply,
         "select": run_select,
