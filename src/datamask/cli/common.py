@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, options
+from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, options, term_options
 from ..evaluate.report import LENGTH_COLUMNS
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
 from ..presets import resolve_columns
@@ -46,8 +46,6 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
 def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
     """The objective the flags describe, checked like ``select``'s."""
     keys = ("algorithm", "lamb", "term_modules", "n_neighbors", "knn", "n_probe")
-    from ..config import term_options
-
     names = set(keys) | {o.name for o in term_options()}
     return SelectSpec.from_mapping(
         {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}

@@ -43,10 +43,13 @@ import torch
 
 from .._device import resolve_device, set_threads
 from .._memory import measure_peak_rss
+from .._validation import check_corpus, check_ratio
 from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
+from ..greedy.disf import time_reference
 from ..io.atomic import atomic_write_json, atomic_write_text
 from ..io.snapshot import load_corpus_npz, save_corpus_npz
+from ..selectors import SELECTORS, make_selector
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import evaluate_selection
 
@@ -105,15 +108,12 @@ def run_method(
     selector's extra fitted attributes. ``threads``: torch/numpy threads (default: the
     cores available).
     """
-    from ..selectors import make_selector
 
     set_threads(threads)
 
     if isinstance(corpus, str):
         corpus = load_corpus_npz(corpus)
     if method == "disf-greedy-reference":
-        from ..greedy.disf import time_reference
-
         load_before, cpu_before = _load(), _cpu_seconds()
         est = time_reference(corpus, **params)
         est["cpu_seconds_per_batch"] = (_cpu_seconds() - cpu_before) / max(
@@ -241,8 +241,6 @@ def bench(
         ``settings``, ``runs`` (per method: terms, metrics, seconds, peak_mb, ratios to
         greedy), ``figures`` (headline ratios) and ``files`` written.
     """
-    from .._validation import check_corpus, check_ratio
-    from ..selectors import SELECTORS
 
     check_corpus(corpus)
     check_ratio("select_ratio", select_ratio)

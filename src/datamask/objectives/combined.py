@@ -13,7 +13,7 @@ from ..data import Corpus
 from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
 from .base import Term, TermContext
 from .quality import Quality
-from .registry import TERMS, term_class, term_params
+from .registry import TERMS, term_class
 
 __all__ = [
     "ALGORITHMS",
@@ -251,5 +251,8 @@ def resolve_objective(
         return objective
     names = [algorithm or default_algorithm] if isinstance(algorithm, str | None) else algorithm
     params = dict(params or {})
-    terms = [make_diversity(name, **term_params(name, params)) for name in names]
+    terms = []
+    for name in names:
+        declared = term_class(name, what="algorithm")._parameter_constraints
+        terms.append(make_diversity(name, **{k: v for k, v in params.items() if k in declared}))
     return Objective(terms, lamb=DEFAULT_LAMB if lamb is None else lamb)
