@@ -10,7 +10,7 @@ checks are all made from those declarations. The spec is what :func:`datamask.pi
 runs, what is fingerprinted for resume, and what crosses process boundaries (it pickles).
 
     >>> spec = SelectSpec.from_mapping({"select_ratio": 0.1, "n_epochs": 50})
-    >>> spec.selector.select_ratio, spec.selector.param("n_epochs")
+    >>> spec.selector.select_ratio, dict(spec.selector.params)["n_epochs"]
     (0.1, 50)
     >>> spec.flat()["algorithm"]
     ('Facility',)
@@ -184,10 +184,8 @@ class ObjectiveSpec:
         """Every parameter of the terms, given or default (what the objective ran with)."""
         out: dict[str, Any] = {}
         for name in self.algorithm:
-            cls = TERMS[name]
-            for key in getattr(cls, "_parameter_constraints", {}):
-                if key not in _SHARED:
-                    out.setdefault(key, _default(cls, key))
+            for key, value in _own_defaults(TERMS[name]).items():
+                out.setdefault(key, value)  # the first term declaring one wins
         return {**out, **dict(self.term_params)}
 
     def make(self) -> Objective:
@@ -213,9 +211,6 @@ class SelectorSpec:
     )
     #: The method's own parameters (its ``_parameter_constraints``), by name.
     params: tuple[tuple[str, Any], ...] = ()
-
-    def param(self, name: str, default: Any = None) -> Any:
-        return dict(self.params).get(name, default)
 
     def make(
         self,
@@ -401,6 +396,12 @@ def _default(cls: type, name: str) -> Any:
     return None
 
 
+def _own_defaults(cls: type) -> dict[str, Any]:
+    """The defaults of the parameters ``cls`` declares as its own (not the shared ones)."""
+    table = getattr(cls, "_parameter_constraints", {})
+    return {key: _default(cls, key) for key in table if key not in _SHARED}
+
+
 def _owned_options(owners: Mapping[str, type]) -> list[Option]:
     """One option per parameter any owner declares, listing who takes it."""
     found: dict[str, Option] = {}
@@ -538,9 +539,7 @@ class SelectSpec:
                 f"{', '.join(stray)} is not a parameter of method {method!r} (it takes "
                 f"{takes}); drop it or choose another --method."
             )
-        validate_params(
-            cls.__name__, getattr(cls, "_parameter_constraints", {}), dict(self.selector.params)
-        )
+        validate_params(cls.__name__, own_table, dict(self.selector.params))
         import_term_modules(self.objective.term_modules)
         for name in self.objective.algorithm:
             if name not in TERMS:
@@ -589,10 +588,7 @@ class SelectSpec:
             for f in fields(section):
                 if f.name not in ("params", "term_params"):
                     out[f.name] = getattr(section, f.name)
-        cls = SELECTORS[self.selector.method]
-        for key in getattr(cls, "_parameter_constraints", {}):
-            if key not in _SHARED:
-                out.setdefault(key, _default(cls, key))
+        out.update(_own_defaults(SELECTORS[self.selector.method]))
         out.update(dict(self.selector.params))
         out.update(self.objective.all_params())
         return out
@@ -604,10 +600,6 @@ class SelectSpec:
             if not _fingerprinted(RunSpec, f.name):
                 out.pop(f.name, None)
         return out
-
-    def with_(self, **changes: Any) -> SelectSpec:
-        """A copy with flat keys changed (checked like :meth:`from_mapping`)."""
-        return SelectSpec.from_mapping({**self.flat(), **changes})
 
 
 def split_quality(values: Mapping[str, Any]) -> dict[str, Any]:

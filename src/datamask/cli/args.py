@@ -34,7 +34,6 @@ __all__ = [
     "add_options",
     "add_select_arguments",
     "add_threads_argument",
-    "settings_from",
 ]
 
 #: Flags whose spelling is not ``--`` + the key (or which act differently from a plain value).
@@ -155,13 +154,3 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
         options(PartitionSpec),
     )
     add_options(parser.add_argument_group("run"), options(RunSpec))
-
-
-def settings_from(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
-    """The flat settings given on the command line (None: not given)."""
-    out = {}
-    for name in names:
-        value = getattr(args, name, None)
-        if value is not None:
-            out[name] = value
-    return out

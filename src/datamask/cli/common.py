@@ -45,8 +45,7 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
 
 def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
     """The objective the flags describe, checked like ``select``'s."""
-    keys = ("algorithm", "lamb", "term_modules", "n_neighbors", "knn", "n_probe")
-    names = set(keys) | {o.name for o in term_options()}
+    names = [o.name for o in (*options(ObjectiveSpec), *term_options())]
     return SelectSpec.from_mapping(
         {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
     ).objective

@@ -171,6 +171,19 @@ def candidate_count(n_g: int, n_total: int, k_total: int, oversample: float) -> 
     return int(min(n_g, max(1, math.ceil(oversample * k_total * n_g / n_total - 1e-9))))
 
 
+def _where_it_ran(sel: Selection) -> dict[str, Any]:
+    """The stats every step records besides its counts and times: memory, device, process
+    and the terms of its selection."""
+    return {
+        "peak_rss_mb": peak_rss_mb(),
+        "gpu_peak_mb": sel.meta["gpu_peak_mb"],
+        "device": sel.meta["device"],
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "terms": sel.meta["terms"],
+    }
+
+
 def select_group(
     spec: GroupSpec,
     settings: SelectSpec,
@@ -251,12 +264,7 @@ def select_group(
             "total": total_s,
         },
         "docs_per_second": n / total_s if total_s > 0 else None,
-        "peak_rss_mb": peak_rss_mb(),
-        "gpu_peak_mb": sel.meta["gpu_peak_mb"],
-        "device": sel.meta["device"],
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "terms": sel.meta["terms"],
+        **_where_it_ran(sel),
     }
     atomic_write_json(stats, marker)
     return {**stats, "reused": False}
@@ -333,12 +341,7 @@ def select_global(
         "n_candidates": n,
         "k": len(sel.selected),
         "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
-        "peak_rss_mb": peak_rss_mb(),
-        "gpu_peak_mb": sel.meta["gpu_peak_mb"],
-        "device": sel.meta["device"],
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "terms": sel.meta["terms"],
+        **_where_it_ran(sel),
     }
     atomic_write_json(stats, marker)
     return {**stats, "reused": False}

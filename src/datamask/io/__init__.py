@@ -15,7 +15,6 @@ from .parquet import (
     features_from_arrow,
     read_corpus,
     read_summary,
-    selection_table,
     summary_path,
     write_selection,
 )
@@ -36,7 +35,6 @@ __all__ = [
     "read_save_to_disk",
     "read_summary",
     "resolve_input",
-    "selection_table",
     "summary_path",
     "write_selection",
 ]

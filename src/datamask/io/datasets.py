@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import Corpus
-from .parquet import corpus_from_tables, read_corpus
+from .parquet import corpus_from_table, read_corpus
 
 __all__ = [
     "SPLIT_NAMES",
@@ -243,16 +243,12 @@ def read_input_corpus(
     names = input_column_names(where, split=split)
     wanted = list(dict.fromkeys([id_col, *quality_cols, feature_col]))
     extras = [c for c in extra_cols if c in names and c not in wanted]
-    table = read_save_to_disk(path, wanted + extras, split=split)
-    if table.num_rows == 0:
-        raise ValueError(f"{where} has no rows.")
-    corpus, _ = corpus_from_tables(
-        [(table, where)],
+    return corpus_from_table(
+        read_save_to_disk(path, wanted + extras, split=split),
+        where,
         id_col=id_col,
         quality_cols=quality_cols,
         quality_weights=quality_weights,
         feature_col=feature_col,
-        source=where,
         extra_cols=extras,
     )
-    return corpus

@@ -12,18 +12,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..data import Corpus, rank_order
+from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
 from .fs import Location
 
 __all__ = [
     "read_corpus",
+    "corpus_from_table",
     "corpus_from_tables",
     "read_table",
     "parquet_batches",
     "parquet_num_rows",
     "features_from_arrow",
-    "selection_table",
     "write_selection",
     "atomic_write_table",
     "atomic_write_json",
@@ -284,6 +284,32 @@ def corpus_from_tables(
     return corpus, ids_arrow
 
 
+def corpus_from_table(
+    table: pa.Table,
+    where: str,
+    *,
+    id_col: str,
+    quality_cols: Sequence[str],
+    quality_weights: Sequence[float] | None,
+    feature_col: str,
+    extra_cols: Sequence[str] = (),
+) -> Corpus:
+    """One whole input read as a table (a parquet file, a save_to_disk folder) as a
+    :class:`~datamask.data.Corpus`; an input with no rows is refused, naming ``where``."""
+    if table.num_rows == 0:
+        raise ValueError(f"{where} has no rows.")
+    corpus, _ = corpus_from_tables(
+        [(table, where)],
+        id_col=id_col,
+        quality_cols=quality_cols,
+        quality_weights=quality_weights,
+        feature_col=feature_col,
+        source=where,
+        extra_cols=extra_cols,
+    )
+    return corpus
+
+
 def read_corpus(
     path: str | Path,
     *,
@@ -319,52 +345,18 @@ def read_corpus(
         table = pf.read(columns=wanted + extras)
     except Exception as exc:
         raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
-    if table.num_rows == 0:
-        raise ValueError(f"{where} has no rows.")
-    corpus, _ = corpus_from_tables(
-        [(table, where)],
+    corpus = corpus_from_table(
+        table,
+        where,
         id_col=id_col,
         quality_cols=quality_cols,
         quality_weights=quality_weights,
         feature_col=feature_col,
-        source=where,
         extra_cols=extras,
     )
     if expected_dim is not None and corpus.dim != expected_dim:
         raise ValueError(f"embedding width {corpus.dim} in {where} does not match {expected_dim}.")
     return corpus
-
-
-def selection_table(
-    ids: np.ndarray,
-    selected: np.ndarray,
-    scores: np.ndarray,
-    probabilities: np.ndarray | None = None,
-    *,
-    id_col: str = "chunk_id",
-    selected_only: bool = False,
-) -> pa.Table:
-    """Output rows: every id with ``selected``, ``logit``, ``probability`` and ``rank``.
-
-    ``rank`` is 1 for the best-scored document (ties broken by id). With
-    ``selected_only`` only the kept rows' ids (and ranks) are written.
-    """
-    n = len(ids)
-    mask = np.zeros(n, dtype=bool)
-    mask[selected] = True
-    order = rank_order(scores, ids)
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(1, n + 1)
-    cols: dict[str, Any] = {id_col: pa.array(ids)}
-    if selected_only:
-        rows = np.flatnonzero(mask)
-        return pa.table({id_col: pa.array(ids[rows]), "rank": pa.array(rank[rows])})
-    cols["selected"] = pa.array(mask)
-    cols["logit"] = pa.array(np.asarray(scores, dtype=np.float32))
-    if probabilities is not None:
-        cols["probability"] = pa.array(np.asarray(probabilities, dtype=np.float32))
-    cols["rank"] = pa.array(rank)
-    return pa.table(cols)
 
 
 def atomic_write_table(table: pa.Table, path: str | Path) -> None:
@@ -386,7 +378,8 @@ def summary_path(output: str | Path) -> Path:
 def write_selection(
     path: str | Path, table: pa.Table, summary: dict[str, Any] | None = None
 ) -> None:
-    """Write a selection table (see :func:`selection_table`) and its summary as one unit.
+    """Write a selection table and its summary as one unit (the table from
+    :func:`datamask.pipeline.selection_table`).
 
     The summary, stamped with a fresh ``run_id``, is stored inside the parquet's schema
     metadata (``datamask.summary``), so the parquet always carries the settings that made

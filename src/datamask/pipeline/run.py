@@ -114,10 +114,9 @@ def select(
     check_writable(output)
     check_no_overlap([output, summary_path(output)], [source])
     with OutputLock(output):
-        summary = _select_file(
+        return _select_file(
             str(source), output, spec, split=split, keep_lists=not in_memory, threads=threads
         )
-        return summary
 
 
 def _select_file(

@@ -7,7 +7,6 @@ global budget, one more round over their candidates. Every one of them runs
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ import pyarrow as pa
 import torch
 
 from .._device import resolve_device
-from .._validation import check_corpus
+from .._validation import check_corpus, k_from_ratio
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.shards import _mix, hash_ids
@@ -115,7 +114,7 @@ def fit_group(
     }
     if stored_ids is not None and method in MODULAR:
         check_corpus(corpus)  # the same checks and scaling as a selector's fit
-        k = int(k if k is not None else round(spec.selector.select_ratio * n))
+        k = k_from_ratio(spec.selector.select_ratio, n) if k is None else int(k)
         scores = modular_scores(corpus, stored_ids, spec)
         selected = np.sort(rank_order(scores, corpus.ids)[:k])
         meta["device"] = "cpu"
@@ -124,14 +123,13 @@ def fit_group(
         scores = np.zeros(n)
         selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
         return Selection(selected, scores, meta, ids=corpus.ids, logits=scores.astype(np.float32))
-    selector = spec.selector.make(spec.objective.make(), k=k, seed=seed, progress=progress)
+    selector = spec.make_selector(k=k, seed=seed, progress=progress)
     dev = resolve_device(selector.device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     selector.fit(corpus)
     if dev.type == "cuda":
         meta["gpu_peak_mb"] = torch.cuda.max_memory_allocated(dev) / 2**20
-    started = time.perf_counter()
     result = selector.selection()
     meta.update(
         terms={key: float(v) for key, v in selector.terms_.items()},
@@ -145,7 +143,6 @@ def fit_group(
         resolved={a: getattr(selector, a) for a in _RESOLVED if hasattr(selector, a)},
         graph=graph_summary(selector.objective_) if describe_graph else None,
     )
-    meta["seconds"]["describe"] = time.perf_counter() - started
     return Selection(
         np.asarray(result.selected, dtype=np.int64),
         np.asarray(result.scores, dtype=np.float64),
