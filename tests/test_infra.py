@@ -3,12 +3,16 @@ one corpus builder, one apportion (issue 8, part 5)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from datamask._device import check_device_name, resolve_device
-from datamask._memory import measure_peak_rss, peak_rss_mb, rss_mb
+from datamask._memory import peak_rss_mb, rss_mb
 from datamask.data import apportion, top_k_rows
 from datamask.embed import _resolve_device
 from datamask.greedy.disf import batch_quotas
@@ -63,10 +67,27 @@ def test_temporary_names_are_recognised():
     assert not is_temporary(".sel.parquet.tmp") and not is_temporary("sel.parquet")
 
 
+_MEASURE = """
+import json
+import numpy as np
+from datamask._memory import measure_peak_rss
+value, memory = measure_peak_rss(lambda: np.ones(40 * 2**20 // 8).sum())
+print(json.dumps({"value": float(value), **memory}))
+"""
+
+
 def test_memory_figures():
-    value, memory = measure_peak_rss(lambda: np.ones(40 * 2**20 // 8).sum())
-    assert value == 40 * 2**20 // 8
+    # In a fresh process, as bench measures every method: in this one, threads left by
+    # earlier tests (Ray's, a moto server's) may free memory during the call and hide it
+    # (seen once: peak_mb 0.0 after the Ray tests, in a full run).
+    done = subprocess.run([sys.executable, "-c", _MEASURE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    memory = json.loads(done.stdout)
+    assert memory["value"] == 40 * 2**20 // 8
     assert memory["peak_mb"] >= 30 and memory["memory_method"] != "unavailable"
+    # The lifetime peak is above the current RSS once memory was used and given back (the
+    # kernel's counters are read with per-CPU lag, so equal figures are not compared).
+    np.ones(40 * 2**20 // 8).sum()
     assert peak_rss_mb() >= rss_mb() > 0
 
 
