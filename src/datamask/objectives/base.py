@@ -18,6 +18,7 @@ What an optimiser may assume about a term is declared by class-level capability 
 found by ``isinstance``: :attr:`Term.submodular` (stale greedy gains are upper bounds, so
 lazy evaluation is exact), :attr:`Term.modular` (a row's gain never depends on the
 selection), :attr:`Term.has_graph` (a neighbour graph built by :meth:`Term.build_graph`),
+:attr:`Term.per_document` (a mean over the documents, so groups add up),
 :attr:`Term.has_expected` (an :meth:`Term.expected` estimator). A new term gets lazy
 greedy evaluation by declaring ``submodular = True``.
 """
@@ -117,6 +118,12 @@ class Term(ABC):
     has_graph : bool, default=False
         The term counts greedy gains on a neighbour graph built by :meth:`build_graph`
         (timed; see :meth:`graph_summary`).
+    per_document : bool, default=False
+        The value is a mean over every document of the corpus of something that depends on
+        the selection near it (facility location: its best cover). Over a partition whose
+        groups hold each document's neighbours, the groups' values then add up, weighted
+        by their sizes: a sharded run allocates its budget by the groups' marginal gains
+        instead of selecting again from their candidates.
     has_expected : bool
         The term implements :meth:`expected` (set automatically when a subclass defines
         ``expected``).
@@ -132,6 +139,7 @@ class Term(ABC):
     submodular: ClassVar[bool] = False
     modular: ClassVar[bool] = False
     has_graph: ClassVar[bool] = False
+    per_document: ClassVar[bool] = False
     has_expected: ClassVar[bool] = False
     requires_columns: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, list]] = {}
