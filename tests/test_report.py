@@ -3,7 +3,10 @@ same page for the same seed whatever the batches or shards, escaping, and bad in
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +18,13 @@ from datamask.cli import main
 from datamask.evaluate.browse import REPORT_SECTIONS, build_report, render_html
 from datamask.evaluate.redundancy import redundancy
 from datamask.neighbors import assign_clusters
+
+
+def plt_imread(path):
+    from matplotlib.image import imread
+
+    return imread(path)
+
 
 N, D = 600, 16
 WORDS = [
@@ -36,7 +46,7 @@ def _corpus(rng: np.random.Generator) -> pa.Table:
         " ".join(rng.choice(WORDS[t], size=int(rng.integers(5, 200)))) + f" doc {i}"
         for i, t in enumerate(topic)
     ]
-    texts[3] = '<script>window.pwned = 1; document.title = "x"</script><img src=x onerror=1>'
+    texts[0] = '<script>window.pwned = 1; document.title = "x"</script><img src=x onerror=1>'
     return pa.table(
         {
             "chunk_id": [f"d{i:04d}" for i in range(N)],
@@ -196,3 +206,100 @@ def test_selection_of_another_corpus_is_refused(data, tmp_path):
     other.write_text("d0001\nnot-an-id\n")
     with pytest.raises(ValueError, match=r"1 of the 2 ids in .*other.txt are not in"):
         build_report(str(data["root"] / "docs.parquet"), [str(other)], n_topics=2)
+
+
+# --- as a person sees it: the page in headless Chromium ------------------------------------
+def _browser():
+    """A headless Chromium driven over the DevTools protocol by Debian's chromedriver (the
+    paths given explicitly: Selenium Manager never downloads anything); skipped when
+    missing, except under CI=true, where a missing browser fails."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    missing = [
+        name
+        for name, found in (
+            ("chromium", chromium),
+            ("chromedriver", driver),
+            ("selenium", webdriver),
+        )
+        if found is None
+    ]
+    if missing:
+        why = f"{', '.join(missing)} not installed (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {why}")
+        pytest.skip(why)
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,2000",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+
+
+def test_page_in_a_browser(data, tmp_path):
+    out = tmp_path / "page"
+    root = data["root"]
+    argv = ["report", "--input", root / "docs.parquet", "--selection", root / "topk.parquet"]
+    argv += ["--compare", root / "random.txt", "--output", out, "--topics", "4"]
+    argv += ["--sample", str(N), "--no-progress"]  # every document, the hostile one too
+    assert main([str(a) for a in argv]) == 0
+    page = (out / "index.html").resolve()
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        title = browser.title
+        shot = tmp_path / "page.png"
+        assert browser.save_screenshot(str(shot))
+        js = browser.execute_script
+        sections = js(
+            "return Array.from(document.querySelectorAll('section')).map("
+            "s => [s.id, s.querySelector('h2').innerText, s.getBoundingClientRect().height])"
+        )
+        images = js(
+            "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, "
+            "i.src.slice(0, 22)])"
+        )
+        hostile = {
+            "pwned": js("return typeof window.pwned"),
+            "scripts": js("return document.scripts.length"),
+            "shown": js("return document.body.textContent.includes('<script>window.pwned = 1;')"),
+            "img_x": js("return document.querySelectorAll('img[src=x]').length"),
+        }
+        console = browser.get_log("browser")
+        events = [json.loads(e["message"])["message"] for e in browser.get_log("performance")]
+    finally:
+        browser.quit()
+    assert title.startswith("datamask report: topk, random")
+    assert [s[0] for s in sections] == list(REPORT_SECTIONS)
+    assert all(s[1] and s[2] > 20 for s in sections), sections
+    assert len(images) == 4  # topic shares, quality, length, map
+    assert all(
+        done and width > 100 and src == "data:image/png;base64," for done, width, src in images
+    )
+    assert hostile == {"pwned": "undefined", "scripts": 0, "shown": True, "img_x": 0}
+    assert [e for e in console if e["level"] in ("SEVERE", "WARNING")] == []
+    urls = [
+        e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"
+    ]
+    assert page.as_uri() in urls  # the log sees requests: the page's own
+    assert [u for u in urls if not u.startswith(("file:", "data:"))] == []
+    pixels = plt_imread(shot)
+    assert pixels.shape[1] >= 1000 and pixels.std() > 0.05  # drawn, not blank
