@@ -276,7 +276,8 @@ def input_batches(
 ) -> Iterator[tuple[pa.RecordBatch, str]]:
     """Stream ``columns`` of an input, batch by batch, with the file each batch came from.
 
-    Memory holds one batch (and one parquet row group) at a time, whatever the input's size.
+    Memory holds one parquet row group (or one Arrow record batch) at a time, whatever the
+    input's size: write files with row groups of a few thousand rows to keep it small.
 
     Raises
     ------
@@ -305,7 +306,14 @@ def input_batches(
                     for lo in range(0, batch.num_rows, batch_size):
                         yield batch.select(wanted).slice(lo, batch_size), where
             else:
-                yield from ((b, where) for b in pf.iter_batches(batch_size, columns=wanted))
+                # Row group by row group: pyarrow's iter_batches holds on to read-ahead
+                # buffers (measured: peak memory grew with the file, 430 MB at 56k rows,
+                # 865 MB at 226k); reading one row group at a time stays flat.
+                for i in range(pf.num_row_groups):
+                    table = pf.read_row_group(i, columns=wanted)
+                    for batch in table.to_batches(max_chunksize=batch_size):
+                        yield batch, where
+                    del table
         except ValueError:
             raise
         except Exception as exc:  # decoding errors of a corrupt page
