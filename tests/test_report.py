@@ -186,6 +186,7 @@ def test_cli_writes_the_page(data, tmp_path, capsys):
         (["--topics", "0"], "n_topics must be >= 1; got 0."),
         (["--map", "umap"], None),
         (["--length-col", "nope"], "column 'nope' not found"),
+        (["--text-col", "body"], "column 'body' not found"),
     ],
 )
 def test_cli_refuses_bad_settings(data, tmp_path, capsys, extra, message):

@@ -73,7 +73,8 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--text_col",
         dest="text_col",
         default=None,
-        help=f"column of the documents' text; absent: no texts {_d('text_col')}",
+        help="column of the documents' text, for topic words and samples (default: text, "
+        "when present)",
     )
     p.add_argument(
         "--length-col",
@@ -114,8 +115,8 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument(
         "--seed",
         type=int,
-        default=0,
-        help="seed of the sample, the topics and the map (default: 0)",
+        default=_DEFAULTS["seed"],
+        help=f"seed of the sample, the topics and the map {_d('seed')}",
     )
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", help="hide progress bars"

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
@@ -155,7 +156,7 @@ def build_report(
     quality_cols: Sequence[str] = ("quality_score",),
     quality_weights: Sequence[float] | None = None,
     feature_col: str = "feature_arr",
-    text_col: str | None = "text",
+    text_col: str | None = None,
     length_col: str | None = None,
     n_topics: int = 12,
     sample_size: int = 4000,
@@ -178,9 +179,9 @@ def build_report(
     id_col, quality_cols, quality_weights, feature_col : str
         Columns, as ``select`` names them. One quality column is shown raw; several are
         shown as their weighted mix, each min-max scaled over the corpus.
-    text_col : str or None, default="text"
-        Column with the documents' text, for topic labels, samples and pair examples; None
-        or a column the input lacks: no texts.
+    text_col : str, optional
+        Column with the documents' text, for topic labels, samples and pair examples;
+        default ``text`` when the input has it (else the page shows no texts).
     length_col : str, optional
         Numbers or texts whose length is the document's length; default the first of
         ``n_chars, length, n_tokens, text`` present; none: no length figure.
@@ -219,11 +220,17 @@ def build_report(
     total = sum(i.num_rows for i in inspect_shards(files)) if kind == "parquet" else None
     names = input_column_names(source, split=split)
     quality_cols = list(quality_cols)
+    if not quality_cols:
+        raise ValueError("quality_cols must name at least one column; got none.")
     for c in [id_col, *quality_cols, feature_col]:
         if c not in names:
             raise ValueError(f"column {c!r} not found in {files[0]}; available columns: {names}.")
-    if text_col is not None and text_col not in names:
-        text_col = None
+    if text_col is None:
+        text_col = "text" if "text" in names else None
+    elif text_col not in names:
+        raise ValueError(
+            f"column {text_col!r} not found in {files[0]}; available columns: {names}."
+        )
     if length_col is not None:
         if length_col not in names:
             raise ValueError(
@@ -231,6 +238,7 @@ def build_report(
             )
     else:
         length_col = next((c for c in LENGTH_COLUMNS if c in names), None)
+    length_of_text = length_col is not None and _is_text(files[0], kind, length_col)
     weights = np.full(len(quality_cols), 1.0 / len(quality_cols))
     if quality_weights is not None:
         weights = np.asarray(quality_weights, float)
@@ -495,9 +503,7 @@ def build_report(
         "n_docs": n,
         "quality_label": quality_label,
         "quality_all": sums["q_all"] / n,
-        "length_label": length_col
-        if length_col is None or length_col != text_col
-        else f"len({length_col})",
+        "length_label": length_col if not length_of_text else f"len({length_col})",
         "length_all": sums["l_all"] / n if l_hist else None,
         "text_col": text_col,
         "seed": seed,
@@ -517,6 +523,17 @@ def build_report(
             "quality": samp_q[m_rows],
         },
     }
+
+
+def _is_text(path: Path, kind: str, column: str) -> bool:
+    """Whether ``column`` of the first file holds strings (its length is then counted)."""
+    schema = (
+        pq.read_schema(path)
+        if kind == "parquet"
+        else pa.ipc.open_stream(pa.memory_map(str(path), "r")).schema
+    )
+    typ = schema.field(column).type
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ)
 
 
 def _topics(x: torch.Tensor, n_topics: int, gen: torch.Generator, n_init: int = 5) -> torch.Tensor:
