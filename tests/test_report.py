@@ -304,3 +304,14 @@ def test_page_in_a_browser(data, tmp_path):
     assert [u for u in urls if not u.startswith(("file:", "data:"))] == []
     pixels = plt_imread(shot)
     assert pixels.shape[1] >= 1000 and pixels.std() > 0.05  # drawn, not blank
+
+
+def test_save_to_disk_folder_gives_the_same_page(data, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    datasets.Dataset(data["table"]).save_to_disk(str(folder), max_shard_size="100KB")
+    assert len(list(folder.glob("*.arrow"))) > 1  # several Arrow files, streamed in order
+    root = data["root"]
+    page = render_html(_build(data, source=folder))
+    same = render_html(_build(data))
+    assert page.replace(str(folder), "IN") == same.replace(str(root / "docs.parquet"), "IN")
