@@ -2,7 +2,8 @@
 suffixed per copy), to measure the report's memory against N (benchmarks/report/RESULTS.md).
 
     python benchmarks/report/make_copies.py ../shared/data/realtext.parquet /tmp/rt/x1.parquet
-    python benchmarks/report/make_copies.py ../shared/data/realtext.parquet /tmp/rt/x4.parquet --times 4
+    python benchmarks/report/make_copies.py ../shared/data/realtext.parquet /tmp/rt/x4.parquet \
+        --times 4
 """
 
 from __future__ import annotations
