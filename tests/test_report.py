@@ -315,3 +315,24 @@ def test_save_to_disk_folder_gives_the_same_page(data, tmp_path):
     page = render_html(_build(data, source=folder))
     same = render_html(_build(data))
     assert page.replace(str(folder), "IN") == same.replace(str(root / "docs.parquet"), "IN")
+
+
+def test_ids_of_a_text_file_match_integer_ids(tmp_path, data):
+    t = data["table"]
+    t = t.set_column(0, "chunk_id", pa.array(np.arange(N, dtype=np.int64) * 7))
+    pq.write_table(t, tmp_path / "int.parquet")
+    (tmp_path / "ids.txt").write_text("0\n7\n700\n")
+    rep = build_report(str(tmp_path / "int.parquet"), [str(tmp_path / "ids.txt")], n_topics=2)
+    assert rep["selections"][0]["k"] == 3
+
+
+@pytest.mark.parametrize("ci", ["true", None])
+def test_missing_browser_skips_except_under_ci(monkeypatch, tmp_path, ci):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium, no chromedriver
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    expected = pytest.fail.Exception if ci == "true" else pytest.skip.Exception
+    with pytest.raises(expected, match="chromium, chromedriver"):
+        _browser()

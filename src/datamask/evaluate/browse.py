@@ -263,6 +263,8 @@ def build_report(
                 "summary": summary,
                 "set": IdSet(ids),
                 "n_ids": len(ids),
+                # a text file lists ids as text: compare them with the data's as text
+                "as_text": pa.types.is_string(ids.type) and not str(path).endswith(".parquet"),
             }
         )
     n_sel = len(sels)
@@ -281,7 +283,8 @@ def build_report(
         out = []
         for s in sels:
             mask = np.zeros(len(ids), dtype=bool)
-            mask[s["set"].positions(ids)] = True
+            own = ids.cast(pa.string()) if s["as_text"] and ids.type != pa.string() else ids
+            mask[s["set"].positions(own)] = True
             out.append(mask)
         return out
 
