@@ -55,6 +55,7 @@ def test_readme_is_a_short_guide_in_order():
     sections = [line for line in text.splitlines() if line.startswith("## ")]
     assert sections == [
         "## From text to a filtered corpus: four commands",
+        "## See what was kept: `datamask report`",
         "## Python API",
         "## Concepts",
         "## Layout",

@@ -242,9 +242,7 @@ class Term(ABC):
         return self.value(selected)
 
     # --- swap local search (optim.local_search) ---------------------------------------------
-    def swap_bounds(
-        self, keep: torch.Tensor, k: int
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Per row (float64, shape (n,)): the gain of adding it to the selection ``keep``
         (a bool mask) and the loss of dropping it, each alone, on :meth:`graph_value`.
 
@@ -302,9 +300,7 @@ class Term(ABC):
         """Increase of the term if each candidate row were added (shape (c,))."""
         dev = self.features_.device
         base = torch.as_tensor(state["rows"], dtype=torch.long, device=dev)
-        out = [
-            self._value_of(torch.cat([base, c.view(1)])) - state["value"] for c in candidates
-        ]
+        out = [self._value_of(torch.cat([base, c.view(1)])) - state["value"] for c in candidates]
         return torch.tensor(out, dtype=self.features_.dtype, device=dev)
 
     def update(self, state: Any, j: int) -> Any:
