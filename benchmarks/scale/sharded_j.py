@@ -50,7 +50,14 @@ VARIANTS: dict[str, dict] = {
     "shard-group": {"partition": "shard", "budget": "group"},
     "cluster8-global": {"partition": "cluster", "budget": "global", "n_clusters": 8},
     "cluster8-group": {"partition": "cluster", "budget": "group", "n_clusters": 8},
+    "cluster8-global-os1.5": {
+        "partition": "cluster",
+        "budget": "global",
+        "n_clusters": 8,
+        "oversample": 1.5,
+    },
     "cluster20-global": {"partition": "cluster", "budget": "global", "n_clusters": 20},
+    "cluster20-group": {"partition": "cluster", "budget": "group", "n_clusters": 20},
     "default": {},
 }
 
@@ -145,17 +152,17 @@ def markdown() -> None:
         these = [r for r in rows if r["corpus"] == corpus and r.get("select_ratio") == ratio]
         one = next((r["J"] for r in these if r["variant"] == "one"), None)
         lines += [
-            f"## {corpus}",
+            f"## {corpus}, select_ratio {ratio}",
             "",
             "| variant | code | groups | allocation | J | J / one "
             "| quality | coverage | wall s | load |",
             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for r in these:
-            ratio = f"{100 * r['J'] / one:.2f}%" if one else "-"
+            share = f"{100 * r['J'] / one:.2f}%" if one else "-"
             lines.append(
                 f"| {r['variant']} | {r.get('code', '')} | {r.get('n_groups', 1)} | "
-                f"{r.get('allocation') or '-'} | {r['J']:.5f} | {ratio} | {r['quality']:.4f} | "
+                f"{r.get('allocation') or '-'} | {r['J']:.5f} | {share} | {r['quality']:.4f} | "
                 f"{r['coverage']:.4f} | {r['wall_s']:.1f} | {r['load']:.1f} |"
             )
         lines.append("")
