@@ -90,7 +90,8 @@ def check_refused(argv: list, root: Path, capsys, match: str) -> str:
 
 
 def run_cli_process(*argv, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC}
+    # benchmarks/reliability/tally.py runs the battery against another source tree
+    env = {**os.environ, "PYTHONPATH": os.environ.get("DATAMASK_BATTERY_SRC", SRC)}
     return subprocess.run(
         [sys.executable, "-m", "datamask.cli", *map(str, argv)],
         capture_output=True,
@@ -335,6 +336,108 @@ def _case_bench_out_dir_is_a_file(t: Path) -> tuple[list, str]:
     return ["bench", "--input", docs, "--out-dir", t / "bench", "--no-plots"], "is a file"
 
 
+# --- issue 20, class 1: apply and evaluate trust nothing they are handed --------------------
+def _select(source: Path, output: Path, **settings) -> Path:
+    """A real ``datamask select`` output (quick settings), made in this process."""
+    from datamask.config import SelectSpec
+    from datamask.pipeline.run import select
+
+    values = dict(n_epochs=5, n_neighbors=8, select_ratio=0.2, progress=False, device="cpu")
+    select(source, output, SelectSpec.from_mapping({**values, **settings}))
+    return output
+
+
+def _case_apply_foreign_corpus(t: Path) -> tuple[list, str]:
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=1), t / "sel.parquet")
+    write_docs(t / "b" / "other.parquet", seed=2)  # another corpus, other ids
+    return ["apply", "--input", t / "b", "--selection", sel, "--output", t / "kept"], (
+        "is none of the 1 file(s) it was made from"
+    )
+
+
+def _case_apply_foreign_jsonl(t: Path) -> tuple[list, str]:
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=1), t / "sel.parquet")
+    src = t / "texts" / "docs.jsonl"
+    src.parent.mkdir()
+    src.write_text(
+        "".join(json.dumps({"chunk_id": f"x{i}", "text": "t"}) + "\n" for i in range(50))
+    )
+    return ["apply", "--input", src, "--selection", sel, "--output", t / "kept"], (
+        "none of the 40 selected ids"
+    )
+
+
+def _case_apply_int_ids_on_string_jsonl(t: Path) -> tuple[list, str]:
+    ids = pa.array(np.arange(200, dtype=np.int64))
+    sel = _select(write_docs(t / "a" / "docs.parquet", ids=ids), t / "sel.parquet")
+    src = t / "texts" / "docs.jsonl"
+    src.parent.mkdir()
+    src.write_text(
+        "".join(json.dumps({"chunk_id": str(i), "text": "t"}) + "\n" for i in range(200))
+    )
+    return ["apply", "--input", src, "--selection", sel, "--output", t / "kept"], (
+        "are string (first: '0') but the selection"
+    )
+
+
+def _row_n_corpus(folder: Path, seed: int) -> Path:
+    """``embed``'s layout: ids row-N, the same file name for any corpus."""
+    return write_docs(
+        folder / "docs.parquet", seed=seed, ids=pa.array([f"row-{i}" for i in range(200)])
+    )
+
+
+def _case_apply_same_ids_other_content(t: Path) -> tuple[list, str]:
+    sel = _select(_row_n_corpus(t / "a", 1), t / "sel.parquet")
+    _row_n_corpus(t / "b", 2)
+    return ["apply", "--input", t / "b", "--selection", sel, "--output", t / "kept"], (
+        "is not the file the selection"
+    )
+
+
+def _case_apply_unfinished_sharded(t: Path) -> tuple[list, str]:
+    root = t / "in"
+    for s in range(4):
+        write_docs(root / f"s{s}.parquet", n=100, seed=s)
+    out = _select(root, t / "sel", partition="shard", budget="group", runner="local")
+    # What a run killed after 1 of 4 groups leaves: the manifest _claim writes first
+    # (complete: false), one group's part and marker.
+    manifest = json.loads((out / "manifest.json").read_text())
+    first = {k: manifest[k] for k in ("settings", "shards", "settings_hash")}
+    (out / "manifest.json").write_text(json.dumps({**first, "complete": False}))
+    for gid in (1, 2, 3):
+        (out / "selected" / f"part-{gid:05d}.parquet").unlink()
+        (out / "_work" / "completions" / f"{gid:05d}").unlink()
+    import shutil
+
+    shutil.rmtree(out / "keep")
+    return ["apply", "--input", root, "--selection", out, "--output", t / "kept"], (
+        "is an unfinished `datamask select` run"
+    )
+
+
+def _case_apply_other_input_same_output(t: Path) -> tuple[list, str]:
+    sel = _select(_row_n_corpus(t / "a", 1), t / "sel.parquet")
+    first = run_cli_process("apply", "--input", t / "a", "--selection", sel, "--output", t / "kept")
+    assert first.returncode == 0, first.stderr
+    import shutil
+
+    shutil.copytree(t / "a", t / "copy")  # the same rows in another folder: passes provenance
+    (t / "copy" / "docs.parquet").unlink()
+    _row_n_corpus(t / "copy", 1)
+    return ["apply", "--input", t / "copy", "--selection", sel, "--output", t / "kept"], (
+        "holds rows applied with another input"
+    )
+
+
+def _case_evaluate_foreign(t: Path) -> tuple[list, str]:
+    sel = _select(_row_n_corpus(t / "a", 1), t / "sel.parquet")
+    docs = _row_n_corpus(t / "b", 2)
+    return ["evaluate", "--input", docs, "--selection", sel, "--output", t / "r.json"], (
+        "is not the file the selection"
+    )
+
+
 CASES = {
     "bench-out-dir-is-a-file": _case_bench_out_dir_is_a_file,
     "output-is-input": _case_output_is_input,
@@ -366,6 +469,14 @@ CASES = {
     "corrupt-page-with-checksum": _case_corrupt_page,
     "embed-not-utf8": _case_embed_not_utf8,
     "embed-output-is-input": _case_embed_output_is_input,
+    # issue 20
+    "apply-foreign-corpus": _case_apply_foreign_corpus,
+    "apply-foreign-jsonl": _case_apply_foreign_jsonl,
+    "apply-int-ids-on-string-jsonl": _case_apply_int_ids_on_string_jsonl,
+    "apply-same-ids-other-content": _case_apply_same_ids_other_content,
+    "apply-unfinished-sharded": _case_apply_unfinished_sharded,
+    "apply-other-input-same-output": _case_apply_other_input_same_output,
+    "evaluate-foreign": _case_evaluate_foreign,
 }
 
 

@@ -63,8 +63,9 @@ from ..io.atomic import (
     check_writable,
     clean_stale_temporaries,
 )
-from ..io.keep import keep_lists_for_output
+from ..io.keep import input_names, keep_lists_for_output
 from ..io.parquet import atomic_write_table, read_table
+from ..io.provenance import record_inputs
 from ..io.shards import (
     ShardInfo,
     ShardSource,
@@ -823,6 +824,13 @@ def _run_claimed(
         },
         "max_similarity": cap_facts,
         "selection_digest": keep["selection"],
+        "provenance": record_inputs(  # what `apply` and `evaluate` check their input against
+            [i.path for i in infos],
+            input_names(source, [i.path for i in infos]),
+            settings.read_columns,
+            id_col=settings.columns.id_col,
+            checksums=checksums,
+        ),
         "summary": {
             **_summary(ordered),
             "peak_rss_mb_global_round": global_stats["peak_rss_mb"] if global_stats else None,

@@ -29,6 +29,7 @@ temporary, which readers skip and the next run removes.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import functools
 import glob
@@ -263,7 +264,8 @@ def _s3(endpoint: str | None, region: str | None, anonymous: bool) -> Any:
 
 @functools.lru_cache(maxsize=2)
 def _gcs() -> Any:
-    return pafs.GcsFileSystem(retry_time_limit_seconds=15)
+    # pyarrow takes the retry limit as a timedelta (``retry_time_limit``).
+    return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=15))
 
 
 @functools.lru_cache(maxsize=2)

@@ -40,6 +40,7 @@ from .shards import hash_ids
 __all__ = [
     "KEEP_INDEX",
     "IdSet",
+    "input_names",
     "keep_dir_for",
     "keep_file_name",
     "keep_lists_for_output",
@@ -111,6 +112,7 @@ class IdSet:
         order = np.argsort(h, kind="stable")
         self._hash = h[order]
         self._ids = ids.take(pa.array(order, type=pa.int64()))
+        self.type = ids.type
         self.digest = hashlib.blake2b(self._hash.tobytes(), digest_size=16).hexdigest()
 
     def __len__(self) -> int:
@@ -230,6 +232,13 @@ def _source_root(source: Any) -> str | None:
     return os.path.abspath(text)
 
 
+def input_names(source: Any, files: Sequence[str | Path]) -> list[str]:
+    """The names of a ``select`` run's input ``files`` relative to its ``source``: what
+    keep lists and the provenance record call them."""
+    absolute = [os.path.abspath(str(f)) for f in files]
+    return relative_names(_source_root(source) or "", absolute)
+
+
 def keep_lists_for_output(
     output: str | Path,
     source: Any,
@@ -269,8 +278,7 @@ def keep_lists_for_output(
         chunks = [c for piece in pieces for c in piece.chunks]
         selected_ids = pa.chunked_array(chunks) if chunks else pa.array([], pa.string())
     absolute = [os.path.abspath(str(f)) for f in files]
-    root = _source_root(source)
-    names = relative_names(root or "", absolute)
+    names = input_names(source, files)
     return write_keep_lists(
         absolute, names, selected_ids, keep_dir, id_col=id_col, progress=progress
     )

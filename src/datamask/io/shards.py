@@ -264,6 +264,8 @@ def hash_ids(ids: pa.Array) -> np.ndarray:
     """
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
+    if pa.types.is_dictionary(ids.type):  # dictionary-encoded ids hash as their values
+        ids = ids.dictionary_decode()
     typ = ids.type
     if pa.types.is_integer(typ):
         values = ids.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)

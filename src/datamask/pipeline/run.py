@@ -22,8 +22,9 @@ from ..config import SelectSpec
 from ..distributed import runner as sharded
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
-from ..io.keep import keep_lists_for_output, selection_digest
+from ..io.keep import input_names, keep_lists_for_output, selection_digest
 from ..io.parquet import summary_path, write_selection
+from ..io.provenance import record_inputs
 from ..io.shards import literal_or_glob
 from .step import fit_group
 from .writer import run_record, selection_table
@@ -172,6 +173,13 @@ def _select_file(
         "history": meta["history"],
     }
     summary["settings"]["threads"] = threads  # the count used, not None
+    if keep_lists:  # a parquet file: what `apply` and `evaluate` check their input against
+        summary["provenance"] = record_inputs(
+            [source],
+            input_names(source, [source]),
+            [c for c in spec.read_columns if c in names],
+            id_col=cols.id_col,
+        )
     kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
     summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
     write_selection(output, table, summary)  # parquet and summary as one unit
