@@ -150,7 +150,12 @@ def _plan(
     sel: Location, is_dir: bool, meta: dict[str, Any] | None, names: list[str], id_col: str
 ) -> _Plan:
     digest = (meta or {}).get("selection_digest")
-    keep = Location(keep_dir_for(sel.uri), sel.scheme, sel.fs, keep_dir_for(sel.path))
+    keep = Location(
+        keep_dir_for(sel.uri, folder=is_dir),
+        sel.scheme,
+        sel.fs,
+        keep_dir_for(sel.path, folder=is_dir),
+    )
     index = _read_json(keep.join(KEEP_INDEX)) if digest else None
     if index is not None and index.get("selection") == digest:
         listed = [n for n in names if n in index["files"]]
@@ -439,6 +444,30 @@ def _probe_ids(
     )
 
 
+def _input_shards(src: Location, sel: Location) -> list[Location]:
+    """The input's shards, less what is no input: the selection (and its keep lists) when
+    it lies inside the input folder, and files under ``_``/``.`` folders (work dirs,
+    apply state), as ``select`` skips them."""
+    shards = expand(src, what="--input", suffixes=SHARD_SUFFIXES)
+    root = glob_root(src).rstrip("/")
+    sel_path = sel.path.rstrip("/")
+    skip = (sel_path, sel_path.removesuffix(".parquet") + ".keep", sel_path + ".keep")
+    kept = []
+    for s in shards:
+        if any(s.path == p or s.path.startswith(p + "/") for p in skip):
+            continue
+        rel = s.path[len(root) + 1 :] if s.path.startswith(root + "/") else s.path
+        if any(part.startswith(("_", ".")) for part in rel.split("/")[:-1]):
+            continue
+        kept.append(s)
+    if not kept:
+        raise ValueError(
+            f"--input {src.uri!r} holds no input shards besides the selection itself; give "
+            "the folder the selection was made from."
+        )
+    return kept
+
+
 # --- the command body -----------------------------------------------------------------------
 def _claim(out: Location) -> OutputLock:
     """The exclusive claim on an output: a flock beside it (local), or on a local file
@@ -527,7 +556,7 @@ def apply_selection(
     ):
         if loc is not None:
             check_reachable(loc, what=what)
-    shards = expand(src, what="--input", suffixes=SHARD_SUFFIXES)
+    shards = _input_shards(src, sel)
     for target, what in ((out, "--output"), (rem, "--removed")):
         if target is None:
             continue

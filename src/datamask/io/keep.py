@@ -52,13 +52,14 @@ __all__ = [
 KEEP_INDEX = "_index.json"
 
 
-def keep_dir_for(selection: str) -> str:
-    """Where the keep lists of a selection live: ``<stem>.keep`` beside a ``.parquet``
-    selection, ``<folder>/keep`` inside a sharded one (``/``-joined, any filesystem)."""
+def keep_dir_for(selection: str, *, folder: bool) -> str:
+    """Where the keep lists of a selection live: ``<folder>/keep`` inside a sharded one,
+    ``<stem>.keep`` beside a file one (``<name>.keep`` for a name without ``.parquet``);
+    ``/``-joined, any filesystem."""
     text = selection.rstrip("/")
-    if text.endswith(".parquet"):
-        return text.removesuffix(".parquet") + ".keep"
-    return text + "/keep"
+    if folder:
+        return text + "/keep"
+    return text.removesuffix(".parquet") + ".keep"
 
 
 def keep_file_name(name: str) -> str:
@@ -253,8 +254,8 @@ def keep_lists_for_output(
     Parameters
     ----------
     output : str or Path
-        The run's output: a ``.parquet`` file (one-file select: lists go to
-        ``<stem>.keep/``) or a folder (sharded select: ``OUT/keep/``, and the selected ids
+        The run's output: a file (one-file select: lists go to ``<stem>.keep/``) or a
+        folder (sharded select: ``OUT/keep/``, and the selected ids
         are read from ``OUT/selected/*.parquet`` when ``selected_ids`` is None).
     source : str, Path or list
         The run's ``--input`` (names are relative to it).
@@ -271,7 +272,7 @@ def keep_lists_for_output(
         The index written to ``_index.json``.
     """
     out = str(output)
-    keep_dir = keep_dir_for(out) if out.endswith(".parquet") else os.path.join(out, "keep")
+    keep_dir = keep_dir_for(out, folder=Path(out).is_dir())
     if selected_ids is None:
         parts = sorted(Path(out, "selected").glob("*.parquet"))
         pieces = [pq.read_table(p, columns=[id_col]).column(0) for p in parts]
