@@ -202,7 +202,9 @@ class SelectorSpec:
     select_ratio: float = _option(
         DEFAULT_SELECT_RATIO, (_RATIO,), "fraction of documents kept, in (0, 1)"
     )
-    seed: int = _option(0, (int,), "seed of every random draw")
+    seed: int = _option(
+        0, (Interval(int, 0, 2**63 - 1, closed="both"),), "seed of every random draw"
+    )
     device: str = _option("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = _option(
         None,

@@ -36,6 +36,7 @@ import io
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -174,7 +175,20 @@ def _plan(
 
 # --- reading and writing one shard ----------------------------------------------------------
 def _json_lines(loc: Location, gz: bool, batch_size: int) -> Iterator[list[bytes]]:
-    """Non-empty lines (bytes, newline stripped) in lists of ``batch_size``."""
+    """Non-empty lines (bytes, newline stripped) in lists of ``batch_size``.
+
+    A gzip file cut short or corrupt raises a ValueError naming it (the shard's output,
+    written to a temporary, is then never put in place)."""
+    try:
+        yield from _json_line_batches(loc, gz, batch_size)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(
+            f"{loc.uri} is not a complete gzip file ({exc}); it was cut short or is "
+            "corrupt. Restore it, or move it out of --input."
+        ) from None
+
+
+def _json_line_batches(loc: Location, gz: bool, batch_size: int) -> Iterator[list[bytes]]:
     with loc.open_input_stream() as raw:
         stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
         reader = io.BufferedReader(stream, buffer_size=1 << 20) if gz else stream

@@ -78,6 +78,7 @@ from ..io.shards import (
 )
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import run_record, selection_table
+from .lifecycle import read_marker
 from .partition import (
     GroupSpec,
     fit_centroids,
@@ -711,8 +712,9 @@ def _run_claimed(
     pending = []
     for g in groups:
         marker = completion_path(work, g.gid)
-        if marker.exists() and result_path(g.gid).exists():
-            stats[g.gid] = {**json.loads(marker.read_text()), "reused": True}
+        done = read_marker(marker) if result_path(g.gid).exists() else None
+        if done is not None:
+            stats[g.gid] = {**done, "reused": True}
         else:
             marker.unlink(missing_ok=True)  # a marker without its result: redo the group
             pending.append(g)

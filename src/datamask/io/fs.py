@@ -406,7 +406,8 @@ def check_reachable(loc: Location, *, what: str = "path") -> None:
 
 
 def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Location]:
-    """The files ``loc`` names: itself, every file with one of ``suffixes`` below a folder,
+    """The files ``loc`` names: itself, every file with one of ``suffixes`` (any letter
+    case) below a folder,
     or the matches of a glob (``*``, ``?``, ``[``; ``**`` crosses folders).
 
     Raises a one-line ValueError when nothing matches.
@@ -414,7 +415,7 @@ def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Locatio
     text = loc.path
     if loc.is_local and not Path(text).exists() and glob.has_magic(text):
         files = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
-        found = [_local_child(loc, p) for p in files if p.endswith(tuple(suffixes))]
+        found = [_local_child(loc, p) for p in files if p.lower().endswith(tuple(suffixes))]
         if not found:
             raise ValueError(f"{what} {loc.uri!r}: no files match.")
         return found
@@ -436,7 +437,7 @@ def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Locatio
         return [loc]
     if info.type == pafs.FileType.NotFound:
         raise ValueError(f"{what} {loc.uri!r} does not exist.")
-    found = [f for f in loc.walk() if f.path.endswith(tuple(suffixes))]
+    found = [f for f in loc.walk() if f.path.lower().endswith(tuple(suffixes))]
     if not found:
         listed = ", ".join(f"*{s}" for s in suffixes)
         raise ValueError(f"{what} {loc.uri!r} is a folder with no {listed} files.")
