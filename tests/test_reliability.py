@@ -760,3 +760,151 @@ def test_id_hashes_equal_exactly_for_equal_ids(kind):
         assert len(np.unique(h)) == len(first)  # no collision among distinct ids
         same = h[:, None] == h[None, :200]
         np.testing.assert_array_equal(same, vals[:, None] == vals[None, :200])
+
+
+# --- issue 20, class 2: signals end a run cleanly; workers die with their driver ------------
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc: no extra dependency)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _sharded_corpus(root: Path, n_shards: int = 6, n: int = 600) -> Path:
+    for s in range(n_shards):
+        write_docs(root / f"s{s}.parquet", n=n, dim=16, seed=s)
+    return root
+
+
+SLOW = ["--n-epochs", "400", "--n-neighbors", "16", "--no-progress", "--device", "cpu"]
+
+
+def _start_sharded(t: Path, *extra: str) -> subprocess.Popen:
+    """``datamask select`` over 6 shards with 2 pool workers, stdout and stderr piped (as
+    ``| tee`` holds them), in its own session so a signal can go to the whole group."""
+    argv = ["select", "--input", t / "in", "--output", t / "out", "--runner", "local"]
+    argv += ["--workers", "2", "--partition", "shard", "--budget", "group", *SLOW, *extra]
+    env = {**os.environ, "PYTHONPATH": os.environ.get("DATAMASK_BATTERY_SRC", SRC)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "datamask.cli", *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _pipe_closes(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether every holder of the run's stdout closed it (what ``tee`` waits for)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if sel.select(timeout=0.5) and not os.read(proc.stdout.fileno(), 65536):
+            return True
+    return False
+
+
+def test_kill_9_of_the_driver_takes_its_workers(tmp_path):
+    _sharded_corpus(tmp_path / "in")
+    proc = _start_sharded(tmp_path)
+    try:
+        _wait_for(lambda: len(_children(proc.pid)) >= 2, 60, "the pool's workers")
+        workers = [p for p in _children(proc.pid) if _alive(p)]
+        proc.send_signal(signal.SIGKILL)  # as the OOM killer ends it
+        proc.wait(timeout=10)
+        assert _pipe_closes(proc, 15), "a worker still holds the driver's stdout"
+        _wait_for(lambda: not any(_alive(p) for p in workers), 15, "the workers to die")
+    finally:
+        for pid in _children(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_ends_a_sharded_run_cleanly_and_the_rerun_resumes(tmp_path, sig, status):
+    _sharded_corpus(tmp_path / "in")
+    proc = _start_sharded(tmp_path)
+    done = tmp_path / "out" / "_work" / "completions"
+    _wait_for(lambda: done.is_dir() and any(done.iterdir()), 120, "a finished group")
+    workers = [p for p in _children(proc.pid) if _alive(p)]
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # Ctrl-C reaches the whole process group
+    else:
+        proc.send_signal(sig)  # SIGTERM to the driver alone (kill, systemd, a scheduler)
+    out, err = proc.communicate(timeout=30)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == status, err
+    assert len(lines) == 1 and "Traceback" not in err.decode(), lines
+    kept = len([p for p in done.iterdir() if p.name != "global"])
+    assert f"{kept} finished group(s) are kept" in lines[0], lines
+    assert not any(_alive(p) for p in workers)
+    assert not list((tmp_path / "out").rglob(".datamask.lock"))  # the claim is released
+    rerun = run_cli_process(
+        "select", "--input", tmp_path / "in", "--output", tmp_path / "out", "--runner",
+        "local", "--workers", "2", "--partition", "shard", "--budget", "group", *SLOW,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["totals"]["groups_reused"] >= kept
+
+
+def test_sigint_of_apply_names_the_finished_shards_and_the_rerun_skips_them(tmp_path):
+    root = tmp_path / "in"
+    for s in range(8):
+        write_docs(root / f"s{s}.parquet", n=200, seed=s)
+    sel = _select(root, tmp_path / "sel", partition="shard", budget="group", runner="local")
+    env = {**os.environ, "PYTHONPATH": os.environ.get("DATAMASK_BATTERY_SRC", SRC)}
+    # --batch-size 1: slow enough to be interrupted between shards
+    argv = ["apply", "--input", root, "--selection", sel, "--output", tmp_path / "kept"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datamask.cli",
+            *map(str, argv),
+            "--batch-size",
+            "1",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    done = tmp_path / "kept" / "_datamask_apply" / "done"
+    _wait_for(lambda: done.is_dir() and any(done.iterdir()), 60, "a finished shard")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1, err
+    kept = len(list(done.iterdir()))
+    if kept == 8:
+        pytest.skip("apply finished before the signal arrived")
+    assert f"{kept} finished shard(s) are kept" in lines[0]
+    rerun = run_cli_process(*argv, "--no-progress")
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"({kept} already done)" in rerun.stdout

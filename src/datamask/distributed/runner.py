@@ -78,7 +78,7 @@ from ..io.shards import (
 )
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import run_record, selection_table
-from .lifecycle import read_marker
+from .lifecycle import abort_pool, read_marker, worker_init
 from .partition import (
     GroupSpec,
     fit_centroids,
@@ -437,7 +437,10 @@ class LocalRunner:
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn")
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=worker_init,  # workers die with this process (lifecycle.py)
+                initargs=(os.getpid(),),
             )
         cores = available_cpus()
         threads = cores if whole_machine else max(1, cores // self.workers)
@@ -447,6 +450,10 @@ class LocalRunner:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()  # a step's exception is raised here as itself
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: kill the workers, do not wait
+            abort_pool(self._pool)
+            self._pool = None
+            raise
         finally:
             for future in pending:
                 future.cancel()

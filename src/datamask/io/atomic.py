@@ -29,7 +29,9 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -207,15 +209,35 @@ def atomic_write_group(paths: Sequence[str | Path]) -> Iterator[list[Path]]:
         tmps = [stack.enter_context(atomic_write(p, commit=False)) for p in targets]
         yield tmps
     try:
-        for path in targets[1:]:
-            path.unlink(missing_ok=True)
-        for tmp, path in zip(tmps, targets, strict=True):
-            _commit(tmp, path)
-        for folder in dict.fromkeys(p.parent for p in targets):
-            _fsync_dir(folder)
+        with signals_deferred():  # Ctrl-C or SIGTERM acts once every target is in place
+            for path in targets[1:]:
+                path.unlink(missing_ok=True)
+            for tmp, path in zip(tmps, targets, strict=True):
+                _commit(tmp, path)
+            for folder in dict.fromkeys(p.parent for p in targets):
+                _fsync_dir(folder)
     finally:
         for tmp in tmps:
             tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for the body (a commit of several renames), then act
+    on the first that came. Only the main thread can; elsewhere the body just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, _frame: got.append(signum)) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if got:
+            signal.raise_signal(got[0])
 
 
 def _write_with(path: str | Path, mode: str, body: Callable[[IO[Any]], None]) -> None:
