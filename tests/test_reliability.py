@@ -438,6 +438,110 @@ def _case_evaluate_foreign(t: Path) -> tuple[list, str]:
     )
 
 
+# --- issue 20, classes 3-8: refused at the door, the broken thing named ----------------------
+def _case_output_trailing_slash(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    return ["select", "--input", docs, "--output", f"{t / 'newdir'}/", *FAST], "names a folder"
+
+
+def _case_output_name_too_long(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    out = t / ("x" * 250)  # legal itself; its summary's name is not
+    return ["select", "--input", docs, "--output", out, *FAST], "over this file system's"
+
+
+def _case_duplicate_column(t: Path) -> tuple[list, str]:
+    table = pq.read_table(write_docs(t / "tmp.parquet"))
+    (t / "tmp.parquet").unlink()
+    table = table.append_column("quality_score", table.column("quality_score"))
+    pq.write_table(table, t / "docs.parquet")
+    return ["select", "--input", t / "docs.parquet", "--output", t / "o.parquet", *FAST], (
+        "column 'quality_score' occurs 2 times in"
+    )
+
+
+def _case_disf_1d(t: Path) -> tuple[list, str]:
+    feats = np.random.default_rng(0).normal(size=(200, 1)).astype(np.float32)
+    docs = write_docs(t / "docs.parquet", feats=feats)
+    argv = ["select", "--input", docs, "--output", t / "o.parquet", "--algorithm", "DiSF"]
+    return [*argv, *FAST], "needs embeddings of width >= 2; got width 1"
+
+
+def _user_module(t: Path, body: str) -> str:
+    """A user term module in ``t`` (on sys.path: the test prepends it, the tally runs there)."""
+    name = "dm_user_" + hashlib.md5(str(t).encode()).hexdigest()[:10]
+    (t / f"{name}.py").write_text(body)
+    return name
+
+
+def _case_term_module_syntax_error(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    mod = _user_module(t, "def f(:\n    pass\n")
+    argv = ["select", "--term-module", mod, "--input", docs, "--output", t / "o.parquet"]
+    return [*argv, *FAST], f"term module '{mod}' has a syntax error at"
+
+
+def _case_term_module_raises(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    mod = _user_module(t, "raise RuntimeError('no GPU here')\n")
+    argv = ["select", "--term-module", mod, "--input", docs, "--output", t / "o.parquet"]
+    return [*argv, *FAST], "raised RuntimeError when imported"
+
+
+def _case_embed_max_seq_length(t: Path) -> tuple[list, str]:
+    src = t / "docs.jsonl"
+    src.write_text('{"text": "fine"}\n')
+    argv = ["embed", "--input", src, "--output", t / "e.parquet", "--max-seq-length", "1024"]
+    return argv, "max_seq_length must be <= 512 for this model"
+
+
+def _case_apply_truncated_gzip(t: Path) -> tuple[list, str]:
+    import gzip
+
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=0), t / "sel.parquet")
+    lines = "".join(
+        json.dumps({"chunk_id": f"d0-{i}", "text": "t" * 80}) + "\n" for i in range(200)
+    )
+    packed = gzip.compress(lines.encode())
+    (t / "texts").mkdir()
+    (t / "texts" / "docs.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    return ["apply", "--input", t / "texts", "--selection", sel, "--output", t / "kept"], (
+        "docs.jsonl.gz is not a complete gzip file"
+    )
+
+
+def _case_apply_truncated_parquet(t: Path) -> tuple[list, str]:
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=0), t / "sel.parquet")
+    bad = write_docs(t / "b" / "docs.parquet", seed=0)
+    bad.write_bytes(bad.read_bytes()[:-100])
+    return ["apply", "--input", t / "b", "--selection", sel, "--output", t / "kept"], (
+        "docs.parquet"
+    )
+
+
+def _seed_case(seed: str) -> Callable[[Path], tuple[list, str]]:
+    def case(t: Path) -> tuple[list, str]:
+        docs = write_docs(t / "docs.parquet")
+        argv = ["select", "--input", docs, "--output", t / "o.parquet", f"--seed={seed}"]
+        return [*argv, *FAST], f"seed must be in [0, 9223372036854775807]; got {seed}"
+
+    return case
+
+
+def _case_config_is_a_folder(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "run.yaml").mkdir()
+    argv = ["select", "--config", t / "run.yaml", "--input", docs, "--output", t / "o.parquet"]
+    return argv, "run.yaml' is a folder"
+
+
+def _case_config_not_utf8(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "run.yaml").write_bytes(b"seed: 1  # caf\xe9\n")
+    argv = ["select", "--config", t / "run.yaml", "--input", docs, "--output", t / "o.parquet"]
+    return argv, "run.yaml' is not UTF-8 text: byte 0xe9 at line 1"
+
+
 CASES = {
     "bench-out-dir-is-a-file": _case_bench_out_dir_is_a_file,
     "output-is-input": _case_output_is_input,
@@ -477,11 +581,28 @@ CASES = {
     "apply-unfinished-sharded": _case_apply_unfinished_sharded,
     "apply-other-input-same-output": _case_apply_other_input_same_output,
     "evaluate-foreign": _case_evaluate_foreign,
+    "select-output-trailing-slash": _case_output_trailing_slash,
+    "select-output-name-too-long": _case_output_name_too_long,
+    "duplicate-column": _case_duplicate_column,
+    "disf-1d-embeddings": _case_disf_1d,
+    "term-module-syntax-error": _case_term_module_syntax_error,
+    "term-module-raises": _case_term_module_raises,
+    "embed-max-seq-length": _case_embed_max_seq_length,
+    "apply-truncated-jsonl-gz": _case_apply_truncated_gzip,
+    "apply-truncated-parquet": _case_apply_truncated_parquet,
+    "seed-negative": _seed_case("-1"),
+    "seed-2**70": _seed_case(str(2**70)),
+    "config-both-spellings": _config_case(
+        "select-ratio: 0.2\nselect_ratio: 0.5\n", "gives select_ratio twice"
+    ),
+    "config-is-a-folder": _case_config_is_a_folder,
+    "config-not-utf8": _case_config_not_utf8,
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_exits_2_one_line_nothing_written(case, tmp_path, capsys):
+def test_bad_input_exits_2_one_line_nothing_written(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))  # user term modules a case writes there
     argv, match = CASES[case](tmp_path)
     check_refused(argv, tmp_path, capsys, match)
 
@@ -908,3 +1029,99 @@ def test_sigint_of_apply_names_the_finished_shards_and_the_rerun_skips_them(tmp_
     rerun = run_cli_process(*argv, "--no-progress")
     assert rerun.returncode == 0, rerun.stderr
     assert f"({kept} already done)" in rerun.stdout
+
+
+# --- issue 20, classes 3-8: what the user obviously meant now works ------------------------
+def test_one_file_output_without_parquet_suffix_and_a_240_char_name(tmp_path, capsys):
+    docs = write_docs(tmp_path / "docs.parquet")
+    for out in (tmp_path / "out" / "selection", tmp_path / ("s" * 232 + ".parquet")):
+        assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+        assert read_summary(out)["k"] == 60 and summary_path(out).is_file()
+        kept = tmp_path / f"kept-{len(out.name)}"
+        argv = ["apply", "--input", str(docs), "--selection", str(out), "--output", str(kept)]
+        assert main([*argv, "--no-progress"]) == 0
+        assert "using keep lists" in capsys.readouterr().out
+        assert pq.read_table(kept / "docs.parquet").num_rows == 60
+
+
+def test_output_inside_the_input_folder_is_not_read_back_as_input(tmp_path, capsys):
+    root = _shards(tmp_path)
+    sel = root / "sel"  # inside the input folder
+    argv = ["select", "--input", str(root), "--output", str(sel), "--runner", "local", *FAST]
+    assert main(argv) == 0
+    argv = ["apply", "--input", str(root), "--selection", str(sel), "--output"]
+    assert main([*argv, str(tmp_path / "kept"), "--no-progress"]) == 0
+    assert "kept 120 of 400 rows from 2 shards" in capsys.readouterr().out
+
+
+def test_upper_case_and_pq_shards_are_read(tmp_path):
+    from datamask.io.shards import list_shards
+
+    root = tmp_path / "in"
+    for name, seed in (("a.parquet", 1), ("B.PARQUET", 2), ("c.pq", 3)):
+        write_docs(root / name, seed=seed)
+    assert [p.name for p in list_shards(root)] == ["B.PARQUET", "a.parquet", "c.pq"]
+    manifest = _select(root, tmp_path / "out", runner="local")
+    assert json.loads((manifest / "manifest.json").read_text())["n_docs"] == 600
+
+
+def test_dictionary_ids_and_decimal_quality_are_read(tmp_path, capsys):
+    import decimal
+
+    c = make_clustered(200, 8, 4, seed=0)
+    ids = pa.array([f"d{i}" for i in range(200)]).dictionary_encode()
+    q = pa.array([decimal.Decimal(f"{v:.4f}") for v in c.quality[:, 0]], pa.decimal128(10, 4))
+    docs = write_docs(tmp_path / "docs.parquet", ids=ids)
+    table = pq.read_table(docs).set_column(1, "quality_score", q)
+    pq.write_table(table, docs)
+    out = tmp_path / "o.parquet"
+    assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+    plain = write_docs(tmp_path / "plain.parquet", quality=q.cast(pa.float64()).to_numpy())
+    ref = tmp_path / "ref.parquet"
+    assert main(["select", "--input", str(plain), "--output", str(ref), *FAST]) == 0
+    got = pq.read_table(out).to_pydict()
+    want = pq.read_table(ref).to_pydict()
+    assert [str(i) for i in got["chunk_id"]] == [i.replace("d0-", "d") for i in want["chunk_id"]]
+    assert got["selected"] == want["selected"]  # the same selection as plain types
+
+
+def test_pair_simi_with_one_pick_takes_the_best_document(tmp_path):
+    q = np.random.default_rng(3).random(50)
+    docs = write_docs(tmp_path / "docs.parquet", n=50, quality=q)
+    out = tmp_path / "o.parquet"
+    argv = ["select", "--input", str(docs), "--output", str(out), "--algorithm", "Pair_simi"]
+    assert main([*argv, "--select-ratio", "0.02", *FAST]) == 0
+    table = pq.read_table(out).to_pydict()
+    assert not np.isnan(table["logit"]).any() and not np.isnan(table["probability"]).any()
+    picked = [i for i, s in zip(table["chunk_id"], table["selected"], strict=True) if s]
+    assert picked == [f"d0-{int(np.argmax(q))}"]  # no pair exists: quality decides
+
+
+def test_bench_with_the_default_device_writes_its_report(tmp_path, capsys):
+    docs = write_docs(tmp_path / "docs.parquet")
+    argv = ["bench", "--input", str(docs), "--out-dir", str(tmp_path / "b"), "--no-plots"]
+    assert main([*argv, "--methods", "topk", "random"]) == 0  # --device auto
+    assert (tmp_path / "b" / "bench.md").is_file()
+
+
+def test_gcs_filesystem_is_built():
+    from pyarrow import fs as pafs
+
+    from datamask.io.fs import _gcs
+
+    assert isinstance(_gcs(), pafs.GcsFileSystem)  # no gs:// path worked before
+
+
+def test_corrupt_completion_marker_is_redone_with_a_warning_naming_it(tmp_path, capsys):
+    root = _shards(tmp_path)
+    argv = ["select", "--input", str(root), "--output", str(tmp_path / "out"), "--runner"]
+    argv += ["local", "--partition", "shard", "--budget", "group", *FAST]
+    assert main(argv) == 0
+    marker = tmp_path / "out" / "_work" / "completions" / "00001"
+    marker.write_text('{"gid": 1, "n"')  # cut short
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "completion marker" in err and "00001" in err and "Traceback" not in err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["totals"]["groups_computed"] == 1 and manifest["totals"]["groups_reused"] == 1

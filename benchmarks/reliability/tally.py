@@ -40,6 +40,7 @@ def main() -> None:
                     text=True,
                     timeout=90,
                     env={**os.environ, "PYTHONPATH": src},
+                    cwd=t,  # `python -m` puts it on sys.path: user term modules a case writes
                 )
                 rc, err = p.returncode, p.stderr.strip()
             except subprocess.TimeoutExpired:
