@@ -6,8 +6,9 @@
 
 Each case of ``tests/test_reliability.py::CASES`` is built in a fresh folder and run as
 ``python -m datamask.cli`` with ``PYTHONPATH`` set to the tree given. Handled means: exit
-status 2, one line on stderr, no traceback, no file written, the input untouched. One JSON
-line per case, then the count.
+status 2, one line on stderr holding the case's key words (what the test matches: the
+broken thing named), no traceback, no file written, the input untouched. One JSON line per
+case, then the count.
 """
 
 import json
@@ -50,9 +51,11 @@ def main() -> None:
             written = sorted(set(after) - set(before))
             changed = sorted(k for k in before if after.get(k) != before[k])
             lines = [line for line in err.splitlines() if line.strip()]
+            named = bool(match) and match in err  # the key words: the broken thing named
             ok = (
                 rc == 2
                 and len(lines) == 1
+                and named
                 and "Traceback" not in err
                 and not written
                 and not changed
@@ -63,11 +66,12 @@ def main() -> None:
                     rc=rc,
                     lines=len(lines),
                     traceback="Traceback" in err,
+                    named=named,
                     written=written[:3],
                     input_changed=changed[:3],
                     ok=ok,
                     s=round(secs, 1),
-                    first=(lines[-1][:160] if lines else ""),
+                    first=(lines[-1][:400] if lines else ""),
                 )
             )
             print(json.dumps(rows[-1]), flush=True)
