@@ -81,10 +81,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     # Before any computation: the report never overwrites the data or the selection.
     check_writable(output)
     check_no_overlap([output], [args.input, args.selection])
-    if not args.trust_selection:  # the selection was made from this input
-        verify_selection_file(args.selection, args.input)
+    # The selection was made from this input (docs/provenance.md); the report says so.
+    verified = 0 if args.trust_selection else verify_selection_file(args.selection, args.input)
     with OutputLock(output):
         report = _evaluate(args, objective)
+        report["provenance"] = {"trusted": args.trust_selection, "verified_files": verified}
         atomic_write_json(report, output)
     if args.format == "json":
         print(json.dumps(report, indent=2))
