@@ -1125,3 +1125,28 @@ def test_corrupt_completion_marker_is_redone_with_a_warning_naming_it(tmp_path, 
     assert "completion marker" in err and "00001" in err and "Traceback" not in err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["totals"]["groups_computed"] == 1 and manifest["totals"]["groups_reused"] == 1
+
+
+def test_ctrl_c_during_the_commit_of_a_pair_acts_after_both_are_in_place(tmp_path, monkeypatch):
+    """A real SIGINT between the two renames of a one-file selection's pair."""
+    from datamask.io import atomic
+
+    targets = [tmp_path / "sel.parquet", tmp_path / "sel.summary.json"]
+    for p in targets:
+        p.write_text("old")
+    real_commit = atomic._commit
+    renames = []
+
+    def commit_then_ctrl_c(tmp, path):
+        real_commit(tmp, path)
+        renames.append(path)
+        if len(renames) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # between the first and the second rename
+            time.sleep(0.1)  # a handler would run here, mid-commit
+
+    monkeypatch.setattr(atomic, "_commit", commit_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_write_group(targets) as tmps:
+        for t in tmps:
+            t.write_text("new")
+    assert [p.read_text() for p in targets] == ["new", "new"]  # never half-replaced
+    assert len(renames) == 2
