@@ -39,6 +39,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -459,9 +460,13 @@ class LocalRunner:
                 future.cancel()
 
     def close(self) -> None:
-        """Shut the worker pool down (a no-op in-process)."""
+        """Shut the worker pool down (a no-op in-process); when called while Ctrl-C or
+        SIGTERM unwinds, kill the workers instead of waiting for their groups."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                abort_pool(self._pool)
+            else:
+                self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def describe(self) -> dict[str, Any]:
