@@ -168,8 +168,9 @@ def test_rerun_resumes_and_refuses_another_selection(selected, tmp_path, capsys)
     again = apply_selection(root / "data", out, dest, progress=False)
     assert again["shards_reused"] == 2 and again["shards_done"] == 1
     assert {p.name: p.read_bytes() for p in dest.rglob("*.parquet")} == first
-    other = tmp_path / "other.parquet"
-    pq.write_table(pa.table({"chunk_id": pa.array(["0", "1"])}), other)
+    other = tmp_path / "other.parquet"  # another selection of the same corpus
+    two = _rows(files[0]).column("chunk_id").to_pylist()[:2]
+    pq.write_table(pa.table({"chunk_id": pa.array(two)}), other)
     code = main(["apply", "--input", str(root / "data"), "--selection", str(other),
                  "--output", str(dest), "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err
@@ -186,9 +187,13 @@ def test_changed_shard_is_refused(selected, tmp_path):
         if f.name == "part-1.parquet":  # same row count, rows in another order
             table = table.take(pa.array(np.arange(table.num_rows)[::-1]))
         pq.write_table(table, target)
-    # Names match the keep lists but the selection was made from root/data: refused by id.
-    with pytest.raises(ValueError, match="changed since the selection"):
+    # Names match the keep lists but the selection was made from root/data: refused by its
+    # provenance record before anything is written; without that check, by id.
+    with pytest.raises(ValueError, match="is not the file the selection"):
         apply_selection(data, out, tmp_path / "kept", progress=False)
+    assert not (tmp_path / "kept").exists()
+    with pytest.raises(ValueError, match="changed since the selection"):
+        apply_selection(data, out, tmp_path / "kept", progress=False, trust_selection=True)
     assert not (tmp_path / "kept" / "a" / "part-1.parquet").exists()
 
 

@@ -90,7 +90,8 @@ def check_refused(argv: list, root: Path, capsys, match: str) -> str:
 
 
 def run_cli_process(*argv, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC}
+    # benchmarks/reliability/tally.py runs the battery against another source tree
+    env = {**os.environ, "PYTHONPATH": os.environ.get("DATAMASK_BATTERY_SRC", SRC)}
     return subprocess.run(
         [sys.executable, "-m", "datamask.cli", *map(str, argv)],
         capture_output=True,
@@ -335,6 +336,212 @@ def _case_bench_out_dir_is_a_file(t: Path) -> tuple[list, str]:
     return ["bench", "--input", docs, "--out-dir", t / "bench", "--no-plots"], "is a file"
 
 
+# --- issue 20, class 1: apply and evaluate trust nothing they are handed --------------------
+def _select(source: Path, output: Path, **settings) -> Path:
+    """A real ``datamask select`` output (quick settings), made in this process."""
+    from datamask.config import SelectSpec
+    from datamask.pipeline.run import select
+
+    values = dict(n_epochs=5, n_neighbors=8, select_ratio=0.2, progress=False, device="cpu")
+    select(source, output, SelectSpec.from_mapping({**values, **settings}))
+    return output
+
+
+def _case_apply_foreign_corpus(t: Path) -> tuple[list, str]:
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=1), t / "sel.parquet")
+    write_docs(t / "b" / "other.parquet", seed=2)  # another corpus, other ids
+    return ["apply", "--input", t / "b", "--selection", sel, "--output", t / "kept"], (
+        "is none of the 1 file(s) it was made from"
+    )
+
+
+def _case_apply_foreign_jsonl(t: Path) -> tuple[list, str]:
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=1), t / "sel.parquet")
+    src = t / "texts" / "docs.jsonl"
+    src.parent.mkdir()
+    src.write_text(
+        "".join(json.dumps({"chunk_id": f"x{i}", "text": "t"}) + "\n" for i in range(50))
+    )
+    return ["apply", "--input", src, "--selection", sel, "--output", t / "kept"], (
+        "none of the 40 selected ids"
+    )
+
+
+def _case_apply_int_ids_on_string_jsonl(t: Path) -> tuple[list, str]:
+    ids = pa.array(np.arange(200, dtype=np.int64))
+    sel = _select(write_docs(t / "a" / "docs.parquet", ids=ids), t / "sel.parquet")
+    src = t / "texts" / "docs.jsonl"
+    src.parent.mkdir()
+    src.write_text(
+        "".join(json.dumps({"chunk_id": str(i), "text": "t"}) + "\n" for i in range(200))
+    )
+    return ["apply", "--input", src, "--selection", sel, "--output", t / "kept"], (
+        "are string (first: '0') but the selection"
+    )
+
+
+def _row_n_corpus(folder: Path, seed: int) -> Path:
+    """``embed``'s layout: ids row-N, the same file name for any corpus."""
+    return write_docs(
+        folder / "docs.parquet", seed=seed, ids=pa.array([f"row-{i}" for i in range(200)])
+    )
+
+
+def _case_apply_same_ids_other_content(t: Path) -> tuple[list, str]:
+    sel = _select(_row_n_corpus(t / "a", 1), t / "sel.parquet")
+    _row_n_corpus(t / "b", 2)
+    return ["apply", "--input", t / "b", "--selection", sel, "--output", t / "kept"], (
+        "is not the file the selection"
+    )
+
+
+def _case_apply_unfinished_sharded(t: Path) -> tuple[list, str]:
+    root = t / "in"
+    for s in range(4):
+        write_docs(root / f"s{s}.parquet", n=100, seed=s)
+    out = _select(root, t / "sel", partition="shard", budget="group", runner="local")
+    # What a run killed after 1 of 4 groups leaves: the manifest _claim writes first
+    # (complete: false), one group's part and marker.
+    manifest = json.loads((out / "manifest.json").read_text())
+    first = {k: manifest[k] for k in ("settings", "shards", "settings_hash")}
+    (out / "manifest.json").write_text(json.dumps({**first, "complete": False}))
+    for gid in (1, 2, 3):
+        (out / "selected" / f"part-{gid:05d}.parquet").unlink()
+        (out / "_work" / "completions" / f"{gid:05d}").unlink()
+    import shutil
+
+    shutil.rmtree(out / "keep")
+    return ["apply", "--input", root, "--selection", out, "--output", t / "kept"], (
+        "is an unfinished `datamask select` run"
+    )
+
+
+def _case_apply_other_input_same_output(t: Path) -> tuple[list, str]:
+    sel = _select(_row_n_corpus(t / "a", 1), t / "sel.parquet")
+    first = run_cli_process("apply", "--input", t / "a", "--selection", sel, "--output", t / "kept")
+    assert first.returncode == 0, first.stderr
+    import shutil
+
+    shutil.copytree(t / "a", t / "copy")  # the same rows in another folder: passes provenance
+    (t / "copy" / "docs.parquet").unlink()
+    _row_n_corpus(t / "copy", 1)
+    return ["apply", "--input", t / "copy", "--selection", sel, "--output", t / "kept"], (
+        "holds rows applied with another input"
+    )
+
+
+def _case_evaluate_foreign(t: Path) -> tuple[list, str]:
+    sel = _select(_row_n_corpus(t / "a", 1), t / "sel.parquet")
+    docs = _row_n_corpus(t / "b", 2)
+    return ["evaluate", "--input", docs, "--selection", sel, "--output", t / "r.json"], (
+        "is not the file the selection"
+    )
+
+
+# --- issue 20, classes 3-8: refused at the door, the broken thing named ----------------------
+def _case_output_trailing_slash(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    return ["select", "--input", docs, "--output", f"{t / 'newdir'}/", *FAST], "names a folder"
+
+
+def _case_output_name_too_long(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    out = t / ("x" * 250)  # legal itself; its summary's name is not
+    return ["select", "--input", docs, "--output", out, *FAST], "over this file system's"
+
+
+def _case_duplicate_column(t: Path) -> tuple[list, str]:
+    table = pq.read_table(write_docs(t / "tmp.parquet"))
+    (t / "tmp.parquet").unlink()
+    table = table.append_column("quality_score", table.column("quality_score"))
+    pq.write_table(table, t / "docs.parquet")
+    return ["select", "--input", t / "docs.parquet", "--output", t / "o.parquet", *FAST], (
+        "column 'quality_score' occurs 2 times in"
+    )
+
+
+def _case_disf_1d(t: Path) -> tuple[list, str]:
+    feats = np.random.default_rng(0).normal(size=(200, 1)).astype(np.float32)
+    docs = write_docs(t / "docs.parquet", feats=feats)
+    argv = ["select", "--input", docs, "--output", t / "o.parquet", "--algorithm", "DiSF"]
+    return [*argv, *FAST], "needs embeddings of width >= 2; got width 1"
+
+
+def _user_module(t: Path, body: str) -> str:
+    """A user term module in ``t`` (on sys.path: the test prepends it, the tally runs there)."""
+    name = "dm_user_" + hashlib.md5(str(t).encode()).hexdigest()[:10]
+    (t / f"{name}.py").write_text(body)
+    return name
+
+
+def _case_term_module_syntax_error(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    mod = _user_module(t, "def f(:\n    pass\n")
+    argv = ["select", "--term-module", mod, "--input", docs, "--output", t / "o.parquet"]
+    return [*argv, *FAST], f"term module '{mod}' has a syntax error at"
+
+
+def _case_term_module_raises(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    mod = _user_module(t, "raise RuntimeError('no GPU here')\n")
+    argv = ["select", "--term-module", mod, "--input", docs, "--output", t / "o.parquet"]
+    return [*argv, *FAST], "raised RuntimeError when imported"
+
+
+def _case_embed_max_seq_length(t: Path) -> tuple[list, str]:
+    src = t / "docs.jsonl"
+    src.write_text('{"text": "fine"}\n')
+    argv = ["embed", "--input", src, "--output", t / "e.parquet", "--max-seq-length", "1024"]
+    return argv, "max_seq_length must be <= 512 for this model"
+
+
+def _case_apply_truncated_gzip(t: Path) -> tuple[list, str]:
+    import gzip
+
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=0), t / "sel.parquet")
+    lines = "".join(
+        json.dumps({"chunk_id": f"d0-{i}", "text": "t" * 80}) + "\n" for i in range(200)
+    )
+    packed = gzip.compress(lines.encode())
+    (t / "texts").mkdir()
+    (t / "texts" / "docs.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    return ["apply", "--input", t / "texts", "--selection", sel, "--output", t / "kept"], (
+        "docs.jsonl.gz is not a complete gzip file"
+    )
+
+
+def _case_apply_truncated_parquet(t: Path) -> tuple[list, str]:
+    sel = _select(write_docs(t / "a" / "docs.parquet", seed=0), t / "sel.parquet")
+    bad = write_docs(t / "b" / "docs.parquet", seed=0)
+    bad.write_bytes(bad.read_bytes()[:-100])
+    return ["apply", "--input", t / "b", "--selection", sel, "--output", t / "kept"], (
+        "docs.parquet"
+    )
+
+
+def _seed_case(seed: str) -> Callable[[Path], tuple[list, str]]:
+    def case(t: Path) -> tuple[list, str]:
+        docs = write_docs(t / "docs.parquet")
+        argv = ["select", "--input", docs, "--output", t / "o.parquet", f"--seed={seed}"]
+        return [*argv, *FAST], f"seed must be in [0, 9223372036854775807]; got {seed}"
+
+    return case
+
+
+def _case_config_is_a_folder(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "run.yaml").mkdir()
+    argv = ["select", "--config", t / "run.yaml", "--input", docs, "--output", t / "o.parquet"]
+    return argv, "run.yaml' is a folder"
+
+
+def _case_config_not_utf8(t: Path) -> tuple[list, str]:
+    docs = write_docs(t / "docs.parquet")
+    (t / "run.yaml").write_bytes(b"seed: 1  # caf\xe9\n")
+    argv = ["select", "--config", t / "run.yaml", "--input", docs, "--output", t / "o.parquet"]
+    return argv, "run.yaml' is not UTF-8 text: byte 0xe9 at line 1"
+
+
 CASES = {
     "bench-out-dir-is-a-file": _case_bench_out_dir_is_a_file,
     "output-is-input": _case_output_is_input,
@@ -366,11 +573,36 @@ CASES = {
     "corrupt-page-with-checksum": _case_corrupt_page,
     "embed-not-utf8": _case_embed_not_utf8,
     "embed-output-is-input": _case_embed_output_is_input,
+    # issue 20
+    "apply-foreign-corpus": _case_apply_foreign_corpus,
+    "apply-foreign-jsonl": _case_apply_foreign_jsonl,
+    "apply-int-ids-on-string-jsonl": _case_apply_int_ids_on_string_jsonl,
+    "apply-same-ids-other-content": _case_apply_same_ids_other_content,
+    "apply-unfinished-sharded": _case_apply_unfinished_sharded,
+    "apply-other-input-same-output": _case_apply_other_input_same_output,
+    "evaluate-foreign": _case_evaluate_foreign,
+    "select-output-trailing-slash": _case_output_trailing_slash,
+    "select-output-name-too-long": _case_output_name_too_long,
+    "duplicate-column": _case_duplicate_column,
+    "disf-1d-embeddings": _case_disf_1d,
+    "term-module-syntax-error": _case_term_module_syntax_error,
+    "term-module-raises": _case_term_module_raises,
+    "embed-max-seq-length": _case_embed_max_seq_length,
+    "apply-truncated-jsonl-gz": _case_apply_truncated_gzip,
+    "apply-truncated-parquet": _case_apply_truncated_parquet,
+    "seed-negative": _seed_case("-1"),
+    "seed-2**70": _seed_case(str(2**70)),
+    "config-both-spellings": _config_case(
+        "select-ratio: 0.2\nselect_ratio: 0.5\n", "gives select_ratio twice"
+    ),
+    "config-is-a-folder": _case_config_is_a_folder,
+    "config-not-utf8": _case_config_not_utf8,
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_exits_2_one_line_nothing_written(case, tmp_path, capsys):
+def test_bad_input_exits_2_one_line_nothing_written(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))  # user term modules a case writes there
     argv, match = CASES[case](tmp_path)
     check_refused(argv, tmp_path, capsys, match)
 
@@ -649,3 +881,272 @@ def test_id_hashes_equal_exactly_for_equal_ids(kind):
         assert len(np.unique(h)) == len(first)  # no collision among distinct ids
         same = h[:, None] == h[None, :200]
         np.testing.assert_array_equal(same, vals[:, None] == vals[None, :200])
+
+
+# --- issue 20, class 2: signals end a run cleanly; workers die with their driver ------------
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc: no extra dependency)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _sharded_corpus(root: Path, n_shards: int = 6, n: int = 600) -> Path:
+    for s in range(n_shards):
+        write_docs(root / f"s{s}.parquet", n=n, dim=16, seed=s)
+    return root
+
+
+SLOW = ["--n-epochs", "400", "--n-neighbors", "16", "--no-progress", "--device", "cpu"]
+
+
+def _start_sharded(t: Path, *extra: str) -> subprocess.Popen:
+    """``datamask select`` over 6 shards with 2 pool workers, stdout and stderr piped (as
+    ``| tee`` holds them), in its own session so a signal can go to the whole group."""
+    argv = ["select", "--input", t / "in", "--output", t / "out", "--runner", "local"]
+    argv += ["--workers", "2", "--partition", "shard", "--budget", "group", *SLOW, *extra]
+    env = {**os.environ, "PYTHONPATH": os.environ.get("DATAMASK_BATTERY_SRC", SRC)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "datamask.cli", *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _pipe_closes(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether every holder of the run's stdout closed it (what ``tee`` waits for)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if sel.select(timeout=0.5) and not os.read(proc.stdout.fileno(), 65536):
+            return True
+    return False
+
+
+def test_kill_9_of_the_driver_takes_its_workers(tmp_path):
+    _sharded_corpus(tmp_path / "in")
+    proc = _start_sharded(tmp_path)
+    try:
+        _wait_for(lambda: len(_children(proc.pid)) >= 2, 60, "the pool's workers")
+        workers = [p for p in _children(proc.pid) if _alive(p)]
+        proc.send_signal(signal.SIGKILL)  # as the OOM killer ends it
+        proc.wait(timeout=10)
+        assert _pipe_closes(proc, 15), "a worker still holds the driver's stdout"
+        _wait_for(lambda: not any(_alive(p) for p in workers), 15, "the workers to die")
+    finally:
+        for pid in _children(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_ends_a_sharded_run_cleanly_and_the_rerun_resumes(tmp_path, sig, status):
+    _sharded_corpus(tmp_path / "in")
+    proc = _start_sharded(tmp_path)
+    done = tmp_path / "out" / "_work" / "completions"
+    _wait_for(lambda: done.is_dir() and any(done.iterdir()), 120, "a finished group")
+    workers = [p for p in _children(proc.pid) if _alive(p)]
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # Ctrl-C reaches the whole process group
+    else:
+        proc.send_signal(sig)  # SIGTERM to the driver alone (kill, systemd, a scheduler)
+    out, err = proc.communicate(timeout=30)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == status, err
+    assert len(lines) == 1 and "Traceback" not in err.decode(), lines
+    kept = len([p for p in done.iterdir() if p.name != "global"])
+    assert f"{kept} finished group(s) are kept" in lines[0], lines
+    assert not any(_alive(p) for p in workers)
+    assert not list((tmp_path / "out").rglob(".datamask.lock"))  # the claim is released
+    rerun = run_cli_process(
+        "select", "--input", tmp_path / "in", "--output", tmp_path / "out", "--runner",
+        "local", "--workers", "2", "--partition", "shard", "--budget", "group", *SLOW,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["totals"]["groups_reused"] >= kept
+
+
+def test_sigint_of_apply_names_the_finished_shards_and_the_rerun_skips_them(tmp_path):
+    root = tmp_path / "in"
+    for s in range(8):
+        write_docs(root / f"s{s}.parquet", n=200, seed=s)
+    sel = _select(root, tmp_path / "sel", partition="shard", budget="group", runner="local")
+    env = {**os.environ, "PYTHONPATH": os.environ.get("DATAMASK_BATTERY_SRC", SRC)}
+    # --batch-size 1: slow enough to be interrupted between shards
+    argv = ["apply", "--input", root, "--selection", sel, "--output", tmp_path / "kept"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datamask.cli",
+            *map(str, argv),
+            "--batch-size",
+            "1",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    done = tmp_path / "kept" / "_datamask_apply" / "done"
+    _wait_for(lambda: done.is_dir() and any(done.iterdir()), 60, "a finished shard")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1, err
+    kept = len(list(done.iterdir()))
+    if kept == 8:
+        pytest.skip("apply finished before the signal arrived")
+    assert f"{kept} finished shard(s) are kept" in lines[0]
+    rerun = run_cli_process(*argv, "--no-progress")
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"({kept} already done)" in rerun.stdout
+
+
+# --- issue 20, classes 3-8: what the user obviously meant now works ------------------------
+def test_one_file_output_without_parquet_suffix_and_a_240_char_name(tmp_path, capsys):
+    docs = write_docs(tmp_path / "docs.parquet")
+    for out in (tmp_path / "out" / "selection", tmp_path / ("s" * 232 + ".parquet")):
+        assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+        assert read_summary(out)["k"] == 60 and summary_path(out).is_file()
+        kept = tmp_path / f"kept-{len(out.name)}"
+        argv = ["apply", "--input", str(docs), "--selection", str(out), "--output", str(kept)]
+        assert main([*argv, "--no-progress"]) == 0
+        assert "using keep lists" in capsys.readouterr().out
+        assert pq.read_table(kept / "docs.parquet").num_rows == 60
+
+
+def test_output_inside_the_input_folder_is_not_read_back_as_input(tmp_path, capsys):
+    root = _shards(tmp_path)
+    sel = root / "sel"  # inside the input folder
+    argv = ["select", "--input", str(root), "--output", str(sel), "--runner", "local", *FAST]
+    assert main(argv) == 0
+    argv = ["apply", "--input", str(root), "--selection", str(sel), "--output"]
+    assert main([*argv, str(tmp_path / "kept"), "--no-progress"]) == 0
+    assert "kept 120 of 400 rows from 2 shards" in capsys.readouterr().out
+
+
+def test_upper_case_and_pq_shards_are_read(tmp_path):
+    from datamask.io.shards import list_shards
+
+    root = tmp_path / "in"
+    for name, seed in (("a.parquet", 1), ("B.PARQUET", 2), ("c.pq", 3)):
+        write_docs(root / name, seed=seed)
+    assert [p.name for p in list_shards(root)] == ["B.PARQUET", "a.parquet", "c.pq"]
+    manifest = _select(root, tmp_path / "out", runner="local")
+    assert json.loads((manifest / "manifest.json").read_text())["n_docs"] == 600
+
+
+def test_dictionary_ids_and_decimal_quality_are_read(tmp_path, capsys):
+    import decimal
+
+    c = make_clustered(200, 8, 4, seed=0)
+    ids = pa.array([f"d{i}" for i in range(200)]).dictionary_encode()
+    q = pa.array([decimal.Decimal(f"{v:.4f}") for v in c.quality[:, 0]], pa.decimal128(10, 4))
+    docs = write_docs(tmp_path / "docs.parquet", ids=ids)
+    table = pq.read_table(docs).set_column(1, "quality_score", q)
+    pq.write_table(table, docs)
+    out = tmp_path / "o.parquet"
+    assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
+    plain = write_docs(tmp_path / "plain.parquet", quality=q.cast(pa.float64()).to_numpy())
+    ref = tmp_path / "ref.parquet"
+    assert main(["select", "--input", str(plain), "--output", str(ref), *FAST]) == 0
+    got = pq.read_table(out).to_pydict()
+    want = pq.read_table(ref).to_pydict()
+    assert [str(i) for i in got["chunk_id"]] == [i.replace("d0-", "d") for i in want["chunk_id"]]
+    assert got["selected"] == want["selected"]  # the same selection as plain types
+
+
+def test_pair_simi_with_one_pick_takes_the_best_document(tmp_path):
+    q = np.random.default_rng(3).random(50)
+    docs = write_docs(tmp_path / "docs.parquet", n=50, quality=q)
+    out = tmp_path / "o.parquet"
+    argv = ["select", "--input", str(docs), "--output", str(out), "--algorithm", "Pair_simi"]
+    assert main([*argv, "--select-ratio", "0.02", *FAST]) == 0
+    table = pq.read_table(out).to_pydict()
+    assert not np.isnan(table["logit"]).any() and not np.isnan(table["probability"]).any()
+    picked = [i for i, s in zip(table["chunk_id"], table["selected"], strict=True) if s]
+    assert picked == [f"d0-{int(np.argmax(q))}"]  # no pair exists: quality decides
+
+
+def test_bench_with_the_default_device_writes_its_report(tmp_path, capsys):
+    docs = write_docs(tmp_path / "docs.parquet")
+    argv = ["bench", "--input", str(docs), "--out-dir", str(tmp_path / "b"), "--no-plots"]
+    assert main([*argv, "--methods", "topk", "random"]) == 0  # --device auto
+    assert (tmp_path / "b" / "bench.md").is_file()
+
+
+def test_gcs_filesystem_is_built():
+    from pyarrow import fs as pafs
+
+    from datamask.io.fs import _gcs
+
+    assert isinstance(_gcs(), pafs.GcsFileSystem)  # no gs:// path worked before
+
+
+def test_corrupt_completion_marker_is_redone_with_a_warning_naming_it(tmp_path, capsys):
+    root = _shards(tmp_path)
+    argv = ["select", "--input", str(root), "--output", str(tmp_path / "out"), "--runner"]
+    argv += ["local", "--partition", "shard", "--budget", "group", *FAST]
+    assert main(argv) == 0
+    marker = tmp_path / "out" / "_work" / "completions" / "00001"
+    marker.write_text('{"gid": 1, "n"')  # cut short
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "completion marker" in err and "00001" in err and "Traceback" not in err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["totals"]["groups_computed"] == 1 and manifest["totals"]["groups_reused"] == 1
+
+
+def test_ctrl_c_during_the_commit_of_a_pair_acts_after_both_are_in_place(tmp_path, monkeypatch):
+    """A real SIGINT between the two renames of a one-file selection's pair."""
+    from datamask.io import atomic
+
+    targets = [tmp_path / "sel.parquet", tmp_path / "sel.summary.json"]
+    for p in targets:
+        p.write_text("old")
+    real_commit = atomic._commit
+    renames = []
+
+    def commit_then_ctrl_c(tmp, path):
+        real_commit(tmp, path)
+        renames.append(path)
+        if len(renames) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # between the first and the second rename
+            time.sleep(0.1)  # a handler would run here, mid-commit
+
+    monkeypatch.setattr(atomic, "_commit", commit_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_write_group(targets) as tmps:
+        for t in tmps:
+            t.write_text("new")
+    assert [p.read_text() for p in targets] == ["new", "new"]  # never half-replaced
+    assert len(renames) == 2

@@ -4,6 +4,9 @@
         --dim 384 --n-shards 100
     python benchmarks/apply/run.py --data /tmp/datamask-apply/1m --work /tmp/datamask-apply/runs \
         --results benchmarks/apply/RESULTS.json
+    # the provenance checks' cost: this tree against main's, alternately (docs/provenance.md)
+    python benchmarks/apply/run.py --data /tmp/datamask-apply/1m --work /tmp/datamask-apply/runs \
+        --results benchmarks/apply/PROVENANCE.json --compare /work/main/src --repeat 3
 
 apply's cost does not depend on which rows are kept, only on how many, so the selection is
 a seeded random 10% of the ids (selecting 1M documents is measured in benchmarks/scale).
@@ -31,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datamask.io.keep import relative_names, write_keep_lists
+from datamask.io.provenance import record_inputs
 
 
 def make_selection(files: list[Path], root: Path, out: Path, ratio: float, seed: int) -> float:
@@ -48,7 +52,12 @@ def make_selection(files: list[Path], root: Path, out: Path, ratio: float, seed:
     names = relative_names(str(root), [str(f) for f in files])
     index = write_keep_lists(files, names, sel, out / "keep", id_col="chunk_id")
     seconds = time.perf_counter() - started
-    (out / "manifest.json").write_text(json.dumps({"selection_digest": index["selection"]}))
+    # What select records of its input (docs/provenance.md), and that the run finished.
+    provenance = record_inputs(
+        files, names, ["chunk_id", "quality_score", "feature_arr"], id_col="chunk_id"
+    )
+    manifest = {"selection_digest": index["selection"], "complete": True, "provenance": provenance}
+    (out / "manifest.json").write_text(json.dumps(manifest))
     return seconds
 
 
@@ -60,11 +69,14 @@ def run_apply(args: list[str], env: dict[str, str]) -> dict[str, float | str]:
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)[1])
+    user = float(re.search(r"User time \(seconds\): ([0-9.]+)", proc.stderr)[1])
+    system = float(re.search(r"System time \(seconds\): ([0-9.]+)", proc.stderr)[1])
     inside = re.search(r" in ([0-9.]+)s:", proc.stdout)
     return {
         "wall_s": wall,
         "apply_s": float(inside[1]) if inside else None,  # as printed: after imports
         "peak_rss_mb": rss_kb / 1024,
+        "cpu_s": user + system,  # the process's CPU time: far less sensitive to load
         "stdout": proc.stdout.strip(),
     }
 
@@ -75,7 +87,17 @@ def main() -> None:
     p.add_argument("--work", required=True, help="scratch folder for selections and outputs")
     p.add_argument("--results", required=True, help="JSON file for the measurements")
     p.add_argument("--ratio", type=float, default=0.1, help="fraction kept (default 0.1)")
+    p.add_argument(
+        "--compare",
+        default=None,
+        help="another source tree (e.g. /work/main/src): time the 1M applies of this tree and "
+        "that one alternately, --repeat times each, on one selection (no 100k case)",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="rounds of --compare (default 3)")
     args = p.parse_args()
+    if args.compare:
+        compare(Path(args.data), Path(args.work), Path(args.results), args)
+        return
     data, work = Path(args.data), Path(args.work)
     files = sorted(data.glob("*.parquet"))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
@@ -124,6 +146,50 @@ def main() -> None:
             print(json.dumps(m), flush=True)
             results.append(m)
     Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def compare(data: Path, work: Path, results_path: Path, args: argparse.Namespace) -> None:
+    """This tree against ``args.compare`` on the 1M applies, one selection, taking turns
+    (and turns at going first) ``--repeat`` times."""
+    files = sorted(data.glob("*.parquet"))
+    sel = work / "sel-1M"
+    make_selection(files, data, sel, args.ratio, 0)
+    trees = {"this": str(Path(__file__).resolve().parents[2] / "src"), "other": args.compare}
+    modes = [("keep lists", sel), ("selected ids", sel / "selected" / "part-00000.parquet")]
+    rows = []
+    for r in range(args.repeat):
+        for mode, selection in modes:
+            order = list(trees.items())
+            if (r + len(rows)) % 2:  # alternate who goes first: the second run of a pair
+                order.reverse()  # also pays the write-back of the first one's output
+            for label, tree in order:
+                out = work / "out-compare"
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(str(out) + "-rm", ignore_errors=True)
+                load = os.getloadavg()[0]
+                m = run_apply(
+                    ["--input", str(data), "--selection", str(selection), "--output", str(out),
+                     "--removed", str(out) + "-rm", "--removed-format", "curator",
+                     "--no-progress"],
+                    {**os.environ, "PYTHONPATH": tree},
+                )  # fmt: skip
+                m.update(round=r + 1, mode=mode, tree=label, src=tree, load_before=load)
+                print(json.dumps(m), flush=True)
+                rows.append(m)
+    results_path.write_text(json.dumps(rows, indent=2) + "\n")
+    print("| mode | tree | apply s per round | fastest | CPU s (user+sys) per round | least "
+          "| load 1m per round |")  # fmt: skip
+    print("|---|---|---|---:|---|---:|---|")
+    for mode, _ in modes:
+        for label, tree in trees.items():
+            mine = [m for m in rows if m["mode"] == mode and m["tree"] == label]
+            secs = ", ".join(f"{m['apply_s']:.1f}" for m in mine)
+            cpus = ", ".join(f"{m['cpu_s']:.1f}" for m in mine)
+            loads = ", ".join(f"{m['load_before']:.1f}" for m in mine)
+            fastest = min(m["apply_s"] for m in mine)
+            least = min(m["cpu_s"] for m in mine)
+            print(f"| {mode} | {label} ({tree}) | {secs} | {fastest:.1f} | {cpus} | {least:.1f} "
+                  f"| {loads} |")  # fmt: skip
 
 
 if __name__ == "__main__":

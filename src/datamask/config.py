@@ -202,7 +202,9 @@ class SelectorSpec:
     select_ratio: float = _option(
         DEFAULT_SELECT_RATIO, (_RATIO,), "fraction of documents kept, in (0, 1)"
     )
-    seed: int = _option(0, (int,), "seed of every random draw")
+    seed: int = _option(
+        0, (Interval(int, 0, 2**63 - 1, closed="both"),), "seed of every random draw"
+    )
     device: str = _option("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = _option(
         None,
@@ -649,9 +651,19 @@ def quality_spec(text: str) -> tuple[str, float]:
 def load_config(path: str | Path) -> dict[str, Any]:
     """The flat settings of a YAML or TOML file; keys may use ``-`` or ``_``."""
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"config file {str(path)!r} is a folder; give a YAML or TOML file.")
     if not p.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist.")
-    text = p.read_text()
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ValueError(
+            f"config file {str(path)!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at "
+            f"line {line}; save it as UTF-8."
+        ) from None
     try:
         if p.suffix.lower() == ".toml":
             data = tomllib.loads(text)
@@ -663,7 +675,17 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"cannot parse config file {str(path)!r}: {_config_error(exc)}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r} must hold a mapping of settings.")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    flat: dict[str, Any] = {}
+    spelt: dict[str, str] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in flat:  # select-ratio and select_ratio: which one is meant is unknown
+            raise ValueError(
+                f"config file {str(path)!r} gives {name} twice ({spelt[name]!r} and "
+                f"{str(key)!r}); keep one."
+            )
+        flat[name], spelt[name] = value, str(key)
+    return flat
 
 
 def _config_error(exc: Exception) -> str:

@@ -96,7 +96,39 @@ def _load_model(path: str, device: str) -> Any:
     except ImportError as exc:
         raise ImportError(_INSTALL_HINT) from exc
     logger.info("loading sentence-transformers model from %s on %s", path, device)
-    return SentenceTransformer(path, device=device, local_files_only=True)
+    try:  # a local load needs no "Loading weights" bar on stderr
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - sentence-transformers requires transformers
+        return SentenceTransformer(path, device=device, local_files_only=True)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(path, device=device, local_files_only=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def _model_for(model: str | Path | None, device: str, max_seq_length: int) -> Any:
+    """The loaded model, once ``max_seq_length`` is checked against its position count."""
+    st_model = _load_model(str(_resolve_model_path(model)), _resolve_device(device))
+    limit = _max_positions(st_model)
+    if limit is not None and max_seq_length > limit:
+        raise ValueError(
+            f"max_seq_length must be <= {limit} for this model (it has {limit} position "
+            f"embeddings); got {max_seq_length}."
+        )
+    return st_model
+
+
+def _max_positions(model: Any) -> int | None:
+    """The longest input the model's transformer takes (its position embeddings), if known."""
+    try:
+        config = model[0].auto_model.config
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    n = getattr(config, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
 
 
 def _embedding_dim(model: Any) -> int:
@@ -190,7 +222,7 @@ def embed_texts(
     batch_size = _check_positive_int("batch_size", batch_size)
     max_seq_length = _check_positive_int("max_seq_length", max_seq_length)
 
-    st_model = _load_model(str(_resolve_model_path(model)), _resolve_device(device))
+    st_model = _model_for(model, device, max_seq_length)
     st_model.max_seq_length = max_seq_length
     dim = _embedding_dim(st_model)
     if not texts:
@@ -297,12 +329,14 @@ def embed_file(
     # Every input's type, and the parquet footers (columns, row counts), before any work.
     total = footer_rows(files, text_col)
 
-    # The first rows are parsed and checked before anything is shown or written.
+    # The first rows and the model (loaded once, cached) are checked before anything is
+    # shown or written.
     chunks = iter_text_chunks(files, chunk_rows)
     first = next(chunks, None)
     if first is not None:
         _checked_texts(first.table, text_col, first.path.name, first.start)
         chunks = itertools.chain([first], chunks)
+    _model_for(model, device, _check_positive_int("max_seq_length", max_seq_length))
 
     n = 0
     schema: pa.Schema | None = None

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from ._device import resolve_device
 from .data import rank_order
 from .neighbors import assign_clusters, spherical_kmeans
 
@@ -67,7 +68,7 @@ def as_float_tensor(
     if not torch.is_tensor(features):
         arr = np.asarray(features)
         features = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
-    x = features if device is None else features.to(device)
+    x = features if device is None else features.to(resolve_device(device))  # "auto" too
     return x.float()
 
 

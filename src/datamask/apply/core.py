@@ -34,8 +34,10 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,19 +54,23 @@ from ..io.atomic import OutputLock, to_json
 from ..io.fs import Location, cache_dir, check_reachable, expand, glob_root, resolve
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for, keep_file_name, relative_names
 from ..io.parquet import SUMMARY_KEY, parquet_batches, parquet_num_rows, read_table
+from ..io.provenance import TRUST_FLAG, id_kind, verify_inputs
 
 __all__ = ["REMOVED_FORMATS", "SHARD_SUFFIXES", "apply_selection"]
 
 REMOVED_FORMATS = ("ids", "rows", "curator")
-SHARD_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz")
+SHARD_SUFFIXES = (".parquet", ".pq", ".jsonl", ".jsonl.gz")  # any letter case
 STATE_DIR = "_datamask_apply"
 
 
 def _format(name: str) -> str:
-    for suffix in (".jsonl.gz", ".jsonl", ".parquet"):
-        if name.endswith(suffix):
-            return suffix.lstrip(".")
-    raise ValueError(f"input shard {name!r} must end in .parquet, .jsonl or .jsonl.gz.")
+    lower = name.lower()
+    for suffix, fmt in ((".jsonl.gz", "jsonl.gz"), (".jsonl", "jsonl"), (".parquet", "parquet")):
+        if lower.endswith(suffix):
+            return fmt
+    if lower.endswith(".pq"):
+        return "parquet"
+    raise ValueError(f"input shard {name!r} must end in .parquet, .pq, .jsonl or .jsonl.gz.")
 
 
 @dataclass
@@ -92,7 +98,21 @@ def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
     if info.type.name == "NotFound":
         raise ValueError(f"--selection {sel.uri!r} does not exist.")
     if info.type.name == "Directory":
-        return True, _read_json(sel.join("manifest.json"))
+        manifest_loc = sel.join("manifest.json")
+        manifest = _read_json(manifest_loc)
+        if manifest is None and manifest_loc.is_file():
+            raise ValueError(
+                f"{manifest_loc.uri} is not readable JSON; it is not a finished `datamask "
+                "select` output. Rerun the select command that made it."
+            )
+        if manifest is not None and manifest.get("complete") is not True:
+            parts = [f for f in sel.join("selected").walk() if f.path.endswith(".parquet")]
+            raise ValueError(
+                f"--selection {sel.uri!r} is an unfinished `datamask select` run (its "
+                f"manifest.json says complete: false; {len(parts)} selected part(s) so far); "
+                "rerun the same select command to finish it, then apply."
+            )
+        return True, manifest
     try:
         with sel.open_input_file() as fh:
             meta = pq.read_schema(fh).metadata or {}
@@ -127,10 +147,16 @@ def _selected_ids(sel: Location, is_dir: bool, id_col: str) -> pa.Array:
     return pa.chunked_array(chunks).combine_chunks() if chunks else pa.array([], pa.string())
 
 
-def _plan(sel: Location, names: list[str], id_col: str) -> _Plan:
-    is_dir, meta = _selection_meta(sel)
+def _plan(
+    sel: Location, is_dir: bool, meta: dict[str, Any] | None, names: list[str], id_col: str
+) -> _Plan:
     digest = (meta or {}).get("selection_digest")
-    keep = Location(keep_dir_for(sel.uri), sel.scheme, sel.fs, keep_dir_for(sel.path))
+    keep = Location(
+        keep_dir_for(sel.uri, folder=is_dir),
+        sel.scheme,
+        sel.fs,
+        keep_dir_for(sel.path, folder=is_dir),
+    )
     index = _read_json(keep.join(KEEP_INDEX)) if digest else None
     if index is not None and index.get("selection") == digest:
         listed = [n for n in names if n in index["files"]]
@@ -149,7 +175,20 @@ def _plan(sel: Location, names: list[str], id_col: str) -> _Plan:
 
 # --- reading and writing one shard ----------------------------------------------------------
 def _json_lines(loc: Location, gz: bool, batch_size: int) -> Iterator[list[bytes]]:
-    """Non-empty lines (bytes, newline stripped) in lists of ``batch_size``."""
+    """Non-empty lines (bytes, newline stripped) in lists of ``batch_size``.
+
+    A gzip file cut short or corrupt raises a ValueError naming it (the shard's output,
+    written to a temporary, is then never put in place)."""
+    try:
+        yield from _json_line_batches(loc, gz, batch_size)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(
+            f"{loc.uri} is not a complete gzip file ({exc}); it was cut short or is "
+            "corrupt. Restore it, or move it out of --input."
+        ) from None
+
+
+def _json_line_batches(loc: Location, gz: bool, batch_size: int) -> Iterator[list[bytes]]:
     with loc.open_input_stream() as raw:
         stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
         reader = io.BufferedReader(stream, buffer_size=1 << 20) if gz else stream
@@ -355,6 +394,94 @@ def _write_removed_ids(
         pq.write_table(table, fh, compression="zstd", row_group_size=row_group)
 
 
+def _source_stats(src: Location) -> dict[str, Any]:
+    """What a done marker remembers of its input shard: a rerun redoes a changed one."""
+    info = src.info()
+    return {"uri": src.uri, "size": info.size, "mtime_ns": info.mtime_ns}
+
+
+def _id_batches(src: Location, fmt: str, id_col: str, batch_size: int) -> Iterator[pa.Array]:
+    """The id column of one input shard, batch by batch (only that column is decoded)."""
+    if fmt == "parquet":
+        with src.open_input_file() as fh:
+            try:
+                pf = pq.ParquetFile(fh)
+            except Exception as exc:
+                raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
+            if id_col not in pf.schema_arrow.names:
+                raise ValueError(
+                    f"column {id_col!r} not found in {src.uri}; available columns: "
+                    f"{pf.schema_arrow.names}; pass the id column with --id-col."
+                )
+            try:
+                for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
+                    yield batch.column(0)
+            except Exception as exc:
+                raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
+        return
+    n = 0
+    for lines in _json_lines(src, fmt == "jsonl.gz", batch_size):
+        yield _ids_of_lines(lines, id_col, src.uri, n)
+        n += len(lines)
+
+
+def _probe_ids(
+    shards: list[Location],
+    formats: list[str],
+    plan: _Plan,
+    id_col: str,
+    batch_size: int,
+    selection: str,
+) -> None:
+    """Without keep lists: the input's ids are of the selection's kind and some are
+    selected. Reads ids until the first selected one (one batch, for the right input)."""
+    if plan.ids is None or not len(plan.ids):
+        return
+    want = id_kind(plan.ids.type)
+    n_read = 0
+    for src, fmt in zip(shards, formats, strict=True):
+        for ids in _id_batches(src, fmt, id_col, batch_size):
+            if len(ids) and id_kind(ids.type) != want:
+                raise ValueError(
+                    f"ids in {src.uri} are {ids.type} (first: {ids[0].as_py()!r}) but the "
+                    f"selection {selection}'s ids are {plan.ids.type}; no row can match. Give "
+                    "the input the selection was made from, or convert one id column."
+                )
+            if len(plan.ids.positions(ids)):
+                return
+            n_read += len(ids)
+    raise ValueError(
+        f"none of the {len(plan.ids):,} selected ids of {selection} is in --input "
+        f"({n_read:,} rows of {len(shards)} shard(s) read, id column {id_col!r}); the "
+        f"selection was made from another corpus or with another --id-col ({TRUST_FLAG} "
+        "writes the empty shards anyway)."
+    )
+
+
+def _input_shards(src: Location, sel: Location) -> list[Location]:
+    """The input's shards, less what is no input: the selection (and its keep lists) when
+    it lies inside the input folder, and files under ``_``/``.`` folders (work dirs,
+    apply state), as ``select`` skips them."""
+    shards = expand(src, what="--input", suffixes=SHARD_SUFFIXES)
+    root = glob_root(src).rstrip("/")
+    sel_path = sel.path.rstrip("/")
+    skip = (sel_path, sel_path.removesuffix(".parquet") + ".keep", sel_path + ".keep")
+    kept = []
+    for s in shards:
+        if any(s.path == p or s.path.startswith(p + "/") for p in skip):
+            continue
+        rel = s.path[len(root) + 1 :] if s.path.startswith(root + "/") else s.path
+        if any(part.startswith(("_", ".")) for part in rel.split("/")[:-1]):
+            continue
+        kept.append(s)
+    if not kept:
+        raise ValueError(
+            f"--input {src.uri!r} holds no input shards besides the selection itself; give "
+            "the folder the selection was made from."
+        )
+    return kept
+
+
 # --- the command body -----------------------------------------------------------------------
 def _claim(out: Location) -> OutputLock:
     """The exclusive claim on an output: a flock beside it (local), or on a local file
@@ -383,6 +510,7 @@ def apply_selection(
     id_col: str = "chunk_id",
     batch_size: int = 65_536,
     progress: bool = True,
+    trust_selection: bool = False,
 ) -> dict[str, Any]:
     """Write the rows of ``input`` that ``selection`` keeps, one output shard per input shard.
 
@@ -406,6 +534,10 @@ def apply_selection(
         Rows per streamed batch (memory is about one batch of every column).
     progress : bool, default=True
         Show a progress bar over rows.
+    trust_selection : bool, default=False
+        Skip the provenance checks (``docs/provenance.md``): the input's fingerprints
+        against the selection's record, and (without keep lists) that the input's ids
+        are of the selection's type and that some are selected.
 
     Returns
     -------
@@ -416,9 +548,11 @@ def apply_selection(
     Raises
     ------
     ValueError
-        Bad arguments, unreadable inputs, an output holding another selection, a shard
-        changed since the selection; all before anything is written, except a shard found
-        bad while streaming (its partial output is never put in place).
+        Bad arguments, unreadable inputs, an unfinished selection, an input that is not
+        what the selection was made from (``docs/provenance.md``), an output holding
+        another selection or input, a shard changed since the selection; all before
+        anything is written, except a shard found bad while streaming (its partial
+        output is never put in place).
     """
     started = time.perf_counter()
     check_choice("removed_format", removed_format, REMOVED_FORMATS)
@@ -436,7 +570,7 @@ def apply_selection(
     ):
         if loc is not None:
             check_reachable(loc, what=what)
-    shards = expand(src, what="--input", suffixes=SHARD_SUFFIXES)
+    shards = _input_shards(src, sel)
     for target, what in ((out, "--output"), (rem, "--removed")):
         if target is None:
             continue
@@ -452,9 +586,16 @@ def apply_selection(
         raise ValueError(f"--output {out.uri!r} is a file; apply writes a folder.")
     names = relative_names(glob_root(src), [s.path for s in shards])
     formats = [_format(n) for n in names]
-    plan = _plan(sel, names, id_col)
+    is_dir, meta = _selection_meta(sel)
+    if not trust_selection:  # before anything is written: is this what it was made from?
+        verify_inputs((meta or {}).get("provenance"), list(zip(names, shards, strict=True)),
+                      selection=sel.uri)  # fmt: skip
+    plan = _plan(sel, is_dir, meta, names, id_col)
+    if plan.mode == "ids" and not trust_selection:
+        _probe_ids(shards, formats, plan, id_col, batch_size, sel.uri)
     state = {
         "format": "datamask.apply/1",
+        "input": os.path.abspath(src.path) if src.is_local else src.uri.rstrip("/"),
         "selection_id": plan.selection_id,
         "id_col": id_col,
         "removed": None if rem is None else rem.uri,
@@ -472,6 +613,13 @@ def apply_selection(
             claims.enter_context(_claim(rem))
         state_loc = out.join(STATE_DIR, "state.json")
         previous = _read_json(state_loc)
+        if state_loc.is_file() and previous is None:
+            raise ValueError(
+                f"{state_loc.uri} is not readable JSON; delete {out.uri} (or that file) to "
+                "apply again."
+            )
+        if previous is not None and "input" not in previous:  # written before inputs were
+            previous = {**previous, "input": state["input"]}  # recorded: each marker checks
         if previous is not None and previous != state:
             changed = [k for k in state if previous.get(k) != state[k]]
             raise ValueError(
@@ -479,8 +627,11 @@ def apply_selection(
                 f"({previous.get(changed[0])!r}, now {state[changed[0]]!r}); choose another "
                 "--output or delete it."
             )
-        if previous is None:
-            state_loc.write_text(to_json(state))
+
+        def record_state() -> None:  # with the first finished shard: a run that fails
+            if previous is None and not state_loc.is_file():  # first leaves no folder
+                state_loc.write_text(to_json(state))
+
         result = _run(
             shards,
             names,
@@ -493,6 +644,7 @@ def apply_selection(
             batch_size,
             progress,
             total,
+            record_state,
         )
     seconds = time.perf_counter() - started
     return {
@@ -516,6 +668,7 @@ def _run(
     batch_size: int,
     progress: bool,
     total: int | None,
+    record_state: Callable[[], None],
 ) -> dict[str, Any]:
     done_dir = out.join(STATE_DIR, "done")
     rows = kept = reused = 0
@@ -531,6 +684,9 @@ def _run(
         for i, (src, name, fmt) in enumerate(zip(shards, names, formats, strict=True)):
             marker = done_dir.join(name + ".json")
             stats = _read_json(marker)
+            source = _source_stats(src)
+            if stats is not None and stats.get("source", source) != source:
+                stats = None  # the input shard changed since it was applied: apply it again
             if stats is not None:
                 rows += stats["rows"]
                 kept += stats["kept"]
@@ -565,7 +721,8 @@ def _run(
                 id_type = removed_ids[0].type if removed_ids else None
                 _write_removed_ids(removed_ids, rem_target, id_col, removed_format, id_type)
             stats = {"shard": name, "rows": n, "kept": k, "removed": n - k, "index": i}
-            marker.write_text(to_json(stats))
+            record_state()
+            marker.write_text(to_json({**stats, "source": source}))
             rows += n
             kept += k
     finally:

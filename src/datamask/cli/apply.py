@@ -63,6 +63,15 @@ def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         default=65_536,
         help="rows per streamed batch (default: 65536)",
     )
+    add(
+        "--trust-selection",
+        "--trust_selection",
+        dest="trust_selection",
+        action="store_true",
+        help="skip the provenance checks (the input's fingerprints against the selection's "
+        "record, the id type, that some id is selected), e.g. for the same rows re-encoded; "
+        "see docs/provenance.md (default: check)",
+    )
     add("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     return p
 
@@ -78,6 +87,7 @@ def run_apply(args: argparse.Namespace) -> int:
         id_col=args.id_col,
         batch_size=args.batch_size,
         progress=args.progress,
+        trust_selection=args.trust_selection,
     )
     how = "keep lists" if result["mode"] == "keep" else "selected ids"
     print(

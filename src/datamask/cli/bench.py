@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import SelectorSpec, options, selector_options
+from ..config import SelectorSpec, check_settings, options, selector_options
 from ..evaluate.bench import BENCH_SELECT_RATIO, DEFAULT_METHODS, bench, format_markdown
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..selectors import SELECTORS
@@ -192,6 +192,8 @@ def _typed(text: str, kind: type) -> Any:
 def run_bench(args: argparse.Namespace) -> int:
     """``datamask bench``: run the methods, write bench.md/bench.json/PNGs, print the table."""
     objective = objective_from(args)  # checked before any work
+    # The shared settings against their options, as select checks them (the seed's range).
+    check_settings({"seed": args.seed, "select_ratio": args.select_ratio}, where="flags")
     check_writable(args.out_dir, folder=True)  # before any method runs
     if args.input:
         check_no_overlap([args.out_dir], [args.input], what="--out-dir")

@@ -14,6 +14,7 @@ from .._device import set_threads
 from ..config import ObjectiveSpec
 from ..evaluate.report import evaluate_selection, format_report, read_selection
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
+from ..io.provenance import verify_selection_file
 from .common import (
     add_data_arguments,
     add_redundancy_arguments,
@@ -52,6 +53,15 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         default="table",
         help="what is printed on stdout (default: table)",
     )
+    p.add_argument(
+        "--trust-selection",
+        "--trust_selection",
+        dest="trust_selection",
+        action="store_true",
+        help="skip the check that --input is the file the selection was made from (its "
+        "recorded content fingerprint), e.g. for the same rows re-encoded; see "
+        "docs/provenance.md (default: check)",
+    )
     add_scoring_arguments(p)
     add_data_arguments(p)
     add_redundancy_arguments(p)
@@ -71,8 +81,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     # Before any computation: the report never overwrites the data or the selection.
     check_writable(output)
     check_no_overlap([output], [args.input, args.selection])
+    # The selection was made from this input (docs/provenance.md); the report says so.
+    verified = 0 if args.trust_selection else verify_selection_file(args.selection, args.input)
     with OutputLock(output):
         report = _evaluate(args, objective)
+        report["provenance"] = {"trusted": args.trust_selection, "verified_files": verified}
         atomic_write_json(report, output)
     if args.format == "json":
         print(json.dumps(report, indent=2))

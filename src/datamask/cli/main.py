@@ -27,6 +27,7 @@ from .apply import add_apply_parser, run_apply
 from .bench import add_bench_parser, run_bench
 from .embed import add_embed_parser, run_embed
 from .evaluate import add_evaluate_parser, run_evaluate
+from .interrupt import exit_status, interrupted_line, terminate_on_sigterm
 from .report import add_report_parser, run_report
 from .select import add_select_parser, run_select
 
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     parser = build_parser()
     args = parser.parse_args(argv)
-    with warnings.catch_warnings():
+    with terminate_on_sigterm(), warnings.catch_warnings():  # SIGTERM unwinds like Ctrl-C
         warnings.showwarning = _warning_line
         return _run(args)
 
@@ -122,6 +123,6 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:  # a full disk or a vanished folder while writing: nothing written
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_IO_ERROR
-    except KeyboardInterrupt:
-        print("datamask: interrupted; no output was written.", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (cli/interrupt.py)
+        print(f"datamask: {interrupted_line(args, exc)}", file=sys.stderr)
+        return exit_status(exc)

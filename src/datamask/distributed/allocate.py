@@ -28,7 +28,6 @@ central round over the union of the candidates.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import replace
@@ -43,6 +42,7 @@ from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
 from ..pipeline.step import MODULAR
+from .lifecycle import read_marker
 
 __all__ = [
     "allocate",
@@ -168,8 +168,9 @@ def allocate_global(
     threshold and one group's candidates at a time for the parts; resumable like a group.
     """
     marker = Path(work_dir) / "completions" / "global"
-    if marker.exists():
-        return {**json.loads(marker.read_text()), "reused": True}
+    done = read_marker(marker)  # a corrupt marker is redone, with a warning
+    if done is not None:
+        return {**done, "reused": True}
     started = time.perf_counter()
     gains = [
         read_table(candidates_path(work_dir, g.gid), columns=["gain"]).column(0).to_numpy()

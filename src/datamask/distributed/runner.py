@@ -39,6 +39,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -63,8 +64,9 @@ from ..io.atomic import (
     check_writable,
     clean_stale_temporaries,
 )
-from ..io.keep import keep_lists_for_output
+from ..io.keep import input_names, keep_lists_for_output
 from ..io.parquet import atomic_write_table, read_table
+from ..io.provenance import record_inputs
 from ..io.shards import (
     ShardInfo,
     ShardSource,
@@ -78,6 +80,7 @@ from ..io.shards import (
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import run_record, selection_table
 from .allocate import allocate_global, allocates_by_gains, gains_in_j_units, group_spec
+from .lifecycle import abort_pool, read_marker, worker_init
 from .partition import (
     GroupSpec,
     fit_centroids,
@@ -459,7 +462,10 @@ class LocalRunner:
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn")
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=worker_init,  # workers die with this process (lifecycle.py)
+                initargs=(os.getpid(),),
             )
         cores = available_cpus()
         threads = cores if whole_machine else max(1, cores // self.workers)
@@ -469,14 +475,22 @@ class LocalRunner:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()  # a step's exception is raised here as itself
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: kill the workers, do not wait
+            abort_pool(self._pool)
+            self._pool = None
+            raise
         finally:
             for future in pending:
                 future.cancel()
 
     def close(self) -> None:
-        """Shut the worker pool down (a no-op in-process)."""
+        """Shut the worker pool down (a no-op in-process); when called while Ctrl-C or
+        SIGTERM unwinds, kill the workers instead of waiting for their groups."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                abort_pool(self._pool)
+            else:
+                self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def describe(self) -> dict[str, Any]:
@@ -738,8 +752,9 @@ def _run_claimed(
     pending = []
     for g in groups:
         marker = completion_path(work, g.gid)
-        if marker.exists() and result_path(g.gid).exists():
-            stats[g.gid] = {**json.loads(marker.read_text()), "reused": True}
+        done = read_marker(marker) if result_path(g.gid).exists() else None
+        if done is not None:
+            stats[g.gid] = {**done, "reused": True}
         else:
             marker.unlink(missing_ok=True)  # a marker without its result: redo the group
             pending.append(g)
@@ -860,6 +875,13 @@ def _run_claimed(
         },
         "max_similarity": cap_facts,
         "selection_digest": keep["selection"],
+        "provenance": record_inputs(  # what `apply` and `evaluate` check their input against
+            [i.path for i in infos],
+            input_names(source, [i.path for i in infos]),
+            settings.read_columns,
+            id_col=settings.columns.id_col,
+            checksums=checksums,
+        ),
         "summary": {
             **_summary(ordered),
             "peak_rss_mb_global_round": global_stats["peak_rss_mb"] if global_stats else None,

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import secrets
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -55,16 +58,31 @@ _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
 
 
+#: Bytes of a file name a temporary adds (host, pid, token); a longer target name is cut
+#: and tagged with its digest so the temporary stays a legal name (255 bytes).
+_TMP_NAME_MAX = 255 - (len(_HOST) + 32)
+
+
+def _tmp_key(name: str) -> str:
+    """The part of a temporary's name that stands for the target ``name``."""
+    if len(name.encode()) <= _TMP_NAME_MAX:
+        return name
+    digest = hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
+    head = name.encode()[: _TMP_NAME_MAX - 17].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
 def temporary_name(path: str | Path) -> Path:
     """A fresh hidden temporary beside ``path``, unique to this host, process and call."""
     path = Path(path)
-    return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    key = _tmp_key(path.name)
+    return path.with_name(f".{key}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def is_temporary(filename: str, name: str | None = None) -> bool:
     """True when ``filename`` is a :func:`temporary_name` (of the target ``name``, if given)."""
     m = _TMP_RE.match(filename)
-    return m is not None and (name is None or m["name"] == name)
+    return m is not None and (name is None or m["name"] == _tmp_key(name))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -97,7 +115,7 @@ def clean_stale_temporaries(folder: str | Path, name: str | None = None) -> list
         return removed
     for entry in entries:
         m = _TMP_RE.match(entry.name)
-        if not m or m["host"] != _HOST or (name is not None and m["name"] != name):
+        if not m or m["host"] != _HOST or (name is not None and m["name"] != _tmp_key(name)):
             continue
         if int(m["pid"]) == os.getpid() or _pid_alive(int(m["pid"])):
             continue
@@ -191,15 +209,35 @@ def atomic_write_group(paths: Sequence[str | Path]) -> Iterator[list[Path]]:
         tmps = [stack.enter_context(atomic_write(p, commit=False)) for p in targets]
         yield tmps
     try:
-        for path in targets[1:]:
-            path.unlink(missing_ok=True)
-        for tmp, path in zip(tmps, targets, strict=True):
-            _commit(tmp, path)
-        for folder in dict.fromkeys(p.parent for p in targets):
-            _fsync_dir(folder)
+        with signals_deferred():  # Ctrl-C or SIGTERM acts once every target is in place
+            for path in targets[1:]:
+                path.unlink(missing_ok=True)
+            for tmp, path in zip(tmps, targets, strict=True):
+                _commit(tmp, path)
+            for folder in dict.fromkeys(p.parent for p in targets):
+                _fsync_dir(folder)
     finally:
         for tmp in tmps:
             tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for the body (a commit of several renames), then act
+    on the first that came. Only the main thread can; elsewhere the body just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, _frame: got.append(signum)) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if got:
+            signal.raise_signal(got[0])
 
 
 def _write_with(path: str | Path, mode: str, body: Callable[[IO[Any]], None]) -> None:

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from ..data import Corpus
 from .parquet import corpus_from_table, read_corpus
-from .shards import list_shards
+from .shards import PARQUET_SUFFIXES, list_shards
 
 __all__ = [
     "SPLIT_NAMES",
@@ -151,7 +151,7 @@ def read_save_to_disk(
 
 def _split_of(rel: Path) -> str | None:
     """The split a Hub-style relative path belongs to, or None."""
-    parts = [*rel.parts[:-1], rel.name.removesuffix(".parquet")]
+    parts = [*rel.parts[:-1], rel.stem]
     for part in parts:
         name = part.lower().removeprefix("partial-")
         for split in SPLIT_NAMES:
@@ -164,7 +164,9 @@ def hub_splits(root: str | Path) -> dict[str, list[Path]]:
     """Parquet files below a folder, grouped by the split their path names ('' for none)."""
     base = Path(root)
     out: dict[str, list[Path]] = {}
-    for f in sorted(base.rglob("*.parquet"), key=str):
+    for f in sorted(base.rglob("*"), key=str):
+        if f.suffix.lower() not in PARQUET_SUFFIXES:
+            continue
         rel = f.relative_to(base)
         if any(p.startswith((".", "_")) for p in rel.parts) or not f.is_file():
             continue

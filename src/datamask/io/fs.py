@@ -29,6 +29,7 @@ temporary, which readers skip and the next run removes.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import functools
 import glob
@@ -263,7 +264,8 @@ def _s3(endpoint: str | None, region: str | None, anonymous: bool) -> Any:
 
 @functools.lru_cache(maxsize=2)
 def _gcs() -> Any:
-    return pafs.GcsFileSystem(retry_time_limit_seconds=15)
+    # pyarrow takes the retry limit as a timedelta (``retry_time_limit``).
+    return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=15))
 
 
 @functools.lru_cache(maxsize=2)
@@ -404,7 +406,8 @@ def check_reachable(loc: Location, *, what: str = "path") -> None:
 
 
 def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Location]:
-    """The files ``loc`` names: itself, every file with one of ``suffixes`` below a folder,
+    """The files ``loc`` names: itself, every file with one of ``suffixes`` (any letter
+    case) below a folder,
     or the matches of a glob (``*``, ``?``, ``[``; ``**`` crosses folders).
 
     Raises a one-line ValueError when nothing matches.
@@ -412,7 +415,7 @@ def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Locatio
     text = loc.path
     if loc.is_local and not Path(text).exists() and glob.has_magic(text):
         files = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
-        found = [_local_child(loc, p) for p in files if p.endswith(tuple(suffixes))]
+        found = [_local_child(loc, p) for p in files if p.lower().endswith(tuple(suffixes))]
         if not found:
             raise ValueError(f"{what} {loc.uri!r}: no files match.")
         return found
@@ -434,7 +437,7 @@ def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Locatio
         return [loc]
     if info.type == pafs.FileType.NotFound:
         raise ValueError(f"{what} {loc.uri!r} does not exist.")
-    found = [f for f in loc.walk() if f.path.endswith(tuple(suffixes))]
+    found = [f for f in loc.walk() if f.path.lower().endswith(tuple(suffixes))]
     if not found:
         listed = ", ".join(f"*{s}" for s in suffixes)
         raise ValueError(f"{what} {loc.uri!r} is a folder with no {listed} files.")

@@ -40,6 +40,7 @@ from .shards import hash_ids
 __all__ = [
     "KEEP_INDEX",
     "IdSet",
+    "input_names",
     "keep_dir_for",
     "keep_file_name",
     "keep_lists_for_output",
@@ -51,13 +52,14 @@ __all__ = [
 KEEP_INDEX = "_index.json"
 
 
-def keep_dir_for(selection: str) -> str:
-    """Where the keep lists of a selection live: ``<stem>.keep`` beside a ``.parquet``
-    selection, ``<folder>/keep`` inside a sharded one (``/``-joined, any filesystem)."""
+def keep_dir_for(selection: str, *, folder: bool) -> str:
+    """Where the keep lists of a selection live: ``<folder>/keep`` inside a sharded one,
+    ``<stem>.keep`` beside a file one (``<name>.keep`` for a name without ``.parquet``);
+    ``/``-joined, any filesystem."""
     text = selection.rstrip("/")
-    if text.endswith(".parquet"):
-        return text.removesuffix(".parquet") + ".keep"
-    return text + "/keep"
+    if folder:
+        return text + "/keep"
+    return text.removesuffix(".parquet") + ".keep"
 
 
 def keep_file_name(name: str) -> str:
@@ -111,6 +113,7 @@ class IdSet:
         order = np.argsort(h, kind="stable")
         self._hash = h[order]
         self._ids = ids.take(pa.array(order, type=pa.int64()))
+        self.type = ids.type
         self.digest = hashlib.blake2b(self._hash.tobytes(), digest_size=16).hexdigest()
 
     def __len__(self) -> int:
@@ -230,6 +233,13 @@ def _source_root(source: Any) -> str | None:
     return os.path.abspath(text)
 
 
+def input_names(source: Any, files: Sequence[str | Path]) -> list[str]:
+    """The names of a ``select`` run's input ``files`` relative to its ``source``: what
+    keep lists and the provenance record call them."""
+    absolute = [os.path.abspath(str(f)) for f in files]
+    return relative_names(_source_root(source) or "", absolute)
+
+
 def keep_lists_for_output(
     output: str | Path,
     source: Any,
@@ -244,8 +254,8 @@ def keep_lists_for_output(
     Parameters
     ----------
     output : str or Path
-        The run's output: a ``.parquet`` file (one-file select: lists go to
-        ``<stem>.keep/``) or a folder (sharded select: ``OUT/keep/``, and the selected ids
+        The run's output: a file (one-file select: lists go to ``<stem>.keep/``) or a
+        folder (sharded select: ``OUT/keep/``, and the selected ids
         are read from ``OUT/selected/*.parquet`` when ``selected_ids`` is None).
     source : str, Path or list
         The run's ``--input`` (names are relative to it).
@@ -262,15 +272,14 @@ def keep_lists_for_output(
         The index written to ``_index.json``.
     """
     out = str(output)
-    keep_dir = keep_dir_for(out) if out.endswith(".parquet") else os.path.join(out, "keep")
+    keep_dir = keep_dir_for(out, folder=Path(out).is_dir())
     if selected_ids is None:
         parts = sorted(Path(out, "selected").glob("*.parquet"))
         pieces = [pq.read_table(p, columns=[id_col]).column(0) for p in parts]
         chunks = [c for piece in pieces for c in piece.chunks]
         selected_ids = pa.chunked_array(chunks) if chunks else pa.array([], pa.string())
     absolute = [os.path.abspath(str(f)) for f in files]
-    root = _source_root(source)
-    names = relative_names(root or "", absolute)
+    names = input_names(source, files)
     return write_keep_lists(
         absolute, names, selected_ids, keep_dir, id_col=id_col, progress=progress
     )

@@ -106,6 +106,18 @@ def _require(schema: pa.Schema, names: Sequence[str], where: str) -> None:
             raise ValueError(
                 f"column {name!r} not found in {where}; available columns: {schema.names}."
             )
+    check_unique_columns(schema, names, where)
+
+
+def check_unique_columns(schema: pa.Schema, names: Sequence[str], where: str) -> None:
+    """Refuse a file with two columns of one name among ``names``: which to read is unknown."""
+    for name in dict.fromkeys(names):
+        count = len(schema.get_all_field_indices(name))
+        if count > 1:
+            raise ValueError(
+                f"column {name!r} occurs {count} times in {where}; rename or drop the extra "
+                "ones (datamask cannot tell which to read)."
+            )
 
 
 def features_from_arrow(
@@ -166,6 +178,9 @@ def check_id_type(typ: pa.DataType, id_col: str, where: str) -> None:
         or pa.types.is_binary(typ)
         or pa.types.is_large_binary(typ)
     )
+    if pa.types.is_dictionary(typ):  # dictionary-encoded ids: their values are the ids
+        check_id_type(typ.value_type, id_col, where)
+        return
     if not ok:
         raise ValueError(f"column {id_col!r} in {where} must hold integers or strings; got {typ}.")
 
@@ -182,13 +197,23 @@ def arrays_from_table(
 
     Checks nulls and types; ``where`` names the file (and rows) in every message.
     """
+    check_unique_columns(table.schema, [id_col, *quality_cols, feature_col], where)
     ids_col = table.column(id_col)
     check_id_type(ids_col.type, id_col, where)
+    if pa.types.is_dictionary(ids_col.type):  # decoded: ids are written back as values
+        ids_col = ids_col.cast(ids_col.type.value_type)
     if ids_col.null_count:
         raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
     quality = []
     for name in quality_cols:
         col = table.column(name)
+        if pa.types.is_decimal(col.type) or pa.types.is_dictionary(col.type):
+            try:  # decimal scores (and dictionary-encoded numbers) are numbers too
+                col = col.cast(pa.float64())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise ValueError(
+                    f"column {name!r} in {where} must be numeric; got {col.type}."
+                ) from None
         if not (
             pa.types.is_floating(col.type)
             or pa.types.is_integer(col.type)

@@ -78,13 +78,18 @@ def _inside(path: Path, folders: Sequence[Path]) -> bool:
     return any(resolved.is_relative_to(f) for f in folders)
 
 
+#: The file name endings of parquet shards in a folder, compared in lower case.
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 def list_shards(source: ShardSource, *, exclude: Sequence[str | Path] = ()) -> list[Path]:
     """The parquet files of ``source``, sorted by path.
 
     Parameters
     ----------
     source : str, Path, list of paths or pyarrow.dataset.FileSystemDataset
-        A parquet file; a directory (every ``*.parquet`` below it, recursively, skipping
+        A parquet file; a directory (every ``*.parquet`` or ``*.pq`` below it, in any
+        letter case, recursively, skipping
         names that start with ``.`` or ``_``); a glob such as ``data/*/part-*.parquet``
         (``**`` recurses); a list of files; or a pyarrow dataset on the local filesystem.
     exclude : sequence of path, default=()
@@ -137,11 +142,14 @@ def list_shards(source: ShardSource, *, exclude: Sequence[str | Path] = ()) -> l
         return [root]
     files = [
         f
-        for f in root.rglob("*.parquet")
-        if f.is_file() and not _hidden(f, root) and not _inside(f, skip)
+        for f in root.rglob("*")
+        if f.suffix.lower() in PARQUET_SUFFIXES  # a.parquet, B.PARQUET, c.pq alike
+        and f.is_file()
+        and not _hidden(f, root)
+        and not _inside(f, skip)
     ]
     if not files:
-        raise ValueError(f"directory {text!r} holds no *.parquet files.")
+        raise ValueError(f"directory {text!r} holds no *.parquet (or *.pq) files.")
     return sorted(files, key=str)
 
 
@@ -264,6 +272,8 @@ def hash_ids(ids: pa.Array) -> np.ndarray:
     """
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
+    if pa.types.is_dictionary(ids.type):  # dictionary-encoded ids hash as their values
+        ids = ids.dictionary_decode()
     typ = ids.type
     if pa.types.is_integer(typ):
         values = ids.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)

@@ -118,6 +118,12 @@ class DiSF(Term):
     ) -> DiSF:
         super().bind(ctx, quality, k)
         features, k = self.features_, self.k_
+        if features.shape[1] < 2:  # no pair of dimensions to decorrelate: undefined
+            raise ValueError(
+                f"the DiSF term scores the correlation between embedding dimensions and "
+                f"needs embeddings of width >= 2; got width {features.shape[1]}. Use "
+                "another diversity term (Facility, Pair_simi) for these embeddings."
+            )
         gen = torch.Generator(device="cpu").manual_seed(0)  # a constant of the term, see above
         n = features.shape[0]
         size = min(max(int(k), 2), n)

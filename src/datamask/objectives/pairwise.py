@@ -21,6 +21,10 @@ class PairwiseSimilarity(Term):
 
     Not declared submodular: it is only when no two documents have a negative cosine, so
     the lazy greedy re-evaluates every gain.
+
+    With ``k = 1`` no pair exists: the term is the constant 1 (every single document is
+    as diverse as any other), so its gains and gradient are zero and the other terms
+    (quality) decide; the reference divides by ``k (k - 1) = 0`` there.
     """
 
     name = "pairwise"
@@ -40,6 +44,8 @@ class PairwiseSimilarity(Term):
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         s = p @ self.features_
+        if self.k_ < 2:  # no pair: the constant 1, still a function of p for autograd
+            return 1.0 + 0.0 * (s @ s)
         return 1.0 - (s @ s - p @ p) / (self.k_ * (self.k_ - 1))
 
     def init_state(self, graph: bool = False) -> torch.Tensor:

@@ -147,7 +147,8 @@ def import_term_modules(modules: Sequence[str] | Iterable[str]) -> list[str]:
     TypeError
         ``modules`` is a single string or holds a non-string.
     ImportError
-        A module that cannot be imported (named in the message).
+        A module that cannot be imported, does not parse or raises when imported (named
+        in the message, with the file and line).
     """
     if isinstance(modules, str):
         raise TypeError(f"modules must be a sequence of module names; got the str {modules!r}.")
@@ -160,5 +161,22 @@ def import_term_modules(modules: Sequence[str] | Iterable[str]) -> list[str]:
         except ImportError as exc:
             raise ImportError(
                 f"cannot import term module {mod!r}: {exc}; is it on PYTHONPATH in this process?"
+            ) from exc
+        except SyntaxError as exc:  # the user's file does not parse
+            raise ImportError(
+                f"term module {mod!r} has a syntax error at {exc.filename}:{exc.lineno}: "
+                f"{exc.msg}."
+            ) from exc
+        except Exception as exc:  # noqa: BLE001 - any error of the user's module code
+            where = ""
+            tb = exc.__traceback__
+            while tb is not None:  # the deepest frame: where in the user's file it raised
+                where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+                tb = tb.tb_next
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise ImportError(
+                f"term module {mod!r} raised {type(exc).__name__} when imported{where}"
+                + (f": {first}" if first else "")
+                + "; fix the module."
             ) from exc
     return names

@@ -10,6 +10,7 @@ writes ``output/`` as a dataset of parts with ``manifest.json``.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ from ..config import SelectSpec
 from ..distributed import runner as sharded
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
-from ..io.keep import keep_lists_for_output, selection_digest
+from ..io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
 from ..io.parquet import summary_path, write_selection
+from ..io.provenance import record_inputs
 from ..io.shards import literal_or_glob
 from .step import fit_group
 from .writer import run_record, selection_table
@@ -111,12 +113,39 @@ def select(
                 runner.close()
     # The output is checked and claimed before any computation: never the input, a
     # writable place, and no other run writing it at the same time.
+    check_file_output(output)
     check_writable(output)
     check_no_overlap([output, summary_path(output)], [source])
     with OutputLock(output):
         return _select_file(
             str(source), output, spec, split=split, keep_lists=not in_memory, threads=threads
         )
+
+
+def check_file_output(output: str | Path) -> None:
+    """A one-file selection's output, decided before any computation: a file path (not
+    ``dir/``) whose own name and those written beside it (summary, keep lists, the hidden
+    temporaries and lock) are legal on its file system."""
+    text = str(output)
+    if text.endswith(("/", os.sep)):
+        raise ValueError(
+            f"--output {text!r} names a folder, but selecting from one file writes one "
+            f"parquet file; give a file path such as '{text.rstrip('/')}/selection.parquet' "
+            "(or --shards to write a folder)."
+        )
+    out = Path(output)
+    parent = out.parent if out.parent.exists() else Path(".")
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for name in (out.name, summary_path(out).name, Path(keep_dir_for(text, folder=False)).name):
+        if len(name.encode()) > limit:
+            raise ValueError(
+                f"--output {out.name!r} is too long: the file {name!r} written for it is "
+                f"{len(name.encode())} bytes, over this file system's {limit}-byte limit on "
+                "a name; give a shorter name."
+            )
 
 
 def _select_file(
@@ -172,6 +201,13 @@ def _select_file(
         "history": meta["history"],
     }
     summary["settings"]["threads"] = threads  # the count used, not None
+    if keep_lists:  # a parquet file: what `apply` and `evaluate` check their input against
+        summary["provenance"] = record_inputs(
+            [source],
+            input_names(source, [source]),
+            [c for c in spec.read_columns if c in names],
+            id_col=cols.id_col,
+        )
     kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
     summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
     write_selection(output, table, summary)  # parquet and summary as one unit

@@ -1,0 +1,81 @@
+"""Ctrl-C and SIGTERM: end cleanly, exit 130 or 143, and say in one line what is kept.
+
+SIGTERM is turned into :class:`Terminated` (a ``KeyboardInterrupt``), so both signals
+unwind the same way: claims released, temporaries removed, a sharded run's workers killed
+(:func:`datamask.distributed.lifecycle.abort_pool`). What a rerun reuses is already on
+disk (finished groups, applied shards); :func:`interrupted_line` counts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from ..apply.core import STATE_DIR
+
+__all__ = ["Terminated", "exit_status", "interrupted_line", "terminate_on_sigterm"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def terminate_on_sigterm() -> Iterator[None]:
+    """While the command runs, SIGTERM unwinds it like Ctrl-C (main thread only; the
+    previous handler comes back after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """128 + the signal: 143 for SIGTERM, 130 for SIGINT."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def _count(folder: Path, pattern: str) -> int:
+    try:
+        return sum(1 for p in folder.glob(pattern) if p.is_file() and p.name != "global")
+    except OSError:
+        return 0
+
+
+def interrupted_line(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
+    """The one true line about what an interrupted command leaves."""
+    how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    command = getattr(args, "command", None)
+    output = getattr(args, "output", None)
+    if command == "apply" and output:
+        done = _count(Path(output) / STATE_DIR / "done", "**/*.json")
+        if done:
+            return (
+                f"{how}; {done} finished shard(s) are kept in {output}; rerun the same command "
+                "to apply the rest (finished shards are not redone)."
+            )
+        return f"{how}; no shard had finished, so nothing was written to {output}."
+    if command == "select" and output and Path(output).is_dir():
+        work = Path(getattr(args, "work_dir", None) or Path(output) / "_work")
+        done = _count(work / "completions", "*")
+        if done:
+            return (
+                f"{how}; {done} finished group(s) are kept in {work}; rerun the same command "
+                "to resume (they are not recomputed)."
+            )
+        return f"{how}; no group had finished; rerun the same command to start again."
+    where = f" {output}" if output else ""
+    return f"{how}; no output was written (any previous{where} is unchanged)."
