@@ -379,16 +379,18 @@ KILLER = textwrap.dedent(
 
     runner.atomic_write_json = allocate.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping(
-        dict(partition="chunk", chunk_size=250, budget={budget!r}, **{fast})
+        dict(partition={partition!r}, chunk_size=250, budget={budget!r}, **{fast})
     )
     run_selection(sys.argv[1], sys.argv[2], settings, progress=False)
     """
 )
 
 
-def kill_during(when: str, budget: str, shard_dir: Path, out: Path, tmp_path: Path) -> None:
-    script = tmp_path / f"killer-{when}-{budget}.py"
-    script.write_text(KILLER.format(fast=repr(FAST), when=when, budget=budget))
+def kill_during(
+    when: str, budget: str, shard_dir: Path, out: Path, tmp_path: Path, partition: str = "chunk"
+) -> None:
+    script = tmp_path / f"killer-{when}-{budget}-{partition}.py"
+    script.write_text(KILLER.format(fast=repr(FAST), when=when, budget=budget, partition=partition))
     proc = subprocess.run(
         [sys.executable, str(script), str(shard_dir), str(out)],
         capture_output=True,
@@ -400,17 +402,23 @@ def kill_during(when: str, budget: str, shard_dir: Path, out: Path, tmp_path: Pa
 
 
 @pytest.mark.parametrize(
-    "when, budget", [("round1", "group"), ("round1", "global"), ("round2", "global")]
+    "when, budget, partition",
+    [
+        ("round1", "group", "chunk"),
+        ("round1", "global", "chunk"),
+        ("round2", "global", "chunk"),  # the central round
+        ("round2", "global", "cluster"),  # allocated by gains
+    ],
 )
-def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner):
+def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path, ray_runner):
     settings = SelectSpec.from_mapping(
-        dict(partition="chunk", chunk_size=250, budget=budget, **FAST)
+        dict(partition=partition, chunk_size=250, budget=budget, **FAST)
     )
     clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
     n_groups = clean["totals"]["n_groups"]
 
     out = tmp_path / "killed"
-    kill_during(when, budget, shard_dir, out, tmp_path)
+    kill_during(when, budget, shard_dir, out, tmp_path, partition)
     work = out / "_work"
     done = sorted(p.name for p in (work / "completions").iterdir())
     if when == "round1":
@@ -424,7 +432,11 @@ def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner
     else:
         assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
         parts = sorted(p.name for p in (out / "selected").glob("part-*.parquet"))
-        assert parts == [f"part-{g:05d}.parquet" for g in range(n_groups)]  # allocated by gains
+        if partition == "cluster":  # each group's kept prefix
+            assert parts == [f"part-{g:05d}.parquet" for g in range(n_groups)]
+            assert clean["budget"]["allocation"] == "gains"
+        else:
+            assert parts == ["part-global.parquet"]
 
     resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]

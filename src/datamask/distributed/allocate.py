@@ -21,9 +21,10 @@ A group cannot see ``k`` and ``N`` of the others' choices, but it can price its 
 3. **Write.** Each group keeps the first ``m_g`` rows of its order.
 
 Only ``c_g`` numbers per group cross groups; no process holds another group's rows. The
-objective must be quality plus per-document terms (:attr:`Term.per_document`); other
-objectives (pairwise similarity, DiSF, user terms that do not declare it) keep the
-central round over the union of the candidates.
+partition must be semantic and the objective quality plus per-document terms
+(:attr:`Term.per_document`); other partitions and objectives (pairwise similarity, DiSF,
+user terms that do not declare it) keep the central round over the union of the
+candidates (:func:`allocates_by_gains`).
 """
 
 from __future__ import annotations
@@ -55,12 +56,18 @@ __all__ = [
 
 
 def allocates_by_gains(settings: SelectSpec) -> bool:
-    """Whether a global budget is allocated by the groups' gain curves (no central round):
-    every diversity term is a per-document mean, the method is not modular, and no
-    similarity cap is set (the cap needs every pair of the selection in one place)."""
+    """Whether a global budget is allocated by the groups' gain curves (no central round).
+
+    Only where the decomposition holds: a semantic partition (``partition="cluster"``, so
+    a document's neighbours are in its own group; shards of random rows each cover the
+    same topics and would price the same coverage several times), every diversity term a
+    per-document mean, a method that is not modular, and no similarity cap (the cap needs
+    every pair of the selection in one place). Measured in ``benchmarks/scale/SHARDED.md``.
+    """
     terms = settings.objective.make().diversity
     return (
-        settings.selector.method not in MODULAR
+        settings.partition.partition == "cluster"
+        and settings.selector.method not in MODULAR
         and settings.selector.max_similarity is None
         and all(t.per_document for t in terms)
     )
