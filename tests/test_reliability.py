@@ -982,7 +982,8 @@ def test_signal_ends_a_sharded_run_cleanly_and_the_rerun_resumes(tmp_path, sig, 
     assert len(lines) == 1 and "Traceback" not in err.decode(), lines
     kept = len([p for p in done.iterdir() if p.name != "global"])
     assert f"{kept} finished group(s) are kept" in lines[0], lines
-    assert not any(_alive(p) for p in workers)
+    # the kernel kills them as the driver dies (PR_SET_PDEATHSIG); /proc may lag a moment
+    _wait_for(lambda: not any(_alive(p) for p in workers), 15, "the workers to die")
     assert not list((tmp_path / "out").rglob(".datamask.lock"))  # the claim is released
     rerun = run_cli_process(
         "select", "--input", tmp_path / "in", "--output", tmp_path / "out", "--runner",
