@@ -485,7 +485,7 @@ def _input_shards(src: Location, sel: Location) -> list[Location]:
 # --- the command body -----------------------------------------------------------------------
 def _claim(out: Location) -> OutputLock:
     """The exclusive claim on an output: a flock beside it (local), or on a local file
-    keyed by the URI (remote: this host's runs exclude each other; see the README for the
+    keyed by the URI (remote: this host's runs exclude each other; see docs/remote.md for the
     one-writer rule across hosts)."""
     if out.is_local:
         return OutputLock(out.path, folder=True)

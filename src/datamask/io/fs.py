@@ -219,7 +219,7 @@ class Location:
         """Remove hidden temporaries of this target left by killed runs (remote only).
 
         Object storage has no process ids to test, so this relies on the one-writer rule
-        (see the README): only one ``datamask`` writes a remote output at a time.
+        (see docs/remote.md): only one ``datamask`` writes a remote output at a time.
         """
         if self.is_local:
             return
