@@ -61,6 +61,9 @@ class TermContext:
     columns : mapping of str to ndarray
         Extra per-document columns the term asked for in ``requires_columns`` (length
         n_docs each).
+    max_neighbors : int, optional
+        Cap on the default K of a graph term (facility location): the learner binds with
+        ``LEARNER_MAX_NEIGHBORS``, the greedy with none (its own default K).
     """
 
     features: torch.Tensor
@@ -71,6 +74,7 @@ class TermContext:
     generator: torch.Generator
     rng: np.random.Generator
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)
+    max_neighbors: int | None = None
 
     @classmethod
     def create(
@@ -81,6 +85,7 @@ class TermContext:
         *,
         seed: int = 0,
         columns: Mapping[str, np.ndarray] | None = None,
+        max_neighbors: int | None = None,
     ) -> TermContext:
         """A context with fresh generators from ``seed`` on the device of ``features``."""
         device = features.device
@@ -94,6 +99,7 @@ class TermContext:
             generator=gen,
             rng=rng,
             columns=dict(columns or {}),
+            max_neighbors=max_neighbors,
         )
 
 
@@ -234,6 +240,12 @@ class Term(ABC):
         return self.value(selected)
 
     # --- swap local search (optim.local_search) ---------------------------------------------
+    def swap_value(self, keep: torch.Tensor) -> float:
+        """The value the swap search maximises for the selection ``keep`` (a bool mask):
+        :meth:`graph_value` unless the term counts it another way (facility location with
+        an exact cover, see ``FacilityLocation.exact_rounding_``)."""
+        return self.graph_value(torch.nonzero(keep).squeeze(1))
+
     def swap_bounds(
         self, keep: torch.Tensor, k: int
     ) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -16,6 +16,7 @@ from .registry import register_term
 __all__ = [
     "FacilityLocation",
     "KEPT_NEIGHBORS",
+    "LEARNER_MAX_NEIGHBORS",
     "MAX_NEIGHBORS",
     "MIN_NEIGHBORS",
     "neighbors_for_ratio",
@@ -30,13 +31,35 @@ MIN_NEIGHBORS = 64
 #: 40 bytes per entry (N = 50k, K = 1024: 2 GB). Below select_ratio 1/64 fewer than 16
 #: kept neighbours are expected; pass ``n_neighbors`` to go higher.
 MAX_NEIGHBORS = 1024
+#: The learner's cap (``TermContext.max_neighbors``): K does not grow as 1/select_ratio
+#: below ratio 0.1. Its swap rounding counts the coverage beyond the K-th neighbour exactly
+#: instead (``FacilityLocation.exact_rounding_``), so the graph only steers the gradient
+#: steps and bounds the gains of adds; memory stays O(n * 160) at any ratio
+#: (benchmarks/realtext/SPEED.md).
+LEARNER_MAX_NEIGHBORS = 160
 
 
-def neighbors_for_ratio(k: int, n: int) -> int:
+def neighbors_for_ratio(k: int, n: int, cap: int = MAX_NEIGHBORS) -> int:
     """K of the graph for a selection of ``k`` of ``n`` rows:
-    ``min(n, MAX_NEIGHBORS, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
+    ``min(n, cap, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
     wanted = max(MIN_NEIGHBORS, math.ceil(KEPT_NEIGHBORS * n / max(k, 1)))
-    return int(min(n, MAX_NEIGHBORS, wanted))
+    return int(min(n, cap, wanted))
+
+
+@dataclass
+class ExactCover:
+    """The exact best and second-best cover of every document by a selection (all pairs,
+    similarities clipped at 0), for the swap rounding: ``owner``/``owner2`` are the kept
+    rows giving them, ``n`` where the cover is 0 (no kept row is similar)."""
+
+    keep: torch.Tensor
+    best: torch.Tensor
+    owner: torch.Tensor
+    second: torch.Tensor
+    owner2: torch.Tensor
+
+    def value(self) -> float:
+        return float(self.best.double().mean())
 
 
 @dataclass
@@ -144,7 +167,10 @@ class FacilityLocation(Term):
         features = self.features_
         n = self.n_docs
         if self.n_neighbors is None:
-            self.n_neighbors_ = neighbors_for_ratio(self.k_, n)
+            cap = self.ctx_.max_neighbors
+            self.n_neighbors_ = neighbors_for_ratio(
+                self.k_, n, MAX_NEIGHBORS if cap is None else min(cap, MAX_NEIGHBORS)
+            )
         else:
             if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, int):
                 raise TypeError(f"n_neighbors must be an integer; got {self.n_neighbors!r}.")
@@ -152,7 +178,6 @@ class FacilityLocation(Term):
                 raise ValueError(f"n_neighbors must be >= 1; got {self.n_neighbors}.")
             self.n_neighbors_ = min(self.n_neighbors, n)
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._swap_top = None
         self.graph_seconds_ = 0.0
         self.graph_method_ = "given" if self.graph is not None else ""
         if self.graph is not None:
@@ -167,6 +192,13 @@ class FacilityLocation(Term):
             self.graph_ = (idx[:, :kk].to(dev), sim[:, :kk].to(dev, features.dtype).clamp_min(0))
         self.reverse_: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.dense_: torch.Tensor | None = None
+        # Fewer than KEPT_NEIGHBORS kept rows expected in a list: the graph misses most of
+        # the coverage, so the swap rounding counts it exactly (ExactCover, O(n k d) once,
+        # then O(n d) per swap) and uses the graph only for the gains of adds.
+        kk = self.n_neighbors_
+        self.exact_rounding_ = kk < n and kk * self.k_ < KEPT_NEIGHBORS * n
+        self._covers: list[ExactCover] = []
+        self._cover_base: ExactCover | None = None
         return self
 
     def _dense(self) -> torch.Tensor | None:
@@ -258,39 +290,116 @@ class FacilityLocation(Term):
         return float(self.coverage(selected).double().mean())
 
     # --- swap local search: all-rows bounds on the graph objective -------------------------
+    def _top2(self, docs: torch.Tensor, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two most similar rows of ``sel`` for each row of ``docs`` (clipped at 0;
+        row n where the similarity is 0), in blocks of about 4M similarities."""
+        x, n = self.features_, self.n_docs
+        vals = torch.zeros(len(docs), 2, dtype=x.dtype, device=x.device)
+        rows = torch.full((len(docs), 2), n, dtype=torch.long, device=x.device)
+        if len(sel) == 0:
+            return vals, rows
+        xs, m = x[sel], min(2, len(sel))
+        step = _block_rows(len(sel), budget=1 << 22)
+        for lo in range(0, len(docs), step):
+            v, i = (x[docs[lo : lo + step]] @ xs.T).topk(m, dim=1)
+            vals[lo : lo + step, :m] = v.clamp_min(0.0)
+            rows[lo : lo + step, :m] = torch.where(v > 0, sel[i], n)
+        return vals, rows
+
+    def _exact_cover(self, keep: torch.Tensor) -> ExactCover:
+        """:class:`ExactCover` of ``keep``: looked up among the last ones computed, else
+        derived from the base (the selection the search stands on) by its swaps: the adds
+        are compared with every document (O(n d) each), the documents that lost their best
+        or second-best row are compared with the whole selection again, the rest keep
+        theirs. Exact either way; O(n k d) only for the first."""
+        for cover in self._covers:
+            if torch.equal(cover.keep, keep):
+                return cover
+        n, dev = self.n_docs, keep.device
+        base = self._cover_base
+        every = torch.arange(n, device=dev)
+        if base is None:
+            vals, rows = self._top2(every, torch.nonzero(keep).squeeze(1))
+            cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1])
+        else:
+            adds = torch.nonzero(keep & ~base.keep).squeeze(1)
+            gone = torch.zeros(n + 1, dtype=torch.bool, device=dev)
+            gone[torch.nonzero(base.keep & ~keep).squeeze(1)] = True
+            hit = gone[base.owner] | gone[base.owner2]
+            vals = torch.stack([base.best, base.second], 1)
+            rows = torch.stack([base.owner, base.owner2], 1)
+            redo = every[hit]
+            if len(redo):
+                vals[redo], rows[redo] = self._top2(redo, torch.nonzero(keep).squeeze(1))
+            rest = every[~hit]
+            if len(adds) and len(rest):
+                xa = self.features_[adds]
+                step = _block_rows(len(adds) + 2, budget=1 << 22)
+                for lo in range(0, len(rest), step):
+                    r = rest[lo : lo + step]
+                    s = (self.features_[r] @ xa.T).clamp_min(0.0)
+                    v = torch.cat([vals[r], s], 1)
+                    ids = torch.cat([rows[r], adds.expand(len(r), -1)], 1)
+                    top_v, top_i = v.topk(2, dim=1)
+                    vals[r] = top_v
+                    rows[r] = torch.where(top_v > 0, ids.gather(1, top_i), n)
+            cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1])
+        self._covers = [*self._covers[-2:], cover]
+        return cover
+
+    def swap_value(self, keep: torch.Tensor) -> float:
+        """With ``exact_rounding_``, the exact value (:meth:`value`) from an
+        :class:`ExactCover`; else :meth:`graph_value`."""
+        if not self.exact_rounding_:
+            return self.graph_value(torch.nonzero(keep).squeeze(1))
+        return self._exact_cover(keep).value()
+
     def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gain of adding each row against the current graph coverage, and loss of dropping
-        each kept row: the coverage its clients fall back to (their second-best kept
-        neighbour). The exact swap gain of a pair is never below ``gain - loss``."""
+        """Gain of adding each row against the current coverage, and loss of dropping each
+        kept row: the coverage its clients fall back to (their second-best kept row). The
+        exact swap gain of a pair is never below ``gain - loss``.
+
+        On the graph objective both are exact. With ``exact_rounding_`` the coverage and
+        the losses are exact on all pairs and the gain of an add counts the documents that
+        list it (a lower bound: a document whose cover is below its K-th similarity may
+        gain from a row it does not list)."""
         n = keep.shape[0]
         idx, sim = self.knn_graph()
-        covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
-        top = covered.topk(min(2, covered.shape[1]), dim=1)
-        self._swap_top = top  # for swap_footprint
-        best = top.values[:, 0]
-        second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
-        owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
-        drop = torch.zeros(n, dtype=torch.float64, device=keep.device)
+        drop = torch.zeros(n + 1, dtype=torch.float64, device=keep.device)
+        if self.exact_rounding_:
+            cover = self._cover_base = self._exact_cover(keep)
+            self._covers = [cover]
+            best, second, owner = cover.best, cover.second, cover.owner
+            self._swap_owners = torch.stack([cover.owner, cover.owner2], 1)  # footprints
+        else:
+            covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
+            top = covered.topk(min(2, covered.shape[1]), dim=1)
+            best = top.values[:, 0]
+            second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
+            owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
+            owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
+            self._swap_owners = torch.where(top.values > 0, owners, n)  # 0: no neighbour
+        self._swap_best = best
         drop.index_add_(0, owner, (best - second).to(torch.float64))
         every = torch.arange(n, device=keep.device)
-        return self._graph_gains(best, every).to(torch.float64), drop / n
+        return self._graph_gains(best, every).to(torch.float64), drop[:n] / n
 
     def swap_footprint(self, keep: torch.Tensor) -> tuple:
         """The documents each kept row covers best or second best, and those each other
-        row would gain on, both CSR ``(ptr, rows)`` (after :meth:`swap_bounds` on ``keep``):
-        swaps whose footprints do not meet add up."""
+        row would gain on (among the documents that list it), both CSR ``(ptr, rows)``
+        (after :meth:`swap_bounds` on ``keep``): swaps whose footprints do not meet add up
+        (their bounds count only those gains)."""
         n = keep.shape[0]
-        top = self._swap_top
-        idx, _ = self.knn_graph()
-        owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
-        real = (top.values > 0).reshape(-1)  # a zero similarity is no neighbour
+        owners = self._swap_owners
+        real = (owners < n).reshape(-1)  # n: no covering row
         clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
-        _, rclients, rsims = self.reverse_graph()
-        gains_here = rsims > top.values[:, 0][rclients]  # beats the current cover
-        cols = self.reverse_cols_
+        idx, sim = self.knn_graph()
+        # The listed rows that beat a document's current cover, grouped by row: only these
+        # entries are sorted (no reverse graph, which would double the graph's memory).
+        doc, pos = torch.nonzero(sim > self._swap_best[:, None], as_tuple=True)
         return (
             _csr(owners.reshape(-1)[real], clients[real], n),
-            _csr(cols[gains_here], rclients[gains_here], n, presorted=True),
+            _csr(idx[doc, pos], doc, n),
         )
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,7 @@ from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective
 from ..objectives.combined import resolve_objective
+from ..objectives.facility_location import LEARNER_MAX_NEIGHBORS
 from .local_search import swap_search
 
 __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
@@ -292,7 +293,9 @@ class MaskLearner:
         self.device_ = resolve_device(self.device)
         self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
         objective = resolve_objective(self.objective, self.algorithm, self.lamb)
-        self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
+        self.objective_ = objective.bind(
+            corpus, self.k_, self.device_, seed=self.seed, max_neighbors=LEARNER_MAX_NEIGHBORS
+        )
         gen, _ = make_generators(self.seed, self.device_)
         self._gen = gen
 
