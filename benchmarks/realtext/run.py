@@ -179,6 +179,41 @@ def run_one(
     }
 
 
+def probe_memory(corpus: Corpus, method: str, ratio: float, seed: int) -> dict[str, Any]:
+    """In a fresh process: what fitting ``method`` (Facility, lamb 0.5) at its own default
+    graph, the build included, adds to the resident memory of a process that holds the
+    embeddings (VmHWM, ``measure_peak_rss``)."""
+    selector = make_selector(
+        method, algorithm="Facility", lamb=0.5, select_ratio=ratio, seed=seed, device="cpu"
+    )
+    _, memory = measure_peak_rss(lambda: selector.fit(corpus))
+    term = selector.objective_.terms[-1][1]
+    return {"peak_mb": memory["peak_mb"], "K": int(term.n_neighbors_), "n": corpus.n_docs}
+
+
+def run_memory(args: argparse.Namespace) -> None:
+    """One fresh process per set x ratio x method (``--probe``), rows to memory.jsonl."""
+    path = args.out / "memory.jsonl"
+    done = set()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["set"], r["ratio"], r["method"]))
+    for name in args.sets:
+        for ratio in args.ratios:
+            for method in ("greedy", "mask"):
+                if (name, ratio, method) in done:
+                    continue
+                cmd = [sys.executable, __file__, "--probe", name, str(ratio), method]
+                cmd += ["--corpus", str(args.corpus), "--threads", str(args.threads[0] or 1)]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                row = {"set": name, "ratio": ratio, "method": method}
+                row.update(json.loads(out.strip().splitlines()[-1]))
+                with path.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"memory {name} ratio={ratio} {method}: {row['peak_mb']:.0f} MB", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -210,7 +245,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="results/ (results-speed/ with --speed)")
     p.add_argument("--markdown", type=Path, default=None, help="RESULTS.md (SPEED.md with --speed)")
     p.add_argument("--markdown-only", action="store_true")
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="with --speed: the peak memory of each method at each ratio, graph build "
+        "included, one fresh process each (memory.jsonl)",
+    )
+    p.add_argument("--probe", nargs=3, metavar=("SET", "RATIO", "METHOD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.probe:  # a fresh process for one memory figure (run_memory)
+        set_threads(args.threads[0])
+        name, ratio, method = args.probe
+        corpus = load_set(name, args.corpus, args.clustered_n)
+        from datamask._validation import check_corpus
+
+        check_corpus(corpus)
+        print(json.dumps(probe_memory(corpus, method, float(ratio), args.seed)))
+        return 0
     if args.sets is None:
         args.sets = [s for s in SET_NAMES if s != "clustered"] if args.speed else list(SET_NAMES)
     if args.dense_max is None:
@@ -219,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     args.markdown = args.markdown or HERE / ("SPEED.md" if args.speed else "RESULTS.md")
     writer = write_speed_markdown if args.speed else write_markdown
     args.out.mkdir(parents=True, exist_ok=True)
-    if not args.markdown_only:
+    if args.memory and not args.markdown_only:
+        run_memory(args)
+    elif not args.markdown_only:
         for name in args.sets:
             for wanted in args.threads:
                 run_set(name, args, set_threads(wanted))
@@ -503,6 +556,35 @@ def write_speed_markdown(results: Path, target: Path) -> None:
         *(misses_small or ["No cell where the learner is slower or lower in J."]),
         "",
     ]
+    mem_path = results / "memory.jsonl"
+    if mem_path.exists():
+        mem = [json.loads(s) for s in mem_path.read_text().splitlines() if s.strip()]
+        lines += [
+            "## Peak memory, graph build included (one fresh process each)",
+            "",
+            "`python benchmarks/realtext/run.py --speed --memory`: Facility, lamb 0.5, one "
+            "thread; what the fit (the default graph's build, then the selection) adds to a "
+            "process that holds the embeddings (VmHWM). Per document: MB * 1024 / N.",
+            "",
+            "| set | N | ratio | greedy K | greedy MB | greedy KB/doc | learner K | learner MB "
+            "| learner KB/doc |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        pairs: dict[tuple[str, float], dict[str, dict]] = {}
+        for r in mem:
+            pairs.setdefault((r["set"], r["ratio"]), {})[r["method"]] = r
+        for (name, ratio), both in sorted(
+            pairs.items(), key=lambda kv: (SET_NAMES.index(kv[0][0]), kv[0][1])
+        ):
+            g, m = both.get("greedy"), both.get("mask")
+            if g is None or m is None:
+                continue
+            lines.append(
+                f"| {name} | {m['n']} | {ratio} | {g['K']} | {g['peak_mb']:.0f} | "
+                f"{g['peak_mb'] * 1024 / g['n']:.2f} | {m['K']} | {m['peak_mb']:.0f} | "
+                f"{m['peak_mb'] * 1024 / m['n']:.2f} |"
+            )
+        lines.append("")
     header = (
         "| ratio | objective | lamb | threads | K greedy / learner | greedy s (graph + optimise) "
         "| learner s (graph + optimise) | wall | J % | wall vs greedy@learner-K "

@@ -59,7 +59,7 @@ __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
 
 ESTIMATORS = ("expected", "reinforce")
 #: Default steps of the expected estimator: ``min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS,
-#: ceil(k / 2)))`` (see ``n_epochs``).
+#: ceil(k / 4)))`` (see ``n_epochs``).
 EXPECTED_STEPS = 100
 MIN_EXPECTED_STEPS = 10
 REFINES = ("swap", "none")
@@ -114,9 +114,9 @@ class MaskLearner:
         for its initial logits and Gumbel top-k batch sizes.
     n_epochs : int, optional
         Optimisation steps. Default 5000 for reinforce (the reference); for expected
-        ``min(100, max(10, ceil(k / 2)))``: below 200 kept documents the swap rounding
+        ``min(100, max(10, ceil(k / 4)))``: below 400 kept documents the swap rounding
         reaches the same J from fewer steps (benchmarks/realtext/SPEED.md), and a learner
-        that takes more steps than the greedy takes picks is slower than it.
+        that takes as many steps as the greedy takes picks is slower than it.
     partial : float, default=0.1
         Fraction of documents drawn per step: the batch of the reinforce estimator; for
         the expected estimator, the documents whose coverage is averaged (facility
@@ -300,7 +300,7 @@ class MaskLearner:
         self.device_ = resolve_device(self.device)
         self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
         if self.n_epochs is None and self.estimator == "expected":
-            self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 2)))
+            self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 4)))
         objective = resolve_objective(self.objective, self.algorithm, self.lamb)
         self.objective_ = objective.bind(
             corpus, self.k_, self.device_, seed=self.seed, max_neighbors=LEARNER_MAX_NEIGHBORS
