@@ -267,9 +267,10 @@ class Term(ABC):
         two single-row scores (None: no interaction counted)."""
         return None
 
-    def swap_footprint(self, keep: torch.Tensor) -> tuple | None:
+    def swap_footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple | None:
         """For terms whose swaps can interact (facility location): the rows each swap
-        touches, so that the search can pick swaps that add up (None: no footprint)."""
+        touches (each kept row's drop, each of the candidate ``adds``), so that the search
+        can pick swaps that add up (None: no footprint)."""
         return None
 
     def swap_pool_size(self, m: int) -> int:

@@ -50,13 +50,15 @@ def neighbors_for_ratio(k: int, n: int, cap: int = MAX_NEIGHBORS) -> int:
 class ExactCover:
     """The exact best and second-best cover of every document by a selection (all pairs,
     similarities clipped at 0), for the swap rounding: ``owner``/``owner2`` are the kept
-    rows giving them, ``n`` where the cover is 0 (no kept row is similar)."""
+    rows giving them, ``n`` where the cover is 0 (no kept row is similar); ``thin``: the
+    documents with fewer than two kept rows in their graph list (compared over all pairs)."""
 
     keep: torch.Tensor
     best: torch.Tensor
     owner: torch.Tensor
     second: torch.Tensor
     owner2: torch.Tensor
+    thin: torch.Tensor
 
     def value(self) -> float:
         return float(self.best.double().mean())
@@ -192,9 +194,10 @@ class FacilityLocation(Term):
             self.graph_ = (idx[:, :kk].to(dev), sim[:, :kk].to(dev, features.dtype).clamp_min(0))
         self.reverse_: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.dense_: torch.Tensor | None = None
-        # Fewer than KEPT_NEIGHBORS kept rows expected in a list: the graph misses most of
-        # the coverage, so the swap rounding counts it exactly (ExactCover, O(n k d) once,
-        # then O(n d) per swap) and uses the graph only for the gains of adds.
+        # Fewer than KEPT_NEIGHBORS kept rows expected in a list: the graph misses much of
+        # the coverage, so the swap rounding counts it exactly (ExactCover: from the graph
+        # where a list holds two kept rows, over all pairs for the other documents) and
+        # uses the graph for the gains of adds.
         kk = self.n_neighbors_
         self.exact_rounding_ = kk < n and kk * self.k_ < KEPT_NEIGHBORS * n
         self._covers: list[ExactCover] = []
@@ -307,43 +310,58 @@ class FacilityLocation(Term):
         return vals, rows
 
     def _exact_cover(self, keep: torch.Tensor) -> ExactCover:
-        """:class:`ExactCover` of ``keep``: looked up among the last ones computed, else
-        derived from the base (the selection the search stands on) by its swaps: the adds
-        are compared with every document (O(n d) each), the documents that lost their best
-        or second-best row are compared with the whole selection again, the rest keep
-        theirs. Exact either way; O(n k d) only for the first."""
+        """:class:`ExactCover` of ``keep`` (looked up among the last ones computed first).
+
+        1. From the graph: a document with two kept rows in its list (at similarity > 0)
+           has its exact best and second best there, since every row it does not list is
+           at most as similar as its K-th neighbour. One pass over the graph.
+        2. The other ("thin") documents are compared with the selection over all pairs:
+           derived from the base (the selection the search stands on) by its swaps when
+           the document was thin there too and lost neither of its two rows (compared
+           with the adds only, O(d) per add), else with the whole selection (O(k d)).
+
+        Exact for an exact graph; on an approximate one a thick document's cover is read
+        from its (approximate) list."""
         for cover in self._covers:
             if torch.equal(cover.keep, keep):
                 return cover
         n, dev = self.n_docs, keep.device
+        idx, sim = self.knn_graph()
+        m = min(2, idx.shape[1])
+        top = (sim * keep[idx].to(sim.dtype)).topk(m, dim=1)  # 1. the graph's top two
+        vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
+        rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
+        vals[:, :m] = top.values
+        rows[:, :m] = torch.where(top.values > 0, idx.gather(1, top.indices), n)
+        thin = vals[:, 1] <= 0
+        docs = torch.nonzero(thin).squeeze(1)  # 2. the thin documents, over all pairs
         base = self._cover_base
-        every = torch.arange(n, device=dev)
+        sel = torch.nonzero(keep).squeeze(1)
         if base is None:
-            vals, rows = self._top2(every, torch.nonzero(keep).squeeze(1))
-            cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1])
+            full, inc = docs, docs[:0]
         else:
-            adds = torch.nonzero(keep & ~base.keep).squeeze(1)
             gone = torch.zeros(n + 1, dtype=torch.bool, device=dev)
             gone[torch.nonzero(base.keep & ~keep).squeeze(1)] = True
-            hit = gone[base.owner] | gone[base.owner2]
-            vals = torch.stack([base.best, base.second], 1)
-            rows = torch.stack([base.owner, base.owner2], 1)
-            redo = every[hit]
-            if len(redo):
-                vals[redo], rows[redo] = self._top2(redo, torch.nonzero(keep).squeeze(1))
-            rest = every[~hit]
-            if len(adds) and len(rest):
+            same = base.thin[docs] & ~(gone[base.owner[docs]] | gone[base.owner2[docs]])
+            full, inc = docs[~same], docs[same]
+        if len(full):
+            vals[full], rows[full] = self._top2(full, sel)
+        if len(inc):
+            adds = torch.nonzero(keep & ~base.keep).squeeze(1)
+            vals[inc] = torch.stack([base.best[inc], base.second[inc]], 1)
+            rows[inc] = torch.stack([base.owner[inc], base.owner2[inc]], 1)
+            if len(adds):
                 xa = self.features_[adds]
                 step = _block_rows(len(adds) + 2, budget=1 << 22)
-                for lo in range(0, len(rest), step):
-                    r = rest[lo : lo + step]
+                for lo in range(0, len(inc), step):
+                    r = inc[lo : lo + step]
                     s = (self.features_[r] @ xa.T).clamp_min(0.0)
                     v = torch.cat([vals[r], s], 1)
                     ids = torch.cat([rows[r], adds.expand(len(r), -1)], 1)
                     top_v, top_i = v.topk(2, dim=1)
                     vals[r] = top_v
                     rows[r] = torch.where(top_v > 0, ids.gather(1, top_i), n)
-            cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1])
+        cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1], thin)
         self._covers = [*self._covers[-2:], cover]
         return cover
 
@@ -384,9 +402,9 @@ class FacilityLocation(Term):
         every = torch.arange(n, device=keep.device)
         return self._graph_gains(best, every).to(torch.float64), drop[:n] / n
 
-    def swap_footprint(self, keep: torch.Tensor) -> tuple:
-        """The documents each kept row covers best or second best, and those each other
-        row would gain on (among the documents that list it), both CSR ``(ptr, rows)``
+    def swap_footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple:
+        """The documents each kept row covers best or second best, and those each row of
+        ``adds`` would gain on (among the documents that list it), both CSR ``(ptr, rows)``
         (after :meth:`swap_bounds` on ``keep``): swaps whose footprints do not meet add up
         (their bounds count only those gains)."""
         n = keep.shape[0]
@@ -396,7 +414,9 @@ class FacilityLocation(Term):
         idx, sim = self.knn_graph()
         # The listed rows that beat a document's current cover, grouped by row: only these
         # entries are sorted (no reverse graph, which would double the graph's memory).
-        doc, pos = torch.nonzero(sim > self._swap_best[:, None], as_tuple=True)
+        candidate = torch.zeros(n, dtype=torch.bool, device=keep.device)
+        candidate[adds] = True
+        doc, pos = torch.nonzero(candidate[idx] & (sim > self._swap_best[:, None]), as_tuple=True)
         return (
             _csr(owners.reshape(-1)[real], clients[real], n),
             _csr(idx[doc, pos], doc, n),

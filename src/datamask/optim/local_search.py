@@ -66,12 +66,12 @@ class SwapResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _footprints(objective: Objective, keep: torch.Tensor) -> list:
-    """Per term that has one (facility location), its swap footprint (see
-    ``FacilityLocation.swap_footprint``) for :func:`_independent`."""
+def _footprints(objective: Objective, keep: torch.Tensor, adds: torch.Tensor) -> list:
+    """Per term that has one (facility location), its swap footprint for the candidate
+    ``adds`` (see ``FacilityLocation.swap_footprint``) for :func:`_independent`."""
     out = []
     for w, term in objective.terms:
-        footprint = term.swap_footprint(keep) if w != 0 else None
+        footprint = term.swap_footprint(keep, adds) if w != 0 else None
         if footprint is not None:
             out.append(footprint)
     return out
@@ -212,7 +212,8 @@ def swap_search(
         # Every positive pair at once; if that does not rise, the non-interacting ones.
         trial, value = _apply(objective, keep, adds[good], drops[good])
         if not value > current + tol and len(good) > 1:
-            pick = _independent(adds[good], drops[good], _footprints(objective, keep), n)
+            fp = _footprints(objective, keep, adds[good])
+            pick = _independent(adds[good], drops[good], fp, n)
             if len(pick) < len(good):
                 good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
                 trial, value = _apply(objective, keep, adds[good], drops[good])
