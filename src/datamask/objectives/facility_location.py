@@ -466,11 +466,15 @@ class FacilityLocation(Term):
     def _graph_gains(self, cover: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """``sum_{i lists j} max(0, sim_ij - cover_i) / n`` for every candidate j."""
         if len(candidates) == self.n_docs and bool((candidates[1:] > candidates[:-1]).all()):
-            # Every row, in order: scatter the forward graph, no gathers by column.
+            # Every row, in order: scatter the forward graph, no gathers by column; in
+            # blocks of rows, so the float64 copy never holds the whole graph.
             idx, sim = self.knn_graph()
-            gain = (sim - cover[:, None]).clamp_min(0.0).double().reshape(-1)
             out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
-            return (out.index_add_(0, idx.reshape(-1), gain) / self.n_docs).to(cover.dtype)
+            step = _block_rows(idx.shape[1], budget=1 << 20)
+            for lo in range(0, self.n_docs, step):
+                gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
+                out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))
+            return (out / self.n_docs).to(cover.dtype)
         ptr, clients, sims = self.reverse_graph()
         if len(candidates) <= 64:  # the lazy greedy's few stale rows: slices, no scatter
             bounds = self._ptr_list
