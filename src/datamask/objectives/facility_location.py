@@ -281,7 +281,7 @@ class FacilityLocation(Term):
     def coverage(self, selected: torch.Tensor) -> torch.Tensor:
         """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks."""
         xs = self.features_[selected]
-        step = _block_rows(len(selected))
+        step = _block_rows(len(selected), budget=1 << 22)  # 16 MB blocks: O(1) memory
         return torch.cat(
             [
                 (self.features_[lo : lo + step] @ xs.T).amax(1).clamp_min(0.0)
