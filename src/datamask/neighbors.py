@@ -172,14 +172,17 @@ def knn_graph(
         x, n_clusters, n_iter=6, sample=min(n, 20 * n_clusters + 10_000), generator=generator
     )
     probe = assign_clusters(x, cent, top=min(n_probe, n_clusters))
-    home = probe[:, 0] if probe.ndim == 2 else probe
     probe = probe if probe.ndim == 2 else probe[:, None]
-    # Members of each cluster's inverted list: every row filed under any of its probes.
-    owners = torch.arange(n, device=x.device).repeat_interleave(probe.shape[1])
-    lists = probe.reshape(-1)
-    order = torch.argsort(lists, stable=True)
-    lists, owners = lists[order], owners[order]
-    bounds = torch.searchsorted(lists, torch.arange(n_clusters + 1, device=x.device))
+    per_row = probe.shape[1]
+    home = probe[:, 0].clone()
+    # Members of each cluster's inverted list: every row filed under any of its probes, in
+    # row order. Flat entry e belongs to row e // per_row, so the sort's order becomes the
+    # rows in place: no second (n * per_row) list of owners and no sorted copy of the lists.
+    counts = torch.bincount(probe.reshape(-1), minlength=n_clusters)
+    owners = torch.argsort(probe.reshape(-1), stable=True)
+    del probe
+    owners.div_(per_row, rounding_mode="floor")
+    bounds = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_clusters + 1, device=x.device))
     out_idx = torch.empty(n, k, dtype=torch.long, device=x.device)
