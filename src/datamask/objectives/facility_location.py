@@ -106,7 +106,9 @@ class FacilityLocation(Term):
     ----------
     n_neighbors : int, optional
         K of the graph. Default: :func:`neighbors_for_ratio` of the target size, so that
-        every document expects ``KEPT_NEIGHBORS`` kept neighbours in its list.
+        every document expects ``KEPT_NEIGHBORS`` kept neighbours in its list (up to 1024);
+        the learner caps it at ``LEARNER_MAX_NEIGHBORS`` (160) and counts the coverage its
+        graph misses exactly in its rounding (``exact_rounding_``).
     knn : {"auto", "exact", "ivf", "faiss"}, default="auto"
         How the graph is built, see :func:`datamask.neighbors.knn_graph`. The ivf k-means
         draws from the context's seeded generator (``TermContext.generator``), so the
