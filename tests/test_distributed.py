@@ -358,6 +358,7 @@ def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, caps
 KILLER = textwrap.dedent(
     """
     import os, signal, sys
+    import datamask.distributed.allocate as allocate
     import datamask.distributed.runner as runner
     from datamask.config import SelectSpec
     from datamask.distributed import run_selection
@@ -369,14 +370,14 @@ KILLER = textwrap.dedent(
         if "completions" in str(path):
             markers.append(path)
             # round 1: group 2's files are in place, its marker is not;
-            # round 2: the global part is in place, its marker is not.
+            # round 2: the kept parts are in place, the round's marker is not.
             if ({when!r} == "round1" and len(markers) == 3) or (
                 {when!r} == "round2" and path.name == "global"
             ):
                 os.kill(os.getpid(), signal.SIGKILL)
         real(obj, path)
 
-    runner.atomic_write_json = write_then_die
+    runner.atomic_write_json = allocate.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping(
         dict(partition="chunk", chunk_size=250, budget={budget!r}, **{fast})
     )
@@ -422,7 +423,8 @@ def test_resume_after_a_killed_run(when, budget, shard_dir, tmp_path, ray_runner
         assert written.exists()  # written, but not marked
     else:
         assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
-        assert (out / "selected" / "part-global.parquet").exists()
+        parts = sorted(p.name for p in (out / "selected").glob("part-*.parquet"))
+        assert parts == [f"part-{g:05d}.parquet" for g in range(n_groups)]  # allocated by gains
 
     resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]

@@ -1,4 +1,5 @@
-"""The README's flag tables and the generated parser name the same flags of ``select``."""
+"""The CLI reference (docs/cli.md) and the generated parser name the same flags of ``select``;
+the README stays a short guide whose links resolve."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CLI_REFERENCE = ROOT / "docs" / "cli.md"
 
 
 _FLAGS = """
@@ -37,11 +40,41 @@ def _table_flags(text: str) -> set[str]:
     return found
 
 
-def test_readme_tables_list_every_select_flag_and_no_other():
-    text = README.read_text()
-    start = text.index("### `datamask select` flags")
-    stop = text.index("## From text to embeddings")  # past the sharded-selection table
-    tables = _table_flags(text[start:stop])
+def test_cli_reference_lists_every_select_flag_and_no_other():
+    text = CLI_REFERENCE.read_text()
+    start = text.index("## `datamask select` flags")
+    tables = _table_flags(text[start:])  # the select table and the sharded-run table after it
     flags = _select_flags()
-    assert flags - tables == set(), "flags of `datamask select` missing from the README"
-    assert tables - flags == set(), "README tables name flags `datamask select` lacks"
+    assert flags - tables == set(), "flags of `datamask select` missing from docs/cli.md"
+    assert tables - flags == set(), "docs/cli.md tables name flags `datamask select` lacks"
+
+
+def test_readme_is_a_short_guide_in_order():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections == [
+        "## From text to a filtered corpus: four commands",
+        "## See what was kept: `datamask report`",
+        "## Python API",
+        "## Concepts",
+        "## Layout",
+        "## Results",
+    ]
+    # exactly two set-up commands first, the second being what CI runs
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(first_block) == 2
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == first_block[1]
+
+
+def test_relative_links_in_readme_and_docs_resolve():
+    pages = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+    missing = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target:
+                continue
+            if not (page.parent / target).exists():
+                missing.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert missing == []

@@ -9,6 +9,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"  # before the submodules: the writer stamps it into every summary
 
+from ._validation import Interval, Options
 from .data import Corpus, Selection
 from .objectives import (
     ALGORITHMS,
@@ -33,8 +34,10 @@ __all__ = [
     "Corpus",
     "DiSF",
     "FacilityLocation",
+    "Interval",
     "MaskLearner",
     "Objective",
+    "Options",
     "PairwiseSimilarity",
     "Quality",
     "Selection",

@@ -275,8 +275,10 @@ class PartitionSpec:
     budget: str = _option(
         "global",
         (Options(str, ("global", "group")),),
-        "global: each group proposes candidates and one global round over their union keeps "
-        "exactly round(select-ratio * N); group: each group keeps its proportional share",
+        "global: exactly round(select-ratio * N) over the corpus, each group proposing "
+        "candidates priced in J and one threshold over their gains keeping the best (other "
+        "objectives than quality + facility: one round over their union); group: each group "
+        "keeps its proportional share",
     )
     oversample: float = _option(
         2.0,

@@ -15,10 +15,12 @@ from .args import add_column_arguments, add_objective_arguments, add_option, add
 
 __all__ = [
     "add_data_arguments",
+    "add_dup_thresholds_argument",
     "add_objective_arguments",
     "add_redundancy_arguments",
     "objective_from",
     "read_corpus_arg",
+    "resolve_columns_arg",
 ]
 
 
@@ -51,7 +53,7 @@ def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
     ).objective
 
 
-def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
+def add_dup_thresholds_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dup-thresholds",
         "--dup_thresholds",
@@ -62,6 +64,10 @@ def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
         help="cosine thresholds of the near-duplicate figures (pairs, documents and largest "
         "group above each) (default: 0.9 0.95 0.99)",
     )
+
+
+def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
+    add_dup_thresholds_argument(p)
     p.add_argument(
         "--dup-search",
         "--dup_search",
@@ -73,9 +79,12 @@ def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_corpus_arg(args: argparse.Namespace, path: str) -> Any:
-    """The corpus at ``path`` with the columns the flags name (else preset, else schema);
-    sets ``args.id_col`` and ``args.feature_col`` to what was found."""
+def resolve_columns_arg(
+    args: argparse.Namespace, path: str
+) -> tuple[list[str], list[tuple[str, float]]]:
+    """The input's column names and the quality columns with their weights, from the flags
+    (else ``--preset``, else the input's schema); sets ``args.id_col`` and
+    ``args.feature_col`` to what was found."""
     split = getattr(args, "split", None)
     names = input_column_names(path, split=split) if Path(path).exists() else []
     given = [n for n, _ in args.quality_col] if args.quality_col else None
@@ -88,7 +97,14 @@ def read_corpus_arg(args: argparse.Namespace, path: str) -> Any:
         where=str(path),
     )
     args.id_col, args.feature_col = id_col or "chunk_id", feature_col  # read_selection's too
-    specs = args.quality_col or [(n, 1.0) for n in quality_cols]
+    return names, list(args.quality_col or [(n, 1.0) for n in quality_cols])
+
+
+def read_corpus_arg(args: argparse.Namespace, path: str) -> Any:
+    """The corpus at ``path`` with the columns the flags name (else preset, else schema);
+    sets ``args.id_col`` and ``args.feature_col`` to what was found."""
+    split = getattr(args, "split", None)
+    names, specs = resolve_columns_arg(args, path)
     extra: list[str] = []
     wanted = [args.length_col] if args.length_col else list(LENGTH_COLUMNS)
     if Path(path).is_file() or is_save_to_disk(path):

@@ -27,6 +27,7 @@ from .apply import add_apply_parser, run_apply
 from .bench import add_bench_parser, run_bench
 from .embed import add_embed_parser, run_embed
 from .evaluate import add_evaluate_parser, run_evaluate
+from .report import add_report_parser, run_report
 from .select import add_select_parser, run_select
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_IO_ERROR", "build_parser", "main"]
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_select_parser(sub)
     add_evaluate_parser(sub)
+    add_report_parser(sub)
     add_bench_parser(sub)
     add_apply_parser(sub)
     add_embed_parser(sub)
@@ -102,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         "apply": run_apply,
         "select": run_select,
         "evaluate": run_evaluate,
+        "report": run_report,
         "bench": run_bench,
         "embed": run_embed,
     }

@@ -77,6 +77,7 @@ from ..io.shards import (
 )
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import run_record, selection_table
+from .allocate import allocate_global, allocates_by_gains, gains_in_j_units, group_spec
 from .partition import (
     GroupSpec,
     fit_centroids,
@@ -191,6 +192,7 @@ def select_group(
     out_dir: str | Path,
     quality_range: QualityRange | None = None,
     propose: bool = False,
+    totals: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Select ``spec.k`` documents of one group and write its files; a pure, resumable step.
 
@@ -200,8 +202,12 @@ def select_group(
     The result is ``OUT/selected/part-NNNNN.parquet`` (ids kept); with ``propose`` (round 1
     of a global budget) it is ``WORK/candidates/NNNNN.parquet`` instead: the ``spec.k``
     candidates with their rank, score, raw quality and embedding (score and rank only for
-    :data:`MODULAR` methods), which :func:`select_global` reads. When the marker exists
-    already the step returns its stats without recomputing.
+    :data:`MODULAR` methods), which :func:`select_global` reads. With ``totals``, the
+    corpus' ``(k, N)``, the group proposes for a budget allocated by gains instead
+    (:mod:`datamask.distributed.allocate`): it selects at the corpus' exchange rate between
+    quality and coverage and writes its candidates in greedy order with their marginal
+    gains in ``J`` units (id, group, rank, gain). When the marker exists already the step
+    returns its stats without recomputing.
 
     Returns
     -------
@@ -220,7 +226,11 @@ def select_group(
     read_s = time.perf_counter() - started
 
     # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
-    sel = fit_group(corpus, spec.k, settings, seed=spec.seed, stored_ids=ids)
+    #    Proposing for an allocated budget: at the corpus' exchange rate, with the gain curve.
+    fit_settings = settings if totals is None else group_spec(settings, spec.k, n, *totals)
+    sel = fit_group(
+        corpus, spec.k, fit_settings, seed=spec.seed, stored_ids=ids, gain_curve=totals is not None
+    )
     fit_s = time.perf_counter() - started - read_s
 
     # 3. Write the group's files atomically (the writer ranks: kept rows first, then by
@@ -231,7 +241,21 @@ def select_group(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
             Path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
         )
-    if propose:
+    if propose and totals is not None:
+        order, gains = sel.meta["gain_order"]
+        logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
+        lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
+        table = pa.table(
+            {
+                id_col: ids.take(pa.array(order)),
+                "group": pa.array(np.full(len(order), spec.gid, dtype=np.int32)),
+                "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
+                "logit": pa.array(np.asarray(logits, np.float32)[order]),
+                "gain": gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals),
+            }
+        )
+        atomic_write_table(table, candidates_path(work_dir, spec.gid))
+    elif propose:
         extra: dict[str, Any] = {"score": sel.scores}
         if settings.selector.method not in MODULAR:  # what the global round selects from
             for j in range(len(settings.columns.quality_cols)):
@@ -690,6 +714,10 @@ def _run_claimed(
         raise RuntimeError("group budgets do not add up to the global k; please report this.")
     # A global budget with one group is that group's own selection: no second round.
     two_rounds = settings.partition.budget == "global" and len(groups) > 1
+    # ... allocated by the groups' gain curves where the objective allows it, else a
+    # central round over the union of the candidates (GreeDi).
+    allocating = two_rounds and allocates_by_gains(settings)
+    totals = (k_total, n_total) if allocating else None
     shares = {g.gid: g.k for g in groups}
     if two_rounds:  # round 1: every group proposes candidates instead of keeping its share
         groups = [
@@ -727,7 +755,9 @@ def _run_claimed(
         dynamic_ncols=True,
     )
     try:
-        jobs = [(g, settings, str(work), str(out), quality_range, two_rounds) for g in pending]
+        jobs = [
+            (g, settings, str(work), str(out), quality_range, two_rounds, totals) for g in pending
+        ]
         for result in runner.map(select_group, jobs, use_gpu=True):
             stats[result["gid"]] = result
             done_docs += result["n"]
@@ -743,7 +773,13 @@ def _run_claimed(
         raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
     global_stats = None
     global_s = 0.0
-    if two_rounds:  # round 2: one selection over the union of the candidates
+    if allocating:  # round 2: one threshold over the gain curves; each group keeps a prefix
+        global_started = time.perf_counter()
+        global_stats = allocate_global(
+            groups, settings, work, out, k_total, part_path, candidates_path
+        )
+        global_s = time.perf_counter() - global_started
+    elif two_rounds:  # round 2: one selection over the union of the candidates
         global_started = time.perf_counter()
         job = (groups, settings, str(work), str(out), k_total, quality_range)
         with tqdm(total=1, desc="global round", disable=not progress) as gbar:
@@ -790,6 +826,7 @@ def _run_claimed(
         "work_dir": str(work),
         "budget": {
             "mode": "global" if two_rounds else "group",
+            "allocation": "gains" if allocating else ("central round" if two_rounds else None),
             "method": settings.selector.method,
             "oversample": settings.partition.oversample if two_rounds else None,
             "candidates": global_stats["n_candidates"] if global_stats else None,
@@ -801,7 +838,7 @@ def _run_claimed(
         },
         "output": {
             "selected": str(out / "selected"),
-            "parts": 1 if two_rounds else len(groups),
+            "parts": 1 if two_rounds and not allocating else len(groups),
             "k": k_total,
         },
         "totals": {

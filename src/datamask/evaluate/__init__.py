@@ -1,9 +1,11 @@
-"""Scoring selections (``datamask evaluate``) and benchmarking selectors (``datamask bench``).
+"""Scoring selections (``datamask evaluate``), benchmarking selectors (``datamask bench``)
+and the HTML page of selections (``datamask report``).
 
 Plots live in :mod:`datamask.evaluate.plots` and import matplotlib only when drawn.
 """
 
 from .bench import DEFAULT_METHODS, bench, format_markdown, measure_peak_rss, run_method
+from .browse import build_report, render_html, write_report
 from .report import (
     evaluate_selection,
     facility_coverage,
@@ -17,6 +19,7 @@ from .report import (
 __all__ = [
     "DEFAULT_METHODS",
     "bench",
+    "build_report",
     "evaluate_selection",
     "facility_coverage",
     "format_markdown",
@@ -26,5 +29,7 @@ __all__ = [
     "mean_pairwise_similarity",
     "measure_peak_rss",
     "read_selection",
+    "render_html",
     "run_method",
+    "write_report",
 ]

@@ -134,6 +134,7 @@ def redundancy(
     method: str = "exact",
     n_probe: int = 4,
     device: torch.device | str | None = None,
+    closest: int = 0,
 ) -> dict[str, Any]:
     """Near-duplicate figures of ``rows`` of ``features`` (all rows when None).
 
@@ -152,12 +153,16 @@ def redundancy(
         Cells each row is filed under (ivf).
     device : torch device or str, optional
         Where to compute (default: where ``features`` lives).
+    closest : int, default=0
+        Also return the ``closest`` most similar pairs above the lowest threshold, from the
+        same search, as ``[(row_a, row_b, cosine), ...]`` (rows of ``features``).
 
     Returns
     -------
     dict
         ``n`` (rows measured), ``method``, ``approximate``, ``seconds`` and ``thresholds``:
-        ``{"0.95": {"pairs", "documents", "groups", "largest_group", "dedup_removes"}}``.
+        ``{"0.95": {"pairs", "documents", "groups", "largest_group", "dedup_removes"}}``;
+        with ``closest``, also ``closest``.
 
     Examples
     --------
@@ -175,11 +180,46 @@ def redundancy(
     n = x.shape[0]
     method = resolve_pair_method(method, n, x.device)
     stream = similar_pairs(x, ts[0], method=method, n_probe=n_probe)
-    stats = duplicate_stats(n, stream, ts)
-    return {
+    top = _Closest(closest)
+    stats = duplicate_stats(n, top.watch(stream), ts)
+    out = {
         "n": n,
         "method": method,
         "approximate": method == "ivf",
         "seconds": time.perf_counter() - start,
         "thresholds": stats,
     }
+    if closest:
+        picked = top.pairs()
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64)
+            picked = [(int(rows[i]), int(rows[j]), s) for i, j, s in picked]
+        out["closest"] = picked
+    return out
+
+
+class _Closest:
+    """The ``n`` most similar pairs of a stream of ``(i, j, sim)`` blocks, in O(n) memory."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._i = np.zeros(0, np.int64)
+        self._j = np.zeros(0, np.int64)
+        self._s = np.zeros(0, np.float64)
+
+    def watch(
+        self, pairs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for i, j, s in pairs:
+            if self.n:
+                self._i = np.concatenate([self._i, np.asarray(i, np.int64)])
+                self._j = np.concatenate([self._j, np.asarray(j, np.int64)])
+                self._s = np.concatenate([self._s, np.asarray(s, np.float64)])
+                keep = np.argsort(-self._s, kind="stable")[: self.n]
+                self._i, self._j, self._s = self._i[keep], self._j[keep], self._s[keep]
+            yield i, j, s
+
+    def pairs(self) -> list[tuple[int, int, float]]:
+        return [
+            (int(a), int(b), float(c)) for a, b, c in zip(self._i, self._j, self._s, strict=True)
+        ]

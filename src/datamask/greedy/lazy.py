@@ -9,6 +9,8 @@ objective, in the same order, for a fraction of the gain evaluations.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from ..data import Corpus
 from ..objectives import Objective
 from ._base import BaseSelector, GreedyTrace, pick_order_scores
 
-__all__ = ["DenseGreedy", "LazyGreedy", "is_submodular"]
+__all__ = ["DenseGreedy", "LazyGreedy", "gain_order", "is_submodular", "lazy_picks"]
 
 
 def is_submodular(objective: Objective) -> bool:
@@ -29,6 +31,96 @@ def is_submodular(objective: Objective) -> bool:
     documents have a negative cosine, and DiSF is not submodular at all: both do not.
     """
     return all(term.submodular for _, term in objective.terms)
+
+
+def lazy_picks(
+    objective: Objective,
+    state: list,
+    bounds: torch.Tensor,
+    k: int,
+    *,
+    batch_size: int = 4,
+    lazy: bool = True,
+    refuse: Callable[[int], bool] | None = None,
+    before_check: Callable[[int], None] | None = None,
+    counter: Any = None,
+) -> Iterator[tuple[int, float]]:
+    """Yield ``k`` greedy picks ``(row, exact gain)`` of a bound objective, lazily.
+
+    ``bounds`` holds the exact gains of every row for the empty selection, ``-inf`` for
+    rows that may not be picked; it is updated in place. For a submodular objective
+    (``lazy``) a stale gain bounds the true one, so only the best stale rows are
+    re-evaluated, ``batch_size`` of them at a time (doubling while stale rows lead);
+    otherwise every remaining row is re-evaluated at every pick. ``refuse(row)`` drops a
+    row from the pool instead of picking it (the similarity cap); ``before_check(t)`` runs
+    before each argmax; ``counter.n_evaluations_`` counts the gains computed.
+    """
+    n = len(bounds)
+    device = bounds.device
+    # fresh[i] == t: bounds[i] is the exact gain of row i for the selection at pick t.
+    fresh = torch.zeros(n, dtype=torch.long, device=device)
+    taken = torch.isneginf(bounds)
+    for t in range(k):
+        if t > 0 and not lazy:  # no bounds: re-evaluate every remaining row
+            rest = torch.nonzero(~taken).squeeze(1)
+            bounds[rest] = objective.gains(state, rest)
+            fresh[rest] = t
+            if counter is not None:
+                counter.n_evaluations_ += len(rest)
+        m = min(batch_size, n)
+        while True:
+            if before_check is not None:
+                before_check(t)
+            # torch.argmax returns the first maximum: ties go to the lower index.
+            j = int(torch.argmax(bounds))  # sync point: once per check
+            if int(fresh[j]) == t:
+                if refuse is None or not refuse(j):
+                    break
+                taken[j], bounds[j] = True, -torch.inf  # conflicts with a kept row
+                continue
+            # Re-evaluate the best stale rows together (taken rows hold -inf).
+            top = torch.topk(bounds, min(m, n)).indices
+            stale = top[(fresh[top] != t) & ~taken[top]]
+            if len(stale) == 0:  # j tied with m fresh rows topk preferred
+                stale = torch.tensor([j], device=device)
+            bounds[stale] = objective.gains(state, stale)
+            fresh[stale] = t
+            if counter is not None:
+                counter.n_evaluations_ += len(stale)
+            m = min(2 * m, n)  # many stale leaders: widen the next pass
+        gain = float(bounds[j])
+        state = objective.update(state, j)
+        taken[j] = True
+        bounds[j] = -torch.inf
+        yield j, gain
+
+
+def gain_order(
+    objective: Objective, rows: np.ndarray, *, batch_size: int = 16
+) -> tuple[np.ndarray, np.ndarray]:
+    """Order ``rows`` greedily on a bound objective and return ``(order, gains)``.
+
+    Lazy greedy restricted to ``rows`` (every other document still counts for coverage),
+    on the objective's graph when it has one, run until every row is picked: ``order`` is
+    ``rows`` in pick order and ``gains[t]`` the exact marginal gain of the t-th pick, in
+    the objective's units. For a submodular objective the gains do not increase, so any
+    prefix of ``order`` is the greedy selection of its size from ``rows``: the gain curve a
+    sharded run allocates its budget with.
+    """
+    rows_t = torch.as_tensor(np.asarray(rows, dtype=np.int64), device=objective.device_)
+    n = int(objective.features_.shape[0])
+    state = objective.init_state(graph=True)
+    objective.build_graphs()
+    first = objective.gains(state, rows_t)  # exact gains for the empty selection
+    bounds = torch.full((n,), -torch.inf, dtype=first.dtype, device=objective.device_)
+    bounds[rows_t] = first
+    lazy = is_submodular(objective)
+    picks = list(
+        lazy_picks(objective, state, bounds, len(rows_t), batch_size=batch_size, lazy=lazy)
+    )
+    order = np.asarray([j for j, _ in picks], dtype=np.int64)
+    gains = np.asarray([g for _, g in picks], dtype=np.float64)
+    return order, gains
 
 
 class LazyGreedy(BaseSelector):
@@ -132,39 +224,19 @@ class LazyGreedy(BaseSelector):
         bounds = torch.cat(parts)
         self.initial_seconds_ = time.perf_counter() - t0
         self.n_evaluations_ = n
-        # fresh[i] == t: bounds[i] is the exact gain of row i for the selection at pick t.
-        fresh = torch.zeros(n, dtype=torch.long, device=self.device_)
-        taken = torch.zeros(n, dtype=torch.bool, device=self.device_)
         with self._bar(k) as bar:
-            for t in range(k):
-                if t > 0 and not self.lazy_:  # no bounds: re-evaluate every remaining row
-                    rest = torch.nonzero(~taken).squeeze(1)
-                    bounds[rest] = objective.gains(state, rest)
-                    fresh[rest] = t
-                    self.n_evaluations_ += len(rest)
-                m = min(self.batch_size, n)
-                while True:
-                    self._check_left(t, n)
-                    # torch.argmax returns the first maximum: ties go to the lower index.
-                    j = int(torch.argmax(bounds))  # sync point: once per check
-                    if int(fresh[j]) == t:
-                        if not self._capped(j):
-                            break
-                        taken[j], bounds[j] = True, -torch.inf  # conflicts with a kept row
-                        continue
-                    # 2. Re-evaluate the best stale rows together (taken rows hold -inf).
-                    top = torch.topk(bounds, min(m, n - t)).indices
-                    stale = top[(fresh[top] != t) & ~taken[top]]
-                    if len(stale) == 0:  # j tied with m fresh rows topk preferred
-                        stale = torch.tensor([j], device=self.device_)
-                    bounds[stale] = objective.gains(state, stale)
-                    fresh[stale] = t
-                    self.n_evaluations_ += len(stale)
-                    m = min(2 * m, n)  # many stale leaders: widen the next pass
-                trace.add(j, float(bounds[j]))
-                state = objective.update(state, j)
-                taken[j] = True
-                bounds[j] = -torch.inf
+            for j, gain in lazy_picks(
+                objective,
+                state,
+                bounds,
+                k,
+                batch_size=self.batch_size,
+                lazy=self.lazy_,
+                refuse=self._capped,
+                before_check=lambda t: self._check_left(t, n),
+                counter=self,
+            ):
+                trace.add(j, gain)
                 bar.update()
         self.order_ = np.asarray(trace.order, dtype=np.int64)
         return self.order_, pick_order_scores(self.order_, n)

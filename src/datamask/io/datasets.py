@@ -19,7 +19,7 @@ from __future__ import annotations
 import glob
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from ..data import Corpus
 from .parquet import corpus_from_table, read_corpus
+from .shards import list_shards
 
 __all__ = [
     "SPLIT_NAMES",
@@ -37,6 +38,8 @@ __all__ = [
     "resolve_input",
     "input_column_names",
     "read_input_corpus",
+    "input_files",
+    "input_batches",
 ]
 
 #: Split names recognised in Hub-style paths (as ``datasets``' data-files patterns do).
@@ -252,3 +255,66 @@ def read_input_corpus(
         feature_col=feature_col,
         extra_cols=extras,
     )
+
+
+def input_files(path: str, *, split: str | None = None) -> tuple[str, list[Path]]:
+    """``("parquet", files)`` or ``("arrow", files)``: the files of any input ``select``
+    takes (a parquet file, folder or glob, one split of a Hub folder, a save_to_disk
+    folder), in a fixed order."""
+    resolved = resolve_input(path, split=split)
+    if isinstance(resolved, str) and is_save_to_disk(resolved):
+        return "arrow", save_to_disk_files(resolved, split)
+    return "parquet", list_shards(resolved)
+
+
+def input_batches(
+    path: str,
+    columns: Sequence[str],
+    *,
+    split: str | None = None,
+    batch_size: int = 16384,
+) -> Iterator[tuple[pa.RecordBatch, str]]:
+    """Stream ``columns`` of an input, batch by batch, with the file each batch came from.
+
+    Memory holds one parquet row group (or one Arrow record batch) at a time, whatever the
+    input's size: write files with row groups of a few thousand rows to keep it small.
+
+    Raises
+    ------
+    ValueError
+        When a file lacks a column or cannot be read; the message names it.
+    """
+    kind, files = input_files(path, split=split)
+    wanted = list(dict.fromkeys(columns))
+    for f in files:
+        where = str(f)
+        if kind == "arrow":
+            reader = _open_stream(f)
+            names = reader.schema.names
+        else:
+            try:
+                pf = pq.ParquetFile(f)
+            except Exception as exc:  # pyarrow raises several types for a bad footer
+                raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
+            names = pf.schema_arrow.names
+        for c in wanted:
+            if c not in names:
+                raise ValueError(f"column {c!r} not found in {where}; available columns: {names}.")
+        try:
+            if kind == "arrow":
+                for batch in reader:
+                    for lo in range(0, batch.num_rows, batch_size):
+                        yield batch.select(wanted).slice(lo, batch_size), where
+            else:
+                # Row group by row group: pyarrow's iter_batches holds on to read-ahead
+                # buffers (measured: peak memory grew with the file, 430 MB at 56k rows,
+                # 865 MB at 226k); reading one row group at a time stays flat.
+                for i in range(pf.num_row_groups):
+                    table = pf.read_row_group(i, columns=wanted)
+                    for batch in table.to_batches(max_chunksize=batch_size):
+                        yield batch, where
+                    del table
+        except ValueError:
+            raise
+        except Exception as exc:  # decoding errors of a corrupt page
+            raise ValueError(f"cannot read {where!r}: {exc}") from None

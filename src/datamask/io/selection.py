@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["read_selection", "rows_from_ids"]
+__all__ = ["read_selection", "read_selection_ids", "rows_from_ids"]
 
 
 def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np.ndarray:
@@ -43,13 +43,11 @@ def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np
     return np.asarray(rows, dtype=np.int64)
 
 
-def read_selection(
-    path: str | Path, data_ids: np.ndarray, *, id_col: str = "chunk_id"
-) -> np.ndarray:
-    """Rows of the data kept by the selection file ``path``.
+def read_selection_ids(path: str | Path, *, id_col: str = "chunk_id") -> pa.Array:
+    """The ids a selection file keeps, as stored (strings for a text file).
 
     Accepts the output of ``datamask select`` (parquet with the id column and a boolean
-    ``selected`` column: the rows where it is true), a parquet of ids only (every id listed
+    ``selected`` column: the ids where it is true), a parquet of ids only (every id listed
     is kept; a single-column file may name its column anything), or a text file with one
     id per line.
     """
@@ -61,7 +59,7 @@ def read_selection(
         chosen = [line.strip() for line in p.read_text().splitlines() if line.strip()]
         if chosen and p.suffix.lower() in (".csv", ".tsv") and chosen[0] == id_col:
             chosen = chosen[1:]  # header line
-        return rows_from_ids(data_ids, chosen, where)
+        return pa.array(chosen, type=pa.string())
     try:
         table = pq.read_table(p)
     except Exception as exc:  # pyarrow raises several types for a bad file
@@ -78,13 +76,21 @@ def read_selection(
         )
     if ids_col.null_count:
         raise ValueError(f"selection {where} has {ids_col.null_count} null ids.")
-    ids = ids_col.to_pylist()
+    ids = ids_col.combine_chunks()
     if "selected" in names:
         flags = table.column("selected")
         if not pa.types.is_boolean(flags.type):
             raise ValueError(f"column 'selected' in {where} must be boolean; got {flags.type}.")
         if flags.null_count:
             raise ValueError(f"column 'selected' in {where} has {flags.null_count} nulls.")
-        keep = np.asarray(flags.to_numpy(zero_copy_only=False), dtype=bool)
-        ids = [v for v, f in zip(ids, keep, strict=True) if f]
-    return rows_from_ids(data_ids, ids, where)
+        ids = ids.filter(flags.combine_chunks())
+    return ids
+
+
+def read_selection(
+    path: str | Path, data_ids: np.ndarray, *, id_col: str = "chunk_id"
+) -> np.ndarray:
+    """Rows of the data kept by the selection file ``path`` (any form
+    :func:`read_selection_ids` reads)."""
+    ids = read_selection_ids(path, id_col=id_col).to_pylist()
+    return rows_from_ids(data_ids, ids, str(path))

@@ -18,6 +18,7 @@ What an optimiser may assume about a term is declared by class-level capability 
 found by ``isinstance``: :attr:`Term.submodular` (stale greedy gains are upper bounds, so
 lazy evaluation is exact), :attr:`Term.modular` (a row's gain never depends on the
 selection), :attr:`Term.has_graph` (a neighbour graph built by :meth:`Term.build_graph`),
+:attr:`Term.per_document` (a mean over the documents, so groups add up),
 :attr:`Term.has_expected` (an :meth:`Term.expected` estimator). A new term gets lazy
 greedy evaluation by declaring ``submodular = True``.
 """
@@ -123,6 +124,12 @@ class Term(ABC):
     has_graph : bool, default=False
         The term counts greedy gains on a neighbour graph built by :meth:`build_graph`
         (timed; see :meth:`graph_summary`).
+    per_document : bool, default=False
+        The value is a mean over every document of the corpus of something that depends on
+        the selection near it (facility location: its best cover). Over a partition whose
+        groups hold each document's neighbours, the groups' values then add up, weighted
+        by their sizes: a sharded run allocates its budget by the groups' marginal gains
+        instead of selecting again from their candidates.
     has_expected : bool
         The term implements :meth:`expected` (set automatically when a subclass defines
         ``expected``).
@@ -138,6 +145,7 @@ class Term(ABC):
     submodular: ClassVar[bool] = False
     modular: ClassVar[bool] = False
     has_graph: ClassVar[bool] = False
+    per_document: ClassVar[bool] = False
     has_expected: ClassVar[bool] = False
     requires_columns: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, list]] = {}
@@ -246,9 +254,7 @@ class Term(ABC):
         an exact cover, see ``FacilityLocation.exact_rounding_``)."""
         return self.graph_value(torch.nonzero(keep).squeeze(1))
 
-    def swap_bounds(
-        self, keep: torch.Tensor, k: int
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Per row (float64, shape (n,)): the gain of adding it to the selection ``keep``
         (a bool mask) and the loss of dropping it, each alone, on :meth:`graph_value`.
 
@@ -307,9 +313,7 @@ class Term(ABC):
         """Increase of the term if each candidate row were added (shape (c,))."""
         dev = self.features_.device
         base = torch.as_tensor(state["rows"], dtype=torch.long, device=dev)
-        out = [
-            self._value_of(torch.cat([base, c.view(1)])) - state["value"] for c in candidates
-        ]
+        out = [self._value_of(torch.cat([base, c.view(1)])) - state["value"] for c in candidates]
         return torch.tensor(out, dtype=self.features_.dtype, device=dev)
 
     def update(self, state: Any, j: int) -> Any:

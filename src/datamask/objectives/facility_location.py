@@ -136,6 +136,7 @@ class FacilityLocation(Term):
     name = "facility"
     submodular = True
     has_graph = True
+    per_document = True
     _parameter_constraints = {
         "n_neighbors": [Interval(int, 0, None, closed="neither"), None],  # "> 0"
         "knn": [Options(str, tuple(KNN_METHODS))],

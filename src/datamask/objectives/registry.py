@@ -159,7 +159,6 @@ def import_term_modules(modules: Sequence[str] | Iterable[str]) -> list[str]:
             importlib.import_module(mod)
         except ImportError as exc:
             raise ImportError(
-                f"cannot import term module {mod!r}: {exc}; is it on PYTHONPATH in this "
-                "process?"
+                f"cannot import term module {mod!r}: {exc}; is it on PYTHONPATH in this process?"
             ) from exc
     return names

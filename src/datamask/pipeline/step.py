@@ -17,6 +17,7 @@ from .._device import resolve_device
 from .._validation import check_corpus, k_from_ratio
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
+from ..greedy.lazy import gain_order
 from ..io.shards import _mix, hash_ids
 from ..neighbors import sampled_recall
 
@@ -74,6 +75,7 @@ def fit_group(
     stored_ids: pa.Array | None = None,
     progress: bool = False,
     describe_graph: bool = False,
+    gain_curve: bool = False,
 ) -> Selection:
     """Select exactly ``k`` rows of ``corpus`` (None: ``round(select_ratio * n)``).
 
@@ -94,6 +96,11 @@ def fit_group(
         The method's progress bar.
     describe_graph : bool, default=False
         Add the neighbour graph's method, K and sampled recall to ``meta["graph"]``.
+    gain_curve : bool, default=False
+        Also order the selected rows by lazy greedy on the same bound objective (coverage
+        over every row; :func:`~datamask.greedy.lazy.gain_order`): ``meta["gain_order"]``
+        is ``(rows in pick order, marginal gains)``, what a sharded run allocates its
+        budget with.
 
     Returns
     -------
@@ -122,6 +129,15 @@ def fit_group(
     if k is not None and not 0 < k < n:  # nothing to learn: every score ties
         scores = np.zeros(n)
         selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
+        if gain_curve:  # every row is kept; the order still prices them
+            check_corpus(corpus)
+            objective = spec.objective.make().bind(
+                corpus,
+                len(selected),
+                resolve_device(spec.selector.device),
+                seed=spec.selector.seed if seed is None else seed,
+            )
+            meta["gain_order"] = gain_order(objective, selected)
         return Selection(selected, scores, meta, ids=corpus.ids, logits=scores.astype(np.float32))
     selector = spec.make_selector(k=k, seed=seed, progress=progress)
     dev = resolve_device(selector.device)
@@ -143,6 +159,8 @@ def fit_group(
         resolved={a: getattr(selector, a) for a in _RESOLVED if hasattr(selector, a)},
         graph=graph_summary(selector.objective_) if describe_graph else None,
     )
+    if gain_curve:
+        meta["gain_order"] = gain_order(selector.objective_, np.asarray(result.selected))
     return Selection(
         np.asarray(result.selected, dtype=np.int64),
         np.asarray(result.scores, dtype=np.float64),

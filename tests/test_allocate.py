@@ -1,0 +1,206 @@
+"""The global budget by equal marginal gains (distributed.allocate), against brute force."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from datamask import Corpus, FacilityLocation, Objective
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed.allocate import (
+    allocate,
+    allocates_by_gains,
+    gains_in_j_units,
+    group_lamb,
+)
+from datamask.greedy.lazy import gain_order
+
+
+def _corpus(x: np.ndarray, q: np.ndarray, qrange=None) -> Corpus:
+    return Corpus(
+        ids=np.array([f"d{i}" for i in range(len(x))]),
+        quality=q,
+        features=x.astype(np.float32),
+        quality_range=qrange,
+    )
+
+
+def _exact_j(x: np.ndarray, qs: np.ndarray, rows, lamb: float, k: int) -> float:
+    """J with quality summed over ``rows`` / k and coverage over every row of ``x`` / n."""
+    rows = list(rows)
+    if not rows:
+        return 0.0
+    cover = np.clip(x @ x[rows].T, 0, None).max(axis=1)
+    return lamb * qs[rows].sum() / k + (1 - lamb) * cover.mean()
+
+
+@pytest.mark.parametrize("lamb", [0.0, 0.2, 0.5, 0.8, 1.0])
+def test_group_lamb_trades_at_the_corpus_rate(lamb):
+    for c, n, k, big_n in [(200, 1000, 1000, 10_000), (7, 13, 50, 400), (1, 1, 3, 9)]:
+        lg = group_lamb(lamb, c, n, k, big_n)
+        assert 0 <= lg <= 1
+        if 0 < lamb < 1:
+            assert (lg / c) / ((1 - lg) / n) == pytest.approx((lamb / k) / ((1 - lamb) / big_n))
+        else:
+            assert lg == lamb
+
+
+def test_gain_order_is_greedy_on_the_rows_with_exact_gains():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 6))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = rng.random(40)
+    corpus = _corpus(x, q)
+    rows = np.array([3, 8, 11, 17, 20, 25, 31, 39])
+    lamb, k = 0.4, len(rows)
+    # K = n: the graph is every pair, so the graph objective is the exact one
+    objective = Objective([FacilityLocation(n_neighbors=40, knn="exact")], lamb=lamb)
+    objective.bind(corpus, k, "cpu", seed=0)
+    order, gains = gain_order(objective, rows)
+    qs = (q - q.min()) / (q.max() - q.min())
+    # brute force: naive greedy over the rows, coverage over all 40
+    picked: list[int] = []
+    for t in range(len(rows)):
+        base = _exact_j(x, qs, picked, lamb, k)
+        cand = [r for r in rows if r not in picked]
+        best = max(cand, key=lambda r: (_exact_j(x, qs, picked + [r], lamb, k), -r))
+        assert order[t] == best
+        want = _exact_j(x, qs, picked + [best], lamb, k) - base
+        assert gains[t] == pytest.approx(want, rel=1e-5, abs=1e-7)
+        picked.append(best)
+    assert np.all(np.diff(gains) <= 1e-7)  # submodular: the curve does not rise
+
+
+def test_gains_in_j_units_sum_to_the_groups_share_of_corpus_j():
+    """A group priced at group_lamb: its prefix's gains in J units add up to what the
+    prefix contributes to the corpus' J (quality / k, coverage of its rows / N)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((60, 5))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = rng.random(60)
+    qs = (q - q.min()) / (q.max() - q.min())
+    group = np.arange(20, 45)  # 25 rows of a 60-row corpus
+    k_total, n_total, c_g, lamb = 12, 60, 9, 0.5
+    lamb_g = group_lamb(lamb, c_g, len(group), k_total, n_total)
+    corpus = _corpus(x[group], q[group], qrange=(np.array([q.min()]), np.array([q.max()])))
+    objective = Objective([FacilityLocation(n_neighbors=25, knn="exact")], lamb=lamb_g)
+    objective.bind(corpus, c_g, "cpu", seed=0)
+    order, gains = gain_order(objective, np.arange(len(group)))
+    in_j = gains_in_j_units(gains, lamb, lamb_g, c_g, len(group), k_total, n_total)
+    for m in (1, 4, 9, 25):
+        rows = group[order[:m]]
+        cover = np.clip(x[group] @ x[rows].T, 0, None).max(axis=1).sum()
+        share = lamb * qs[rows].sum() / k_total + (1 - lamb) * cover / n_total
+        assert in_j[:m].sum() == pytest.approx(share, rel=1e-5)
+
+
+def test_allocate_is_the_k_largest_gains_with_ties_by_group_then_pick():
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        sizes = rng.integers(0, 7, size=rng.integers(1, 5))
+        # few distinct values: many ties
+        curves = [np.sort(rng.integers(0, 4, size=s).astype(float))[::-1] for s in sizes]
+        total = int(sum(sizes))
+        for k in {0, total // 2, total}:
+            counts, threshold, ranks = allocate(curves, k)
+            flat = [(-v, g, p) for g, c in enumerate(curves) for p, v in enumerate(c)]
+            want = sorted(flat)[:k]
+            assert counts.tolist() == [
+                sum(1 for _, g, _ in want if g == h) for h in range(len(curves))
+            ]
+            assert int(counts.sum()) == k
+            for g, r in enumerate(ranks):  # global ranks of each group's kept prefix
+                mine = [i + 1 for i, (_, h, _) in enumerate(want) if h == g]
+                assert r.tolist() == mine
+            if k:
+                assert threshold == -want[-1][0]
+    with pytest.raises(ValueError, match="k_total must be in"):
+        allocate([np.ones(2)], 3)
+
+
+def test_allocation_is_optimal_for_concave_curves():
+    """Equal marginal gains: no other split of k over the groups has a larger total."""
+    rng = np.random.default_rng(3)
+    curves = [np.sort(rng.random(6))[::-1] for _ in range(3)]
+    k = 7
+    counts, _, _ = allocate(curves, k)
+    got = sum(c[:m].sum() for c, m in zip(curves, counts, strict=True))
+    best = max(
+        sum(c[:m].sum() for c, m in zip(curves, split, strict=True))
+        for split in itertools.product(range(7), repeat=3)
+        if sum(split) == k
+    )
+    assert got == pytest.approx(best)
+
+
+def _write(path: Path, ids, x, q) -> None:
+    pq.write_table(
+        pa.table(
+            {
+                "chunk_id": pa.array(ids),
+                "quality_score": pa.array(q),
+                "feature_arr": pa.FixedSizeListArray.from_arrays(
+                    pa.array(x.astype(np.float32).reshape(-1)), x.shape[1]
+                ),
+            }
+        ),
+        path,
+    )
+
+
+def test_a_sharded_run_spends_the_budget_where_it_pays(tmp_path):
+    """Shard a: 200 near-copies of one document; shard b: 200 spread-out ones, same
+    quality. The group budget keeps 20 of each; the allocation moves budget to the spread
+    shard (the copies still earn their quality), and its exact J over the corpus is higher."""
+    rng = np.random.default_rng(0)
+    d = 16
+    centre = rng.standard_normal(d)
+    a = centre + 0.02 * rng.standard_normal((200, d))
+    b = rng.standard_normal((200, d))
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    q = rng.uniform(0.4, 0.6, 400)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    _write(shards / "a.parquet", [f"a{i}" for i in range(200)], a, q[:200])
+    _write(shards / "b.parquet", [f"b{i}" for i in range(200)], b, q[200:])
+    x = np.vstack([a, b])
+    qs = (q - q.min()) / (q.max() - q.min())
+    ids = [f"a{i}" for i in range(200)] + [f"b{i}" for i in range(200)]
+    common = dict(select_ratio=0.1, n_epochs=30, workers=1)
+    results = {}
+    for budget in ("global", "group"):
+        spec = SelectSpec.from_mapping(dict(common, budget=budget))
+        m = run_selection(shards, tmp_path / budget, spec, runner=LocalRunner(1), progress=False)
+        kept = set(pq.read_table(tmp_path / budget / "selected").column("chunk_id").to_pylist())
+        rows = [i for i, v in enumerate(ids) if v in kept]
+        assert len(rows) == 40
+        results[budget] = (m, _exact_j(x, qs, rows, 0.5, 40), sum(v[0] == "a" for v in kept))
+    m, j_global, from_a = results["global"]
+    assert m["budget"]["allocation"] == "gains"
+    assert m["budget"]["global_round"]["kept_per_group"] == [from_a, 40 - from_a]
+    assert results["group"][2] == 20 and from_a <= 15
+    assert j_global > results["group"][1]
+    parts = sorted(p.name for p in (tmp_path / "global" / "selected").iterdir())
+    assert parts == ["part-00000.parquet", "part-00001.parquet"]
+    table = pq.read_table(tmp_path / "global" / "selected")
+    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit"}
+    assert sorted(table.column("rank").to_pylist()) == list(range(1, 41))
+
+
+def test_which_objectives_allocate_by_gains():
+    spec = SelectSpec.from_mapping
+    assert allocates_by_gains(spec({}))
+    assert allocates_by_gains(spec({"method": "greedy"}))
+    assert not allocates_by_gains(spec({"algorithm": ["Facility", "DiSF"]}))
+    assert not allocates_by_gains(spec({"algorithm": ["Pair_simi"]}))
+    assert not allocates_by_gains(spec({"method": "topk"}))  # an exact merge of scores
+    assert not allocates_by_gains(spec({"max_similarity": 0.9}))
+    assert torch.isfinite(torch.tensor(group_lamb(0.5, 1, 1, 1, 1)))
