@@ -157,15 +157,17 @@ def knn_graph(
     if method == "faiss":
         return _faiss_graph(x, k, n_probe, n_clusters)
     if method == "exact":
-        idx, sim = [], []
-        # Blocks of 16M similarities (64 MB): the graph's own memory, not the block, should
-        # set the peak (N = 15k: 256 MB blocks made it 17 KB per document).
+        # Blocks of 16M similarities (64 MB), written into the graph in place: the graph's
+        # own memory, not the blocks or a concatenated copy, should set the peak (N = 15k:
+        # 256 MB blocks made it 17 KB per document).
+        idx = torch.empty(n, k, dtype=torch.long, device=x.device)
+        sim = torch.empty(n, k, dtype=x.dtype, device=x.device)
         step = _block_rows(n, budget=1 << 24)
         for lo in range(0, n, step):
-            s, i = (x[lo : lo + step] @ x.T).topk(k, dim=1)
-            idx.append(i)
-            sim.append(s)
-        return torch.cat(idx), torch.cat(sim)
+            torch.topk(
+                x[lo : lo + step] @ x.T, k, dim=1, out=(sim[lo : lo + step], idx[lo : lo + step])
+            )
+        return idx, sim
     if generator is None:  # never torch's global RNG: the same input gives the same graph
         generator = torch.Generator(device=x.device).manual_seed(0)
     cent = spherical_kmeans(

@@ -238,7 +238,7 @@ class FacilityLocation(Term):
                 n_probe=self.n_probe,
                 generator=self.ctx_.generator if generator is None else generator,
             )
-            self.graph_ = (idx, sim.clamp_min(0.0))
+            self.graph_ = (idx, sim.clamp_min_(0.0))  # its own tensor: clipped in place
             self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
 
