@@ -515,7 +515,7 @@ def write_speed_markdown(results: Path, target: Path) -> None:
         if wall > 1.0 or jr < 1.0:
             misses.append(
                 f"- {label}: wall {wall:.2f}x ({m['total_s']:.2f} s against "
-                f"{g['total_s']:.2f} s), J {100 * jr:.3f}%"
+                f"{g['total_s']:.2f} s), J {100 * jr:.4f}% ({m['J'] - g['J']:+.2e})"
             )
         gl_wall = gl_j = None
         if gl is not None and "J" in gl:
