@@ -52,6 +52,26 @@ def test_same_seed_same_selection(small_corpus, params):
     assert not np.array_equal(a.logits_, c.logits_)
 
 
+@pytest.mark.parametrize(("ratio", "steps"), [(0.01, 10), (0.2, 20), (0.9, 90)])
+def test_default_steps_follow_k(small_corpus, ratio, steps):
+    """expected: min(100, max(10, ceil(k / 4))) steps unless n_epochs is given."""
+    learner = MaskLearner(select_ratio=ratio, device="cpu").fit(small_corpus)
+    assert learner.n_epochs_ == steps  # k = 4, 80, 360 of 400
+    given = MaskLearner(select_ratio=ratio, n_epochs=7, device="cpu").fit(small_corpus)
+    assert given.n_epochs_ == 7
+
+
+def test_same_seed_same_selection_with_the_exact_rounding(demo_corpus):
+    """At select_ratio 0.01 (exact cover in the rounding) the same seed selects the same
+    rows, in a second fit of the same learner too."""
+    learner = MaskLearner(select_ratio=0.01, seed=3, device="cpu")
+    a = learner.fit(demo_corpus).selected_.copy()
+    assert learner.objective_.terms[-1][1].exact_rounding_
+    b = MaskLearner(select_ratio=0.01, seed=3, device="cpu").fit(demo_corpus).selected_
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, learner.fit(demo_corpus).selected_)
+
+
 def test_ties_are_broken_by_id():
     from datamask.optim import top_k_rows
 

@@ -62,6 +62,9 @@ class TermContext:
     columns : mapping of str to ndarray
         Extra per-document columns the term asked for in ``requires_columns`` (length
         n_docs each).
+    max_neighbors : int, optional
+        Cap on the default K of a graph term (facility location): the learner binds with
+        ``LEARNER_MAX_NEIGHBORS``, the greedy with none (its own default K).
     """
 
     features: torch.Tensor
@@ -72,6 +75,7 @@ class TermContext:
     generator: torch.Generator
     rng: np.random.Generator
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)
+    max_neighbors: int | None = None
 
     @classmethod
     def create(
@@ -82,6 +86,7 @@ class TermContext:
         *,
         seed: int = 0,
         columns: Mapping[str, np.ndarray] | None = None,
+        max_neighbors: int | None = None,
     ) -> TermContext:
         """A context with fresh generators from ``seed`` on the device of ``features``."""
         device = features.device
@@ -95,6 +100,7 @@ class TermContext:
             generator=gen,
             rng=rng,
             columns=dict(columns or {}),
+            max_neighbors=max_neighbors,
         )
 
 
@@ -242,6 +248,12 @@ class Term(ABC):
         return self.value(selected)
 
     # --- swap local search (optim.local_search) ---------------------------------------------
+    def swap_value(self, keep: torch.Tensor) -> float:
+        """The value the swap search maximises for the selection ``keep`` (a bool mask):
+        :meth:`graph_value` unless the term counts it another way (facility location with
+        an exact cover, see ``FacilityLocation.exact_rounding_``)."""
+        return self.graph_value(torch.nonzero(keep).squeeze(1))
+
     def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Per row (float64, shape (n,)): the gain of adding it to the selection ``keep``
         (a bool mask) and the loss of dropping it, each alone, on :meth:`graph_value`.
@@ -261,9 +273,10 @@ class Term(ABC):
         two single-row scores (None: no interaction counted)."""
         return None
 
-    def swap_footprint(self, keep: torch.Tensor) -> tuple | None:
+    def swap_footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple | None:
         """For terms whose swaps can interact (facility location): the rows each swap
-        touches, so that the search can pick swaps that add up (None: no footprint)."""
+        touches (each kept row's drop, each of the candidate ``adds``), so that the search
+        can pick swaps that add up (None: no footprint)."""
         return None
 
     def swap_pool_size(self, m: int) -> int:

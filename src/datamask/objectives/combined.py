@@ -99,6 +99,7 @@ class Objective:
         device: torch.device | str = "cpu",
         seed: int = 0,
         columns: Mapping[str, np.ndarray] | None = None,
+        max_neighbors: int | None = None,
     ) -> Objective:
         """Move the corpus to ``device`` and bind every term to its context. Returns self.
 
@@ -117,6 +118,9 @@ class Objective:
         columns : mapping of str to ndarray, optional
             Extra per-document columns; default ``corpus.extra`` when the corpus has it.
             Each term receives the columns it lists in ``requires_columns``.
+        max_neighbors : int, optional
+            Cap on the default K of graph terms (``TermContext.max_neighbors``); the
+            learner passes ``LEARNER_MAX_NEIGHBORS``.
 
         Raises
         ------
@@ -148,7 +152,12 @@ class Objective:
                     )
                 wanted[col] = values
             ctx = TermContext.create(
-                self.features_, self.quality_, self.k_, seed=self.seed_, columns=wanted
+                self.features_,
+                self.quality_,
+                self.k_,
+                seed=self.seed_,
+                columns=wanted,
+                max_neighbors=max_neighbors,
             )
             term.bind(ctx)
         return self

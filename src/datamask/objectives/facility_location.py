@@ -16,6 +16,7 @@ from .registry import register_term
 __all__ = [
     "FacilityLocation",
     "KEPT_NEIGHBORS",
+    "LEARNER_MAX_NEIGHBORS",
     "MAX_NEIGHBORS",
     "MIN_NEIGHBORS",
     "neighbors_for_ratio",
@@ -30,13 +31,37 @@ MIN_NEIGHBORS = 64
 #: 40 bytes per entry (N = 50k, K = 1024: 2 GB). Below select_ratio 1/64 fewer than 16
 #: kept neighbours are expected; pass ``n_neighbors`` to go higher.
 MAX_NEIGHBORS = 1024
+#: The learner's cap (``TermContext.max_neighbors``): K does not grow as 1/select_ratio
+#: below ratio 0.1. Its swap rounding counts the coverage beyond the K-th neighbour exactly
+#: instead (``FacilityLocation.exact_rounding_``), so the graph only steers the gradient
+#: steps and bounds the gains of adds; memory stays O(n * 160) at any ratio
+#: (benchmarks/realtext/SPEED.md).
+LEARNER_MAX_NEIGHBORS = 160
 
 
-def neighbors_for_ratio(k: int, n: int) -> int:
+def neighbors_for_ratio(k: int, n: int, cap: int = MAX_NEIGHBORS) -> int:
     """K of the graph for a selection of ``k`` of ``n`` rows:
-    ``min(n, MAX_NEIGHBORS, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
+    ``min(n, cap, max(MIN_NEIGHBORS, ceil(KEPT_NEIGHBORS * n / k)))``."""
     wanted = max(MIN_NEIGHBORS, math.ceil(KEPT_NEIGHBORS * n / max(k, 1)))
-    return int(min(n, MAX_NEIGHBORS, wanted))
+    return int(min(n, cap, wanted))
+
+
+@dataclass
+class ExactCover:
+    """The exact best and second-best cover of every document by a selection (all pairs,
+    similarities clipped at 0), for the swap rounding: ``owner``/``owner2`` are the kept
+    rows giving them, ``n`` where the cover is 0 (no kept row is similar); ``thin``: the
+    documents with fewer than two kept rows in their graph list (compared over all pairs)."""
+
+    keep: torch.Tensor
+    best: torch.Tensor
+    owner: torch.Tensor
+    second: torch.Tensor
+    owner2: torch.Tensor
+    thin: torch.Tensor
+
+    def value(self) -> float:
+        return float(self.best.double().mean())
 
 
 @dataclass
@@ -81,7 +106,9 @@ class FacilityLocation(Term):
     ----------
     n_neighbors : int, optional
         K of the graph. Default: :func:`neighbors_for_ratio` of the target size, so that
-        every document expects ``KEPT_NEIGHBORS`` kept neighbours in its list.
+        every document expects ``KEPT_NEIGHBORS`` kept neighbours in its list (up to 1024);
+        the learner caps it at ``LEARNER_MAX_NEIGHBORS`` (160) and counts the coverage its
+        graph misses exactly in its rounding (``exact_rounding_``).
     knn : {"auto", "exact", "ivf", "faiss"}, default="auto"
         How the graph is built, see :func:`datamask.neighbors.knn_graph`. The ivf k-means
         draws from the context's seeded generator (``TermContext.generator``), so the
@@ -145,7 +172,10 @@ class FacilityLocation(Term):
         features = self.features_
         n = self.n_docs
         if self.n_neighbors is None:
-            self.n_neighbors_ = neighbors_for_ratio(self.k_, n)
+            cap = self.ctx_.max_neighbors
+            self.n_neighbors_ = neighbors_for_ratio(
+                self.k_, n, MAX_NEIGHBORS if cap is None else min(cap, MAX_NEIGHBORS)
+            )
         else:
             if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, int):
                 raise TypeError(f"n_neighbors must be an integer; got {self.n_neighbors!r}.")
@@ -153,7 +183,6 @@ class FacilityLocation(Term):
                 raise ValueError(f"n_neighbors must be >= 1; got {self.n_neighbors}.")
             self.n_neighbors_ = min(self.n_neighbors, n)
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._swap_top = None
         self.graph_seconds_ = 0.0
         self.graph_method_ = "given" if self.graph is not None else ""
         if self.graph is not None:
@@ -168,6 +197,14 @@ class FacilityLocation(Term):
             self.graph_ = (idx[:, :kk].to(dev), sim[:, :kk].to(dev, features.dtype).clamp_min(0))
         self.reverse_: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.dense_: torch.Tensor | None = None
+        # Fewer than KEPT_NEIGHBORS kept rows expected in a list: the graph misses much of
+        # the coverage, so the swap rounding counts it exactly (ExactCover: from the graph
+        # where a list holds two kept rows, over all pairs for the other documents) and
+        # uses the graph for the gains of adds.
+        kk = self.n_neighbors_
+        self.exact_rounding_ = kk < n and kk * self.k_ < KEPT_NEIGHBORS * n
+        self._covers: list[ExactCover] = []
+        self._cover_base: ExactCover | None = None
         return self
 
     def _dense(self) -> torch.Tensor | None:
@@ -201,7 +238,7 @@ class FacilityLocation(Term):
                 n_probe=self.n_probe,
                 generator=self.ctx_.generator if generator is None else generator,
             )
-            self.graph_ = (idx, sim.clamp_min(0.0))
+            self.graph_ = (idx, sim.clamp_min_(0.0))  # its own tensor: clipped in place
             self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
 
@@ -247,7 +284,7 @@ class FacilityLocation(Term):
     def coverage(self, selected: torch.Tensor) -> torch.Tensor:
         """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks."""
         xs = self.features_[selected]
-        step = _block_rows(len(selected))
+        step = _block_rows(len(selected), budget=1 << 22)  # 16 MB blocks: O(1) memory
         return torch.cat(
             [
                 (self.features_[lo : lo + step] @ xs.T).amax(1).clamp_min(0.0)
@@ -259,39 +296,133 @@ class FacilityLocation(Term):
         return float(self.coverage(selected).double().mean())
 
     # --- swap local search: all-rows bounds on the graph objective -------------------------
+    def _top2(self, docs: torch.Tensor, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two most similar rows of ``sel`` for each row of ``docs`` (clipped at 0;
+        row n where the similarity is 0), in blocks of about 4M similarities."""
+        x, n = self.features_, self.n_docs
+        vals = torch.zeros(len(docs), 2, dtype=x.dtype, device=x.device)
+        rows = torch.full((len(docs), 2), n, dtype=torch.long, device=x.device)
+        if len(sel) == 0:
+            return vals, rows
+        xs, m = x[sel], min(2, len(sel))
+        step = _block_rows(len(sel), budget=1 << 22)
+        for lo in range(0, len(docs), step):
+            v, i = (x[docs[lo : lo + step]] @ xs.T).topk(m, dim=1)
+            vals[lo : lo + step, :m] = v.clamp_min(0.0)
+            rows[lo : lo + step, :m] = torch.where(v > 0, sel[i], n)
+        return vals, rows
+
+    def _exact_cover(self, keep: torch.Tensor) -> ExactCover:
+        """:class:`ExactCover` of ``keep`` (looked up among the last ones computed first).
+
+        1. From the graph: a document with two kept rows in its list (at similarity > 0)
+           has its exact best and second best there, since every row it does not list is
+           at most as similar as its K-th neighbour. One pass over the graph.
+        2. The other ("thin") documents are compared with the selection over all pairs:
+           derived from the base (the selection the search stands on) by its swaps when
+           the document was thin there too and lost neither of its two rows (compared
+           with the adds only, O(d) per add), else with the whole selection (O(k d)).
+
+        Exact for an exact graph; on an approximate one a thick document's cover is read
+        from its (approximate) list."""
+        for cover in self._covers:
+            if torch.equal(cover.keep, keep):
+                return cover
+        n, dev = self.n_docs, keep.device
+        idx, sim = self.knn_graph()
+        m = min(2, idx.shape[1])
+        top = (sim * keep[idx].to(sim.dtype)).topk(m, dim=1)  # 1. the graph's top two
+        vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
+        rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
+        vals[:, :m] = top.values
+        rows[:, :m] = torch.where(top.values > 0, idx.gather(1, top.indices), n)
+        thin = vals[:, 1] <= 0
+        docs = torch.nonzero(thin).squeeze(1)  # 2. the thin documents, over all pairs
+        base = self._cover_base
+        sel = torch.nonzero(keep).squeeze(1)
+        if base is None:
+            full, inc = docs, docs[:0]
+        else:
+            gone = torch.zeros(n + 1, dtype=torch.bool, device=dev)
+            gone[torch.nonzero(base.keep & ~keep).squeeze(1)] = True
+            same = base.thin[docs] & ~(gone[base.owner[docs]] | gone[base.owner2[docs]])
+            full, inc = docs[~same], docs[same]
+        if len(full):
+            vals[full], rows[full] = self._top2(full, sel)
+        if len(inc):
+            adds = torch.nonzero(keep & ~base.keep).squeeze(1)
+            vals[inc] = torch.stack([base.best[inc], base.second[inc]], 1)
+            rows[inc] = torch.stack([base.owner[inc], base.owner2[inc]], 1)
+            if len(adds):
+                xa = self.features_[adds]
+                step = _block_rows(len(adds) + 2, budget=1 << 22)
+                for lo in range(0, len(inc), step):
+                    r = inc[lo : lo + step]
+                    s = (self.features_[r] @ xa.T).clamp_min(0.0)
+                    v = torch.cat([vals[r], s], 1)
+                    ids = torch.cat([rows[r], adds.expand(len(r), -1)], 1)
+                    top_v, top_i = v.topk(2, dim=1)
+                    vals[r] = top_v
+                    rows[r] = torch.where(top_v > 0, ids.gather(1, top_i), n)
+        cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1], thin)
+        self._covers = [*self._covers[-2:], cover]
+        return cover
+
+    def swap_value(self, keep: torch.Tensor) -> float:
+        """With ``exact_rounding_``, the exact value (:meth:`value`) from an
+        :class:`ExactCover`; else :meth:`graph_value`."""
+        if not self.exact_rounding_:
+            return self.graph_value(torch.nonzero(keep).squeeze(1))
+        return self._exact_cover(keep).value()
+
     def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gain of adding each row against the current graph coverage, and loss of dropping
-        each kept row: the coverage its clients fall back to (their second-best kept
-        neighbour). The exact swap gain of a pair is never below ``gain - loss``."""
+        """Gain of adding each row against the current coverage, and loss of dropping each
+        kept row: the coverage its clients fall back to (their second-best kept row). The
+        exact swap gain of a pair is never below ``gain - loss``.
+
+        On the graph objective both are exact. With ``exact_rounding_`` the coverage and
+        the losses are exact on all pairs and the gain of an add counts the documents that
+        list it (a lower bound: a document whose cover is below its K-th similarity may
+        gain from a row it does not list)."""
         n = keep.shape[0]
         idx, sim = self.knn_graph()
-        covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
-        top = covered.topk(min(2, covered.shape[1]), dim=1)
-        self._swap_top = top  # for swap_footprint
-        best = top.values[:, 0]
-        second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
-        owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
-        drop = torch.zeros(n, dtype=torch.float64, device=keep.device)
+        drop = torch.zeros(n + 1, dtype=torch.float64, device=keep.device)
+        if self.exact_rounding_:
+            cover = self._cover_base = self._exact_cover(keep)
+            self._covers = [cover]
+            best, second, owner = cover.best, cover.second, cover.owner
+            self._swap_owners = torch.stack([cover.owner, cover.owner2], 1)  # footprints
+        else:
+            covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
+            top = covered.topk(min(2, covered.shape[1]), dim=1)
+            best = top.values[:, 0]
+            second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
+            owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
+            owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
+            self._swap_owners = torch.where(top.values > 0, owners, n)  # 0: no neighbour
+        self._swap_best = best
         drop.index_add_(0, owner, (best - second).to(torch.float64))
         every = torch.arange(n, device=keep.device)
-        return self._graph_gains(best, every).to(torch.float64), drop / n
+        return self._graph_gains(best, every).to(torch.float64), drop[:n] / n
 
-    def swap_footprint(self, keep: torch.Tensor) -> tuple:
-        """The documents each kept row covers best or second best, and those each other
-        row would gain on, both CSR ``(ptr, rows)`` (after :meth:`swap_bounds` on ``keep``):
-        swaps whose footprints do not meet add up."""
+    def swap_footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple:
+        """The documents each kept row covers best or second best, and those each row of
+        ``adds`` would gain on (among the documents that list it), both CSR ``(ptr, rows)``
+        (after :meth:`swap_bounds` on ``keep``): swaps whose footprints do not meet add up
+        (their bounds count only those gains)."""
         n = keep.shape[0]
-        top = self._swap_top
-        idx, _ = self.knn_graph()
-        owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
-        real = (top.values > 0).reshape(-1)  # a zero similarity is no neighbour
+        owners = self._swap_owners
+        real = (owners < n).reshape(-1)  # n: no covering row
         clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
-        _, rclients, rsims = self.reverse_graph()
-        gains_here = rsims > top.values[:, 0][rclients]  # beats the current cover
-        cols = self.reverse_cols_
+        idx, sim = self.knn_graph()
+        # The listed rows that beat a document's current cover, grouped by row: only these
+        # entries are sorted (no reverse graph, which would double the graph's memory).
+        candidate = torch.zeros(n, dtype=torch.bool, device=keep.device)
+        candidate[adds] = True
+        doc, pos = torch.nonzero(candidate[idx] & (sim > self._swap_best[:, None]), as_tuple=True)
         return (
             _csr(owners.reshape(-1)[real], clients[real], n),
-            _csr(cols[gains_here], rclients[gains_here], n, presorted=True),
+            _csr(idx[doc, pos], doc, n),
         )
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
@@ -338,11 +469,15 @@ class FacilityLocation(Term):
     def _graph_gains(self, cover: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """``sum_{i lists j} max(0, sim_ij - cover_i) / n`` for every candidate j."""
         if len(candidates) == self.n_docs and bool((candidates[1:] > candidates[:-1]).all()):
-            # Every row, in order: scatter the forward graph, no gathers by column.
+            # Every row, in order: scatter the forward graph, no gathers by column; in
+            # blocks of rows, so the float64 copy never holds the whole graph.
             idx, sim = self.knn_graph()
-            gain = (sim - cover[:, None]).clamp_min(0.0).double().reshape(-1)
             out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
-            return (out.index_add_(0, idx.reshape(-1), gain) / self.n_docs).to(cover.dtype)
+            step = _block_rows(idx.shape[1], budget=1 << 20)
+            for lo in range(0, self.n_docs, step):
+                gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
+                out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))
+            return (out / self.n_docs).to(cover.dtype)
         ptr, clients, sims = self.reverse_graph()
         if len(candidates) <= 64:  # the lazy greedy's few stale rows: slices, no scatter
             bounds = self._ptr_list

@@ -31,7 +31,7 @@ import torch
 from ..objectives import Objective
 from ..objectives.disf import DISF_POOL
 
-__all__ = ["DISF_POOL", "SwapResult", "graph_objective", "swap_search"]
+__all__ = ["DISF_POOL", "SwapResult", "graph_objective", "swap_objective", "swap_search"]
 
 
 def graph_objective(objective: Objective, selected: torch.Tensor) -> float:
@@ -40,6 +40,17 @@ def graph_objective(objective: Objective, selected: torch.Tensor) -> float:
     total = 0.0
     for w, term in objective.terms:
         total += w * term.graph_value(selected)
+    return total
+
+
+def swap_objective(objective: Objective, keep: torch.Tensor) -> float:
+    """J as the swap search counts it, from every term's
+    :meth:`~datamask.objectives.Term.swap_value` of the bool mask ``keep``: the graph
+    objective, except a facility term with ``exact_rounding_`` (small select_ratio),
+    which counts its exact value."""
+    total = 0.0
+    for w, term in objective.terms:
+        total += w * term.swap_value(keep)
     return total
 
 
@@ -55,12 +66,12 @@ class SwapResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _footprints(objective: Objective, keep: torch.Tensor) -> list:
-    """Per term that has one (facility location), its swap footprint (see
-    ``FacilityLocation.swap_footprint``) for :func:`_independent`."""
+def _footprints(objective: Objective, keep: torch.Tensor, adds: torch.Tensor) -> list:
+    """Per term that has one (facility location), its swap footprint for the candidate
+    ``adds`` (see ``FacilityLocation.swap_footprint``) for :func:`_independent`."""
     out = []
     for w, term in objective.terms:
-        footprint = term.swap_footprint(keep) if w != 0 else None
+        footprint = term.swap_footprint(keep, adds) if w != 0 else None
         if footprint is not None:
             out.append(footprint)
     return out
@@ -122,7 +133,7 @@ def _apply(
     trial = keep.clone()
     trial[drops] = False
     trial[adds] = True
-    return trial, graph_objective(objective, torch.nonzero(trial).squeeze(1))
+    return trial, swap_objective(objective, trial)
 
 
 def swap_search(
@@ -133,7 +144,7 @@ def swap_search(
     batch: int | None = None,
     tol: float = 1e-12,
 ) -> SwapResult:
-    """Improve ``selected`` (k rows) by batches of 1-for-1 swaps on the graph objective.
+    """Improve ``selected`` (k rows) by batches of 1-for-1 swaps on :func:`swap_objective`.
 
     Parameters
     ----------
@@ -152,7 +163,8 @@ def swap_search(
     Returns
     -------
     SwapResult
-        ``value >= start``: the search never lowers the graph objective.
+        ``value >= start``: the search never lowers :func:`swap_objective` (the graph
+        objective, with facility location counted exactly at small select_ratio).
     """
     dev = objective.device_
     n = objective.features_.shape[0]
@@ -160,7 +172,7 @@ def swap_search(
     k = len(sel)
     keep = torch.zeros(n, dtype=torch.bool, device=dev)
     keep[sel] = True
-    current = start = graph_objective(objective, sel)
+    current = start = swap_objective(objective, keep)
     m = min(k, 1024) if batch is None else int(batch)
     result = SwapResult(selected=sel, start=start, value=start)
     scores = None
@@ -200,7 +212,8 @@ def swap_search(
         # Every positive pair at once; if that does not rise, the non-interacting ones.
         trial, value = _apply(objective, keep, adds[good], drops[good])
         if not value > current + tol and len(good) > 1:
-            pick = _independent(adds[good], drops[good], _footprints(objective, keep), n)
+            fp = _footprints(objective, keep, adds[good])
+            pick = _independent(adds[good], drops[good], fp, n)
             if len(pick) < len(good):
                 good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
                 trial, value = _apply(objective, keep, adds[good], drops[good])

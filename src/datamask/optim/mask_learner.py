@@ -52,11 +52,16 @@ from ..data import Corpus, Selection, top_k_rows
 from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective
 from ..objectives.combined import resolve_objective
+from ..objectives.facility_location import LEARNER_MAX_NEIGHBORS
 from .local_search import swap_search
 
 __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]
 
 ESTIMATORS = ("expected", "reinforce")
+#: Default steps of the expected estimator: ``min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS,
+#: ceil(k / 4)))`` (see ``n_epochs``).
+EXPECTED_STEPS = 100
+MIN_EXPECTED_STEPS = 10
 REFINES = ("swap", "none")
 INITS = ("same", "quality")
 MASK_SAMPLERS = ("bernoulli", "topk")
@@ -108,7 +113,10 @@ class MaskLearner:
         runner to honour a global ratio exactly. The learner still uses ``select_ratio``
         for its initial logits and Gumbel top-k batch sizes.
     n_epochs : int, optional
-        Optimisation steps. Default 5000 for reinforce (the reference), 100 for expected.
+        Optimisation steps. Default 5000 for reinforce (the reference); for expected
+        ``min(100, max(10, ceil(k / 4)))``: below 400 kept documents the swap rounding
+        reaches the same J from fewer steps (benchmarks/realtext/SPEED.md), and a learner
+        that takes as many steps as the greedy takes picks is slower than it.
     partial : float, default=0.1
         Fraction of documents drawn per step: the batch of the reinforce estimator; for
         the expected estimator, the documents whose coverage is averaged (facility
@@ -257,7 +265,7 @@ class MaskLearner:
         if self.estimator == "reinforce" and self.n_rollout < 2:
             raise ValueError(f"n_rollout must be >= 2 to normalise rewards; got {self.n_rollout}.")
         reinforce = self.estimator == "reinforce"
-        self.n_epochs_ = (
+        self.n_epochs_ = (  # expected: set again in fit, from k
             self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 100)
         )
         check_positive("n_epochs", self.n_epochs_, integer=True)
@@ -291,8 +299,12 @@ class MaskLearner:
         start = time.perf_counter()
         self.device_ = resolve_device(self.device)
         self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
+        if self.n_epochs is None and self.estimator == "expected":
+            self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 4)))
         objective = resolve_objective(self.objective, self.algorithm, self.lamb)
-        self.objective_ = objective.bind(corpus, self.k_, self.device_, seed=self.seed)
+        self.objective_ = objective.bind(
+            corpus, self.k_, self.device_, seed=self.seed, max_neighbors=LEARNER_MAX_NEIGHBORS
+        )
         gen, _ = make_generators(self.seed, self.device_)
         self._gen = gen
 
