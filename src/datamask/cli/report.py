@@ -15,8 +15,8 @@ from typing import Any
 from .._device import set_threads
 from ..evaluate.browse import build_report, write_report
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from .args import add_column_arguments, add_threads_argument
-from .common import add_dup_thresholds_argument, resolve_columns_arg
+from .args import add_threads_argument
+from .common import add_data_arguments, add_dup_thresholds_argument, resolve_columns_arg
 
 __all__ = ["add_report_parser", "run_report"]
 
@@ -77,14 +77,6 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "when present)",
     )
     p.add_argument(
-        "--length-col",
-        "--length_col",
-        dest="length_col",
-        default=None,
-        help="column for the length distribution, numbers or texts (default: the first of "
-        "n_chars, length, n_tokens, text present; none -> no length figure)",
-    )
-    p.add_argument(
         "--topics",
         dest="n_topics",
         type=int,
@@ -122,7 +114,7 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--no-progress", dest="progress", action="store_false", help="hide progress bars"
     )
     add_dup_thresholds_argument(p)
-    add_column_arguments(p.add_argument_group("columns"))
+    add_data_arguments(p.add_argument_group("columns"))  # as evaluate and bench: --length-col too
     add_threads_argument(p)
     return p
 
