@@ -199,7 +199,13 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     assert [g["share"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
     n_total = N_SHARDS * ROWS
     proposed = [candidate_count(n, n_total, k_total, 2.0) for n in sizes]
-    assert [g["k"] for g in m["groups"]] == proposed
+    if partition == "cluster":  # allocated by gains: groups cut off propose twice as many
+        kept = m["budget"]["global_round"]["kept_per_group"]
+        for g, c, m_g in zip(m["groups"], proposed, kept, strict=True):
+            assert g["k"] in {min(g["n"], c * 2**r) for r in range(8)}
+            assert m_g < g["k"] or g["k"] == g["n"]  # nobody cut off by its candidates
+    else:
+        assert [g["k"] for g in m["groups"]] == proposed
     assert m["budget"]["mode"] == "global" and m["budget"]["candidates"] == sum(
         g["k"] for g in m["groups"]
     )
@@ -209,7 +215,8 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     # every worker reports its memory; the selected parts carry the group id
     assert all(g["peak_rss_mb"] > 0 for g in m["groups"])
     table = pq.read_table(tmp_path / "out" / "selected")
-    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit"}
+    extra = {"gain"} if partition == "cluster" else set()
+    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit", *extra}
 
 
 def test_ids_carry_through_unchanged(tmp_path):
@@ -629,7 +636,8 @@ def test_corpus_quality_range_scales_like_the_whole_corpus():
 
 def test_global_scaling_two_skewed_shards(tmp_path):
     write_skewed(tmp_path / "in")
-    fast = dict(n_epochs=20, select_ratio=0.5, n_neighbors=16, device="cpu")
+    # one group per shard: the shards are the two quality levels
+    fast = dict(n_epochs=20, select_ratio=0.5, n_neighbors=16, device="cpu", partition="shard")
     shares = {}
     for budget in ("group", "global"):
         m = run_selection(

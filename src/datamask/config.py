@@ -259,10 +259,11 @@ class PartitionSpec:
     """How a sharded corpus is split into groups and how the budget is shared."""
 
     partition: str = _option(
-        "shard",
+        "cluster",
         (Options(str, ("shard", "chunk", "cluster")),),
-        "selection groups: one per shard, fixed-size chunks of rows, or k-means clusters of "
-        "the embeddings",
+        "selection groups: k-means clusters of the embeddings (each document's neighbours in "
+        "its own group; clusters above --chunk-size rows are split), one per shard, or "
+        "fixed-size chunks of rows",
     )
     chunk_size: int = _option(
         100_000,
