@@ -374,6 +374,14 @@ KILLER = textwrap.dedent(
     markers = []
 
     def write_then_die(obj, path):
+        if path.name.endswith(".want.json"):  # a group cut off by its candidates
+            markers.append(path)
+            if {when!r} == "extend":  # the wish is written, the old marker still there
+                real(obj, path)
+                os.kill(os.getpid(), signal.SIGKILL)
+        elif {when!r} == "reproposed" and any(".want" in p.name for p in markers):
+            if "completions" in str(path):  # the group proposed more, its marker not written
+                os.kill(os.getpid(), signal.SIGKILL)
         if "completions" in str(path):
             markers.append(path)
             # round 1: group 2's files are in place, its marker is not;
@@ -415,6 +423,8 @@ def kill_during(
         ("round1", "global", "chunk"),
         ("round2", "global", "chunk"),  # the central round
         ("round2", "global", "cluster"),  # allocated by gains
+        ("extend", "global", "cluster"),  # ... a group asked to propose more
+        ("reproposed", "global", "cluster"),  # ... and killed while it does
     ],
 )
 def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path, ray_runner):
@@ -436,6 +446,10 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
             else work / "candidates" / "00002.parquet"
         )
         assert written.exists()  # written, but not marked
+    elif when in ("extend", "reproposed"):
+        wants = sorted(p.name for p in (work / "candidates").glob("*.want.json"))
+        assert wants and not (work / "completions" / "global").exists()
+        assert clean["budget"]["global_round"]["rounds"] > 1
     else:
         assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
         parts = sorted(p.name for p in (out / "selected").glob("part-*.parquet"))
@@ -447,7 +461,11 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
 
     resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]
-    assert computed == (list(range(2, n_groups)) if when == "round1" else [])
+    if when in ("extend", "reproposed"):  # only groups asked for more run again
+        again_ids = {int(p.name[:5]) for p in (work / "candidates").glob("*.want.json")}
+        assert set(computed) <= again_ids and computed
+    else:
+        assert computed == (list(range(2, n_groups)) if when == "round1" else [])
     if budget == "global":
         assert not resumed["budget"]["global_round"]["reused"]
     assert selected_ids(out) == selected_ids(tmp_path / "clean")
