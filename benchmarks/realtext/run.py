@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from datamask import make_clustered
+from datamask import Columns, make_clustered
 from datamask._device import set_threads
 from datamask.data import Corpus
 from datamask.evaluate.bench import _cpu_seconds, measure_peak_rss
@@ -118,7 +118,7 @@ def load_set(name: str, corpus_path: Path, clustered_n: int) -> Corpus | None:
         if not SHARED.exists():
             print(f"shared: {SHARED} missing; skipped")
             return None
-        return read_corpus(SHARED, id_col="id", feature_col="embedding")
+        return read_corpus(SHARED, Columns(id_col="id", feature_col="embedding"))
     corpus = make_clustered(clustered_n, 384, 50, seed=0)
     corpus.source = f"make_clustered({clustered_n}, 384, 50, seed=0)"
     return corpus

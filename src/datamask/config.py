@@ -1,12 +1,12 @@
 """One configuration: the frozen spec every entry point builds, checks once and passes on.
 
 A :class:`SelectSpec` is five frozen sections: what is maximised (:class:`ObjectiveSpec`),
-by which method (:class:`SelectorSpec`), on which columns (:class:`ColumnsSpec`), how a
-corpus is split (:class:`PartitionSpec`) and how the run is carried out (:class:`RunSpec`).
+by which method (:class:`SelectorSpec`), on which columns (:class:`~datamask.columns.Columns`),
+how a corpus is split (:class:`PartitionSpec`) and how the run is carried out (:class:`RunSpec`).
 Each setting is declared once, as an :class:`Option` here or in the constraint table of the
 selector or term that owns it (``_parameter_constraints``, scikit-learn's model); the
 command line's flags, choices and help, the keys of a YAML/TOML ``--config`` file and the
-checks are all made from those declarations. The spec is what :func:`datamask.pipeline.select`
+checks are all made from those declarations. The spec is what :func:`datamask.select`
 runs, what is fingerprinted for resume, and what crosses process boundaries (it pickles).
 
     >>> spec = SelectSpec.from_mapping({"select_ratio": 0.1, "n_epochs": 50})
@@ -30,13 +30,14 @@ from typing import Any
 
 from ._device import check_device_name
 from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, validate_params
+from .columns import Columns
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
 from .objectives.registry import TERMS, import_term_modules
 from .selectors import SELECTORS
 
 __all__ = [
-    "ColumnsSpec",
+    "Columns",
     "ObjectiveSpec",
     "Option",
     "PartitionSpec",
@@ -238,23 +239,6 @@ class SelectorSpec:
 
 
 @dataclass(frozen=True)
-class ColumnsSpec:
-    """Which columns hold the id, the quality score(s) and the embedding."""
-
-    id_col: str = _option("chunk_id", (str,), "id column")
-    quality_cols: tuple[str, ...] = _option(
-        ("quality_score",), (str,), "quality column(s), mixed by quality_weights", many=True
-    )
-    quality_weights: tuple[float, ...] | None = None
-    feature_col: str = _option("feature_arr", (str,), "embedding column")
-
-    @property
-    def read(self) -> list[str]:
-        """Columns read from every shard, each once."""
-        return list(dict.fromkeys([self.id_col, *self.quality_cols, self.feature_col]))
-
-
-@dataclass(frozen=True)
 class PartitionSpec:
     """How a sharded corpus is split into groups and how the budget is shared."""
 
@@ -328,7 +312,7 @@ class RunSpec:
 SECTIONS: dict[str, type] = {
     "objective": ObjectiveSpec,
     "selector": SelectorSpec,
-    "columns": ColumnsSpec,
+    "columns": Columns,
     "partition": PartitionSpec,
     "run": RunSpec,
 }
@@ -491,7 +475,7 @@ class SelectSpec:
 
     objective: ObjectiveSpec = ObjectiveSpec()
     selector: SelectorSpec = SelectorSpec()
-    columns: ColumnsSpec = ColumnsSpec()
+    columns: Columns = Columns()
     partition: PartitionSpec = PartitionSpec()
     run: RunSpec = RunSpec()
 
@@ -527,11 +511,26 @@ class SelectSpec:
         selector_params = {k: v for k, v in selector_params.items() if k in own}
         parts["selector"]["params"] = tuple(sorted(selector_params.items()))
         parts["objective"]["term_params"] = tuple(sorted(term_values.items()))
-        return cls(**{name: SECTIONS[name](**kw) for name, kw in parts.items()}).check()
+        spec = cls(**{name: SECTIONS[name](**kw) for name, kw in parts.items()})
+        spec.check()  # the columns stay as given: the door resolves them with the input
+        return spec
 
     def check(self) -> SelectSpec:
         """Refuse what no single option can see: parameters the method does not take, terms
-        that are not registered, a cap the global merge cannot honour. Returns self."""
+        that are not registered, a cap the global merge cannot honour.
+
+        Returns the spec to run: this one, or, when column names are still unknown (no
+        input's schema resolved them, see :meth:`~datamask.columns.Columns.resolve`), a
+        copy with their defaults (``chunk_id``, ``quality_score``, ``feature_arr``). The
+        checks run once per spec: a spec already checked (or made from one by
+        :meth:`evolve`) skips them, so the doors, the planner and the workers may each ask
+        without building the method's throwaway selector again.
+        """
+        if not self.__dict__.get("_checked"):
+            self._check()
+        return self if self.columns.resolved else self.evolve(columns=self.columns.resolve())
+
+    def _check(self) -> None:
         method = self.selector.method
         cls = SELECTORS[method]
         own_table = getattr(cls, "_parameter_constraints", {})
@@ -548,14 +547,7 @@ class SelectSpec:
         for name in self.objective.algorithm:
             if name not in TERMS:
                 raise ValueError(f"algorithm must be one of {list(TERMS)}; got {name!r}.")
-        cols = self.columns
-        if not cols.quality_cols:
-            raise ValueError("quality_cols must name at least one column; got none.")
-        if cols.quality_weights is not None and len(cols.quality_weights) != len(cols.quality_cols):
-            raise ValueError(
-                f"quality_weights must have one weight per quality column "
-                f"({len(cols.quality_cols)}); got {list(cols.quality_weights)}."
-            )
+        _check_columns(self.columns)
         if (
             method in ("topk", "random")
             and self.selector.max_similarity is not None
@@ -570,7 +562,20 @@ class SelectSpec:
         # The method's own cross-parameter checks, on the driver, before anything runs.
         selector = self.make_selector(k=1, device="cpu")
         getattr(selector, "check_params", getattr(selector, "_check_params", lambda: None))()
-        return self
+        object.__setattr__(self, "_checked", True)  # frozen: a mark, not a setting
+
+    def evolve(self, **sections: Any) -> SelectSpec:
+        """This spec with ``columns`` or ``run`` replaced (their names resolved, a staged
+        path). Neither changes what :meth:`check` found, so a checked spec stays checked."""
+        stray = sorted(set(sections) - {"columns", "run"})
+        if stray:
+            raise TypeError(f"evolve replaces columns or run only; got {stray}.")
+        new = replace(self, **sections)
+        if "columns" in sections:
+            _check_columns(new.columns)
+        if self.__dict__.get("_checked"):
+            object.__setattr__(new, "_checked", True)
+        return new
 
     @property
     def read_columns(self) -> list[str]:
@@ -590,7 +595,8 @@ class SelectSpec:
         for name in SECTIONS:
             section = getattr(self, name)
             for f in fields(section):
-                if f.name not in ("params", "term_params"):
+                # a preset is resolved into the column names, which are recorded instead
+                if f.name not in ("params", "term_params", "preset"):
                     out[f.name] = getattr(section, f.name)
         out.update(_own_defaults(SELECTORS[self.selector.method]))
         out.update(dict(self.selector.params))
@@ -604,6 +610,15 @@ class SelectSpec:
             if not _fingerprinted(RunSpec, f.name):
                 out.pop(f.name, None)
         return out
+
+
+def _check_columns(cols: Columns) -> None:
+    given = cols.quality_cols and cols.quality_weights is not None  # else resolved later
+    if given and len(cols.quality_weights) != len(cols.quality_cols):
+        raise ValueError(
+            f"quality_weights must have one weight per quality column "
+            f"({len(cols.quality_cols)}); got {list(cols.quality_weights)}."
+        )
 
 
 def split_quality(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -623,8 +638,12 @@ def split_quality(values: Mapping[str, Any]) -> dict[str, Any]:
         for v in (specs if isinstance(specs, list | tuple) else [specs])
     ]
     out["quality_cols"] = [name for name, _ in pairs]
-    out.pop("quality_weights", None)
     if any(w != 1.0 for _, w in pairs):
+        if out.get("quality_weights") is not None:
+            raise ValueError(
+                "give the quality weights either as NAME:WEIGHT or as quality_weights, not "
+                f"both; got {list(specs)} and {list(out['quality_weights'])}."
+            )
         out["quality_weights"] = [w for _, w in pairs]
     return out
 

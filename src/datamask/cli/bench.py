@@ -207,7 +207,7 @@ def run_bench(args: argparse.Namespace) -> int:
             f"make_clustered({args.synthetic}, {args.dim}, {args.clusters}, seed={args.data_seed})"
         )
     else:
-        corpus = read_corpus_arg(args, args.input)
+        corpus, _ = read_corpus_arg(args, args.input)
     if len(set(args.methods)) != len(args.methods):
         raise ValueError(f"--methods lists a method twice: {args.methods}.")
     if args.map_points < 1:
