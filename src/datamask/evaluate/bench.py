@@ -35,49 +35,40 @@ import os
 import platform
 import tempfile
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .._device import resolve_device, set_threads
+from .._device import set_threads
 from .._memory import measure_peak_rss
-from .._validation import check_corpus, check_ratio
-from ..config import ObjectiveSpec, SelectSpec
+from .._validation import check_corpus
+from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, check_settings
 from ..data import Corpus
 from ..greedy.disf import time_reference
 from ..io.atomic import atomic_write_json, atomic_write_text
 from ..io.snapshot import load_corpus_npz, save_corpus_npz
-from ..selectors import SELECTORS, make_selector
+from ..pipeline.step import fit_group
+from ..selectors import SELECTORS
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import evaluate_selection
 
-__all__ = ["DEFAULT_METHODS", "bench", "format_markdown", "measure_peak_rss", "run_method"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "bench",
+    "format_markdown",
+    "measure_peak_rss",
+    "method_spec",
+    "run_method",
+]
 
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
-#: The bench's budget: the 10% a pre-training corpus keeps (``select`` defaults to 0.3, the
-#: reference's ratio).
-BENCH_SELECT_RATIO = 0.1
 
 #: The yardstick every J and time is divided by: lazy greedy on the K-NN graph.
 YARDSTICK = "greedy"
 
-#: Fitted attributes copied into the results when a selector has them.
-_EXTRA_ATTRS = (
-    "k_",
-    "n_epochs_",
-    "n_evaluations_",
-    "initial_seconds_",
-    "sample_size_",
-    "disf_loss_",
-    "batch_loss_",
-    "lazy_",
-    "graph_seconds_",
-    "optimise_seconds_",
-    "refine_seconds_",
-    "swaps_",
-)
 
 
 def _cpu_seconds() -> float:
@@ -101,12 +92,13 @@ def run_method(
     objective_spec: ObjectiveSpec,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Fit one selector and measure it. ``corpus`` may be the path of a saved ``.npz``.
+    """Fit one selector with :func:`~datamask.pipeline.step.fit_group`, as ``select``
+    does, and measure it. ``corpus`` may be the path of a saved ``.npz``.
 
     Returns the selected rows, ``terms``, ``seconds`` (``fit_seconds_``, and its split into
     ``graph_seconds`` and ``optimise_seconds``), memory numbers, ``history`` and the
-    selector's extra fitted attributes. ``threads``: torch/numpy threads (default: the
-    cores available).
+    selector's extra fitted attributes (``meta["stats"]`` of the selection). ``threads``:
+    torch/numpy threads (default: the cores available).
     """
 
     set_threads(threads)
@@ -127,34 +119,43 @@ def run_method(
             "load_before": load_before,
             "load_after": _load(),
         }
-    selector = make_selector(method, objective=objective_spec.make(), **params)
-    use_cuda = resolve_device(params.get("device", "auto")).type == "cuda"
-    if use_cuda:
-        torch.cuda.reset_peak_memory_stats()
+    spec = method_spec(objective_spec, method, params)
     load_before = _load()
     cpu_before = _cpu_seconds()
-    _, memory = measure_peak_rss(lambda: selector.fit(corpus))
+    selection, memory = measure_peak_rss(lambda: fit_group(corpus, None, spec))
     cpu = _cpu_seconds() - cpu_before
-    if use_cuda:
-        memory["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    meta = selection.meta
+    if meta["gpu_peak_mb"] is not None:
+        memory["gpu_peak_mb"] = meta["gpu_peak_mb"]
     out: dict[str, Any] = {
         "method": method,
-        "selected": np.asarray(selector.selected_, dtype=np.int64),
-        "terms": {k: float(v) for k, v in selector.terms_.items()},
-        "seconds": float(selector.fit_seconds_),
+        "selected": np.asarray(selection.selected, dtype=np.int64),
+        "terms": meta["terms"],
+        "seconds": float(meta["seconds"]["fit"]),
         "cpu_seconds": cpu,
         "load_before": load_before,
         "load_after": _load(),
-        "history": [dict(h) for h in getattr(selector, "history_", [])],
-        "device": str(getattr(selector, "device_", "")),
+        "history": [dict(h) for h in meta["history"]],
+        "device": meta["device"],
         "torch_threads": torch.get_num_threads(),
         **memory,
     }
-    for attr in _EXTRA_ATTRS:
-        if hasattr(selector, attr):
-            value = getattr(selector, attr)
-            out[attr.rstrip("_")] = value.item() if isinstance(value, np.generic) else value
+    for name, value in meta["stats"].items():
+        out[name] = value.item() if isinstance(value, np.generic) else value
     return out
+
+
+def method_spec(objective: ObjectiveSpec, method: str, params: dict[str, Any]) -> SelectSpec:
+    """The spec of one bench run: ``method`` with ``params`` (the settings every method
+    shares, ``select_ratio``, ``seed``, ``device``, ``max_similarity``, and its own), scored
+    with ``objective``; checked as ``select`` checks its spec."""
+    shared = {f.name for f in fields(SelectorSpec)} - {"method", "params"}
+    selector = SelectorSpec(
+        method=method,
+        params=tuple(sorted((k, v) for k, v in params.items() if k not in shared)),
+        **{k: v for k, v in params.items() if k in shared},
+    )
+    return SelectSpec(objective=objective, selector=selector).check()
 
 
 def _run_isolated(
@@ -172,7 +173,7 @@ def bench(
     methods: Sequence[str] = DEFAULT_METHODS,
     algorithm: str | Sequence[str] | None = None,
     lamb: float | None = None,
-    select_ratio: float = BENCH_SELECT_RATIO,
+    select_ratio: float | None = None,
     seed: int = 0,
     device: str = "cpu",
     n_neighbors: int | None = None,
@@ -207,7 +208,10 @@ def bench(
         imported in every isolated process too); not together with the five above.
     threads : int, optional
         torch/numpy threads of every method (default: the cores available).
-    select_ratio, seed, device
+    select_ratio : float, optional
+        Fraction kept by every method (default: ``select``'s,
+        :attr:`datamask.config.SelectorSpec.select_ratio`).
+    seed, device
         Passed to every selector.
     method_params : dict, optional
         Extra constructor arguments per method, e.g. ``{"mask": {"n_epochs": 500}}``.
@@ -243,7 +247,10 @@ def bench(
     """
 
     check_corpus(corpus)
-    check_ratio("select_ratio", select_ratio)
+    # The shared settings against their options, as select checks them; None: its default.
+    shared = {"select_ratio": select_ratio, "seed": seed, "device": device}
+    given = {k: v for k, (_, v) in check_settings(shared, where="bench's arguments").items()}
+    select_ratio = given.get("select_ratio", SelectorSpec.select_ratio)
     thresholds = check_thresholds(dup_thresholds)
     methods = list(methods)
     if not methods:
