@@ -70,7 +70,6 @@ DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
 YARDSTICK = "greedy"
 
 
-
 def _cpu_seconds() -> float:
     """User + system CPU time of this process, every thread included."""
     import resource
