@@ -81,7 +81,7 @@ def select(
     *,
     shards: bool | None = None,
     split: str | None = None,
-    runner: Any = None,
+    scheduler: Any = None,
     **settings: Any,
 ) -> dict[str, Any]:
     """Select ``round(select_ratio * N)`` documents of ``source`` and write them.
@@ -101,8 +101,9 @@ def select(
         Plan ``source`` into groups even when it is one file (default: only shards are).
     split : str, optional
         The split of a DatasetDict folder or of a Hub-style parquet folder.
-    runner : optional
-        The sharded runs' scheduler (default: :func:`make_runner` of ``spec``).
+    scheduler : optional
+        The sharded runs' scheduler, a started ``LocalRunner`` or ``RayRunner`` (default:
+        the one the ``runner`` setting names, :func:`make_runner`).
     **settings
         Any setting of ``datamask select`` by its key, instead of ``spec``: ``select_ratio``,
         ``method``, ``seed``, ``preset``, ``id_col``, ``quality_col``, ``n_epochs``, ...
@@ -117,7 +118,7 @@ def select(
     with staged_paths(paths, inputs=("input",), suffixes=(".parquet",)) as local:
         if local["work_dir"] != spec.run.work_dir:
             spec = spec.evolve(run=replace(spec.run, work_dir=local["work_dir"]))
-        return _select(local["input"], local["output"], spec, shards, split, runner)
+        return _select(local["input"], local["output"], spec, shards, split, scheduler)
 
 
 def _select(
