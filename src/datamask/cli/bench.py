@@ -213,8 +213,8 @@ def run_bench(args: argparse.Namespace) -> int:
             methods=args.methods,
             objective=objective,
             select_ratio=args.select_ratio,  # None: select's default
-            seed=args.seed or 0,
-            device=args.device or "auto",
+            seed=args.seed,  # None: select's default, as select_ratio and device
+            device=args.device,
             threads=args.threads,
             method_params=_method_params(args),
             disf_reference_batches=args.disf_reference_batches,

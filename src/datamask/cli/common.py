@@ -16,6 +16,7 @@ from ..config import (
     term_options,
 )
 from ..data import Corpus
+from ..evaluate.redundancy import DEFAULT_THRESHOLDS
 from ..evaluate.report import LENGTH_COLUMNS
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
 from .args import add_column_arguments, add_objective_arguments, add_option, add_threads_argument
@@ -67,7 +68,7 @@ def add_dup_thresholds_argument(p: argparse.ArgumentParser) -> None:
         dest="dup_thresholds",
         nargs="+",
         type=float,
-        default=[0.9, 0.95, 0.99],
+        default=list(DEFAULT_THRESHOLDS),
         help="cosine thresholds of the near-duplicate figures (pairs, documents and largest "
         "group above each) (default: 0.9 0.95 0.99)",
     )

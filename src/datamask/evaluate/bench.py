@@ -173,8 +173,8 @@ def bench(
     algorithm: str | Sequence[str] | None = None,
     lamb: float | None = None,
     select_ratio: float | None = None,
-    seed: int = 0,
-    device: str = "cpu",
+    seed: int | None = None,
+    device: str | None = None,
     n_neighbors: int | None = None,
     knn: str | None = None,
     n_probe: int | None = None,
@@ -207,11 +207,9 @@ def bench(
         imported in every isolated process too); not together with the five above.
     threads : int, optional
         torch/numpy threads of every method (default: the cores available).
-    select_ratio : float, optional
-        Fraction kept by every method (default: ``select``'s,
-        :attr:`datamask.config.SelectorSpec.select_ratio`).
-    seed, device
-        Passed to every selector.
+    select_ratio, seed, device : optional
+        Passed to every selector; each defaults to ``select``'s (0.3, 0, ``"auto"``: the
+        fields of :class:`datamask.config.SelectorSpec`, declared once).
     method_params : dict, optional
         Extra constructor arguments per method, e.g. ``{"mask": {"n_epochs": 500}}``.
     disf_reference_batches : int, default=0
@@ -250,6 +248,8 @@ def bench(
     shared = {"select_ratio": select_ratio, "seed": seed, "device": device}
     given = {k: v for k, (_, v) in check_settings(shared, where="bench's arguments").items()}
     select_ratio = given.get("select_ratio", SelectorSpec.select_ratio)
+    seed = given.get("seed", SelectorSpec.seed)
+    device = given.get("device", SelectorSpec.device)
     thresholds = check_thresholds(dup_thresholds)
     methods = list(methods)
     if not methods:
