@@ -297,8 +297,7 @@ def test_the_config_file_is_read_once(tmp_path, reference_parquet, monkeypatch):
     staging of paths, not by select's settings."""
     import importlib
 
-    import datamask.config as config
-
+    config = importlib.import_module("datamask.cli.config_file")
     cli_main = importlib.import_module("datamask.cli.main")  # datamask.cli.main is the function
 
     calls = []

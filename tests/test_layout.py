@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("distributed", ("distributed",)),
     # the group step and the writer; apply, evaluate and bench stand beside them
     ("pipeline", ("pipeline", "apply", "evaluate")),
-    ("config", ("config",)),
+    ("config", ("config", "options")),
     ("selectors", ("selectors", "greedy", "optim")),
     ("objectives", ("objectives", "neighbors", "near_duplicates")),
     (

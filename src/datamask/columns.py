@@ -21,10 +21,9 @@ from the preset, or with no preset, for each role the first present of its candi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
-from ._validation import Options
+from ._validation import Options, option_field
 
 __all__ = ["AUTO", "Columns", "PRESETS", "Preset", "get_preset", "resolve_columns"]
 
@@ -137,12 +136,6 @@ def resolve_columns(
     return id_col, list(quality_cols), feature_col
 
 
-def _declared(default: Any, constraints: tuple, help: str, **kw: Any) -> Any:
-    """A field declared with its option: the constraints and the help of its flag and config
-    key, read by :func:`datamask.config.options` (the same form as its ``_option``)."""
-    return field(default=default, metadata={"option": (constraints, help, kw)})
-
-
 def _preset_names() -> tuple:
     return (Options(str, ("auto", *PRESETS)), None)
 
@@ -170,10 +163,10 @@ class Columns:
         Column names of a known layout; explicit names win.
     """
 
-    id_col: str | None = _declared(
+    id_col: str | None = option_field(
         None, (str, None), "id column (default: from --preset, else chunk_id or id)"
     )
-    quality_cols: tuple[str, ...] = _declared(
+    quality_cols: tuple[str, ...] = option_field(
         (),
         (str,),
         "quality column(s), mixed by quality_weights (default: from --preset, else "
@@ -181,12 +174,12 @@ class Columns:
         many=True,
     )
     quality_weights: tuple[float, ...] | None = None
-    feature_col: str | None = _declared(
+    feature_col: str | None = option_field(
         None,
         (str, None),
         "embedding column (default: from --preset, else feature_arr, embedding or embeddings)",
     )
-    preset: str | None = _declared(
+    preset: str | None = option_field(
         None,
         _preset_names,
         "column names of a known layout: datamask (chunk_id, quality_score, feature_arr), "

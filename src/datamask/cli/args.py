@@ -14,17 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..columns import Columns
-from ..config import (
-    ObjectiveSpec,
-    Option,
-    PartitionSpec,
-    RunSpec,
-    SelectorSpec,
-    options,
-    quality_spec,
-    selector_options,
-    term_options,
-)
+from ..config import ObjectiveSpec, PartitionSpec, RunSpec, SelectorSpec, quality_spec
+from ..options import Option, options, selector_options, term_options
 
 __all__ = [
     "add_column_arguments",

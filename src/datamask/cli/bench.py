@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import SelectorSpec, options, selector_options
+from ..config import SelectorSpec
 from ..evaluate.bench import DEFAULT_METHODS, bench, format_markdown
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
+from ..options import options, selector_options
 from ..selectors import SELECTORS
 from ..synthetic import make_clustered
 from .args import add_option, add_options

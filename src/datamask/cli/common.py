@@ -7,18 +7,12 @@ import argparse
 from pathlib import Path
 
 from ..columns import Columns
-from ..config import (
-    ObjectiveSpec,
-    SelectorSpec,
-    SelectSpec,
-    options,
-    split_quality,
-    term_options,
-)
+from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, split_quality
 from ..data import Corpus
 from ..evaluate.redundancy import DEFAULT_THRESHOLDS
 from ..evaluate.report import LENGTH_COLUMNS
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
+from ..options import options, term_options
 from .args import add_column_arguments, add_objective_arguments, add_option, add_threads_argument
 
 __all__ = [

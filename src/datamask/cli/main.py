@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
-from ..config import load_config
 from ..objectives.registry import import_term_modules
 from .apply import add_apply_parser, run_apply
 from .bench import add_bench_parser, run_bench
+from .config_file import load_config
 from .embed import add_embed_parser, run_embed
 from .evaluate import add_evaluate_parser, run_evaluate
 from .interrupt import exit_status, interrupted_line, terminate_on_sigterm
