@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from .._device import set_threads
-from .._memory import measure_peak_rss
+from .._memory import cpu_seconds, load_average, measure_peak_rss
 from .._validation import check_corpus
 from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, check_settings
 from ..data import Corpus
@@ -70,19 +70,6 @@ DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
 YARDSTICK = "greedy"
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU time of this process, every thread included."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _load() -> float:
-    """The 1-minute load average (other work on the machine slows every timing)."""
-    return float(os.getloadavg()[0]) if hasattr(os, "getloadavg") else float("nan")
-
-
 # --- one method -------------------------------------------------------------------------------
 def run_method(
     corpus: Corpus | str,
@@ -105,24 +92,21 @@ def run_method(
     if isinstance(corpus, str):
         corpus = load_corpus_npz(corpus)
     if method == "disf-greedy-reference":
-        load_before, cpu_before = _load(), _cpu_seconds()
+        load_before, cpu_before = load_average(), cpu_seconds()
         est = time_reference(corpus, **params)
-        est["cpu_seconds_per_batch"] = (_cpu_seconds() - cpu_before) / max(
-            est["n_batches_timed"], 1
-        )
+        est["cpu_seconds_per_batch"] = (cpu_seconds() - cpu_before) / max(est["n_batches_timed"], 1)
         return {
             "method": method,
             "estimate": est,
             "seconds": est["seconds_estimated"],
             "cpu_seconds": est["cpu_seconds_per_batch"] * est["n_batches"],
             "load_before": load_before,
-            "load_after": _load(),
+            "load_after": load_average(),
         }
     spec = method_spec(objective_spec, method, params)
-    load_before = _load()
-    cpu_before = _cpu_seconds()
+    load_before, cpu_before = load_average(), cpu_seconds()
     selection, memory = measure_peak_rss(lambda: fit_group(corpus, None, spec))
-    cpu = _cpu_seconds() - cpu_before
+    cpu = cpu_seconds() - cpu_before
     meta = selection.meta
     if meta["gpu_peak_mb"] is not None:
         memory["gpu_peak_mb"] = meta["gpu_peak_mb"]
@@ -133,7 +117,7 @@ def run_method(
         "seconds": float(meta["seconds"]["fit"]),
         "cpu_seconds": cpu,
         "load_before": load_before,
-        "load_after": _load(),
+        "load_after": load_average(),
         "history": [dict(h) for h in meta["history"]],
         "device": meta["device"],
         "torch_threads": torch.get_num_threads(),
