@@ -45,7 +45,7 @@ import torch
 from .._device import set_threads
 from .._memory import cpu_seconds, load_average, measure_peak_rss
 from .._validation import check_corpus
-from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, check_settings
+from ..config import ObjectiveSpec, PartitionSpec, SelectorSpec, SelectSpec, check_settings
 from ..data import Corpus
 from ..greedy.disf import time_reference
 from ..io.atomic import atomic_write_json, atomic_write_text
@@ -129,16 +129,16 @@ def run_method(
 
 
 def method_spec(objective: ObjectiveSpec, method: str, params: dict[str, Any]) -> SelectSpec:
-    """The spec of one bench run: ``method`` with ``params`` (the settings every method
-    shares, ``select_ratio``, ``seed``, ``device``, ``max_similarity``, and its own), scored
-    with ``objective``; checked as ``select`` checks its spec."""
+    """One bench run's spec: ``method`` with ``params`` (shared settings such as ``seed`` and
+    its own), scored with ``objective``; checked as ``select`` checks its spec."""
     shared = {f.name for f in fields(SelectorSpec)} - {"method", "params"}
     selector = SelectorSpec(
         method=method,
         params=tuple(sorted((k, v) for k, v in params.items() if k not in shared)),
         **{k: v for k, v in params.items() if k in shared},
     )
-    return SelectSpec(objective=objective, selector=selector).check()
+    one_group = PartitionSpec(budget="group")  # the whole corpus is the group: no merge round
+    return SelectSpec(objective=objective, selector=selector, partition=one_group).check()
 
 
 def _run_isolated(
