@@ -318,7 +318,9 @@ class SelectSpec:
 
         None means "the default". Every value is checked against its option; an unknown key
         raises a ValueError naming it. ``quality_weights`` (one per quality column) and the
-        keys of user terms (after ``term_modules`` is imported) are accepted too.
+        keys of user terms (after ``term_modules`` is imported) are accepted too. The spec
+        is checked (:meth:`check`, once); column names not given stay unknown until a door
+        resolves them against the input (:meth:`~datamask.columns.Columns.resolve`).
         """
         checked = check_settings(values, where=where)
         parts: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
