@@ -581,9 +581,9 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
 
 
 def test_make_runner_defaults_to_a_local_pool():
+    from datamask.api import make_runner
     from datamask.distributed import RayRunner
     from datamask.distributed.runner import available_cpus
-    from datamask.pipeline import make_runner
 
     def runner(**run):
         return make_runner(SelectSpec.from_mapping(run))

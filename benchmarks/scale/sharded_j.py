@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from datamask import select
 from datamask.config import SelectSpec
 from datamask.distributed import run_selection
-from datamask.pipeline import select
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "sharded_j.jsonl"

@@ -159,10 +159,7 @@ def read_group(
     ]
     corpus, ids = corpus_from_tables(
         tables,
-        id_col=settings.columns.id_col,
-        quality_cols=settings.columns.quality_cols,
-        quality_weights=settings.columns.quality_weights,
-        feature_col=settings.columns.feature_col,
+        settings.columns,
         source=f"group {spec.gid} ({spec.label})",
         quality_range=quality_range or None,
     )

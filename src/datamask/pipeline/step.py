@@ -31,6 +31,23 @@ MODULAR = ("topk", "random")
 #: What a fitted selector resolved by itself, copied into the selection's ``meta``.
 _RESOLVED = ("n_epochs_", "max_lr_", "min_lr_", "max_pair_similarity_")
 
+#: A fitted selector's own counts and times, copied into ``meta["stats"]`` (without the
+#: trailing underscore) when it has them: what ``bench`` reports beside each run.
+_STATS = (
+    "k_",
+    "n_epochs_",
+    "n_evaluations_",
+    "initial_seconds_",
+    "sample_size_",
+    "disf_loss_",
+    "batch_loss_",
+    "lazy_",
+    "graph_seconds_",
+    "optimise_seconds_",
+    "refine_seconds_",
+    "swaps_",
+)
+
 
 def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarray:
     """Per-document scores of a :data:`MODULAR` method, comparable across groups.
@@ -106,7 +123,8 @@ def fit_group(
     -------
     Selection
         ``meta`` holds ``method``, ``terms``, ``device``, ``gpu_peak_mb``, ``seconds``
-        (fit, graph, optimise), ``history``, ``resolved`` and ``graph``.
+        (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
+        counts and times) and ``graph``.
     """
     n = corpus.n_docs
     method = spec.selector.method
@@ -117,6 +135,7 @@ def fit_group(
         "gpu_peak_mb": None,
         "history": [],
         "resolved": {},
+        "stats": {},
         "graph": None,
     }
     if stored_ids is not None and method in MODULAR:
@@ -157,6 +176,7 @@ def fit_group(
         },
         history=getattr(selector, "history_", []),
         resolved={a: getattr(selector, a) for a in _RESOLVED if hasattr(selector, a)},
+        stats={a.rstrip("_"): getattr(selector, a) for a in _STATS if hasattr(selector, a)},
         graph=graph_summary(selector.objective_) if describe_graph else None,
     )
     if gain_curve:
