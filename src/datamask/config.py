@@ -402,7 +402,7 @@ def _default(cls: type, name: str) -> Any:
 
 def _own_defaults(cls: type) -> dict[str, Any]:
     """The defaults of the parameters ``cls`` declares as its own (not the shared ones)."""
-    table = getattr(cls, "_parameter_constraints", {})
+    table = cls._parameter_constraints
     return {key: _default(cls, key) for key in table if key not in _SHARED}
 
 
@@ -410,7 +410,7 @@ def _owned_options(owners: Mapping[str, type]) -> list[Option]:
     """One option per parameter any owner declares, listing who takes it."""
     found: dict[str, Option] = {}
     for owner, cls in owners.items():
-        for name, constraints in getattr(cls, "_parameter_constraints", {}).items():
+        for name, constraints in cls._parameter_constraints.items():
             if name in _SHARED:
                 continue
             if name in found:
@@ -515,7 +515,7 @@ class SelectSpec:
             else:
                 parts[where_to][key] = value
         method = parts["selector"].get("method", SelectorSpec.method)
-        own = getattr(SELECTORS[method], "_parameter_constraints", {})
+        own = SELECTORS[method]._parameter_constraints
         other = sorted(set(selector_params) - set(own))
         if other:  # e.g. a shared config file with learner settings, run with --method topk
             warnings.warn(
@@ -534,7 +534,7 @@ class SelectSpec:
         that are not registered, a cap the global merge cannot honour. Returns self."""
         method = self.selector.method
         cls = SELECTORS[method]
-        own_table = getattr(cls, "_parameter_constraints", {})
+        own_table = cls._parameter_constraints
         own = set(own_table)
         stray = sorted(set(dict(self.selector.params)) - own)
         if stray:
@@ -557,7 +557,7 @@ class SelectSpec:
                 f"({len(cols.quality_cols)}); got {list(cols.quality_weights)}."
             )
         if (
-            method in ("topk", "random")
+            cls.modular
             and self.selector.max_similarity is not None
             and self.partition.budget == "global"
         ):
@@ -569,7 +569,7 @@ class SelectSpec:
             raise ValueError("--ray-address needs --runner ray; got --runner local.")
         # The method's own cross-parameter checks, on the driver, before anything runs.
         selector = self.make_selector(k=1, device="cpu")
-        getattr(selector, "check_params", getattr(selector, "_check_params", lambda: None))()
+        selector.check_params()
         return self
 
     @property

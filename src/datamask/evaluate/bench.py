@@ -63,22 +63,6 @@ BENCH_SELECT_RATIO = 0.1
 #: The yardstick every J and time is divided by: lazy greedy on the K-NN graph.
 YARDSTICK = "greedy"
 
-#: Fitted attributes copied into the results when a selector has them.
-_EXTRA_ATTRS = (
-    "k_",
-    "n_epochs_",
-    "n_evaluations_",
-    "initial_seconds_",
-    "sample_size_",
-    "disf_loss_",
-    "batch_loss_",
-    "lazy_",
-    "graph_seconds_",
-    "optimise_seconds_",
-    "refine_seconds_",
-    "swaps_",
-)
-
 
 def _cpu_seconds() -> float:
     """User + system CPU time of this process, every thread included."""
@@ -145,15 +129,13 @@ def run_method(
         "cpu_seconds": cpu,
         "load_before": load_before,
         "load_after": _load(),
-        "history": [dict(h) for h in getattr(selector, "history_", [])],
-        "device": str(getattr(selector, "device_", "")),
+        "history": [dict(h) for h in selector.history_],
+        "device": str(selector.device_),
         "torch_threads": torch.get_num_threads(),
         **memory,
     }
-    for attr in _EXTRA_ATTRS:
-        if hasattr(selector, attr):
-            value = getattr(selector, attr)
-            out[attr.rstrip("_")] = value.item() if isinstance(value, np.generic) else value
+    for name, value in selector.fit_stats().items():  # the selector's own counts and times
+        out[name] = value.item() if isinstance(value, np.generic) else value
     return out
 
 

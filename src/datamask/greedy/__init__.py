@@ -10,7 +10,6 @@ The ``--method`` names are listed with their classes in :mod:`datamask.selectors
 
 from __future__ import annotations
 
-from ._base import BaseSelector
 from .disf import GreedyDiSF
 from .lazy import DenseGreedy, LazyGreedy
 from .naive import NaiveGreedy
@@ -19,7 +18,6 @@ from .stochastic import StochasticGreedy
 from .topk import TopKQuality
 
 __all__ = [
-    "BaseSelector",
     "DenseGreedy",
     "GreedyDiSF",
     "LazyGreedy",

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..data import Corpus
+from ..io.shards import _mix, hash_ids
 from ..objectives import Objective
-from ._base import BaseSelector
+from ..optim.base import Selector
 
 __all__ = ["RandomSelector"]
 
 
-class RandomSelector(BaseSelector):
+class RandomSelector(Selector):
     """Keep k documents drawn uniformly without replacement (seeded).
 
     Attributes
@@ -37,6 +39,16 @@ class RandomSelector(BaseSelector):
     """
 
     method = "random"
+    modular = True
+
+    @classmethod
+    def comparable_scores(cls, corpus: Corpus, ids: pa.Array, seed: int) -> np.ndarray:
+        """A uniform draw in [0, 1) keyed by the id's hash and the run's ``seed``: a document
+        draws the same in any partition, so the global top k of a sharded run is a seeded
+        uniform k-subset whatever the groups."""
+        salt = np.uint64(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
+        mixed = _mix(hash_ids(ids) ^ salt)
+        return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         # numpy's generator, not torch's: the same seed gives the same rows on any device.

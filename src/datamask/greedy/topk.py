@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..data import Corpus
 from ..objectives import Objective
-from ._base import BaseSelector, to_numpy
+from ..optim.base import Selector
+from ._trace import to_numpy
 
 __all__ = ["TopKQuality"]
 
 
-class TopKQuality(BaseSelector):
+class TopKQuality(Selector):
     """Keep the k documents with the highest combined quality score, ignoring diversity.
 
     The score is the objective's normalised quality (each quality column min-max scaled,
@@ -40,6 +42,13 @@ class TopKQuality(BaseSelector):
     """
 
     method = "topk"
+    modular = True
+
+    @classmethod
+    def comparable_scores(cls, corpus: Corpus, ids: pa.Array, seed: int) -> np.ndarray:
+        """The combined quality scaled by the corpus-wide range, as float32 (the learner's
+        quality term): the global top k of a sharded run is the top k of these."""
+        return corpus.normalized_quality().astype(np.float32).astype(np.float64)
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         scores = to_numpy(objective.quality_).astype(np.float64)
