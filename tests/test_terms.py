@@ -25,7 +25,6 @@ from datamask.objectives import (
     TermContext,
     ValueTerm,
     import_term_modules,
-    make_diversity,
     make_term,
     offdiag_correlation,
     register_term,
@@ -109,7 +108,7 @@ def test_builtins_are_registered_under_the_reference_names():
     assert ALGORITHMS["Facility"] is FacilityLocation
     assert "TestMeanQualitySquared" in ALGORITHMS
     assert isinstance(make_term("Pair_simi"), PairwiseSimilarity)
-    assert make_diversity("DiSF", n_reference=2).n_reference == 2
+    assert make_term("DiSF", n_reference=2).n_reference == 2
 
 
 def test_register_refuses_a_taken_name_and_non_terms():
@@ -129,10 +128,8 @@ def test_register_refuses_a_taken_name_and_non_terms():
 def test_unknown_names_and_parameters_are_refused():
     with pytest.raises(ValueError, match=r"term must be one of \['Facility', 'Pair_simi'"):
         make_term("Facilty")
-    with pytest.raises(ValueError, match=r"algorithm must be one of \['Facility'"):
-        make_diversity("Facilty")
     with pytest.raises(TypeError, match=r"PairwiseSimilarity got unexpected parameter\(s\) "):
-        make_diversity("Pair_simi", n_neighbors=8)
+        make_term("Pair_simi", n_neighbors=8)
     with pytest.raises(TypeError, match=r"\['bogus'\]"):
         make_term("Facility", bogus=1)
 
@@ -142,7 +139,7 @@ def test_term_params_keeps_only_declared_settings():
     assert term_params("Facility", cli) == cli
     assert term_params("Pair_simi", cli) == {}
     assert term_params("DiSF", cli) == {}
-    facility = make_diversity("Facility", **term_params("Facility", cli))
+    facility = make_term("Facility", **term_params("Facility", cli))
     assert (facility.n_neighbors, facility.knn) == (8, "exact")
 
 
@@ -477,7 +474,7 @@ def test_a_learner_only_term_runs_the_exact_gradient_and_the_greedy(small):
 @pytest.mark.parametrize("cls", [MaskLearner, LazyGreedy])
 def test_objective_with_algorithm_or_lamb_is_refused_not_ignored(small, cls):
     """Before, ``algorithm``/``lamb`` were silently ignored next to ``objective``."""
-    objective = Objective(make_diversity("Pair_simi"), lamb=0.2)
+    objective = Objective(make_term("Pair_simi"), lamb=0.2)
     with pytest.raises(ValueError, match="either as objective= or as algorithm/lamb"):
         cls(objective, lamb=0.7, select_ratio=0.2, device="cpu").fit(small)
     with pytest.raises(ValueError, match="either as objective= or as algorithm/lamb"):

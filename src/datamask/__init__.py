@@ -21,7 +21,6 @@ from .objectives import (
     Term,
     TermContext,
     ValueTerm,
-    make_diversity,
     make_term,
     register_term,
 )
@@ -45,7 +44,6 @@ __all__ = [
     "TermContext",
     "ValueTerm",
     "make_clustered",
-    "make_diversity",
     "make_term",
     "register_term",
     "select_table",

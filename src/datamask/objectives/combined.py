@@ -8,19 +8,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_ratio, validate_params
+from .._validation import check_ratio
 from ..data import Corpus
 from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
 from .base import Term, TermContext
 from .quality import Quality
-from .registry import TERMS, term_class
+from .registry import TERMS, make_term, term_class
 
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_ALGORITHM",
     "DEFAULT_LAMB",
     "Objective",
-    "make_diversity",
     "resolve_objective",
 ]
 
@@ -32,24 +31,6 @@ DEFAULT_LAMB = 0.5
 #: The ``--algorithm`` names (the reference's ``Facility``, ``Pair_simi``, ``DiSF``, then
 #: any registered user term) and their classes: the registry itself, so always current.
 ALGORITHMS: dict[str, type[Term]] = TERMS
-
-
-def make_diversity(algorithm: str, **params: Any) -> Term:
-    """The diversity term registered as ``algorithm``, built with ``params``.
-
-    Every term takes the parameters it declares in ``_parameter_constraints`` (filter
-    CLI-level settings with :func:`~datamask.objectives.registry.term_params`).
-
-    Raises
-    ------
-    ValueError
-        An unknown name, or a parameter value outside the term's constraints.
-    TypeError
-        A parameter the term does not declare.
-    """
-    cls = term_class(algorithm, what="algorithm")
-    validate_params(cls.__name__, cls._parameter_constraints, params)
-    return cls(**params)
 
 
 class Objective:
@@ -263,5 +244,5 @@ def resolve_objective(
     terms = []
     for name in names:
         declared = term_class(name, what="algorithm")._parameter_constraints
-        terms.append(make_diversity(name, **{k: v for k, v in params.items() if k in declared}))
+        terms.append(make_term(name, **{k: v for k, v in params.items() if k in declared}))
     return Objective(terms, lamb=DEFAULT_LAMB if lamb is None else lamb)
