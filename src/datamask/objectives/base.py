@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .._device import make_generators
+from .._device import make_generators, seed_streams
 
 __all__ = ["Term", "TermContext"]
 
@@ -53,7 +53,8 @@ class TermContext:
     device : torch.device
         Where ``features`` live.
     seed : int
-        The run's seed; ``generator`` and ``rng`` are derived from it.
+        The run's seed. ``generator`` and ``rng`` come from the term's own stream of it
+        (:func:`datamask._device.seed_streams`): terms never draw the same numbers.
     generator : torch.Generator
         Seeded torch generator on ``device``: every torch draw of the term goes through it
         (never torch's global RNG), so the same seed gives the same selection.
@@ -85,12 +86,17 @@ class TermContext:
         k: int,
         *,
         seed: int = 0,
+        stream: np.random.SeedSequence | None = None,
         columns: Mapping[str, np.ndarray] | None = None,
         max_neighbors: int | None = None,
     ) -> TermContext:
-        """A context with fresh generators from ``seed`` on the device of ``features``."""
+        """A context with fresh generators on the device of ``features``, from ``stream``
+        (the term's child of the run's seed; :meth:`Objective.bind` passes it), by default
+        stream 1 of ``seed`` (the first term's)."""
         device = features.device
-        gen, rng = make_generators(int(seed), device)
+        if stream is None:
+            stream = seed_streams(seed, 2)[1]
+        gen, rng = make_generators(stream, device)
         return cls(
             features=features,
             quality=quality,

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._device import seed_streams
 from .._validation import check_ratio
 from ..data import Corpus
 from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
@@ -93,9 +94,11 @@ class Objective:
         device : torch.device or str, default="cpu"
             Compute device.
         seed : int, default=0
-            The run's seed. Every term gets its own :class:`~datamask.objectives.base.
-            TermContext` with fresh generators from it, so one term's draws never shift
-            another's and the same seed gives the same result at any N.
+            The run's seed. Term ``i`` gets its own :class:`~datamask.objectives.base.
+            TermContext` with generators from stream ``1 + i`` of it
+            (:func:`datamask._device.seed_streams`; stream 0 is the selector's), so no two
+            terms draw the same numbers, one term's draws never shift another's and the
+            same seed gives the same result at any N.
         columns : mapping of str to ndarray, optional
             Extra per-document columns; default ``corpus.extra`` when the corpus has it.
             Each term receives the columns it lists in ``requires_columns``.
@@ -117,7 +120,8 @@ class Objective:
         )
         available = dict(getattr(corpus, "extra", None) or {}) if columns is None else columns
         n = self.features_.shape[0]
-        for _, term in self.terms:
+        streams = seed_streams(self.seed_, 1 + len(self.terms))
+        for i, (_, term) in enumerate(self.terms):
             wanted = {}
             for col in term.requires_columns:
                 if col not in available:
@@ -137,6 +141,7 @@ class Objective:
                 self.quality_,
                 self.k_,
                 seed=self.seed_,
+                stream=streams[1 + i],
                 columns=wanted,
                 max_neighbors=max_neighbors,
             )

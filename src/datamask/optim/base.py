@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .._device import make_generators, resolve_device
+from .._device import make_generators, resolve_device, seed_streams
 from .._validation import (
     DEFAULT_SELECT_RATIO,
     Interval,
@@ -177,7 +177,8 @@ class Selector:
         self.objective_ = objective.bind(
             corpus, self.k_, self.device_, seed=self.seed, max_neighbors=self.max_neighbors
         )
-        self._torch_gen, self._np_rng = make_generators(int(self.seed), self.device_)
+        own = seed_streams(self.seed, 1)[0]  # stream 0; the objective's terms have 1, 2, ...
+        self._torch_gen, self._np_rng = make_generators(own, self.device_)
         self._cap = (
             None
             if self.max_similarity is None
