@@ -1,4 +1,4 @@
-"""What the greedy selectors share beyond the selector base (:mod:`datamask.optim.base`):
+"""What the greedy selectors share beyond the selector base (:mod:`datamask.base`):
 the pick order as scores, and the trace of the running objective."""
 
 from __future__ import annotations

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from .._validation import Interval, Options
+from ..base import Selector
 from ..data import Corpus, apportion
 from ..near_duplicates import infeasible_message
 from ..objectives import Objective
 from ..objectives.disf import correlation_loss, offdiag_correlation
-from ..optim.base import Selector
 
 __all__ = [
     "GreedyDiSF",
@@ -145,7 +145,7 @@ class GreedyDiSF(Selector):
         Added to the unbiased variance before standardising, as in the original.
     **kwargs
         ``objective, algorithm (default "DiSF"), lamb, select_ratio, k, seed, device,
-        progress`` as in :class:`~datamask.optim.base.Selector`.
+        progress`` as in :class:`~datamask.base.Selector`.
 
     Attributes
     ----------

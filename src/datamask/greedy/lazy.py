@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from .._validation import Interval
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ..optim.base import Selector
 from ._trace import GreedyTrace, pick_order_scores
 
 __all__ = ["DenseGreedy", "LazyGreedy", "gain_order", "is_submodular", "lazy_picks"]
@@ -152,7 +152,7 @@ class LazyGreedy(Selector):
         few extra candidates per pass are nearly free while a second pass is not.
     **kwargs
         ``objective, algorithm, lamb, select_ratio, k, seed, device, progress`` as in
-        :class:`~datamask.optim.base.Selector`.
+        :class:`~datamask.base.Selector`.
 
     Attributes
     ----------
@@ -268,6 +268,9 @@ class DenseGreedy(LazyGreedy):
     """
 
     method = "greedy-dense"
+    _parameter_constraints = {  # always on all pairs: no graph parameter
+        k: v for k, v in LazyGreedy._parameter_constraints.items() if k != "graph"
+    }
 
     def __init__(self, objective: Objective | None = None, *, batch_size: int = 4, **kwargs):
         super().__init__(objective, graph=False, batch_size=batch_size, **kwargs)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ..optim.base import Selector
 from ._trace import GreedyTrace, pick_order_scores
 
 __all__ = ["NaiveGreedy"]
@@ -22,7 +22,7 @@ class NaiveGreedy(Selector):
 
     Each pick adds the remaining row with the largest exact marginal gain
     (``objective.gains``), ties broken by the lower row index. Parameters are those of
-    :class:`~datamask.optim.base.Selector`.
+    :class:`~datamask.base.Selector`.
 
     Attributes
     ----------

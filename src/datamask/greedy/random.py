@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..base import Selector
 from ..data import Corpus
 from ..io.shards import _mix, hash_ids
 from ..objectives import Objective
-from ..optim.base import Selector
 
 __all__ = ["RandomSelector"]
 

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from .._validation import Interval
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ..optim.base import Selector
 from ._trace import GreedyTrace, pick_order_scores
 from .lazy import is_submodular
 
@@ -47,7 +47,7 @@ class StochasticGreedy(Selector):
         Stale sampled rows re-evaluated together.
     **kwargs
         ``objective, algorithm, lamb, select_ratio, k, seed, device, progress`` as in
-        :class:`~datamask.optim.base.Selector`.
+        :class:`~datamask.base.Selector`.
 
     Attributes
     ----------

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ..optim.base import Selector
 from ._trace import to_numpy
 
 __all__ = ["TopKQuality"]

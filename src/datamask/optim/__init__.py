@@ -1,7 +1,6 @@
-"""Optimisers: the selector base every method shares, the DATAMASK mask learner, and the
-swap search that rounds its logits (with the swap protocol it owns)."""
+"""Optimisers: the DATAMASK mask learner, and the swap search that rounds its logits (with
+the swap protocol it owns)."""
 
-from .base import Selector
 from .local_search import SwapResult, graph_objective, swap_objective, swap_search
 from .mask_learner import ESTIMATORS, INITS, MaskLearner, top_k_rows
 from .swaps import SwapScoring, TermSwaps, register_swaps, swaps_for
@@ -10,7 +9,6 @@ __all__ = [
     "ESTIMATORS",
     "INITS",
     "MaskLearner",
-    "Selector",
     "SwapResult",
     "SwapScoring",
     "TermSwaps",

@@ -38,10 +38,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .._validation import DEFAULT_SELECT_RATIO, Interval, Options
+from ..base import Selector
 from ..data import Corpus, Selection, top_k_rows
 from ..objectives import Objective
 from ..objectives.facility_location import LEARNER_MAX_NEIGHBORS
-from .base import Selector
 from .local_search import swap_search
 
 __all__ = ["MaskLearner", "ESTIMATORS", "INITS", "top_k_rows"]

@@ -31,7 +31,7 @@ MODULAR = tuple(name for name, cls in SELECTORS.items() if cls.modular)
 
 def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarray:
     """Per-document scores of a modular method, comparable across groups: the selector's
-    :meth:`~datamask.optim.base.Selector.comparable_scores` with the run's seed."""
+    :meth:`~datamask.base.Selector.comparable_scores` with the run's seed."""
     cls = SELECTORS[spec.selector.method]
     return cls.comparable_scores(corpus, ids, spec.selector.seed)
 

@@ -20,18 +20,18 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .._device import make_generators, resolve_device, seed_streams
-from .._validation import (
+from ._device import make_generators, resolve_device, seed_streams
+from ._validation import (
     DEFAULT_SELECT_RATIO,
     Interval,
     check_corpus,
     resolve_k,
     validate_params,
 )
-from ..data import Corpus, Selection, top_k_rows
-from ..near_duplicates import SimilarityCap, capped_top_k, infeasible_message, verify_cap
-from ..objectives import Objective
-from ..objectives.combined import DEFAULT_ALGORITHM, resolve_objective
+from .data import Corpus, Selection, top_k_rows
+from .near_duplicates import SimilarityCap, capped_top_k, infeasible_message, verify_cap
+from .objectives import Objective
+from .objectives.combined import DEFAULT_ALGORITHM, resolve_objective
 
 __all__ = ["Selector"]
 
