@@ -14,13 +14,12 @@ from datamask.greedy import (
     GreedyDiSF,
     LazyGreedy,
     NaiveGreedy,
-    RandomSelector,
     StochasticGreedy,
-    TopKQuality,
 )
 from datamask.greedy.disf import batch_quotas, candidate_losses, reference_correlation
 from datamask.greedy.stochastic import sample_size
 from datamask.objectives.disf import correlation_loss
+from datamask.ranking import RandomSelector, TopKQuality
 from datamask.selectors import SELECTORS, Method, make_selector
 
 TERMS = {"Facility": FacilityLocation, "Pair_simi": PairwiseSimilarity, "DiSF": DiSF}

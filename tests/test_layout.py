@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("cli",)),
     ("pipeline", ("pipeline", "distributed", "apply", "evaluate", "integrations", "tables")),
     ("config", ("config",)),
-    ("selectors", ("selectors", "greedy", "optim", "base")),
+    ("selectors", ("selectors", "greedy", "optim", "ranking", "base")),
     ("objectives", ("objectives", "neighbors", "near_duplicates")),
     (
         "io/data",

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 
-__all__ = ["GreedyTrace", "pick_order_scores", "to_numpy"]
+__all__ = ["GreedyTrace", "pick_order_scores"]
 
 
 def pick_order_scores(order: np.ndarray, n_docs: int) -> np.ndarray:
@@ -52,8 +51,3 @@ class GreedyTrace:
             {"step": p["step"], "objective": float(offset + p["gain_sum"]), "seconds": p["seconds"]}
             for p in self._points
         ]
-
-
-def to_numpy(x: torch.Tensor) -> np.ndarray:
-    """A CPU numpy copy of ``x`` (a sync point on CUDA)."""
-    return x.detach().cpu().numpy()

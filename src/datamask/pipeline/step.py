@@ -39,7 +39,7 @@ def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarra
 def graph_summary(objective: Any) -> dict[str, Any] | None:
     """The neighbour graph a bound objective used: method, K, recall@K on 200 sampled rows."""
     term = next(
-        (t for _, t in objective.terms if t.has_graph and getattr(t, "graph_", None) is not None),
+        (t for _, t in objective.terms if t.has_graph and t.graph_summary() is not None),
         None,
     )
     if term is None:
