@@ -534,8 +534,7 @@ class SelectSpec:
         that are not registered, a cap the global merge cannot honour. Returns self."""
         method = self.selector.method
         cls = SELECTORS[method]
-        own_table = cls._parameter_constraints
-        own = set(own_table)
+        own = set(cls._parameter_constraints)
         stray = sorted(set(dict(self.selector.params)) - own)
         if stray:
             takes = sorted(own) or "none of its own"
@@ -543,7 +542,6 @@ class SelectSpec:
                 f"{', '.join(stray)} is not a parameter of method {method!r} (it takes "
                 f"{takes}); drop it or choose another --method."
             )
-        validate_params(cls.__name__, own_table, dict(self.selector.params))
         import_term_modules(self.objective.term_modules)
         for name in self.objective.algorithm:
             if name not in TERMS:
@@ -567,7 +565,8 @@ class SelectSpec:
             )
         if self.run.ray_address and self.run.runner == "local":
             raise ValueError("--ray-address needs --runner ray; got --runner local.")
-        # The method's own cross-parameter checks, on the driver, before anything runs.
+        # The method's parameters (its table, then the rules between them), checked by the
+        # selector itself, on the driver, before anything runs.
         selector = self.make_selector(k=1, device="cpu")
         selector.check_params()
         return self
