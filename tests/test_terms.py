@@ -297,7 +297,8 @@ def test_context_generators_come_from_the_seed():
 
 def test_terms_draw_from_their_context_not_the_global_rng(small):
     """A term that draws at bind time: the same seed gives the same value whatever
-    torch's global seed; another seed another draw; every term gets its own generator."""
+    torch's global seed; another seed another draw; every term gets its own generator, on
+    its own stream of the seed (two equal terms draw different numbers)."""
 
     def bound(seed: int) -> RandomProjectionSpread:
         term = RandomProjectionSpread()
@@ -313,7 +314,8 @@ def test_terms_draw_from_their_context_not_the_global_rng(small):
     assert not torch.equal(first.direction_, bound(1).direction_)
     objective = Objective([RandomProjectionSpread(), RandomProjectionSpread()]).bind(small, 5)
     one, two = (t for _, t in objective.terms[1:])
-    assert torch.equal(one.direction_, two.direction_)  # fresh generators, same seed
+    assert not torch.equal(one.direction_, two.direction_)  # streams 2 and 3 of seed 0
+    assert torch.equal(one.direction_, first.direction_)  # the same place: the same stream
     sel = np.arange(0, 40, 5)
     assert objective.term_values(sel)["spread"] == pytest.approx(first.value(torch.tensor(sel)))
 
