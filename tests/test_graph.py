@@ -309,3 +309,26 @@ def test_auto_search_and_default_probes():
         resolve_knn("hnsw", 10, cpu)
     with pytest.raises(ValueError, match="n_probe must be an integer >= 1"):
         knn_graph(torch.eye(4), 2, method="ivf", n_probe=0)
+
+
+def test_the_swap_protocol_belongs_to_the_search_not_the_term():
+    """Term carries no swap hooks; the search finds an adapter per term: the registered one
+    along the MRO (a subclass inherits its parent's), else the differencing default."""
+    from datamask.objectives import Quality, Term, ValueTerm
+    from datamask.optim.swaps import FacilitySwaps, PairwiseSwaps, QualitySwaps, TermSwaps
+
+    assert not [name for name in dir(Term) if name.startswith("swap")]
+
+    class Shifted(PairwiseSimilarity):
+        name = "shifted"
+
+    class OnlyValue(ValueTerm):
+        name = "only_value"
+
+        def value(self, selected):
+            return float(len(selected))
+
+    assert type(swaps_for(FacilityLocation())) is FacilitySwaps
+    assert type(swaps_for(Quality())) is QualitySwaps
+    assert type(swaps_for(Shifted())) is PairwiseSwaps
+    assert type(swaps_for(OnlyValue())) is TermSwaps

@@ -66,6 +66,24 @@ class Selector:
         Hard cap: no two selected documents have cosine similarity above it (default: no
         cap). Greedy selectors skip candidates that conflict with a kept document; ranking
         selectors walk down their ranking; ValueError when fewer than k are compatible.
+
+    Examples
+    --------
+    A selector implements :meth:`_select`; checks, binding and the fitted result are here:
+
+    >>> import numpy as np
+    >>> from datamask import make_clustered
+    >>> class FirstRows(Selector):
+    ...     method = "first-rows"
+    ...     def _select(self, corpus, objective):
+    ...         return np.arange(self.k_), -np.arange(corpus.n_docs, dtype=float)
+    >>> sel = FirstRows(select_ratio=0.1, device="cpu").fit(make_clustered(50, 4, 2))
+    >>> sel.selected_.tolist(), sorted(sel.terms_)
+    ([0, 1, 2, 3, 4], ['J', 'facility', 'quality'])
+    >>> FirstRows(select_ratio=1.5).check_params()
+    Traceback (most recent call last):
+    ...
+    ValueError: select_ratio must be in (0, 1); got 1.5.
     """
 
     #: The ``--method`` name of the selector.
