@@ -146,9 +146,7 @@ def run_one(
     corpus: Corpus, method: str, names: list[str], lamb: float, ratio: float, g: dict, seed: int
 ) -> dict[str, Any]:
     terms = [
-        make_term(a, n_neighbors=g["K"], graph=g["graph"])
-        if a == "Facility"
-        else make_term(a)
+        make_term(a, n_neighbors=g["K"], graph=g["graph"]) if a == "Facility" else make_term(a)
         for a in names
     ]
     selector = make_selector(
