@@ -57,10 +57,11 @@ def reference_parquet(tmp_path: Path, small_corpus: Corpus) -> Path:
 @pytest.fixture
 def demo_corpus() -> Corpus:
     """The shipped demo corpus (or the shared one beside the checkout), read as a Corpus."""
+    from datamask.columns import Columns
     from datamask.io.parquet import read_corpus
 
     if SHIPPED_DEMO.exists():
         return read_corpus(SHIPPED_DEMO)
     if SHARED_DEMO.exists():
-        return read_corpus(SHARED_DEMO, id_col="id", feature_col="embedding")
+        return read_corpus(SHARED_DEMO, Columns(id_col="id", feature_col="embedding"))
     pytest.skip("no demo parquet found")

@@ -16,9 +16,12 @@ from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.allocate import (
     allocate,
+    allocate_counts,
     allocates_by_gains,
+    gain_knots,
     gains_in_j_units,
     group_lamb,
+    saturated,
 )
 from datamask.greedy.lazy import gain_order
 
@@ -101,28 +104,63 @@ def test_gains_in_j_units_sum_to_the_groups_share_of_corpus_j():
         assert in_j[:m].sum() == pytest.approx(share, rel=1e-5)
 
 
-def test_allocate_is_the_k_largest_gains_with_ties_by_group_then_pick():
+@pytest.mark.parametrize(("n_knots", "window_max"), [(32, 1 << 20), (2, 0), (3, 4)])
+def test_allocate_is_the_k_largest_gains_with_ties_by_group_then_pick(n_knots, window_max):
+    """Against brute force: sort every (gain, group, pick) and take k. Few knots and a
+    small window force the refinement rounds; few distinct values force ties."""
     rng = np.random.default_rng(2)
-    for _ in range(50):
-        sizes = rng.integers(0, 7, size=rng.integers(1, 5))
-        # few distinct values: many ties
-        curves = [np.sort(rng.integers(0, 4, size=s).astype(float))[::-1] for s in sizes]
+    for _ in range(200):
+        sizes = rng.integers(0, 12, size=rng.integers(1, 6))
+        curves = [
+            np.sort(rng.integers(0, rng.integers(1, 9), size=s).astype(float))[::-1]
+            for s in sizes
+        ]
         total = int(sum(sizes))
-        for k in {0, total // 2, total}:
-            counts, threshold, ranks = allocate(curves, k)
+        reads = []
+
+        def read(g, lo, hi, curves=curves, reads=reads):
+            reads.append(hi - lo)
+            return curves[g][lo:hi]
+
+        for k in {0, 1, total // 3, total // 2, max(total - 1, 0), total} - {-1}:
+            if k > total:
+                continue
+            knots = [gain_knots(c, n_knots=n_knots) for c in curves]
+            counts = allocate_counts(knots, sizes, read, k, window_max=window_max)
             flat = [(-v, g, p) for g, c in enumerate(curves) for p, v in enumerate(c)]
             want = sorted(flat)[:k]
             assert counts.tolist() == [
                 sum(1 for _, g, _ in want if g == h) for h in range(len(curves))
             ]
-            assert int(counts.sum()) == k
-            for g, r in enumerate(ranks):  # global ranks of each group's kept prefix
-                mine = [i + 1 for i, (_, h, _) in enumerate(want) if h == g]
-                assert r.tolist() == mine
-            if k:
-                assert threshold == -want[-1][0]
+            assert counts.tolist() == allocate(curves, k).tolist()
     with pytest.raises(ValueError, match="k_total must be in"):
         allocate([np.ones(2)], 3)
+
+
+def test_allocate_reads_only_near_the_threshold():
+    """A thousand groups of a thousand gains: the allocation reads each undecided range
+    once, and the gains it holds at once are bounded by the window, not the total."""
+    rng = np.random.default_rng(5)
+    curves = [np.sort(rng.random(1000))[::-1] * rng.random() for _ in range(1000)]
+    k = 100_000
+    held = []
+
+    def read(g, lo, hi):
+        held.append(hi - lo)
+        return curves[g][lo:hi]
+
+    knots = [gain_knots(c) for c in curves]
+    counts = allocate_counts(knots, [1000] * 1000, read, k, window_max=50_000)
+    flat = np.concatenate(curves)
+    assert counts.sum() == k
+    threshold = np.sort(flat)[::-1][k - 1]
+    assert all((c[:m] >= threshold).all() for c, m in zip(curves, counts, strict=True))
+    assert sum(held) < 0.2 * flat.size  # far from reading every gain
+
+
+def test_saturated_groups_are_those_cut_off_by_their_candidates():
+    counts = np.array([3, 2, 5, 0])
+    assert saturated(counts, [3, 4, 5, 0], [10, 10, 5, 7]) == [0]
 
 
 def test_allocation_is_optimal_for_concave_curves():
@@ -130,7 +168,7 @@ def test_allocation_is_optimal_for_concave_curves():
     rng = np.random.default_rng(3)
     curves = [np.sort(rng.random(6))[::-1] for _ in range(3)]
     k = 7
-    counts, _, _ = allocate(curves, k)
+    counts = allocate(curves, k)
     got = sum(c[:m].sum() for c, m in zip(curves, counts, strict=True))
     best = max(
         sum(c[:m].sum() for c, m in zip(curves, split, strict=True))
@@ -192,8 +230,11 @@ def test_a_sharded_run_spends_the_budget_where_it_pays(tmp_path):
     parts = sorted(p.name for p in (tmp_path / "global" / "selected").iterdir())
     assert parts == ["part-00000.parquet", "part-00001.parquet"]
     table = pq.read_table(tmp_path / "global" / "selected")
-    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit"}
-    assert sorted(table.column("rank").to_pylist()) == list(range(1, 41))
+    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit", "gain"}
+    for g in (0, 1):  # each group's kept prefix, in pick order, its gains non-increasing
+        part = pq.read_table(tmp_path / "global" / "selected" / f"part-0000{g}.parquet")
+        assert part.column("rank").to_pylist() == list(range(1, part.num_rows + 1))
+        assert (np.diff(part.column("gain").to_numpy()) <= 0).all()
 
 
 def test_which_runs_allocate_by_gains():

@@ -290,3 +290,28 @@ def test_console_script_prints_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("datamask: error: input file")
+
+
+def test_the_config_file_is_read_once(tmp_path, reference_parquet, monkeypatch):
+    """Before the parser is built (its term modules add flags), and never again: not by the
+    staging of paths, not by select's settings."""
+    import importlib
+
+    config = importlib.import_module("datamask.cli.config_file")
+    cli_main = importlib.import_module("datamask.cli.main")  # datamask.cli.main is the function
+
+    calls = []
+    real = config.load_config
+
+    def counted(path):
+        calls.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(config, "load_config", counted)
+    monkeypatch.setattr(cli_main, "load_config", counted)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"select_ratio: 0.2\nmethod: topk\ninput: {reference_parquet}\n")
+    out = tmp_path / "sel.parquet"
+    assert main(["select", "--config", str(cfg), "--output", str(out), "--no-progress"]) == 0
+    assert calls == [str(cfg)]
+    assert pq.read_table(out).column("selected").to_numpy().sum() == 80

@@ -199,7 +199,13 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     assert [g["share"] for g in m["groups"]] == apportion(sizes, k_total).tolist()
     n_total = N_SHARDS * ROWS
     proposed = [candidate_count(n, n_total, k_total, 2.0) for n in sizes]
-    assert [g["k"] for g in m["groups"]] == proposed
+    if partition == "cluster":  # allocated by gains: groups cut off propose twice as many
+        kept = m["budget"]["global_round"]["kept_per_group"]
+        for g, c, m_g in zip(m["groups"], proposed, kept, strict=True):
+            assert g["k"] in {min(g["n"], c * 2**r) for r in range(8)}
+            assert m_g < g["k"] or g["k"] == g["n"]  # nobody cut off by its candidates
+    else:
+        assert [g["k"] for g in m["groups"]] == proposed
     assert m["budget"]["mode"] == "global" and m["budget"]["candidates"] == sum(
         g["k"] for g in m["groups"]
     )
@@ -209,7 +215,8 @@ def test_exact_global_count(partition, shard_dir, corpus, tmp_path, ray_runner):
     # every worker reports its memory; the selected parts carry the group id
     assert all(g["peak_rss_mb"] > 0 for g in m["groups"])
     table = pq.read_table(tmp_path / "out" / "selected")
-    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit"}
+    extra = {"gain"} if partition == "cluster" else set()
+    assert set(table.column_names) == {"chunk_id", "group", "rank", "logit", *extra}
 
 
 def test_ids_carry_through_unchanged(tmp_path):
@@ -367,6 +374,14 @@ KILLER = textwrap.dedent(
     markers = []
 
     def write_then_die(obj, path):
+        if path.name.endswith(".want.json"):  # a group cut off by its candidates
+            markers.append(path)
+            if {when!r} == "extend":  # the wish is written, the old marker still there
+                real(obj, path)
+                os.kill(os.getpid(), signal.SIGKILL)
+        elif {when!r} == "reproposed" and any(".want" in p.name for p in markers):
+            if "completions" in str(path):  # the group proposed more, its marker not written
+                os.kill(os.getpid(), signal.SIGKILL)
         if "completions" in str(path):
             markers.append(path)
             # round 1: group 2's files are in place, its marker is not;
@@ -408,6 +423,8 @@ def kill_during(
         ("round1", "global", "chunk"),
         ("round2", "global", "chunk"),  # the central round
         ("round2", "global", "cluster"),  # allocated by gains
+        ("extend", "global", "cluster"),  # ... a group asked to propose more
+        ("reproposed", "global", "cluster"),  # ... and killed while it does
     ],
 )
 def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path, ray_runner):
@@ -429,6 +446,10 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
             else work / "candidates" / "00002.parquet"
         )
         assert written.exists()  # written, but not marked
+    elif when in ("extend", "reproposed"):
+        wants = sorted(p.name for p in (work / "candidates").glob("*.want.json"))
+        assert wants and not (work / "completions" / "global").exists()
+        assert clean["budget"]["global_round"]["rounds"] > 1
     else:
         assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
         parts = sorted(p.name for p in (out / "selected").glob("part-*.parquet"))
@@ -440,7 +461,11 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
 
     resumed = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     computed = [g["gid"] for g in resumed["groups"] if not g["reused"]]
-    assert computed == (list(range(2, n_groups)) if when == "round1" else [])
+    if when in ("extend", "reproposed"):  # only groups asked for more run again
+        again_ids = {int(p.name[:5]) for p in (work / "candidates").glob("*.want.json")}
+        assert set(computed) <= again_ids and computed
+    else:
+        assert computed == (list(range(2, n_groups)) if when == "round1" else [])
     if budget == "global":
         assert not resumed["budget"]["global_round"]["reused"]
     assert selected_ids(out) == selected_ids(tmp_path / "clean")
@@ -556,9 +581,9 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
 
 
 def test_make_runner_defaults_to_a_local_pool():
+    from datamask.api import make_runner
     from datamask.distributed import RayRunner
     from datamask.distributed.runner import available_cpus
-    from datamask.pipeline import make_runner
 
     def runner(**run):
         return make_runner(SelectSpec.from_mapping(run))
@@ -629,7 +654,8 @@ def test_corpus_quality_range_scales_like_the_whole_corpus():
 
 def test_global_scaling_two_skewed_shards(tmp_path):
     write_skewed(tmp_path / "in")
-    fast = dict(n_epochs=20, select_ratio=0.5, n_neighbors=16, device="cpu")
+    # one group per shard: the shards are the two quality levels
+    fast = dict(n_epochs=20, select_ratio=0.5, n_neighbors=16, device="cpu", partition="shard")
     shares = {}
     for budget in ("group", "global"):
         m = run_selection(

@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from datamask import select_table  # noqa: E402
 from datamask.cli import main  # noqa: E402
-from datamask.presets import resolve_columns  # noqa: E402
+from datamask.columns import resolve_columns  # noqa: E402
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "demo_docs.parquet"
 N = 600

@@ -13,6 +13,7 @@ import pytest
 
 from datamask._device import check_device_name, resolve_device
 from datamask._memory import peak_rss_mb, rss_mb
+from datamask.columns import Columns
 from datamask.data import apportion, top_k_rows
 from datamask.embed import _resolve_device
 from datamask.greedy.disf import batch_quotas
@@ -116,10 +117,7 @@ def test_corpus_from_tables_keeps_extra_columns_across_pieces(tmp_path):
     tables = [(_piece(["a", "b"], extra=[10, 20]), "f0"), (_piece(["c"], extra=[30]), "f1")]
     corpus, ids = corpus_from_tables(
         tables,
-        id_col="id",
-        quality_cols=["q"],
-        quality_weights=None,
-        feature_col="emb",
+        Columns(id_col="id", quality_cols=("q",), feature_col="emb"),
         source="two pieces",
         extra_cols=["n_chars"],
     )
@@ -128,10 +126,7 @@ def test_corpus_from_tables_keeps_extra_columns_across_pieces(tmp_path):
     with pytest.raises(ValueError, match="embedding width 2 in f1 does not match 3 in f0"):
         corpus_from_tables(
             [tables[0], (_piece(["c"], dim=2), "f1")],
-            id_col="id",
-            quality_cols=["q"],
-            quality_weights=None,
-            feature_col="emb",
+            Columns(id_col="id", quality_cols=("q",), feature_col="emb"),
             source="s",
         )
 

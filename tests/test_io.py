@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask._validation import check_corpus
+from datamask.columns import Columns
 from datamask.data import Selection
 from datamask.io.parquet import atomic_write_table, read_corpus
 from datamask.pipeline import selection_table
@@ -36,10 +37,9 @@ def test_several_quality_columns_are_mixed_by_weight(tmp_path):
     corpus = check_corpus(
         read_corpus(
             tmp_path / "q.parquet",
-            id_col="id",
-            quality_cols=["edu", "dclm"],
-            quality_weights=[3, 1],
-            feature_col="emb",
+            Columns(
+                id_col="id", quality_cols=("edu", "dclm"), quality_weights=(3, 1), feature_col="emb"
+            ),
         )
     )
     np.testing.assert_allclose(
@@ -60,7 +60,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         match=r"column 'score' not found in .*good.parquet; "
         r"available columns: \['chunk_id', 'quality_score', 'feature_arr'\]",
     ):
-        read_corpus(good, quality_cols=["score"])
+        read_corpus(good, Columns(quality_cols=("score",)))
     ragged = _write(
         tmp_path / "ragged.parquet",
         chunk_id=["a", "b", "c"],

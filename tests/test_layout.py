@@ -1,5 +1,6 @@
-"""The package's shape: imports point one way (cli -> pipeline -> selectors -> objectives ->
-io/data), no module imports itself back through others, and only the CLI knows argparse."""
+"""The package's shape: imports point one way (cli -> api -> distributed -> pipeline ->
+config -> selectors -> objectives -> io/data), no module imports itself back through
+others, and only the CLI knows argparse."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ ROOT = Path(datamask.__file__).parent
 #: and the layers below it, never one above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("cli",)),
-    ("pipeline", ("pipeline", "distributed", "apply", "evaluate", "integrations", "tables")),
-    ("config", ("config",)),
+    # the doors: select() and select_table(), and the integrations built on them
+    ("api", ("api", "integrations")),
+    # the sharded planner and runner: runs the pipeline's group step on every group
+    ("distributed", ("distributed",)),
+    # the group step and the writer; apply, evaluate and bench stand beside them
+    ("pipeline", ("pipeline", "apply", "evaluate")),
+    ("config", ("config", "options")),
     ("selectors", ("selectors", "greedy", "optim", "ranking", "base")),
     ("objectives", ("objectives", "neighbors", "near_duplicates")),
     (
@@ -26,7 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "_validation",
             "_device",
             "_memory",
-            "presets",
+            "_version",
+            "columns",
             "quality",
             "synthetic",
             "embed",
@@ -45,7 +52,7 @@ def _module_name(path: Path) -> str:
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     if len(parts) < 2:
-        return None  # datamask itself: the public re-exports
+        return None  # datamask itself: the public re-exports (checked below)
     for rank, (_, members) in enumerate(LAYERS):
         if parts[1] in members:
             return rank
@@ -147,6 +154,39 @@ def _through_own_init(cycle: list[str]) -> bool:
     """A cycle made only of a package's __init__ and its own submodules."""
     head = min(cycle, key=len)
     return all(m == head or m.startswith(head + ".") for m in cycle)
+
+
+def test_the_package_root_reaches_the_top_floor_only_through_the_doors():
+    """``import datamask`` loads the doors (api) and what lies below them; nothing of the
+    CLI, and no other module of the api layer or the distributed planner directly."""
+    allowed = {"datamask.api"}
+    wrong = []
+    for target, line in _imports(ROOT / "__init__.py", top_level_only=False):
+        rank = _layer(target)
+        if target in allowed or rank is None:
+            continue
+        if LAYERS[rank][0] in ("cli", "api", "distributed"):
+            wrong.append(f"datamask:{line} imports {target} ({LAYERS[rank][0]})")
+    assert not wrong, "the package root passes the doors:\n" + "\n".join(wrong)
+
+
+def test_no_module_getattr_hides_an_import():
+    """A module-level ``__getattr__`` that imports on first use hides a cycle from the check
+    above; none is allowed."""
+    users = []
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                users.append(_module_name(path))
+    assert not users, f"module __getattr__ in {users}"
+
+
+def test_pipeline_does_not_import_distributed():
+    """The group step and the writer stand below the sharded runner, which uses them."""
+    for path in sorted((ROOT / "pipeline").rglob("*.py")):
+        for target, line in _imports(path, top_level_only=False):
+            assert not target.startswith("datamask.distributed"), f"{path.name}:{line} -> {target}"
 
 
 def test_greedy_does_not_import_the_learner():

@@ -305,7 +305,13 @@ def test_sharded_cap_resolves_near_duplicates_across_shards(tmp_path):
             shards,
             out,
             SelectSpec.from_mapping(
-                dict(max_similarity=cap, selected_only=True, budget=budget, **fast)
+                dict(
+                    max_similarity=cap,
+                    selected_only=True,
+                    budget=budget,
+                    partition="shard",  # the near-copies sit in different groups
+                    **fast,
+                )
             ),
             runner=LocalRunner(),
             progress=False,

@@ -339,8 +339,8 @@ def _case_bench_out_dir_is_a_file(t: Path) -> tuple[list, str]:
 # --- issue 20, class 1: apply and evaluate trust nothing they are handed --------------------
 def _select(source: Path, output: Path, **settings) -> Path:
     """A real ``datamask select`` output (quick settings), made in this process."""
+    from datamask import select
     from datamask.config import SelectSpec
-    from datamask.pipeline.run import select
 
     values = dict(n_epochs=5, n_neighbors=8, select_ratio=0.2, progress=False, device="cpu")
     select(source, output, SelectSpec.from_mapping({**values, **settings}))

@@ -294,3 +294,23 @@ def test_resolve_schemes():
         resolve("hf://nothing")
     with pytest.raises(ValueError, match="absolute file URI"):
         resolve("file://relative/x")
+
+
+def test_the_library_select_takes_the_cli_uris(s3, shards, tmp_path, monkeypatch):
+    """``datamask.select`` stages s3:// input and output itself: the same selection as the
+    same call on a local copy."""
+    import datamask
+
+    client, _ = s3
+    monkeypatch.chdir(tmp_path)
+    settings = dict(n_epochs=10, select_ratio=0.2, n_neighbors=8, progress=False)
+    remote = datamask.select(
+        f"s3://{BUCKET}/data/a/part-0.parquet", f"s3://{BUCKET}/lib/sel.parquet", **settings
+    )
+    copy = tmp_path / "in" / "part-0.parquet"
+    copy.parent.mkdir()
+    copy.write_bytes(_get(client, "data/a/part-0.parquet"))
+    local = datamask.select(copy, tmp_path / "out" / "sel.parquet", **settings)
+    assert remote["k"] == local["k"] == 40 and remote["terms"] == local["terms"]
+    assert _table(client, "lib/sel.parquet").equals(pq.read_table(tmp_path / "out" / "sel.parquet"))
+    assert {"lib/sel.summary.json", "lib/sel.keep/part-0.parquet"} <= set(_keys(client, "lib/"))

@@ -185,7 +185,7 @@ def test_a_sharded_run_carries_the_required_column_to_every_round(tmp_path, budg
     out = tmp_path / "out"
     argv = ["select", "--input", shards, "--output", out, "--term-module", MODULE]
     argv += ["--algorithm", "ShortDocs", "--method", "greedy", "--lamb", "0.2", "--budget"]
-    argv += [budget, "--workers", "1", *FAST]
+    argv += [budget, "--workers", "1", "--partition", "shard", *FAST]  # a central round
     assert main([str(a) for a in argv]) == 0
     m = json.loads((out / "manifest.json").read_text())
     kept = set(pq.read_table(out / "selected").column("chunk_id").to_pylist())

@@ -46,10 +46,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from datamask import make_clustered
+from datamask import Columns, make_clustered
 from datamask._device import set_threads
+from datamask._memory import cpu_seconds, measure_peak_rss
 from datamask.data import Corpus
-from datamask.evaluate.bench import _cpu_seconds, measure_peak_rss
 from datamask.io.parquet import read_corpus
 from datamask.neighbors import knn_graph, resolve_knn, sampled_recall
 from datamask.objectives import Objective, make_term
@@ -118,7 +118,7 @@ def load_set(name: str, corpus_path: Path, clustered_n: int) -> Corpus | None:
         if not SHARED.exists():
             print(f"shared: {SHARED} missing; skipped")
             return None
-        return read_corpus(SHARED, id_col="id", feature_col="embedding")
+        return read_corpus(SHARED, Columns(id_col="id", feature_col="embedding"))
     corpus = make_clustered(clustered_n, 384, 50, seed=0)
     corpus.source = f"make_clustered({clustered_n}, 384, 50, seed=0)"
     return corpus
@@ -126,9 +126,9 @@ def load_set(name: str, corpus_path: Path, clustered_n: int) -> Corpus | None:
 
 def build_graph(x: torch.Tensor, kk: int, knn: str, n_probe: int | None) -> dict[str, Any]:
     method = resolve_knn(knn, x.shape[0], x.device)
-    cpu0, t0 = _cpu_seconds(), time.perf_counter()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     (idx, sim), memory = measure_peak_rss(lambda: knn_graph(x, kk, method=method, n_probe=n_probe))
-    seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+    seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     return {
         "graph": (idx, sim.clamp_min(0.0)),
         "method": method,
@@ -156,9 +156,9 @@ def run_one(
         seed=seed,
         device="cpu",
     )
-    cpu0 = _cpu_seconds()
+    cpu0 = cpu_seconds()
     _, memory = measure_peak_rss(lambda: selector.fit(corpus))
-    cpu = _cpu_seconds() - cpu0
+    cpu = cpu_seconds() - cpu0
     uses_graph = "Facility" in names and method != "greedy-dense"
     graph_s = g["seconds"] if uses_graph else 0.0
     return {

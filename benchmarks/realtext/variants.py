@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datamask import MaskLearner
+from datamask import Columns, MaskLearner
 from datamask._device import set_threads
 from datamask.io.parquet import read_corpus
 from datamask.objectives import FacilityLocation, Objective
@@ -42,7 +42,7 @@ VARIANTS = {
 
 def run(name: str) -> None:
     path, id_col, feature_col = SETS[name]
-    corpus = read_corpus(path, id_col=id_col, feature_col=feature_col)
+    corpus = read_corpus(path, Columns(id_col=id_col, feature_col=feature_col))
     for ratio in (0.01, 0.05, 0.1, 0.3):
         for lamb in (0.2, 0.5, 0.8):
             obj = Objective(FacilityLocation(), lamb=lamb)

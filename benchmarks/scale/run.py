@@ -8,10 +8,9 @@ Runs :func:`datamask.distributed.run_selection` on a local Ray (or ``--runner lo
 standard-library process pool), with ``--budget global`` (two rounds) or ``group``,
 then prints one markdown row: documents, shards, groups, wall time, documents/s, peak RSS
 per worker (``getrusage`` inside every worker, the largest over the run), the driver's
-peak RSS, and peak GPU memory per worker when the groups ran on CUDA. The learner
-settings are the library defaults (expected estimator, 300 steps, facility location with
-K=128, lamb 0.5) unless flags change them. ``--out`` must not exist unless you mean to
-resume it.
+peak RSS, and peak GPU memory per worker when the groups ran on CUDA. Every setting is
+the library's default (``datamask select``'s) unless a flag sets it. ``--out`` must not
+exist unless you mean to resume it.
 """
 
 from __future__ import annotations
@@ -37,35 +36,39 @@ def main() -> None:
     p.add_argument("--results", help="write the figures as JSON here too")
     p.add_argument("--runner", choices=["ray", "local"], default="ray")
     p.add_argument("--workers", type=int, default=None, help="default: all CPUs or GPUs")
-    p.add_argument("--budget", choices=["global", "group"], default="global")
-    p.add_argument("--oversample", type=float, default=2.0)
-    p.add_argument("--partition", choices=["shard", "chunk", "cluster"], default="shard")
-    p.add_argument("--chunk-size", type=int, default=10_000)
+    # Every setting below left out is the library's default (``datamask select``'s).
+    p.add_argument("--budget", choices=["global", "group"], default=None)
+    p.add_argument("--oversample", type=float, default=None)
+    p.add_argument("--partition", choices=["shard", "chunk", "cluster"], default=None)
+    p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument("--n-clusters", type=int, default=None)
     p.add_argument("--select-ratio", type=float, default=0.1)
-    p.add_argument("--n-epochs", type=int, default=None, help="default: the learner's (300)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--n-epochs", type=int, default=None, help="default: the learner's")
+    p.add_argument("--device", default=None)
     p.add_argument("--progress", action="store_true")
     args = p.parse_args()
 
-    settings = SelectSpec.from_mapping(
-        dict(
-            select_ratio=args.select_ratio,
-            n_epochs=args.n_epochs,
-            partition=args.partition,
-            chunk_size=args.chunk_size,
-            n_clusters=args.n_clusters,
-            device=args.device,
-            budget=args.budget,
-            oversample=args.oversample,
+    given = {
+        key: getattr(args, key)
+        for key in (
+            "select_ratio",
+            "n_epochs",
+            "partition",
+            "chunk_size",
+            "n_clusters",
+            "device",
+            "budget",
+            "oversample",
         )
-    )
+        if getattr(args, key) is not None
+    }
+    settings = SelectSpec.from_mapping(given)
     load_before = os.getloadavg()
     started = time.perf_counter()
     runner = (
         LocalRunner(workers=args.workers or len(os.sched_getaffinity(0)))
         if args.runner == "local"
-        else RayRunner(workers=args.workers, device=args.device)
+        else RayRunner(workers=args.workers, device=settings.selector.device)
     )
     ray_start = time.perf_counter() - started
     try:
@@ -88,10 +91,14 @@ def main() -> None:
         "peak_rss_mb_per_worker": s["peak_rss_mb_per_worker"],
         "peak_rss_mb_global_round": s.get("peak_rss_mb_global_round"),
         "budget": {k: v for k, v in m["budget"].items() if k != "global_round"},
+        "global_round_seconds": (m["budget"].get("global_round") or {}).get("seconds"),
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gpu_peak_mb_per_worker": s["gpu_peak_mb_per_worker"],
         "devices": s["devices"],
         "workers_seen": s["workers_seen"],
+        "workers": args.workers or len(os.sched_getaffinity(0)),
+        "peak_rss_mb_write": (m["budget"].get("global_round") or {}).get("peak_rss_mb_write"),
+        "allocation_rounds": (m["budget"].get("global_round") or {}).get("rounds"),
         "groups_reused": t["groups_reused"],
         "settings": m["settings"],
         "machine": {

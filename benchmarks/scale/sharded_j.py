@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from datamask import select
 from datamask.config import SelectSpec
 from datamask.distributed import run_selection
-from datamask.pipeline import select
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "sharded_j.jsonl"
@@ -58,6 +58,7 @@ VARIANTS: dict[str, dict] = {
     },
     "cluster20-global": {"partition": "cluster", "budget": "global", "n_clusters": 20},
     "cluster20-group": {"partition": "cluster", "budget": "group", "n_clusters": 20},
+    "cluster40-global": {"partition": "cluster", "budget": "global", "n_clusters": 40},
     "default": {},
 }
 
@@ -126,6 +127,8 @@ def run_variant(name: str, shards: Path, one_file: Path, out: Path, ratio: float
             "allocation": m["budget"].get("allocation"),
             "peak_rss_mb_per_worker": m["summary"]["peak_rss_mb_per_worker"],
             "global_round_s": m["totals"]["seconds"]["global"],
+            "allocation_rounds": (m["budget"].get("global_round") or {}).get("rounds"),
+            "driver_peak_rss_mb": m["totals"]["driver_peak_rss_mb"],
         }
     wall = time.perf_counter() - started
     return {

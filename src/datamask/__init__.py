@@ -7,9 +7,11 @@ import os as _os
 # 2 threads at load average 5.6 on 2 cores (0.45 s -> 4.9 s); see _device.set_threads.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-__version__ = "0.1.0"  # before the submodules: the writer stamps it into every summary
-
 from ._validation import Interval, Options
+from ._version import __version__
+from .api import select, select_table
+from .columns import Columns
+from .config import SelectSpec
 from .data import Corpus, Selection
 from .objectives import (
     ALGORITHMS,
@@ -26,10 +28,10 @@ from .objectives import (
 )
 from .optim import MaskLearner
 from .synthetic import make_clustered
-from .tables import select_table
 
 __all__ = [
     "ALGORITHMS",
+    "Columns",
     "Corpus",
     "DiSF",
     "FacilityLocation",
@@ -39,12 +41,15 @@ __all__ = [
     "Options",
     "PairwiseSimilarity",
     "Quality",
+    "SelectSpec",
     "Selection",
     "Term",
     "TermContext",
     "ValueTerm",
+    "__version__",
     "make_clustered",
     "make_term",
     "register_term",
+    "select",
     "select_table",
 ]

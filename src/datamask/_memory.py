@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["measure_peak_rss", "peak_rss_mb", "rss_mb"]
+__all__ = ["cpu_seconds", "load_average", "measure_peak_rss", "peak_rss_mb", "rss_mb"]
 
 _MIB = 1024.0 * 1024.0
 
@@ -104,3 +104,14 @@ def measure_peak_rss(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
         "rss_before_mb": before / _MIB,
         "memory_method": method,
     }
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, every thread included."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def load_average() -> float:
+    """The 1-minute load average (other work on the machine slows every timing)."""
+    return float(os.getloadavg()[0]) if hasattr(os, "getloadavg") else float("nan")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ import numpy as np
 from .data import Corpus
 
 __all__ = [
+    "option_field",
     "Interval",
     "Options",
     "describe",
@@ -386,3 +387,13 @@ def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[
         predicate = any(callable(c) and not isinstance(c, type) for c in allowed)
         error = ValueError if predicate or any(_is_type(value, k) for k in kinds) else TypeError
         raise error(f"{name} must be {describe(allowed)}; got {value!r}.")
+
+
+def option_field(
+    default: Any, constraints: tuple | Callable[[], tuple], help: str, **kw: Any
+) -> Any:
+    """A dataclass field declared as a setting: its default, what it accepts (the
+    constraints :func:`validate_params` checks; a callable returning them is resolved when
+    checked) and the help of its flag and config key. Read back as
+    :class:`datamask.options.Option` by :func:`datamask.options.options`."""
+    return field(default=default, metadata={"option": (constraints, help, kw)})

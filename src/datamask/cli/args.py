@@ -13,19 +13,9 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from ..config import (
-    ColumnsSpec,
-    ObjectiveSpec,
-    Option,
-    PartitionSpec,
-    RunSpec,
-    SelectorSpec,
-    options,
-    quality_spec,
-    selector_options,
-    term_options,
-)
-from ..presets import PRESETS
+from ..columns import Columns
+from ..config import ObjectiveSpec, PartitionSpec, RunSpec, SelectorSpec, quality_spec
+from ..options import Option, options, selector_options, term_options
 
 __all__ = [
     "add_column_arguments",
@@ -113,14 +103,7 @@ def add_options(parser: Any, opts: Iterable[Option], skip: Iterable[str] = ()) -
 def add_column_arguments(parser: argparse.ArgumentParser) -> None:
     """``--id-col``, ``--quality-col``, ``--feature-col`` and ``--preset``, as every command
     that reads a corpus takes them (None: from ``--preset`` or the input's columns)."""
-    add_options(parser, options(ColumnsSpec))
-    parser.add_argument(
-        "--preset",
-        choices=["auto", *PRESETS],
-        help="column names of a known layout: datamask (chunk_id, quality_score, "
-        "feature_arr), fineweb-edu (id, score, embedding), curator (id, fineweb-edu-score, "
-        "embeddings); column flags win (default: auto, detected from the input)",
-    )
+    add_options(parser, options(Columns))
     parser.add_argument(
         "--split",
         help="split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "

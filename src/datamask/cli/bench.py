@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import SelectorSpec, check_settings, options, selector_options
-from ..evaluate.bench import BENCH_SELECT_RATIO, DEFAULT_METHODS, bench, format_markdown
+from ..config import SelectorSpec
+from ..evaluate.bench import DEFAULT_METHODS, bench, format_markdown
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
+from ..options import options, selector_options
 from ..selectors import SELECTORS
 from ..synthetic import make_clustered
 from .args import add_option, add_options
@@ -69,14 +70,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         help=f"methods to run, in order (default: {' '.join(DEFAULT_METHODS)})",
     )
     shared = {o.name: o for o in options(SelectorSpec)}
-    p.add_argument(
-        "--select-ratio",
-        "--select_ratio",
-        dest="select_ratio",
-        type=float,
-        default=None,
-        help=f"{shared['select_ratio'].help} (default: {BENCH_SELECT_RATIO})",
-    )
+    add_option(p, shared["select_ratio"])  # select's option: one default (0.3)
     add_option(p, shared["seed"])
     add_options(
         p.add_argument_group(
@@ -192,8 +186,6 @@ def _typed(text: str, kind: type) -> Any:
 def run_bench(args: argparse.Namespace) -> int:
     """``datamask bench``: run the methods, write bench.md/bench.json/PNGs, print the table."""
     objective = objective_from(args)  # checked before any work
-    # The shared settings against their options, as select checks them (the seed's range).
-    check_settings({"seed": args.seed, "select_ratio": args.select_ratio}, where="flags")
     check_writable(args.out_dir, folder=True)  # before any method runs
     if args.input:
         check_no_overlap([args.out_dir], [args.input], what="--out-dir")
@@ -207,7 +199,7 @@ def run_bench(args: argparse.Namespace) -> int:
             f"make_clustered({args.synthetic}, {args.dim}, {args.clusters}, seed={args.data_seed})"
         )
     else:
-        corpus = read_corpus_arg(args, args.input)
+        corpus, _ = read_corpus_arg(args, args.input)
     if len(set(args.methods)) != len(args.methods):
         raise ValueError(f"--methods lists a method twice: {args.methods}.")
     if args.map_points < 1:
@@ -221,9 +213,9 @@ def run_bench(args: argparse.Namespace) -> int:
             corpus,
             methods=args.methods,
             objective=objective,
-            select_ratio=BENCH_SELECT_RATIO if args.select_ratio is None else args.select_ratio,
-            seed=args.seed or 0,
-            device=args.device or "auto",
+            select_ratio=args.select_ratio,  # None: select's default
+            seed=args.seed,  # None: select's default, as select_ratio and device
+            device=args.device,
             threads=args.threads,
             method_params=_method_params(args),
             disf_reference_batches=args.disf_reference_batches,

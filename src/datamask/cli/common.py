@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, options, term_options
+from ..columns import Columns
+from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, split_quality
+from ..data import Corpus
+from ..evaluate.redundancy import DEFAULT_THRESHOLDS
 from ..evaluate.report import LENGTH_COLUMNS
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
-from ..presets import resolve_columns
+from ..options import options, term_options
 from .args import add_column_arguments, add_objective_arguments, add_option, add_threads_argument
 
 __all__ = [
@@ -18,9 +20,9 @@ __all__ = [
     "add_dup_thresholds_argument",
     "add_objective_arguments",
     "add_redundancy_arguments",
+    "columns_from_args",
     "objective_from",
     "read_corpus_arg",
-    "resolve_columns_arg",
 ]
 
 
@@ -60,7 +62,7 @@ def add_dup_thresholds_argument(p: argparse.ArgumentParser) -> None:
         dest="dup_thresholds",
         nargs="+",
         type=float,
-        default=[0.9, 0.95, 0.99],
+        default=list(DEFAULT_THRESHOLDS),
         help="cosine thresholds of the near-duplicate figures (pairs, documents and largest "
         "group above each) (default: 0.9 0.95 0.99)",
     )
@@ -79,32 +81,27 @@ def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_columns_arg(
-    args: argparse.Namespace, path: str
-) -> tuple[list[str], list[tuple[str, float]]]:
-    """The input's column names and the quality columns with their weights, from the flags
-    (else ``--preset``, else the input's schema); sets ``args.id_col`` and
-    ``args.feature_col`` to what was found."""
+def columns_from_args(args: argparse.Namespace) -> Columns:
+    """The columns the flags name; the rest are resolved by the reader from ``--preset``,
+    else the input's schema (:meth:`~datamask.columns.Columns.resolve`)."""
+    given = split_quality({"quality_col": args.quality_col})
+    return Columns(
+        id_col=args.id_col,
+        quality_cols=tuple(given.get("quality_cols", ())),
+        quality_weights=None
+        if given.get("quality_weights") is None
+        else tuple(given["quality_weights"]),
+        feature_col=args.feature_col,
+        preset=args.preset,
+    )
+
+
+def read_corpus_arg(args: argparse.Namespace, path: str) -> tuple[Corpus, Columns]:
+    """The corpus at ``path`` with the columns the flags name (else preset, else schema),
+    and those columns resolved (what ``read_selection`` matches ids with)."""
     split = getattr(args, "split", None)
     names = input_column_names(path, split=split) if Path(path).exists() else []
-    given = [n for n, _ in args.quality_col] if args.quality_col else None
-    id_col, quality_cols, feature_col = resolve_columns(
-        names,
-        preset=getattr(args, "preset", None),
-        id_col=args.id_col,
-        quality_cols=given,
-        feature_col=args.feature_col,
-        where=str(path),
-    )
-    args.id_col, args.feature_col = id_col or "chunk_id", feature_col  # read_selection's too
-    return names, list(args.quality_col or [(n, 1.0) for n in quality_cols])
-
-
-def read_corpus_arg(args: argparse.Namespace, path: str) -> Any:
-    """The corpus at ``path`` with the columns the flags name (else preset, else schema);
-    sets ``args.id_col`` and ``args.feature_col`` to what was found."""
-    split = getattr(args, "split", None)
-    names, specs = resolve_columns_arg(args, path)
+    columns = columns_from_args(args).resolve(names, where=str(path))
     extra: list[str] = []
     wanted = [args.length_col] if args.length_col else list(LENGTH_COLUMNS)
     if Path(path).is_file() or is_save_to_disk(path):
@@ -114,12 +111,4 @@ def read_corpus_arg(args: argparse.Namespace, path: str) -> Any:
                 f"column {args.length_col!r} not found in {path}; available columns: {names}."
             )
         extra = present[:1]  # read one length source only (texts can be large)
-    return read_input_corpus(
-        path,
-        split=split,
-        id_col=args.id_col,
-        quality_cols=[n for n, _ in specs],
-        quality_weights=[w for _, w in specs],
-        feature_col=args.feature_col,
-        extra_cols=extra,
-    )
+    return read_input_corpus(path, columns, split=split, extra_cols=extra), columns

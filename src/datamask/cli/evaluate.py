@@ -96,8 +96,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, objective: ObjectiveSpec) -> dict[str, Any]:
-    corpus = read_corpus_arg(args, args.input)
-    rows = read_selection(args.selection, corpus.ids, id_col=args.id_col)
+    corpus, columns = read_corpus_arg(args, args.input)
+    rows = read_selection(args.selection, corpus.ids, id_col=columns.id_col)
     report = evaluate_selection(
         corpus,
         rows,

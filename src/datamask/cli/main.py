@@ -17,19 +17,19 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
-from .. import __version__
-from ..config import load_config
-from ..io.remote import staged_arguments
+from .._version import __version__
 from ..objectives.registry import import_term_modules
 from .apply import add_apply_parser, run_apply
 from .bench import add_bench_parser, run_bench
+from .config_file import load_config
 from .embed import add_embed_parser, run_embed
 from .evaluate import add_evaluate_parser, run_evaluate
 from .interrupt import exit_status, interrupted_line, terminate_on_sigterm
 from .report import add_report_parser, run_report
 from .select import add_select_parser, run_select
+from .staging import staged_arguments
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_IO_ERROR", "build_parser", "main"]
 
@@ -63,32 +63,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_terms(argv: Sequence[str] | None) -> None:
-    """Import the ``--term-module`` modules before the parser is built, so that the flags of
-    their terms' parameters exist (a failing import is reported like any bad input)."""
+def _config_and_user_terms(argv: Sequence[str] | None) -> dict[str, Any] | Exception | None:
+    """Read the ``--config`` file (the one read of it) and import the ``--term-module``
+    modules it and the flags name, before the parser is built, so that the flags of their
+    terms' parameters exist (a failing import is reported like any bad input). Returns the
+    file's settings, the error reading it (``select`` reports it) or None."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--term-module", "--term_module", dest="term_modules", action="append")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     modules = list(known.term_modules or ())
-    if known.config and Path(known.config).is_file():  # a bad file is reported by select
+    config: dict[str, Any] | Exception | None = None
+    if known.config:
         try:
-            from_file = load_config(known.config).get("term_modules") or []
-        except ValueError:
-            from_file = []
-        modules += [from_file] if isinstance(from_file, str) else list(from_file)
+            config = load_config(known.config)
+        except ValueError as exc:
+            config = exc
+        else:
+            from_file = config.get("term_modules") or []
+            modules += [from_file] if isinstance(from_file, str) else list(from_file)
     import_term_modules(modules)
+    return config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``datamask`` command. Returns the exit status."""
     try:
-        _user_terms(argv)
+        config = _config_and_user_terms(argv)
     except ImportError as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "config", None) is not None:
+        if isinstance(config, Exception):
+            print(f"datamask: error: {_one_line(config)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        args.config_values = config
     with terminate_on_sigterm(), warnings.catch_warnings():  # SIGTERM unwinds like Ctrl-C
         warnings.showwarning = _warning_line
         return _run(args)
@@ -111,8 +122,8 @@ def _run(args: argparse.Namespace) -> int:
     }
     try:
         # Remote paths (s3://, gs://, hf://) are checked, staged and uploaded around the
-        # command (datamask.io.remote); apply streams them itself.
-        with staged_arguments(args, load_config if args.command == "select" else None):
+        # command (cli/staging.py); select stages its own, apply streams them itself.
+        with staged_arguments(args):
             return commands[args.command](args)
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)

@@ -16,7 +16,7 @@ from .._device import set_threads
 from ..evaluate.browse import build_report, write_report
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from .args import add_threads_argument
-from .common import add_data_arguments, add_dup_thresholds_argument, resolve_columns_arg
+from .common import add_data_arguments, add_dup_thresholds_argument, columns_from_args
 
 __all__ = ["add_report_parser", "run_report"]
 
@@ -123,7 +123,6 @@ def run_report(args: argparse.Namespace) -> int:
     """``datamask report``: build the page and write OUTPUT/index.html."""
     set_threads(args.threads)
     start = time.perf_counter()
-    _, specs = resolve_columns_arg(args, args.input)
     selections = [args.selection, *args.compare]
     output = Path(args.output)
     page = output / "index.html"
@@ -136,10 +135,7 @@ def run_report(args: argparse.Namespace) -> int:
             args.input,
             selections,
             split=args.split,
-            id_col=args.id_col,
-            quality_cols=[n for n, _ in specs],
-            quality_weights=[w for _, w in specs],
-            feature_col=args.feature_col,
+            columns=columns_from_args(args),
             dup_thresholds=args.dup_thresholds,
             seed=args.seed,
             progress=args.progress,

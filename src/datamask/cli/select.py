@@ -16,17 +16,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import SelectSpec, check_settings, iter_options, load_config, split_quality
-from ..io.datasets import input_column_names, resolve_input
+from ..api import select
+from ..config import SelectSpec, check_settings, iter_options, split_quality
 from ..io.parquet import summary_path
-from ..pipeline import select
-from ..presets import resolve_columns
 from .args import add_select_arguments
 
 __all__ = ["add_select_parser", "run_select", "spec_from_args"]
 
 #: Keys a config file may hold besides the settings: where to read and write.
-_PLACES = ("input", "output", "preset", "split")
+_PLACES = ("input", "output", "split")
 
 
 def add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -45,8 +43,12 @@ def add_select_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def spec_from_args(args: argparse.Namespace) -> tuple[SelectSpec, dict[str, Any]]:
     """Flags over config file over defaults: the spec, and where to read and write
-    (``input``, ``output``, ``preset``, ``split``, and whether ``partition`` was asked for)."""
-    config = load_config(args.config) if args.config else {}
+    (``input``, ``output``, ``split``, and whether ``partition`` was asked for).
+
+    The config file was read once, before the parser was built (its ``term_modules`` add
+    flags): ``args.config_values`` holds its settings.
+    """
+    config = dict(getattr(args, "config_values", None) or {})
     places = {key: config.pop(key, None) for key in _PLACES}
     places["partition_given"] = args.partition is not None or "partition" in config
     check_settings(config, where=f"config file {args.config!r}")  # errors name the file
@@ -64,17 +66,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SelectSpec, dict[str, Any]
         raise ValueError("--input is required (a parquet file, directory or glob).")
     if not places["output"]:
         raise ValueError("--output is required (a parquet path).")
-    # Column names: flags and config, then --preset, then the input's schema.
-    places["input"] = resolve_input(places["input"], split=places["split"])
-    id_col, quality_cols, feature_col = resolve_columns(
-        input_column_names(places["input"], split=places["split"]),
-        preset=places["preset"],
-        id_col=settings.get("id_col"),
-        quality_cols=settings.get("quality_cols"),
-        feature_col=settings.get("feature_col"),
-        where=str(places["input"]),
-    )
-    settings.update(id_col=id_col or "chunk_id", quality_cols=quality_cols, feature_col=feature_col)
+    # Column names not given (flags, config) are resolved by select(): --preset, then the
+    # input's schema.
     return SelectSpec.from_mapping(settings), places
 
 

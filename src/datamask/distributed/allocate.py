@@ -29,8 +29,6 @@ candidates (:func:`allocates_by_gains`).
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,12 +44,18 @@ from ..pipeline.step import MODULAR
 from .lifecycle import read_marker
 
 __all__ = [
+    "KNOTS",
     "allocate",
-    "allocate_global",
+    "allocate_counts",
     "allocates_by_gains",
+    "finish_allocation",
+    "gain_knots",
     "gains_in_j_units",
     "group_lamb",
     "group_spec",
+    "monotone",
+    "saturated",
+    "write_allocated",
 ]
 
 
@@ -128,90 +132,268 @@ def group_spec(
     return replace(settings, objective=replace(settings.objective, lamb=lamb_g))
 
 
-def allocate(gains: list[np.ndarray], k_total: int) -> tuple[np.ndarray, float, list[np.ndarray]]:
-    """How many of each group's ordered candidates to keep: the ``k_total`` largest gains
-    over all groups (ties: the lower group, then the earlier pick).
+#: Knots per gain curve a group reports in its completion marker: the allocation reads
+#: O(groups x KNOTS) numbers, then only the gains near the threshold.
+KNOTS = 32
+#: Gains near the threshold read at once; more, and the knots are refined first.
+WINDOW_MAX = 1 << 20
 
-    Returns ``(counts, threshold, ranks)``: ``counts[g]`` the rows group ``g`` keeps,
-    ``threshold`` the smallest gain kept, and ``ranks[g]`` the global ranks (1 = the
-    largest gain) of the group's kept rows, for its first ``counts[g]`` rows in order.
-    Each group keeps a prefix of its order: its gains do not increase (a greedy order of
-    a submodular objective), and where rounding breaks that by a hair, the count still
-    says how many to keep.
+
+def monotone(gains: np.ndarray) -> np.ndarray:
+    """A greedy gain curve made non-increasing: exact for a submodular objective, and where
+    float rounding breaks it by a hair, the running minimum (so every kept set is a prefix)."""
+    return np.minimum.accumulate(np.asarray(gains, dtype=np.float64))
+
+
+def gain_knots(gains: np.ndarray, lo: int = 0, n_knots: int = KNOTS) -> tuple[np.ndarray, ...]:
+    """Positions (from ``lo``, first and last included) and values of ``n_knots`` evenly
+    spaced points of a non-increasing curve ``gains``: what a group reports of its curve.
+
+    >>> pos, val = gain_knots(np.array([5.0, 4.0, 3.0, 2.0, 1.0]), n_knots=3)
+    >>> pos.tolist(), val.tolist()
+    ([0, 2, 4], [5.0, 3.0, 1.0])
+    """
+    c = len(gains)
+    if c == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    at = np.unique(np.linspace(0, c - 1, min(c, n_knots)).round().astype(np.int64))
+    return at + lo, np.asarray(gains, dtype=np.float64)[at]
+
+
+class _Knots:
+    """Every group's knots in flat arrays: bounds on how many of its gains pass a value."""
+
+    def __init__(self, knots: list[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray):
+        sizes = np.asarray([len(p) for p, _ in knots], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.sizes = sizes
+        self.pos = np.concatenate([p for p, _ in knots] or [np.zeros(0, np.int64)])
+        self.val = np.concatenate([v for _, v in knots] or [np.zeros(0)])
+        self.group = np.repeat(np.arange(len(knots)), sizes)
+        self.lo, self.hi = lo, hi
+
+    def ends(self, v: float, strict: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Per group, bounds on the end of its prefix of gains ``> v`` (``>= v``)."""
+        passed = self.val > v if strict else self.val >= v
+        j = np.bincount(self.group[passed], minlength=len(self.sizes))  # knots passed, a prefix
+        if not len(self.pos):
+            return self.lo.copy(), self.hi.copy()
+        last = self.pos[np.clip(self.starts + j - 1, 0, len(self.pos) - 1)]
+        first_failed = self.pos[np.clip(self.starts + j, 0, len(self.pos) - 1)]
+        return np.where(j > 0, last + 1, self.lo), np.where(j < self.sizes, first_failed, self.hi)
+
+    def bounds(self, v: float, strict: bool) -> tuple[int, int]:
+        """Lower and upper bound of the gains ``> v`` (``>= v``) over every group."""
+        lower, upper = self.ends(v, strict)
+        return int(lower.sum()), int(upper.sum())
+
+    def bracket(self, k: int) -> tuple[float, float]:
+        """``(a, b)``: every gain above ``a`` is among the ``k`` largest, none below ``b``."""
+        values = np.unique(self.val)  # ascending
+        # a: the smallest knot value with at most k gains strictly above it (upper bound)
+        lo_i, hi_i = 0, len(values) - 1
+        while lo_i < hi_i:
+            mid = (lo_i + hi_i) // 2
+            if self.bounds(values[mid], strict=True)[1] <= k:
+                hi_i = mid
+            else:
+                lo_i = mid + 1
+        a = float(values[lo_i])
+        # b: the largest knot value with at least k gains at or above it (lower bound)
+        lo_i, hi_i = 0, len(values) - 1
+        while lo_i < hi_i:
+            mid = (lo_i + hi_i + 1) // 2
+            if self.bounds(values[mid], strict=False)[0] >= k:
+                lo_i = mid
+            else:
+                hi_i = mid - 1
+        return a, float(values[lo_i])
+
+
+def allocate_counts(
+    knots: list[tuple[np.ndarray, np.ndarray]],
+    sizes: list[int] | np.ndarray,
+    read: Any,
+    k_total: int,
+    *,
+    window_max: int = WINDOW_MAX,
+) -> np.ndarray:
+    """How many of each group's ordered candidates to keep: the ``k_total`` largest gains
+    over all groups (ties: the lower group, then the earlier pick), without holding them.
+
+    Every group's gains are non-increasing (:func:`monotone`), so group ``g`` keeps a prefix
+    and the question is where each prefix ends. Every group is known to keep its rows
+    before ``lo[g]`` and to drop those from ``hi[g]`` (at first ``0`` and its size):
+
+    1. **Bracket.** From the knots (:func:`gain_knots`, ``O(groups x KNOTS)`` numbers), the
+       values ``a >= b`` such that at most ``k`` gains exceed ``a`` and at least ``k`` reach
+       ``b``: every gain above ``a`` is kept, every gain below ``b`` dropped.
+    2. **Narrow.** One pass over the groups reads each one's undecided gains
+       (``read(g, lo, hi)``, one group at a time) and moves ``lo`` past its gains above
+       ``a`` and ``hi`` to the end of those at or above ``b``.
+    3. **Decide.** When the gains left between ``lo`` and ``hi`` number at most
+       ``window_max``, the largest of them fill the budget exactly; otherwise they give
+       finer knots and step 1 repeats on them.
+
+    Memory: the knots and at most ``window_max`` gains, whatever the number of groups and
+    candidates; :func:`allocate` is the same on curves in memory.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if not 0 <= k_total <= int(sizes.sum()):
+        raise ValueError(
+            f"k_total must be in [0, {int(sizes.sum())}] (the candidates); got {k_total}."
+        )
+    lo = np.zeros(len(sizes), dtype=np.int64)
+    hi = sizes.copy()
+    for _ in range(64):
+        if int(lo.sum()) == k_total:
+            return lo
+        if int(hi.sum()) == k_total:
+            return hi
+        # 1. Bracket the threshold from the knots of the undecided ranges.
+        bounds = _Knots(knots, lo, hi)
+        a, b = bounds.bracket(k_total)
+        # 2. Narrow every range to its gains in [b, a], reading only where the knots leave
+        #    it open; keep them if they are few.
+        known_above, _ = bounds.ends(a, strict=True)  # the knots say: > a up to here
+        _, known_below = bounds.ends(b, strict=False)  # ... and < b from here
+        window: list[tuple[int, np.ndarray]] = []
+        n_window = 0
+        finer = []
+        for g in np.flatnonzero(hi > lo):
+            start, stop = int(known_above[g]), max(int(known_above[g]), int(known_below[g]))
+            gains = np.asarray(read(int(g), start, stop) if stop > start else [], np.float64)
+            above = int(np.searchsorted(-gains, -a, side="left"))  # gains > a
+            reach = max(above, int(np.searchsorted(-gains, -b, side="right")))  # gains >= b
+            lo[g], hi[g] = start + above, start + reach
+            rest = gains[above:reach]
+            n_window += len(rest)
+            if n_window <= window_max:
+                window.append((int(g), rest))
+            finer.append((int(g), gain_knots(rest, int(lo[g]))))
+        if int(lo.sum()) == k_total:
+            return lo
+        if a == b:  # one value left: ties go to the lower group, then the earlier pick
+            need = k_total - int(lo.sum())
+            for g in np.flatnonzero(hi > lo):
+                take = min(need, int(hi[g] - lo[g]))
+                lo[g] += take
+                need -= take
+            return lo
+        if n_window <= window_max:  # 3. Decide among the few gains left.
+            need = k_total - int(lo.sum())
+            values = np.concatenate([w for _, w in window] or [np.zeros(0)])
+            group = np.concatenate([np.full(len(w), g) for g, w in window] or [np.zeros(0, int)])
+            order = np.concatenate([np.arange(len(w)) for _, w in window] or [np.zeros(0, int)])
+            chosen = np.lexsort((order, group, -values))[:need]
+            lo += np.bincount(group[chosen], minlength=len(sizes)).astype(np.int64)
+            return lo
+        knots = [(np.zeros(0, np.int64), np.zeros(0)) for _ in sizes]
+        for g, kn in finer:
+            knots[g] = kn
+    raise RuntimeError("the allocation did not converge; please report this.")
+
+
+def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray:
+    """:func:`allocate_counts` on curves held in memory (non-increasing each).
 
     Examples
     --------
-    >>> counts, t, ranks = allocate([np.array([0.5, 0.2, 0.1]), np.array([0.4, 0.3])], 3)
-    >>> counts.tolist(), t, [r.tolist() for r in ranks]
-    ([1, 2], 0.3, [[1], [2, 3]])
+    >>> allocate([np.array([0.5, 0.2, 0.1]), np.array([0.4, 0.3])], 3).tolist()
+    [1, 2]
     """
-    sizes = [len(g) for g in gains]
-    total = sum(sizes)
-    if not 0 <= k_total <= total:
-        raise ValueError(f"k_total must be in [0, {total}] (the candidates); got {k_total}.")
-    values = np.concatenate([np.asarray(g, dtype=np.float64) for g in gains] or [np.zeros(0)])
-    group = np.repeat(np.arange(len(gains)), sizes)
-    position = np.concatenate([np.arange(s) for s in sizes] or [np.zeros(0, np.int64)])
-    chosen = np.lexsort((position, group, -values))[:k_total]
-    counts = np.bincount(group[chosen], minlength=len(gains)).astype(np.int64)
-    rank = np.arange(1, k_total + 1, dtype=np.int64)
-    ranks = [np.sort(rank[group[chosen] == g]) for g in range(len(gains))]
-    threshold = float(values[chosen[-1]]) if k_total else math.inf
-    return counts, threshold, ranks
+    curves = [np.asarray(g, dtype=np.float64) for g in gains]
+    knots = [gain_knots(c) for c in curves]
+    return allocate_counts(
+        knots, [len(c) for c in curves], lambda g, lo, hi: curves[g][lo:hi], k_total, **kwargs
+    )
 
 
-def allocate_global(
-    groups: list[Any],
-    settings: SelectSpec,
-    work_dir: str | Path,
-    out_dir: str | Path,
-    k_total: int,
-    part_path: Any,
-    candidates_path: Any,
-) -> dict[str, Any]:
-    """Steps 2 and 3: the threshold over every group's gain curve, then each group's kept
-    prefix written as ``OUT/selected/part-NNNNN.parquet``, then the marker
-    ``WORK/completions/global``. Reads one column of each candidates file for the
-    threshold and one group's candidates at a time for the parts; resumable like a group.
-    """
-    marker = Path(work_dir) / "completions" / "global"
-    done = read_marker(marker)  # a corrupt marker is redone, with a warning
-    if done is not None:
-        return {**done, "reused": True}
-    started = time.perf_counter()
-    gains = [
-        read_table(candidates_path(work_dir, g.gid), columns=["gain"]).column(0).to_numpy()
-        for g in groups
+# --- the allocation phase of a sharded run ---------------------------------------------------
+def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The knots a proposing group left in its completion marker (and drops them there)."""
+    pos, val = stats.pop("gain_knots")
+    return np.asarray(pos, dtype=np.int64), np.asarray(val, dtype=np.float64)
+
+
+def want_path(work_dir: str | Path, gid: int) -> Path:
+    """Where the driver records that a group must propose more candidates."""
+    return Path(work_dir) / "candidates" / f"{gid:05d}.want.json"
+
+
+def wanted(work_dir: str | Path, gid: int, default: int) -> int:
+    """The candidates group ``gid`` proposes: ``default`` unless an extension says more."""
+    done = read_marker(want_path(work_dir, gid))
+    return int(done["candidates"]) if done else default
+
+
+def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list[int]:
+    """Groups whose every candidate is kept though they have rows left: their curve may go
+    on above the threshold, so they propose again, twice as many (the allocation is only
+    exact once no group is cut off by its own candidate count)."""
+    return [
+        g
+        for g, (m, c, n) in enumerate(zip(counts, proposed, sizes, strict=True))
+        if 0 < c == m < n
     ]
-    counts, threshold, ranks = allocate(gains, k_total)
-    n_candidates = int(sum(len(g) for g in gains))
-    estimate = float(sum(g[: int(m)].sum() for g, m in zip(gains, counts, strict=True)))
-    del gains
-    allocate_s = time.perf_counter() - started
+
+
+def write_allocated(
+    gid: int, m: int, settings: SelectSpec, work_dir: str, part: str, candidates: str
+) -> dict[str, Any]:
+    """Step 3 for one group: its first ``m`` candidates in pick order as its selected part
+    (id, group, rank within the group, logit, gain in J units). Pure and idempotent."""
+    table = read_table(candidates).slice(0, int(m))
     id_col = settings.columns.id_col
-    for g, m, rank in zip(groups, counts, ranks, strict=True):
-        table = read_table(candidates_path(work_dir, g.gid)).slice(0, int(m))
-        part = pa.table(  # the columns of every selected part
+    atomic_write_table(
+        pa.table(
             {
                 id_col: table.column(id_col),
                 "group": table.column("group"),
-                "rank": pa.array(rank),
+                "rank": table.column("rank"),
                 "logit": table.column("logit"),
+                "gain": table.column("gain"),
             }
-        )
-        atomic_write_table(part, part_path(out_dir, g.gid))
-    total_s = time.perf_counter() - started
+        ),
+        part,
+    )
+    gains = table.column("gain").to_numpy()
+    return {
+        "gid": gid,
+        "kept": int(m),
+        "gain_sum": float(gains.sum()),
+        "last_gain": float(gains[-1]) if m else None,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def global_marker(work_dir: str | Path) -> Path:
+    return Path(work_dir) / "completions" / "global"
+
+
+def finish_allocation(
+    work_dir: str | Path,
+    counts: np.ndarray,
+    written: list[dict[str, Any]],
+    n_candidates: int,
+    rounds: int,
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """The allocation's stats, written as the marker ``WORK/completions/global`` last."""
+    last = [w["last_gain"] for w in written if w["last_gain"] is not None]
     stats = {
         "mode": "allocate",
-        "n_candidates": n_candidates,
+        "n_candidates": int(n_candidates),
         "k": int(counts.sum()),
-        "threshold": threshold,
+        "threshold": min(last) if last else None,
+        "rounds": rounds,
         "kept_per_group": counts.tolist(),
         # J of the selection as the groups priced it: every document covered within its
         # own group, on the graph; the exact J over the corpus is what `evaluate` computes.
-        "terms": {"J_groups": estimate},
-        "seconds": {"allocate": allocate_s, "write": total_s - allocate_s, "total": total_s},
+        "terms": {"J_groups": float(sum(w["gain_sum"] for w in written))},
+        "seconds": seconds,
         "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb_write": max((w["peak_rss_mb"] or 0) for w in written) if written else None,
     }
-    atomic_write_json(stats, marker)
-    return {**stats, "reused": False}
+    atomic_write_json(stats, global_marker(work_dir))
+    return stats

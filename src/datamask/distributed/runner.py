@@ -79,7 +79,21 @@ from ..io.shards import (
 )
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import run_record, selection_table
-from .allocate import allocate_global, allocates_by_gains, gains_in_j_units, group_spec
+from .allocate import (
+    allocate_counts,
+    allocates_by_gains,
+    finish_allocation,
+    gain_knots,
+    gains_in_j_units,
+    global_marker,
+    group_spec,
+    knots_of,
+    monotone,
+    saturated,
+    want_path,
+    wanted,
+    write_allocated,
+)
 from .lifecycle import abort_pool, read_marker, worker_init
 from .partition import (
     GroupSpec,
@@ -145,10 +159,7 @@ def read_group(
     ]
     corpus, ids = corpus_from_tables(
         tables,
-        id_col=settings.columns.id_col,
-        quality_cols=settings.columns.quality_cols,
-        quality_weights=settings.columns.quality_weights,
-        feature_col=settings.columns.feature_col,
+        settings.columns,
         source=f"group {spec.gid} ({spec.label})",
         quality_range=quality_range or None,
     )
@@ -244,20 +255,23 @@ def select_group(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
             Path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
         )
+    knots = None
     if propose and totals is not None:
         order, gains = sel.meta["gain_order"]
         logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
         lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
+        gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
         table = pa.table(
             {
                 id_col: ids.take(pa.array(order)),
                 "group": pa.array(np.full(len(order), spec.gid, dtype=np.int32)),
                 "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
                 "logit": pa.array(np.asarray(logits, np.float32)[order]),
-                "gain": gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals),
+                "gain": pa.array(gains),
             }
         )
         atomic_write_table(table, candidates_path(work_dir, spec.gid))
+        knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
     elif propose:
         extra: dict[str, Any] = {"score": sel.scores}
         if settings.selector.method not in MODULAR:  # what the global round selects from
@@ -293,6 +307,8 @@ def select_group(
         "docs_per_second": n / total_s if total_s > 0 else None,
         **_where_it_ran(sel),
     }
+    if knots is not None:
+        stats["gain_knots"] = knots
     atomic_write_json(stats, marker)
     return {**stats, "reused": False}
 
@@ -607,6 +623,132 @@ def _plan(
     return plan_by_cluster(spills, settings.partition.chunk_size), {"n_clusters": n_used}
 
 
+def _select_groups(
+    groups: list[GroupSpec],
+    settings: SelectSpec,
+    work: Path,
+    out: Path,
+    quality_range: QualityRange,
+    propose: bool,
+    totals: tuple[int, int] | None,
+    runner: Runner,
+    stats: dict[int, dict[str, Any]],
+    desc: str,
+    progress: bool,
+) -> int:
+    """Run :func:`select_group` for every group without a finished result (a marker for
+    its candidate count and its file); fills ``stats``, returns the documents computed."""
+
+    def result_path(gid: int) -> Path:
+        return candidates_path(work, gid) if propose else part_path(out, gid)
+
+    pending = []
+    for g in groups:
+        marker = completion_path(work, g.gid)
+        done = read_marker(marker) if result_path(g.gid).exists() else None
+        if done is not None and done.get("k") == g.k:
+            stats[g.gid] = {**done, "reused": True}
+        else:
+            marker.unlink(missing_ok=True)  # a marker without its result: redo the group
+            pending.append(g)
+    started = time.perf_counter()
+    done_docs = 0
+    bar = tqdm(
+        total=len(groups),
+        initial=len(groups) - len(pending),  # a resumed run starts where the last one stopped
+        desc=desc,
+        unit="group",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    try:
+        jobs = [(g, settings, str(work), str(out), quality_range, propose, totals) for g in pending]
+        for result in runner.map(select_group, jobs, use_gpu=True):
+            stats[result["gid"]] = result
+            done_docs += result["n"]
+            elapsed = time.perf_counter() - started
+            bar.set_postfix(docs_per_s=f"{done_docs / max(elapsed, 1e-9):,.0f}")
+            bar.update(1)
+    finally:
+        bar.close()
+    missing = [g.gid for g in groups if not completion_path(work, g.gid).exists()]
+    if missing:
+        raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
+    return sum(g.n for g in pending)
+
+
+def _allocate(
+    groups: list[GroupSpec],
+    settings: SelectSpec,
+    work: Path,
+    out: Path,
+    quality_range: QualityRange,
+    totals: tuple[int, int],
+    runner: Runner,
+    stats: dict[int, dict[str, Any]],
+    progress: bool,
+) -> tuple[dict[str, Any], list[GroupSpec]]:
+    """Round 2 of a budget allocated by gains (:mod:`.allocate`): the threshold from every
+    group's knots, then again for groups whose whole curve was kept (they propose twice as
+    many), then every group's kept prefix written as its part; the marker last."""
+    knots = {g: knots_of(s) for g, s in stats.items()}  # read once, not into the manifest
+    done = read_marker(global_marker(work))
+    if done is not None:
+        return {**done, "reused": True}, groups
+    k_total = totals[0]
+    started = time.perf_counter()
+    rounds = 1
+    while True:
+        counts = allocate_counts(
+            [knots[g.gid] for g in groups],
+            [g.k for g in groups],
+            lambda i, lo, hi: read_table(candidates_path(work, groups[i].gid), columns=["gain"])
+            .column(0)
+            .to_numpy()[lo:hi],
+            k_total,
+        )
+        cut_off = saturated(counts, [g.k for g in groups], [g.n for g in groups])
+        if not cut_off:
+            break
+        # Groups cut off by their own candidate count propose again, twice as many.
+        for i in cut_off:
+            g = groups[i]
+            groups[i] = replace(g, k=min(g.n, 2 * g.k))
+            atomic_write_json({"candidates": groups[i].k}, want_path(work, g.gid))
+            completion_path(work, g.gid).unlink(missing_ok=True)
+        again = [groups[i] for i in cut_off]
+        fresh: dict[int, dict[str, Any]] = {}
+        _select_groups(
+            again, settings, work, out, quality_range, True, totals, runner, fresh,
+            f"propose more ({rounds})", progress,
+        )
+        for gid, s in fresh.items():
+            knots[gid] = knots_of(s)
+            stats[gid] = s
+        rounds += 1
+    allocate_s = time.perf_counter() - started
+    jobs = [
+        (
+            g.gid,
+            int(m),
+            settings,
+            str(work),
+            str(part_path(out, g.gid)),
+            str(candidates_path(work, g.gid)),
+        )
+        for g, m in zip(groups, counts, strict=True)
+    ]
+    written = list(_progress_map(runner, write_allocated, jobs, "write", progress))
+    seconds = {
+        "allocate": allocate_s,
+        "write": time.perf_counter() - started - allocate_s,
+        "total": time.perf_counter() - started,
+    }
+    n_candidates = sum(g.k for g in groups)
+    global_stats = finish_allocation(work, counts, written, n_candidates, rounds, seconds)
+    return {**global_stats, "reused": False}, groups
+
+
 def _summary(stats: list[dict[str, Any]]) -> dict[str, Any]:
     secs = np.asarray([s["seconds"]["total"] for s in stats], dtype=np.float64)
     rss = [s["peak_rss_mb"] for s in stats if s.get("peak_rss_mb") is not None]
@@ -743,55 +885,25 @@ def _run_claimed(
             )
             for g in groups
         ]
+    if allocating:  # ... or more, where an earlier allocation asked for more
+        groups = [replace(g, k=wanted(work, g.gid, g.k)) for g in groups]
     plan_s = time.perf_counter() - started
 
-    def result_path(gid: int) -> Path:
-        return candidates_path(work, gid) if two_rounds else part_path(out, gid)
-
     stats: dict[int, dict[str, Any]] = {}
-    pending = []
-    for g in groups:
-        marker = completion_path(work, g.gid)
-        done = read_marker(marker) if result_path(g.gid).exists() else None
-        if done is not None:
-            stats[g.gid] = {**done, "reused": True}
-        else:
-            marker.unlink(missing_ok=True)  # a marker without its result: redo the group
-            pending.append(g)
-    n_pending_docs = sum(g.n for g in pending)
     select_started = time.perf_counter()
-    done_docs = 0
-    bar = tqdm(
-        total=len(groups),
-        initial=len(groups) - len(pending),  # a resumed run starts where the last one stopped
-        desc="propose candidates" if two_rounds else "select groups",
-        unit="group",
-        disable=not progress,
-        dynamic_ncols=True,
+    desc = "propose candidates" if two_rounds else "select groups"
+    n_pending_docs = _select_groups(
+        groups, settings, work, out, quality_range, two_rounds, totals, runner, stats, desc,
+        progress,
     )
-    try:
-        jobs = [
-            (g, settings, str(work), str(out), quality_range, two_rounds, totals) for g in pending
-        ]
-        for result in runner.map(select_group, jobs, use_gpu=True):
-            stats[result["gid"]] = result
-            done_docs += result["n"]
-            elapsed = time.perf_counter() - select_started
-            bar.set_postfix(docs_per_s=f"{done_docs / max(elapsed, 1e-9):,.0f}")
-            bar.update(1)
-    finally:
-        bar.close()
     select_s = time.perf_counter() - select_started
 
-    missing = [g.gid for g in groups if not completion_path(work, g.gid).exists()]
-    if missing:
-        raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
     global_stats = None
     global_s = 0.0
     if allocating:  # round 2: one threshold over the gain curves; each group keeps a prefix
         global_started = time.perf_counter()
-        global_stats = allocate_global(
-            groups, settings, work, out, k_total, part_path, candidates_path
+        global_stats, groups = _allocate(
+            groups, settings, work, out, quality_range, totals, runner, stats, progress
         )
         global_s = time.perf_counter() - global_started
     elif two_rounds:  # round 2: one selection over the union of the candidates

@@ -115,12 +115,8 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
 def scan_jobs(infos: Sequence[ShardInfo], settings: Any) -> list[tuple]:
     """Arguments of one :func:`~datamask.io.shards.scan_shard` step per non-empty shard."""
     n_buckets = _n_buckets(infos)
-    columns = (
-        settings.columns.id_col,
-        tuple(settings.columns.quality_cols),
-        settings.columns.feature_col,
-    )
-    return [(s, info.path, *columns, n_buckets) for s, info in enumerate(infos) if info.num_rows]
+    columns = settings.columns
+    return [(s, info.path, columns, n_buckets) for s, info in enumerate(infos) if info.num_rows]
 
 
 QualityRange = tuple[tuple[float, ...], tuple[float, ...]]

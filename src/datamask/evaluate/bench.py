@@ -35,46 +35,39 @@ import os
 import platform
 import tempfile
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .._device import resolve_device, set_threads
-from .._memory import measure_peak_rss
-from .._validation import check_corpus, check_ratio
-from ..config import ObjectiveSpec, SelectSpec
+from .._device import set_threads
+from .._memory import cpu_seconds, load_average, measure_peak_rss
+from .._validation import check_corpus
+from ..config import ObjectiveSpec, PartitionSpec, SelectorSpec, SelectSpec, check_settings
 from ..data import Corpus
 from ..greedy.disf import time_reference
 from ..io.atomic import atomic_write_json, atomic_write_text
 from ..io.snapshot import load_corpus_npz, save_corpus_npz
-from ..selectors import SELECTORS, make_selector
+from ..pipeline.step import fit_group
+from ..selectors import SELECTORS
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import evaluate_selection
 
-__all__ = ["DEFAULT_METHODS", "bench", "format_markdown", "measure_peak_rss", "run_method"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "bench",
+    "format_markdown",
+    "measure_peak_rss",
+    "method_spec",
+    "run_method",
+]
 
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
-#: The bench's budget: the 10% a pre-training corpus keeps (``select`` defaults to 0.3, the
-#: reference's ratio).
-BENCH_SELECT_RATIO = 0.1
 
 #: The yardstick every J and time is divided by: lazy greedy on the K-NN graph.
 YARDSTICK = "greedy"
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU time of this process, every thread included."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _load() -> float:
-    """The 1-minute load average (other work on the machine slows every timing)."""
-    return float(os.getloadavg()[0]) if hasattr(os, "getloadavg") else float("nan")
 
 
 # --- one method -------------------------------------------------------------------------------
@@ -85,12 +78,13 @@ def run_method(
     objective_spec: ObjectiveSpec,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Fit one selector and measure it. ``corpus`` may be the path of a saved ``.npz``.
+    """Fit one selector with :func:`~datamask.pipeline.step.fit_group`, as ``select``
+    does, and measure it. ``corpus`` may be the path of a saved ``.npz``.
 
     Returns the selected rows, ``terms``, ``seconds`` (``fit_seconds_``, and its split into
     ``graph_seconds`` and ``optimise_seconds``), memory numbers, ``history`` and the
-    selector's extra fitted attributes. ``threads``: torch/numpy threads (default: the
-    cores available).
+    selector's extra fitted attributes (``meta["stats"]`` of the selection). ``threads``:
+    torch/numpy threads (default: the cores available).
     """
 
     set_threads(threads)
@@ -98,45 +92,53 @@ def run_method(
     if isinstance(corpus, str):
         corpus = load_corpus_npz(corpus)
     if method == "disf-greedy-reference":
-        load_before, cpu_before = _load(), _cpu_seconds()
+        load_before, cpu_before = load_average(), cpu_seconds()
         est = time_reference(corpus, **params)
-        est["cpu_seconds_per_batch"] = (_cpu_seconds() - cpu_before) / max(
-            est["n_batches_timed"], 1
-        )
+        est["cpu_seconds_per_batch"] = (cpu_seconds() - cpu_before) / max(est["n_batches_timed"], 1)
         return {
             "method": method,
             "estimate": est,
             "seconds": est["seconds_estimated"],
             "cpu_seconds": est["cpu_seconds_per_batch"] * est["n_batches"],
             "load_before": load_before,
-            "load_after": _load(),
+            "load_after": load_average(),
         }
-    selector = make_selector(method, objective=objective_spec.make(), **params)
-    use_cuda = resolve_device(params.get("device", "auto")).type == "cuda"
-    if use_cuda:
-        torch.cuda.reset_peak_memory_stats()
-    load_before = _load()
-    cpu_before = _cpu_seconds()
-    _, memory = measure_peak_rss(lambda: selector.fit(corpus))
-    cpu = _cpu_seconds() - cpu_before
-    if use_cuda:
-        memory["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    spec = method_spec(objective_spec, method, params)
+    load_before, cpu_before = load_average(), cpu_seconds()
+    selection, memory = measure_peak_rss(lambda: fit_group(corpus, None, spec))
+    cpu = cpu_seconds() - cpu_before
+    meta = selection.meta
+    if meta["gpu_peak_mb"] is not None:
+        memory["gpu_peak_mb"] = meta["gpu_peak_mb"]
     out: dict[str, Any] = {
         "method": method,
-        "selected": np.asarray(selector.selected_, dtype=np.int64),
-        "terms": {k: float(v) for k, v in selector.terms_.items()},
-        "seconds": float(selector.fit_seconds_),
+        "selected": np.asarray(selection.selected, dtype=np.int64),
+        "terms": meta["terms"],
+        "seconds": float(meta["seconds"]["fit"]),
         "cpu_seconds": cpu,
         "load_before": load_before,
-        "load_after": _load(),
-        "history": [dict(h) for h in selector.history_],
-        "device": str(selector.device_),
+        "load_after": load_average(),
+        "history": [dict(h) for h in meta["history"]],
+        "device": meta["device"],
         "torch_threads": torch.get_num_threads(),
         **memory,
     }
-    for name, value in selector.fit_stats().items():  # the selector's own counts and times
+    for name, value in meta["stats"].items():
         out[name] = value.item() if isinstance(value, np.generic) else value
     return out
+
+
+def method_spec(objective: ObjectiveSpec, method: str, params: dict[str, Any]) -> SelectSpec:
+    """One bench run's spec: ``method`` with ``params`` (shared settings such as ``seed`` and
+    its own), scored with ``objective``; checked as ``select`` checks its spec."""
+    shared = {f.name for f in fields(SelectorSpec)} - {"method", "params"}
+    selector = SelectorSpec(
+        method=method,
+        params=tuple(sorted((k, v) for k, v in params.items() if k not in shared)),
+        **{k: v for k, v in params.items() if k in shared},
+    )
+    one_group = PartitionSpec(budget="group")  # the whole corpus is the group: no merge round
+    return SelectSpec(objective=objective, selector=selector, partition=one_group).check()
 
 
 def _run_isolated(
@@ -154,9 +156,9 @@ def bench(
     methods: Sequence[str] = DEFAULT_METHODS,
     algorithm: str | Sequence[str] | None = None,
     lamb: float | None = None,
-    select_ratio: float = BENCH_SELECT_RATIO,
-    seed: int = 0,
-    device: str = "cpu",
+    select_ratio: float | None = None,
+    seed: int | None = None,
+    device: str | None = None,
     n_neighbors: int | None = None,
     knn: str | None = None,
     n_probe: int | None = None,
@@ -189,8 +191,9 @@ def bench(
         imported in every isolated process too); not together with the five above.
     threads : int, optional
         torch/numpy threads of every method (default: the cores available).
-    select_ratio, seed, device
-        Passed to every selector.
+    select_ratio, seed, device : optional
+        Passed to every selector; each defaults to ``select``'s (0.3, 0, ``"auto"``: the
+        fields of :class:`datamask.config.SelectorSpec`, declared once).
     method_params : dict, optional
         Extra constructor arguments per method, e.g. ``{"mask": {"n_epochs": 500}}``.
     disf_reference_batches : int, default=0
@@ -225,7 +228,12 @@ def bench(
     """
 
     check_corpus(corpus)
-    check_ratio("select_ratio", select_ratio)
+    # The shared settings against their options, as select checks them; None: its default.
+    shared = {"select_ratio": select_ratio, "seed": seed, "device": device}
+    given = {k: v for k, (_, v) in check_settings(shared, where="bench's arguments").items()}
+    select_ratio = given.get("select_ratio", SelectorSpec.select_ratio)
+    seed = given.get("seed", SelectorSpec.seed)
+    device = given.get("device", SelectorSpec.device)
     thresholds = check_thresholds(dup_thresholds)
     methods = list(methods)
     if not methods:

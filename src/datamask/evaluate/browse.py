@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
+from ..columns import Columns
 from ..io.atomic import atomic_write_text
 from ..io.datasets import input_batches, input_column_names, input_files
 from ..io.keep import IdSet
@@ -152,10 +153,7 @@ def build_report(
     selections: Sequence[str],
     *,
     split: str | None = None,
-    id_col: str = "chunk_id",
-    quality_cols: Sequence[str] = ("quality_score",),
-    quality_weights: Sequence[float] | None = None,
-    feature_col: str = "feature_arr",
+    columns: Columns | None = None,
     text_col: str | None = None,
     length_col: str | None = None,
     n_topics: int = 12,
@@ -176,9 +174,10 @@ def build_report(
     selections : sequence of str
         Selection files (any form :func:`~datamask.io.selection.read_selection_ids` reads),
         shown side by side in this order.
-    id_col, quality_cols, quality_weights, feature_col : str
-        Columns, as ``select`` names them. One quality column is shown raw; several are
-        shown as their weighted mix, each min-max scaled over the corpus.
+    columns : Columns, optional
+        The id, quality and embedding columns, as ``select`` names them; names not given
+        are resolved against the input's schema. One quality column is shown raw; several
+        are shown as their weighted mix, each min-max scaled over the corpus.
     text_col : str, optional
         Column with the documents' text, for topic labels, samples and pair examples;
         default ``text`` when the input has it (else the page shows no texts).
@@ -219,9 +218,9 @@ def build_report(
     kind, files = input_files(source, split=split)  # refuses a missing input or split now
     total = sum(i.num_rows for i in inspect_shards(files)) if kind == "parquet" else None
     names = input_column_names(source, split=split)
-    quality_cols = list(quality_cols)
-    if not quality_cols:
-        raise ValueError("quality_cols must name at least one column; got none.")
+    cols = (columns or Columns()).resolve(names, where=str(source))
+    id_col, feature_col = cols.id_col, cols.feature_col
+    quality_cols, quality_weights = list(cols.quality_cols), cols.quality_weights
     for c in [id_col, *quality_cols, feature_col]:
         if c not in names:
             raise ValueError(f"column {c!r} not found in {files[0]}; available columns: {names}.")

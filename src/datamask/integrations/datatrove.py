@@ -52,12 +52,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "(`pip install datamask[datatrove]`)."
     ) from exc
 
+from ..api import select_table
 from ..config import SelectSpec
 from ..distributed import group_seeds
 from ..embed import embed_texts
 from ..io.atomic import atomic_write
 from ..quality import heuristic_quality_batch
-from ..tables import select_table
 
 __all__ = ["DatamaskFeatures", "DatamaskSelect", "DatamaskFilter", "group_seed"]
 

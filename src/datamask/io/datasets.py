@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..columns import Columns
 from ..data import Corpus
 from .parquet import corpus_from_table, read_corpus
 from .shards import PARQUET_SUFFIXES, list_shards
@@ -225,37 +226,23 @@ def input_column_names(source: str | Sequence[str], *, split: str | None = None)
 
 def read_input_corpus(
     path: str | Path,
+    columns: Columns | None = None,
     *,
     split: str | None = None,
-    id_col: str = "chunk_id",
-    quality_cols: Sequence[str] = ("quality_score",),
-    quality_weights: Sequence[float] | None = None,
-    feature_col: str = "feature_arr",
     extra_cols: Sequence[str] = (),
 ) -> Corpus:
     """A parquet file (see :func:`~datamask.io.parquet.read_corpus`) or a ``save_to_disk``
-    folder read into a :class:`~datamask.data.Corpus` (not yet validated)."""
+    folder read into a :class:`~datamask.data.Corpus` (not yet validated); ``columns`` not
+    given are resolved against its schema."""
     if not is_save_to_disk(path):
-        return read_corpus(
-            path,
-            id_col=id_col,
-            quality_cols=quality_cols,
-            quality_weights=quality_weights,
-            feature_col=feature_col,
-            extra_cols=extra_cols,
-        )
+        return read_corpus(path, columns, extra_cols=extra_cols)
     where = str(path)
     names = input_column_names(where, split=split)
-    wanted = list(dict.fromkeys([id_col, *quality_cols, feature_col]))
+    columns = (columns or Columns()).resolve(names, where=where)
+    wanted = columns.read
     extras = [c for c in extra_cols if c in names and c not in wanted]
     return corpus_from_table(
-        read_save_to_disk(path, wanted + extras, split=split),
-        where,
-        id_col=id_col,
-        quality_cols=quality_cols,
-        quality_weights=quality_weights,
-        feature_col=feature_col,
-        extra_cols=extras,
+        read_save_to_disk(path, wanted + extras, split=split), where, columns, extra_cols=extras
     )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
 from .fs import Location
@@ -186,17 +187,14 @@ def check_id_type(typ: pa.DataType, id_col: str, where: str) -> None:
 
 
 def arrays_from_table(
-    table: pa.Table,
-    where: str,
-    *,
-    id_col: str,
-    quality_cols: Sequence[str],
-    feature_col: str,
+    table: pa.Table, where: str, columns: Columns
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Ids (arrow, unchanged), quality (float64, (n, n_scores)) and features (float32).
+    """Ids (arrow, unchanged), quality (float64, (n, n_scores)) and features (float32) of
+    the resolved ``columns``.
 
     Checks nulls and types; ``where`` names the file (and rows) in every message.
     """
+    id_col, quality_cols, feature_col = columns.id_col, columns.quality_cols, columns.feature_col
     check_unique_columns(table.schema, [id_col, *quality_cols, feature_col], where)
     ids_col = table.column(id_col)
     check_id_type(ids_col.type, id_col, where)
@@ -229,11 +227,8 @@ def arrays_from_table(
 
 def corpus_from_tables(
     tables: Sequence[tuple[pa.Table, str]],
+    columns: Columns,
     *,
-    id_col: str,
-    quality_cols: Sequence[str],
-    quality_weights: Sequence[float] | None,
-    feature_col: str,
     source: str,
     quality_range: tuple[Sequence[float], Sequence[float]] | None = None,
     extra_cols: Sequence[str] = (),
@@ -248,6 +243,8 @@ def corpus_from_tables(
     ----------
     tables : sequence of (pyarrow.Table, str)
         Each piece and where it came from (for error messages).
+    columns : Columns
+        The id, quality and embedding columns, resolved.
     source : str
         The corpus's ``source`` (e.g. ``"group 7"``).
     quality_range : (lows, highs), optional
@@ -266,9 +263,7 @@ def corpus_from_tables(
     id_parts, q_parts, f_parts = [], [], []
     width: tuple[int, str] | None = None
     for table, where in tables:
-        ids, q, feats = arrays_from_table(
-            table, where, id_col=id_col, quality_cols=quality_cols, feature_col=feature_col
-        )
+        ids, q, feats = arrays_from_table(table, where, columns)
         if width is None:
             width = (feats.shape[1], where)
         elif feats.shape[1] != width[0]:
@@ -284,7 +279,7 @@ def corpus_from_tables(
     types = {a.type for a in id_parts}
     if len(types) > 1:
         raise ValueError(
-            f"column {id_col!r} has different types across the shards of {source}: "
+            f"column {columns.id_col!r} has different types across the shards of {source}: "
             f"{sorted(map(str, types))}; store ids with one type."
         )
     ids_arrow = pa.concat_arrays(id_parts) if len(id_parts) > 1 else id_parts[0]
@@ -298,8 +293,10 @@ def corpus_from_tables(
         ids=ids_arrow.to_numpy(zero_copy_only=False),
         quality=np.concatenate(q_parts),
         features=features,
-        quality_names=list(quality_cols),
-        quality_weights=None if quality_weights is None else np.asarray(quality_weights, float),
+        quality_names=list(columns.quality_cols),
+        quality_weights=None
+        if columns.quality_weights is None
+        else np.asarray(columns.quality_weights, float),
         source=source,
         extra=extra,
         quality_range=None
@@ -310,38 +307,20 @@ def corpus_from_tables(
 
 
 def corpus_from_table(
-    table: pa.Table,
-    where: str,
-    *,
-    id_col: str,
-    quality_cols: Sequence[str],
-    quality_weights: Sequence[float] | None,
-    feature_col: str,
-    extra_cols: Sequence[str] = (),
+    table: pa.Table, where: str, columns: Columns, *, extra_cols: Sequence[str] = ()
 ) -> Corpus:
     """One whole input read as a table (a parquet file, a save_to_disk folder) as a
     :class:`~datamask.data.Corpus`; an input with no rows is refused, naming ``where``."""
     if table.num_rows == 0:
         raise ValueError(f"{where} has no rows.")
-    corpus, _ = corpus_from_tables(
-        [(table, where)],
-        id_col=id_col,
-        quality_cols=quality_cols,
-        quality_weights=quality_weights,
-        feature_col=feature_col,
-        source=where,
-        extra_cols=extra_cols,
-    )
+    corpus, _ = corpus_from_tables([(table, where)], columns, source=where, extra_cols=extra_cols)
     return corpus
 
 
 def read_corpus(
     path: str | Path,
+    columns: Columns | None = None,
     *,
-    id_col: str = "chunk_id",
-    quality_cols: Sequence[str] = ("quality_score",),
-    quality_weights: Sequence[float] | None = None,
-    feature_col: str = "feature_arr",
     extra_cols: Sequence[str] = (),
     expected_dim: int | None = None,
 ) -> Corpus:
@@ -351,10 +330,10 @@ def read_corpus(
     ----------
     path : str or Path
         A parquet file.
-    id_col, feature_col : str
-        Id column and embedding column (list or fixed-size list of floats, any width).
-    quality_cols : sequence of str, default=("quality_score",)
-        One or more quality columns, mixed with ``quality_weights`` (default equal).
+    columns : Columns, optional
+        The id, quality and embedding columns (list or fixed-size list of floats, any
+        width); names not given are resolved against the file's schema
+        (:meth:`~datamask.columns.Columns.resolve`). Default: all of them.
     extra_cols : sequence of str
         Optional columns kept for reports when present (e.g. ``n_chars``, ``text``).
     expected_dim : int, optional
@@ -363,22 +342,15 @@ def read_corpus(
     where = str(path)
     pf = _open(path)
     schema = pf.schema_arrow
-    wanted = [id_col, *quality_cols, feature_col]
+    columns = (columns or Columns()).resolve(schema.names, where=where)
+    wanted = [columns.id_col, *columns.quality_cols, columns.feature_col]
     _require(schema, wanted, where)
     extras = [c for c in extra_cols if c in schema.names and c not in wanted]
     try:
         table = pf.read(columns=wanted + extras)
     except Exception as exc:
         raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
-    corpus = corpus_from_table(
-        table,
-        where,
-        id_col=id_col,
-        quality_cols=quality_cols,
-        quality_weights=quality_weights,
-        feature_col=feature_col,
-        extra_cols=extras,
-    )
+    corpus = corpus_from_table(table, where, columns, extra_cols=extras)
     if expected_dim is not None and corpus.dim != expected_dim:
         raise ValueError(f"embedding width {corpus.dim} in {where} does not match {expected_dim}.")
     return corpus

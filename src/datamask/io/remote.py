@@ -1,4 +1,6 @@
-"""Remote inputs and outputs for ``select``, ``evaluate`` and ``embed``: stage, run, upload.
+"""Remote inputs and outputs for ``select``, ``evaluate``, ``bench`` and ``embed``: stage,
+run, upload (:func:`staged_paths`; :func:`datamask.select` calls it, the CLI's other
+commands through :mod:`datamask.cli.staging`).
 
 These commands read their inputs many times (the learner revisits every row) and write
 through :mod:`datamask.io.atomic` (``os.replace``, ``flock``). So a remote argument is
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,15 +40,7 @@ from .atomic import atomic_write
 from .fs import Location, cache_dir, check_reachable, expand, glob_root, is_uri, resolve
 from .keep import relative_names
 
-__all__ = ["COMMAND_PATHS", "staged_arguments"]
-
-#: Path arguments of each command: (inputs, outputs). ``select`` inputs are parquet shards.
-COMMAND_PATHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "select": (("input",), ("output", "work_dir")),
-    "evaluate": (("input", "selection"), ("output",)),
-    "embed": (("input",), ("output",)),
-    "bench": (("input",), ("out_dir",)),
-}
+__all__ = ["staged_paths"]
 
 #: Names uploaded last: their presence says the rest is complete.
 _COMMIT_LAST = ("manifest.json",)
@@ -122,15 +116,16 @@ def _overlap(a: Location, b: Location) -> bool:
 
 
 @contextmanager
-def staged_arguments(
-    args: Any, load_config: Callable[[str], dict[str, Any]] | None = None
-) -> Iterator[Any]:
-    """Rewrite remote path arguments of ``args`` to local ones around a command.
+def staged_paths(
+    paths: Mapping[str, Any], *, inputs: Sequence[str], suffixes: tuple[str, ...] = ("",)
+) -> Iterator[dict[str, Any]]:
+    """Local stand-ins for the remote paths of a command, around its body.
 
-    Inputs are downloaded before the body, outputs uploaded after it (only when it
-    succeeds). ``file://`` URIs become plain local paths. Commands not in
-    :data:`COMMAND_PATHS` pass through unchanged. ``load_config`` reads ``args.config``
-    (``select``'s settings file), whose paths are staged too.
+    ``paths`` maps each argument's name to a path, a URI or None; the names in ``inputs``
+    are read, the others written. Inputs are downloaded before the body (``suffixes``: the
+    files a remote folder or glob holds), outputs uploaded after it, only when it
+    succeeds. ``file://`` URIs become plain local paths; local paths, None and lists pass
+    unchanged. Yields the same names with local paths.
 
     Raises
     ------
@@ -138,40 +133,21 @@ def staged_arguments(
         A bad URI, unknown scheme, unreachable bucket or an output overlapping an input,
         before anything is read or written.
     """
-    spec = COMMAND_PATHS.get(getattr(args, "command", ""))
-    if spec is None:
-        yield args
-        return
-    inputs, outputs = spec
-    if load_config is not None and getattr(args, "config", None):
-        # Paths may come from the config file: take them now (flags still win), so that a
-        # remote one is staged like a flag's. The select command re-reads the file.
-        config = load_config(args.config)
-        for name in inputs + outputs:
-            if getattr(args, name, None) is None and config.get(name) is not None:
-                setattr(args, name, str(config[name]))
-    if (
-        args.command == "evaluate"
-        and getattr(args, "output", None) is None
-        and is_uri(str(args.selection))
-    ):
-        text = str(args.selection)
-        stem = text.rsplit(".", 1)[0] if "." in text.rsplit("/", 1)[-1] else text
-        args.output = stem + ".eval.json"  # beside the selection, as for a local one
+    local: dict[str, Any] = dict(paths)
     remote: dict[str, Location] = {}
-    for name in inputs + outputs:
-        value = getattr(args, name, None)
-        if value is None or not is_uri(str(value)):
+    for name, value in paths.items():
+        if not isinstance(value, str | Path) or not is_uri(str(value)):
             continue
         loc = resolve(value, what=_flag(name))
         if loc.is_local:
-            setattr(args, name, loc.path)
+            local[name] = loc.path
             continue
         check_reachable(loc, what=_flag(name))
         remote[name] = loc
     if not remote:
-        yield args
+        yield local
         return
+    outputs = [name for name in paths if name not in inputs]
     for o in outputs:
         for i in inputs:
             if o in remote and i in remote and _overlap(remote[o], remote[i]):
@@ -182,14 +158,13 @@ def staged_arguments(
     staged: list[tuple[Path, Location]] = []
     for name in outputs:
         if name in remote:
-            local = cache_dir() / "out" / _key(remote[name].uri) / remote[name].name
-            staged.append((local, remote[name]))
-            setattr(args, name, str(local))
+            target = cache_dir() / "out" / _key(remote[name].uri) / remote[name].name
+            staged.append((target, remote[name]))
+            local[name] = str(target)
     for name in inputs:
         if name in remote:
-            suffixes = (".parquet",) if args.command == "select" else ("",)
-            setattr(args, name, _download(remote[name], _flag(name), suffixes))
-    yield args
-    for local, loc in staged:
-        if local.exists():
-            _upload(local, loc)
+            local[name] = _download(remote[name], _flag(name), suffixes)
+    yield local
+    for target, loc in staged:
+        if target.exists():
+            _upload(target, loc)

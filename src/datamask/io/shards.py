@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._validation import check_quality_span, unit_rows
+from ..columns import Columns
 from .parquet import arrays_from_table, check_id_type, corpus_from_tables
 
 __all__ = [
@@ -379,9 +380,7 @@ ID_HASH_DTYPE = np.dtype([("hash", "<u8"), ("row", "<i8")])
 def scan_shard(
     index: int,
     path: str,
-    id_col: str,
-    quality_cols: Sequence[str],
-    feature_col: str,
+    columns: Columns,
     n_buckets: int = 1,
     batch_size: int = 65_536,
 ) -> ShardScan:
@@ -398,7 +397,8 @@ def scan_shard(
     ValueError
         Naming the file and the first bad row.
     """
-    columns = list(dict.fromkeys([id_col, *quality_cols, feature_col]))
+    id_col, quality_cols = columns.id_col, columns.quality_cols
+    names = columns.read
     pf = _open(path)
     id_type = pf.schema_arrow.field(id_col).type
     check_id_type(id_type, id_col, str(path))
@@ -407,7 +407,7 @@ def scan_shard(
     qmax = np.full(len(quality_cols), -np.inf)
     hashes = []
     row = 0
-    batches = pf.iter_batches(batch_size=batch_size, columns=columns)
+    batches = pf.iter_batches(batch_size=batch_size, columns=names)
     while True:
         try:  # read errors (a corrupt page) name the file
             batch = next(batches, None)
@@ -418,13 +418,7 @@ def scan_shard(
         n = batch.num_rows
         whole = row == 0 and n == pf.metadata.num_rows
         where = str(path) if whole else f"{path} (rows {row}-{row + n})"
-        ids, quality, feats = arrays_from_table(
-            pa.Table.from_batches([batch]),
-            where,
-            id_col=id_col,
-            quality_cols=quality_cols,
-            feature_col=feature_col,
-        )
+        ids, quality, feats = arrays_from_table(pa.Table.from_batches([batch]), where, columns)
         for j, name in enumerate(quality_cols):
             bad = np.flatnonzero(~np.isfinite(quality[:, j]))
             if len(bad):
@@ -462,7 +456,7 @@ def scan_shard(
         id_type=str(id_type),
         quality_min=tuple(float(v) for v in qmin),
         quality_max=tuple(float(v) for v in qmax),
-        checksum=content_checksum(path, columns),
+        checksum=content_checksum(path, names),
         id_hashes=table_h,
         bucket_counts=counts,
     )

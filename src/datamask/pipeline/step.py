@@ -94,7 +94,8 @@ def fit_group(
     -------
     Selection
         ``meta`` holds ``method``, ``terms``, ``device``, ``gpu_peak_mb``, ``seconds``
-        (fit, graph, optimise), ``history``, ``resolved`` and ``graph``.
+        (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
+        counts and times) and ``graph``.
     """
     n = corpus.n_docs
     method = spec.selector.method
@@ -105,6 +106,7 @@ def fit_group(
         "gpu_peak_mb": None,
         "history": [],
         "resolved": {},
+        "stats": {},
         "graph": None,
     }
     if stored_ids is not None and SELECTORS[method].modular:
@@ -145,6 +147,7 @@ def fit_group(
         },
         history=selector.history_,
         resolved=selector.resolved_params(),
+        stats=selector.fit_stats(),  # the selector's own counts and times (bench's columns)
         graph=graph_summary(selector.objective_) if describe_graph else None,
     )
     if gain_curve:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .. import __version__
+from .._version import __version__
 from ..config import SelectSpec
 from ..data import Selection
 

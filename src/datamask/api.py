@@ -1,0 +1,363 @@
+"""The library's doors: :func:`select` (files and shards, as ``datamask select``) and
+:func:`select_table` (an in-memory table).
+
+    >>> import datamask
+    >>> datamask.select("docs.parquet", "out/selection.parquet", select_ratio=0.1)  # doctest: +SKIP
+
+``select``: a single parquet file (or a ``save_to_disk`` folder) is a plan with one group: its rows
+are read, :func:`~datamask.pipeline.step.fit_group` selects, and the writer writes every
+row with its rank (``output``) and the summary beside it. A folder, a glob or a list of
+shards (or any input with ``shards=True``) is planned into groups by
+:func:`datamask.distributed.runner.run_selection`, which runs the same step per group and
+writes ``output/`` as a dataset of parts with ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ._device import set_threads
+from .config import SelectSpec
+from .distributed import runner as sharded
+from .io.atomic import OutputLock, check_no_overlap, check_writable
+from .io.datasets import input_column_names, is_save_to_disk, read_input_corpus, resolve_input
+from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
+from .io.parquet import corpus_from_table, summary_path, write_selection
+from .io.provenance import record_inputs
+from .io.remote import staged_paths
+from .io.shards import literal_or_glob
+from .pipeline.step import fit_group
+from .pipeline.writer import run_record, selection_table
+
+__all__ = ["is_sharded", "make_runner", "select", "select_table"]
+
+
+def is_sharded(source: Any) -> bool:
+    """A list of files, a folder (not a save_to_disk one) or a glob; a file whose name holds
+    ``[``, ``*`` or ``?`` is taken literally."""
+    if isinstance(source, list | tuple):
+        return True
+    path = str(source)
+    if is_save_to_disk(path):
+        return False
+    return Path(path).is_dir() or literal_or_glob(path) == "glob"
+
+
+def make_runner(spec: SelectSpec) -> Any:
+    """The scheduler ``spec.run`` asks for; nothing is started yet."""
+    run = spec.run
+    kind = run.runner or ("ray" if run.ray_address else "local")
+    if kind == "local":
+        if run.ray_address:
+            raise ValueError("--ray-address needs --runner ray; got --runner local.")
+        return sharded.LocalRunner(workers=run.workers or sharded.available_cpus())
+    from .distributed.ray_backend import RayRunner
+
+    return RayRunner(workers=run.workers, address=run.ray_address, device=spec.selector.device)
+
+
+def _spec_of(spec: SelectSpec | None, settings: dict[str, Any], where: str) -> SelectSpec:
+    """The one spec of a call: ``spec`` or the keyword settings (checked as the flags are)."""
+    if spec is not None and settings:
+        raise TypeError(
+            f"give the settings either as spec= or as keywords, not both; got spec= and "
+            f"{sorted(settings)}."
+        )
+    return SelectSpec.from_mapping(settings, where=where) if spec is None else spec
+
+
+def select(
+    source: Any,
+    output: str | Path,
+    spec: SelectSpec | None = None,
+    *,
+    shards: bool | None = None,
+    split: str | None = None,
+    scheduler: Any = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Select ``round(select_ratio * N)`` documents of ``source`` and write them.
+
+    Parameters
+    ----------
+    source : str, Path or list of paths
+        One parquet file or ``save_to_disk`` folder, or parquet shards (folder, glob, list).
+        ``s3://``, ``gs://``, ``hf://`` and ``file://`` URIs are read as ``datamask select``
+        reads them (:mod:`datamask.io.remote`).
+    output : str or Path
+        A parquet file for one file; a folder for shards. A remote URI is written when the
+        selection is complete.
+    spec : SelectSpec, optional
+        Everything that decides the selection (default: from ``settings``).
+    shards : bool, optional
+        Plan ``source`` into groups even when it is one file (default: only shards are).
+    split : str, optional
+        The split of a DatasetDict folder or of a Hub-style parquet folder.
+    scheduler : optional
+        The sharded runs' scheduler, a started ``LocalRunner`` or ``RayRunner`` (default:
+        the one the ``runner`` setting names, :func:`make_runner`).
+    **settings
+        Any setting of ``datamask select`` by its key, instead of ``spec``: ``select_ratio``,
+        ``method``, ``seed``, ``preset``, ``id_col``, ``quality_col``, ``n_epochs``, ...
+
+    Returns
+    -------
+    dict
+        The summary (one file) or manifest (shards) also written beside the output.
+    """
+    spec = _spec_of(spec, settings, "select's arguments")
+    paths = {"input": source, "output": output, "work_dir": spec.run.work_dir}
+    with staged_paths(paths, inputs=("input",), suffixes=(".parquet",)) as local:
+        if local["work_dir"] != spec.run.work_dir:
+            spec = spec.evolve(run=replace(spec.run, work_dir=local["work_dir"]))
+        return _select(local["input"], local["output"], spec, shards, split, scheduler)
+
+
+def _select(
+    source: Any,
+    output: str | Path,
+    spec: SelectSpec,
+    shards: bool | None,
+    split: str | None,
+    runner: Any,
+) -> dict[str, Any]:
+    """:func:`select` on local paths: columns resolved, the spec checked once, then run."""
+    if isinstance(source, str | Path):
+        source = resolve_input(str(source), split=split)
+    names = input_column_names(source, split=split)
+    spec = spec.evolve(columns=spec.columns.resolve(names, where=str(source))).check()
+    threads = set_threads(spec.run.threads)
+    in_memory = not isinstance(source, list | tuple) and is_save_to_disk(str(source))
+    if in_memory and shards:
+        raise ValueError(
+            "a save_to_disk folder is selected in one process; for --partition write it as "
+            "parquet shards first (Dataset.to_parquet)."
+        )
+    if shards or (shards is None and is_sharded(source)):
+        own = runner is None
+        runner = make_runner(spec) if own else runner
+        try:
+            return sharded.run_selection(
+                source,
+                output,
+                spec,
+                runner=runner,
+                work_dir=spec.run.work_dir,
+                progress=spec.run.progress,
+            )
+        finally:
+            if own:
+                runner.close()
+    # The output is checked and claimed before any computation: never the input, a
+    # writable place, and no other run writing it at the same time.
+    check_file_output(output)
+    check_writable(output)
+    check_no_overlap([output, summary_path(output)], [source])
+    with OutputLock(output):
+        return _select_file(
+            str(source), output, spec, split=split, keep_lists=not in_memory, threads=threads
+        )
+
+
+def check_file_output(output: str | Path) -> None:
+    """A one-file selection's output, decided before any computation: a file path (not
+    ``dir/``) whose own name and those written beside it (summary, keep lists, the hidden
+    temporaries and lock) are legal on its file system."""
+    text = str(output)
+    if text.endswith(("/", os.sep)):
+        raise ValueError(
+            f"--output {text!r} names a folder, but selecting from one file writes one "
+            f"parquet file; give a file path such as '{text.rstrip('/')}/selection.parquet' "
+            "(or --shards to write a folder)."
+        )
+    out = Path(output)
+    parent = out.parent if out.parent.exists() else Path(".")
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for name in (out.name, summary_path(out).name, Path(keep_dir_for(text, folder=False)).name):
+        if len(name.encode()) > limit:
+            raise ValueError(
+                f"--output {out.name!r} is too long: the file {name!r} written for it is "
+                f"{len(name.encode())} bytes, over this file system's {limit}-byte limit on "
+                "a name; give a shorter name."
+            )
+
+
+def _select_file(
+    source: str,
+    output: str | Path,
+    spec: SelectSpec,
+    *,
+    split: str | None,
+    keep_lists: bool,
+    threads: int,
+) -> dict[str, Any]:
+    """One file: a plan with one group, once the output is claimed."""
+    started = time.perf_counter()
+    cols = spec.columns
+    names = input_column_names(source, split=split)
+    missing = [c for c in spec.objective.columns if c not in names]
+    if missing:
+        raise ValueError(
+            f"the terms {list(spec.objective.algorithm)} read column(s) {missing}, not found "
+            f"in {source}; available columns: {names}."
+        )
+    corpus = read_input_corpus(  # a parquet file or a save_to_disk folder
+        source,
+        cols,
+        split=split,
+        extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
+    )
+    read_seconds = time.perf_counter() - started
+    selection = fit_group(corpus, None, spec, progress=spec.run.progress, describe_graph=True)
+    table = selection_table(
+        selection,
+        id_col=cols.id_col,
+        kept_only=spec.run.selected_only,
+        logit=not spec.run.selected_only,
+    )
+    meta = selection.meta
+    summary = {
+        **run_record(spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=meta["terms"]),
+        "dim": corpus.dim,
+        "input": source,
+        "output": str(output),
+        "seconds": {
+            "read": read_seconds,
+            **{key: meta["seconds"][key] for key in ("fit", "graph", "optimise")},
+            "total": time.perf_counter() - started,
+        },
+        "graph": meta["graph"],
+        "device": meta["device"],
+        "resolved": meta["resolved"],
+        "history": meta["history"],
+    }
+    summary["settings"]["threads"] = threads  # the count used, not None
+    if keep_lists:  # a parquet file: what `apply` and `evaluate` check their input against
+        summary["provenance"] = record_inputs(
+            [source],
+            input_names(source, [source]),
+            [c for c in spec.read_columns if c in names],
+            id_col=cols.id_col,
+        )
+    kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
+    summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
+    write_selection(output, table, summary)  # parquet and summary as one unit
+    # Keep lists name rows of parquet inputs (for `datamask apply`); a save_to_disk folder
+    # is filtered with Dataset.select on the selection's ids instead.
+    if keep_lists:
+        keep_lists_for_output(output, source, [source], id_col=cols.id_col, selected_ids=kept_ids)
+    summary["keep_lists"] = keep_lists
+    return summary
+
+
+# --- an in-memory table -------------------------------------------------------------------
+def _as_arrow(data: Any, columns: Sequence[str] | None) -> pa.Table:
+    """``data`` as a pyarrow Table (only ``columns`` when given), respecting row order."""
+    if isinstance(data, pa.Table):
+        return data if columns is None else data.select(list(columns))
+    if isinstance(data, pa.RecordBatch):
+        return _as_arrow(pa.Table.from_batches([data]), columns)
+    if hasattr(data, "with_format") and hasattr(data, "select_columns"):  # datasets.Dataset
+        if columns is not None:
+            data = data.select_columns(list(columns))
+        # The arrow formatter honours an indices mapping (after .select / .shuffle), which
+        # the raw ``.data`` table does not.
+        return data.with_format("arrow")[:]
+    if hasattr(data, "with_format") and hasattr(data, "iter"):  # datasets.IterableDataset
+        raise TypeError(
+            "select_table needs all rows at once; got a streaming IterableDataset. "
+            "Load it as a Dataset, or write it to parquet and use `datamask select`."
+        )
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas.DataFrame
+        frame = data if columns is None else data[list(columns)]
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    raise TypeError(
+        "data must be a pyarrow.Table, a datasets.Dataset or a pandas.DataFrame; "
+        f"got {type(data).__name__}."
+    )
+
+
+def _column_names(data: Any) -> list[str]:
+    if isinstance(data, pa.Table | pa.RecordBatch):
+        return list(data.schema.names)
+    names = getattr(data, "column_names", None)
+    if names is None:
+        names = getattr(data, "columns", None)
+    if names is None:
+        return list(_as_arrow(data, None).schema.names)
+    return [str(c) for c in names]
+
+
+def select_table(
+    data: Any, spec: SelectSpec | None = None, *, progress: bool = False, **settings: Any
+) -> pa.Table:
+    """Select ``round(select_ratio * n)`` rows of a table; one answer row per input row.
+
+    Parameters
+    ----------
+    data : pyarrow.Table, datasets.Dataset or pandas.DataFrame
+        Rows with an id column (optional), one or more quality columns and an embedding
+        column (list or fixed-size list of floats). Only those columns are read.
+    spec : SelectSpec, optional
+        Everything that decides the selection (default: from ``settings``).
+    progress : bool, default=False
+        The method's progress bar.
+    **settings
+        Any setting of ``datamask select`` by its key, checked and defaulted as there
+        (:class:`datamask.config.SelectSpec`): ``select_ratio``, ``lamb``, ``method``,
+        ``algorithm``, ``seed``, ``device``, ``max_similarity``, ``n_epochs``, ``knn``, ...
+        and the columns (:class:`datamask.columns.Columns`): ``preset`` (a known layout;
+        None detects the names), ``id_col``, ``quality_col`` (a name or a list of names),
+        ``quality_weights`` and ``feature_col`` (explicit names win over the preset).
+        Without an id column the row numbers are the ids.
+
+    Returns
+    -------
+    pyarrow.Table
+        One row per input row, in input order: the id column (or ``row`` alone),
+        ``row`` (int64 position in ``data``), ``selected`` (bool), ``logit``,
+        ``probability`` (mask learner only) and ``rank`` (1 = best).
+        ``data.select(table.filter(table["selected"])["row"].to_pylist())`` keeps the
+        selection.
+
+    Raises
+    ------
+    ValueError
+        For a missing column, null ids or embeddings, or an invalid setting.
+    TypeError
+        For an unsupported ``data`` type.
+    """
+    spec = _spec_of(spec, settings, "select_table's arguments")
+    names = _column_names(data)
+    cols = spec.columns.resolve(names, where="data", rows_as_ids=True)
+    numbered = cols.id_col is None  # no id column: the row numbers are the ids
+    if numbered:
+        cols = replace(cols, id_col="row")
+    spec = spec.evolve(columns=cols).check()
+    wanted = cols.read[1:] if numbered else cols.read
+    for name in wanted:
+        if name not in names:
+            raise ValueError(f"column {name!r} not found in data; available columns: {names}.")
+    table = _as_arrow(data, wanted)
+    if table.num_rows == 0:
+        raise ValueError("data has no rows.")
+    rows = np.arange(table.num_rows, dtype=np.int64)
+    if numbered:
+        table = table.append_column("row", pa.array(rows))
+    corpus = corpus_from_table(table, "data", cols)
+    selection = fit_group(corpus, None, spec, progress=progress)
+    out = selection_table(selection, id_col=cols.id_col)
+    if numbered:
+        return out
+    return out.add_column(1, "row", pa.array(rows))

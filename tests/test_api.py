@@ -1,0 +1,140 @@
+"""The doors, ``datamask.select`` and ``datamask.select_table``: one way in for settings
+(keywords or a spec, never both), column names resolved once against the input, the spec
+checked once per run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import datamask
+from datamask import Columns, SelectSpec, api
+from datamask.io.parquet import read_corpus
+
+FAST = {"select_ratio": 0.2, "n_epochs": 10, "n_neighbors": 8, "device": "cpu", "progress": False}
+TOPK = {"method": "topk", **{k: v for k, v in FAST.items() if k != "n_epochs"}}
+
+
+def _fineweb_layout(path, corpus) -> None:
+    """``corpus`` under FineWeb-Edu's names (``id``, ``score``, ``embedding``)."""
+    feats = np.asarray(corpus.features, dtype=np.float32)
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([f"doc-{i}" for i in corpus.ids]),
+                "score": pa.array(corpus.quality[:, 0]),
+                "embedding": pa.array(list(feats), type=pa.list_(pa.float32())),
+            }
+        ),
+        path,
+    )
+
+
+def test_the_doors_are_exported():
+    assert datamask.select is api.select and datamask.select_table is api.select_table
+    assert {"select", "select_table", "Columns", "SelectSpec"} <= set(datamask.__all__)
+    assert datamask.__version__ == datamask._version.__version__
+
+
+def test_keywords_and_spec_are_one_way_in(reference_parquet, tmp_path):
+    by_keywords = datamask.select(reference_parquet, tmp_path / "a.parquet", **FAST)
+    spec = SelectSpec.from_mapping(FAST)
+    by_spec = datamask.select(reference_parquet, tmp_path / "b.parquet", spec)
+    assert by_keywords["settings"] == by_spec["settings"]
+    assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+    with pytest.raises(TypeError, match=r"either as spec= or as keywords, not both; .*'lamb'"):
+        datamask.select(reference_parquet, tmp_path / "c.parquet", spec, lamb=0.3)
+    with pytest.raises(ValueError, match=r"select_ratio in select's arguments must be"):
+        datamask.select(reference_parquet, tmp_path / "d.parquet", select_ratio=1.5)
+    assert not (tmp_path / "c.parquet").exists() and not (tmp_path / "d.parquet").exists()
+
+
+def test_select_resolves_the_columns_once_from_preset_or_schema(small_corpus, tmp_path):
+    """The library door finds FineWeb-Edu's columns by itself (as the CLI does), records the
+    names it used, and a preset that does not fit names the missing role."""
+    src = tmp_path / "fineweb.parquet"
+    _fineweb_layout(src, small_corpus)
+    detected = datamask.select(src, tmp_path / "auto.parquet", **TOPK)
+    preset = datamask.select(src, tmp_path / "preset.parquet", preset="fineweb-edu", **TOPK)
+    for summary in (detected, preset):
+        s = summary["settings"]
+        assert (s["id_col"], list(s["quality_cols"]), s["feature_col"]) == (
+            "id",
+            ["score"],
+            "embedding",
+        )
+        assert "preset" not in s  # resolved into the names, which are what is recorded
+    assert pq.read_table(tmp_path / "auto.parquet").equals(
+        pq.read_table(tmp_path / "preset.parquet")
+    )
+    on_disk = json.loads((tmp_path / "auto.summary.json").read_text())
+    assert on_disk["settings"]["id_col"] == "id"
+    with pytest.raises(ValueError, match=r"no id column of preset 'datamask' \(\['chunk_id'\]\)"):
+        datamask.select(src, tmp_path / "bad.parquet", preset="datamask", **FAST)
+
+
+def test_every_reader_takes_one_columns_value(small_corpus, tmp_path):
+    src = tmp_path / "fineweb.parquet"
+    _fineweb_layout(src, small_corpus)
+    by_preset = read_corpus(src, Columns(preset="fineweb-edu"))
+    by_schema = read_corpus(src)
+    by_names = read_corpus(
+        src, Columns(id_col="id", quality_cols=("score",), feature_col="embedding")
+    )
+    for corpus in (by_schema, by_names):
+        assert np.array_equal(corpus.ids, by_preset.ids)
+        assert np.array_equal(corpus.features, by_preset.features)
+    assert Columns(preset="curator").resolve() == Columns(
+        id_col="id", quality_cols=("fineweb-edu-score",), feature_col="embeddings"
+    )
+    with pytest.raises(ValueError, match="quality_weights must have one weight per quality"):
+        SelectSpec.from_mapping({"quality_col": ["a", "b"]}).evolve(
+            columns=Columns(quality_cols=("a", "b"), quality_weights=(1.0,))
+        )
+
+
+def test_the_spec_is_checked_once_per_sharded_run(small_corpus, tmp_path, monkeypatch):
+    """SelectSpec.check() builds a throwaway selector: the keyword door, the planner and the
+    runner ask for it, and it runs once."""
+    from tests.conftest import write_reference_layout
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(small_corpus.n_docs), 3)):
+        part = datamask.Corpus(
+            ids=small_corpus.ids[rows],
+            quality=small_corpus.quality[rows],
+            features=small_corpus.features[rows],
+        )
+        write_reference_layout(shards / f"part-{i}.parquet", part)
+    calls = []
+    real = SelectSpec._check
+    monkeypatch.setattr(SelectSpec, "_check", lambda self: calls.append(1) or real(self))
+    manifest = datamask.select(shards, tmp_path / "out", workers=1, runner="local", **FAST)
+    assert manifest["totals"]["k"] == round(0.2 * small_corpus.n_docs)
+    assert len(calls) == 1
+
+
+def test_select_table_takes_the_same_settings(small_corpus):
+    feats = np.asarray(small_corpus.features, dtype=np.float32)
+    table = pa.table(
+        {
+            "score": pa.array(small_corpus.quality[:, 0]),
+            "embedding": pa.array(list(feats), type=pa.list_(pa.float32())),
+        }
+    )
+    by_keywords = datamask.select_table(table, method="topk", select_ratio=0.25)
+    spec = SelectSpec.from_mapping({"method": "topk", "select_ratio": 0.25})
+    assert datamask.select_table(table, spec).equals(by_keywords)
+    assert by_keywords.column_names[0] == "row"  # no id column: the rows are the ids
+    assert pc_sum(by_keywords["selected"]) == round(0.25 * small_corpus.n_docs)
+    with pytest.raises(TypeError, match="not both"):
+        datamask.select_table(table, spec, method="random")
+
+
+def pc_sum(column: pa.ChunkedArray) -> int:
+    return int(np.asarray(column.to_numpy(zero_copy_only=False), dtype=bool).sum())
