@@ -243,7 +243,8 @@ def test_which_runs_allocate_by_gains():
 
     assert allocates_by_gains(spec())
     assert allocates_by_gains(spec(method="greedy"))
-    assert not allocates_by_gains(SelectSpec.from_mapping({}))  # shards of random rows
+    assert allocates_by_gains(SelectSpec.from_mapping({}))  # the default: k-means groups
+    assert not allocates_by_gains(spec(partition="shard"))  # shards of random rows
     assert not allocates_by_gains(spec(partition="chunk"))
     assert not allocates_by_gains(spec(algorithm=["Facility", "DiSF"]))
     assert not allocates_by_gains(spec(algorithm=["Pair_simi"]))

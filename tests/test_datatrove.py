@@ -169,3 +169,42 @@ def test_steps_write_through_fsspec_folders():
         "00000.parquet",
         "00001.parquet",
     ]
+
+
+@pytest.mark.parametrize("method", ["mask", "random"])
+def test_one_task_select_reproduces_datamask_select_bit_for_bit(tmp_path, method):
+    """With one task the group's seed is the run's seed, as ``datamask select`` uses it on a
+    single file: the same rows, logits and ranks, bit for bit."""
+    from datamask.cli import main
+    from datamask.integrations.datatrove import DatamaskSelect
+
+    demo = pq.read_table(DEMO).slice(0, 600).select(["chunk_id", "quality_score", "feature_arr"])
+    (tmp_path / "features").mkdir()
+    pq.write_table(demo, tmp_path / "features" / "00000.parquet")
+    settings = {"select_ratio": 0.1, "method": method}
+    if method == "mask":
+        settings["n_epochs"] = 20
+    features, selection = str(tmp_path / "features"), str(tmp_path / "sel")
+    step = DatamaskSelect(features, selection, seed=3, device="cpu", **settings)
+    list(step.run(None, rank=0, world_size=1))
+    group = pq.read_table(tmp_path / "sel" / "groups" / "00000.parquet")
+
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+    out = tmp_path / "cli.parquet"
+    argv = ["select", "--input", str(tmp_path / "features" / "00000.parquet"), "--output"]
+    assert main([*argv, str(out), "--seed", "3", "--device", "cpu", "--no-progress", *flags]) == 0
+    cli = pq.read_table(out)
+    assert cli.column_names == group.column_names
+    assert {"chunk_id", "selected", "logit", "rank"} <= set(cli.column_names)
+    assert sum(cli["selected"].to_pylist()) == 60
+    for name in cli.column_names:  # every value, NaN where both have NaN
+        a = cli[name].to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(a, group[name].to_numpy(zero_copy_only=False), err_msg=name)
+
+
+def test_group_seed_is_the_seed_the_sharded_runner_gives_each_group():
+    from datamask.distributed import group_seeds
+
+    assert group_seed(7, 0, 1) == 7  # one task: the run's own seed
+    for n in (2, 5):
+        assert [group_seed(7, g, n) for g in range(n)] == group_seeds(7, n)

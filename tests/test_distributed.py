@@ -30,7 +30,7 @@ from datamask.distributed import (
     run_selection,
 )
 from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
-from datamask.distributed.runner import candidate_count
+from datamask.distributed.steps import candidate_count
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
 
@@ -367,6 +367,7 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     import datamask.distributed.allocate as allocate
     import datamask.distributed.runner as runner
+    import datamask.distributed.steps as steps
     from datamask.config import SelectSpec
     from datamask.distributed import run_selection
 
@@ -392,7 +393,8 @@ KILLER = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
         real(obj, path)
 
-    runner.atomic_write_json = allocate.atomic_write_json = write_then_die
+    runner.atomic_write_json = steps.atomic_write_json = write_then_die
+    allocate.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping(
         dict(partition={partition!r}, chunk_size=250, budget={budget!r}, **{fast})
     )
@@ -583,7 +585,7 @@ def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
 def test_make_runner_defaults_to_a_local_pool():
     from datamask.api import make_runner
     from datamask.distributed import RayRunner
-    from datamask.distributed.runner import available_cpus
+    from datamask.distributed.executors import available_cpus
 
     def runner(**run):
         return make_runner(SelectSpec.from_mapping(run))

@@ -25,7 +25,7 @@ from datamask.objectives.facility_location import (
     MIN_NEIGHBORS,
     neighbors_for_ratio,
 )
-from datamask.optim import graph_objective, swap_objective, swap_search
+from datamask.optim import graph_objective, swap_objective, swap_search, swaps_for
 
 
 # --- brute force on the graph, in numpy float64 ----------------------------------------------
@@ -173,12 +173,13 @@ def test_exact_cover_after_swaps_matches_brute_force(seed):
     corpus = make_clustered(200, 8, 4, seed=seed)
     obj = Objective([FacilityLocation(n_neighbors=8)], lamb=0.0).bind(corpus, 12, "cpu")
     term = obj.terms[-1][1]
+    swaps = swaps_for(term)
     x = corpus.features.astype(np.float64)
     rng = np.random.default_rng(seed)
     keep = torch.zeros(200, dtype=torch.bool)
     keep[torch.as_tensor(rng.choice(200, 12, replace=False))] = True
     for step in range(6):
-        term.swap_bounds(keep, 12)  # the base of the next trials
+        swaps.bounds(keep, 12)  # the base of the next trials
         trial = keep.clone()
         n_swaps = int(rng.integers(1, 6))
         kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
@@ -188,17 +189,17 @@ def test_exact_cover_after_swaps_matches_brute_force(seed):
             rows = np.flatnonzero(mask.numpy())
             sims = np.clip(x @ x[rows].T, 0.0, None)
             top = np.sort(sims, axis=1)[:, ::-1]
-            cover = term._exact_cover(mask)
+            cover = term.exact_cover(mask)
             np.testing.assert_allclose(cover.best.numpy(), top[:, 0], atol=1e-5)
             np.testing.assert_allclose(cover.second.numpy(), top[:, 1], atol=1e-5)
-            assert term.swap_value(mask) == pytest.approx(top[:, 0].mean(), abs=1e-6)
+            assert swaps.value(mask) == pytest.approx(top[:, 0].mean(), abs=1e-6)
             owner = cover.owner.numpy()
             real = owner < 200
             np.testing.assert_allclose(
                 np.clip((x[real] * x[owner[real]]).sum(1), 0, None), top[real, 0], atol=1e-5
             )
         if step % 2 == 0:
-            keep = trial  # accept: the next swap_bounds stands on it
+            keep = trial  # accept: the next bounds stand on it
 
 
 def test_learner_caps_its_graph_the_greedy_does_not():
@@ -308,3 +309,26 @@ def test_auto_search_and_default_probes():
         resolve_knn("hnsw", 10, cpu)
     with pytest.raises(ValueError, match="n_probe must be an integer >= 1"):
         knn_graph(torch.eye(4), 2, method="ivf", n_probe=0)
+
+
+def test_the_swap_protocol_belongs_to_the_search_not_the_term():
+    """Term carries no swap hooks; the search finds an adapter per term: the registered one
+    along the MRO (a subclass inherits its parent's), else the differencing default."""
+    from datamask.objectives import Quality, Term, ValueTerm
+    from datamask.optim.swaps import FacilitySwaps, PairwiseSwaps, QualitySwaps, TermSwaps
+
+    assert not [name for name in dir(Term) if name.startswith("swap")]
+
+    class Shifted(PairwiseSimilarity):
+        name = "shifted"
+
+    class OnlyValue(ValueTerm):
+        name = "only_value"
+
+        def value(self, selected):
+            return float(len(selected))
+
+    assert type(swaps_for(FacilityLocation())) is FacilitySwaps
+    assert type(swaps_for(Quality())) is QualitySwaps
+    assert type(swaps_for(Shifted())) is PairwiseSwaps
+    assert type(swaps_for(OnlyValue())) is TermSwaps

@@ -7,19 +7,19 @@ import pytest
 import torch
 
 from datamask import DiSF, FacilityLocation, Objective, PairwiseSimilarity, make_clustered
+from datamask._device import make_generators, seed_streams
 from datamask.data import Corpus
 from datamask.greedy import (
     DenseGreedy,
     GreedyDiSF,
     LazyGreedy,
     NaiveGreedy,
-    RandomSelector,
     StochasticGreedy,
-    TopKQuality,
 )
 from datamask.greedy.disf import batch_quotas, candidate_losses, reference_correlation
 from datamask.greedy.stochastic import sample_size
 from datamask.objectives.disf import correlation_loss
+from datamask.ranking import RandomSelector, TopKQuality
 from datamask.selectors import SELECTORS, Method, make_selector
 
 TERMS = {"Facility": FacilityLocation, "Pair_simi": PairwiseSimilarity, "DiSF": DiSF}
@@ -150,9 +150,10 @@ def test_stochastic_pick_is_the_exact_best_of_its_sample(algorithm):
     corpus = make_clustered(200, 8, 5, seed=7)
     kw = dict(algorithm=algorithm, select_ratio=0.1, eps=0.3, seed=3, device="cpu")
     sto = StochasticGreedy(**kw).fit(corpus)
-    # Replay: same sampling stream, every sampled gain evaluated exactly.
+    # Replay: same sampling stream (the selector's, stream 0 of the seed), every sampled
+    # gain evaluated exactly.
     obj = sto.objective_
-    gen = torch.Generator().manual_seed(3)
+    gen, _ = make_generators(seed_streams(3, 1)[0], torch.device("cpu"))
     pool = torch.arange(corpus.n_docs)
     state = obj.init_state()
     for t in range(sto.k_):
@@ -341,3 +342,35 @@ def test_initial_gains_pass_shows_progress(capsys):
     err = capsys.readouterr().err
     assert "greedy-dense initial gains" in err and "300/300" in err
     np.testing.assert_array_equal(plain.selected_, shown.selected_)
+
+
+def test_every_method_is_a_selector_with_every_parameter_declared_once():
+    """One contract: every registered method subclasses :class:`datamask.base.Selector`, and
+    each constructor parameter (but the objective's) is in exactly one constraint table,
+    so check_params validates all of them."""
+    import inspect
+
+    from datamask.base import Selector
+
+    for name, cls in SELECTORS.items():
+        assert issubclass(cls, Selector) and cls.method == name
+        shared, own = set(cls._shared_constraints), set(cls._parameter_constraints)
+        assert not shared & own, name
+        takes = set(inspect.signature(cls).parameters) - {"objective", "algorithm", "lamb"}
+        assert takes - {"kwargs"} <= shared | own, name
+        assert own <= takes | set(inspect.signature(Selector).parameters), name
+    assert [n for n, c in SELECTORS.items() if c.modular] == ["topk", "random"]
+
+
+@pytest.mark.parametrize("method", list(SELECTORS))
+def test_fit_stats_and_resolved_params_are_plain_values(method):
+    corpus = make_clustered(120, 8, 4, seed=0)
+    params = {"n_epochs": 5} if method == "mask" else {}
+    sel = make_selector(method, select_ratio=0.1, device="cpu", max_similarity=0.99, **params)
+    sel.fit(corpus)
+    stats = sel.fit_stats()
+    assert stats["k"] == 12 and stats["graph_seconds"] >= 0
+    resolved = sel.resolved_params()
+    assert resolved["max_pair_similarity_"] <= 0.99
+    if method == "mask":
+        assert resolved["n_epochs_"] == 5 and stats["n_epochs"] == 5

@@ -194,9 +194,9 @@ def test_infeasible_cap_names_how_many_fit(method):
 def test_infeasible_cap_in_greedy_without_bounds():
     """Facility + DiSF is not submodular: greedy re-evaluates every row each pick; the cap
     still ends with the one-line error."""
-    from datamask.objectives import Objective, make_diversity
+    from datamask.objectives import Objective, make_term
 
-    objective = Objective([make_diversity("Facility"), make_diversity("DiSF")], lamb=0.5)
+    objective = Objective([make_term("Facility"), make_term("DiSF")], lamb=0.5)
     corpus = near_duplicate_corpus(300, n_bases=10, seed=2)
     sel = make_selector(
         "greedy", objective=objective, select_ratio=0.3, device="cpu", max_similarity=0.5

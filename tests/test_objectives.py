@@ -11,6 +11,7 @@ import torch
 from datamask import DiSF, FacilityLocation, Objective, PairwiseSimilarity, make_clustered
 from datamask._validation import check_corpus
 from datamask.objectives import correlation_loss
+from datamask.objectives.combined import resolve_objective
 
 
 @pytest.fixture
@@ -176,9 +177,7 @@ def test_objective_rejects_bad_lamb_and_weights():
     with pytest.raises(ValueError, match="weights must be one non-negative number per term"):
         Objective([FacilityLocation(), DiSF()], weights=[1.0])
     with pytest.raises(ValueError, match="algorithm must be one of"):
-        from datamask import make_diversity
-
-        make_diversity("Facilty")
+        resolve_objective(None, "Facilty", None)
 
 
 class _ShiftedPairwise(PairwiseSimilarity):

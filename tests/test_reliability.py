@@ -30,7 +30,7 @@ from datamask import MaskLearner, make_clustered
 from datamask.cli import main
 from datamask.io.atomic import OutputLock, clean_stale_temporaries, temporary_name
 from datamask.io.parquet import read_summary, summary_path
-from datamask.objectives import Objective, make_diversity
+from datamask.objectives import Objective, make_term
 
 FAST = ["--n-epochs", "10", "--n-neighbors", "16", "--no-progress", "--device", "cpu"]
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -801,7 +801,7 @@ def test_resume_refuses_a_shard_rewritten_with_the_same_size(tmp_path):
 
 
 def _fit_21k(corpus) -> tuple[MaskLearner, tuple]:
-    facility = make_diversity("Facility", n_neighbors=16)
+    facility = make_term("Facility", n_neighbors=16)
     learner = MaskLearner(
         Objective([facility], lamb=0.5),
         select_ratio=0.1,

@@ -101,7 +101,7 @@ def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch, capsys):
     assert "sel/manifest.json" in keys and "sel/keep/_index.json" in keys
     assert "sel/keep/a/part-0.parquet" in keys and not any("/_work/" in k for k in keys)
     parts = [k for k in keys if k.startswith("sel/selected/") and k.endswith(".parquet")]
-    assert parts == ["sel/selected/part-global.parquet"]  # the default global budget's part
+    assert parts == ["sel/selected/part-00000.parquet"]  # a small corpus is one k-means group
     selected: set = set()
     for k in keys:
         if k.startswith("sel/selected/") and k.endswith(".parquet"):

@@ -52,7 +52,7 @@ from datamask._memory import cpu_seconds, measure_peak_rss
 from datamask.data import Corpus
 from datamask.io.parquet import read_corpus
 from datamask.neighbors import knn_graph, resolve_knn, sampled_recall
-from datamask.objectives import Objective, make_diversity
+from datamask.objectives import Objective, make_term
 from datamask.objectives.facility_location import LEARNER_MAX_NEIGHBORS, neighbors_for_ratio
 from datamask.selectors import make_selector
 
@@ -146,9 +146,7 @@ def run_one(
     corpus: Corpus, method: str, names: list[str], lamb: float, ratio: float, g: dict, seed: int
 ) -> dict[str, Any]:
     terms = [
-        make_diversity(a, n_neighbors=g["K"], graph=g["graph"])
-        if a == "Facility"
-        else make_diversity(a)
+        make_term(a, n_neighbors=g["K"], graph=g["graph"]) if a == "Facility" else make_term(a)
         for a in names
     ]
     selector = make_selector(

@@ -23,7 +23,6 @@ from .objectives import (
     Term,
     TermContext,
     ValueTerm,
-    make_diversity,
     make_term,
     register_term,
 )
@@ -49,7 +48,6 @@ __all__ = [
     "ValueTerm",
     "__version__",
     "make_clustered",
-    "make_diversity",
     "make_term",
     "register_term",
     "select",

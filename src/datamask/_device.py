@@ -16,6 +16,7 @@ __all__ = [
     "check_device_name",
     "make_generators",
     "resolve_device",
+    "seed_streams",
     "resolve_threads",
     "set_threads",
 ]
@@ -82,11 +83,30 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
-def make_generators(seed: int, device: torch.device) -> tuple[torch.Generator, np.random.Generator]:
-    """One torch generator on ``device`` and one numpy generator, both from ``seed``."""
+def seed_streams(seed: int, n: int) -> list[np.random.SeedSequence]:
+    """The first ``n`` children spawned from ``numpy.random.SeedSequence(seed)``: a run's
+    independent random streams. Stream 0 is the selector's own (the learner's batches, a
+    greedy's samples, the random draw); stream ``1 + i`` is term ``i`` of the objective
+    (:meth:`~datamask.objectives.Objective.bind`). A child depends only on ``seed`` and its
+    index, not on ``n``, so the selector's stream is the same whatever the objective.
+
+    >>> a, b = seed_streams(0, 2)
+    >>> a.spawn_key, b.spawn_key, bool((a.generate_state(2) != b.generate_state(2)).any())
+    ((0,), (1,), True)
+    """
+    return np.random.SeedSequence(int(seed)).spawn(n)
+
+
+def make_generators(
+    stream: np.random.SeedSequence, device: torch.device
+) -> tuple[torch.Generator, np.random.Generator]:
+    """One torch generator on ``device`` and one numpy generator from one random stream
+    (a :func:`seed_streams` child): its two children, so the two never share a state."""
+    copy = np.random.SeedSequence(stream.entropy, spawn_key=stream.spawn_key)  # spawn mutates
+    torch_stream, numpy_stream = copy.spawn(2)
     gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed))
-    return gen, np.random.default_rng(int(seed))
+    gen.manual_seed(int(torch_stream.generate_state(1, np.uint64)[0]))
+    return gen, np.random.default_rng(numpy_stream)
 
 
 def available_cores() -> int:

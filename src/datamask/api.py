@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from ._device import set_threads
 from .config import SelectSpec
-from .distributed import runner as sharded
+from .distributed.executors import LocalRunner, available_cpus
+from .distributed.runner import run_selection
 from .io.atomic import OutputLock, check_no_overlap, check_writable
 from .io.datasets import input_column_names, is_save_to_disk, read_input_corpus, resolve_input
 from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
@@ -58,7 +59,7 @@ def make_runner(spec: SelectSpec) -> Any:
     if kind == "local":
         if run.ray_address:
             raise ValueError("--ray-address needs --runner ray; got --runner local.")
-        return sharded.LocalRunner(workers=run.workers or sharded.available_cpus())
+        return LocalRunner(workers=run.workers or available_cpus())
     from .distributed.ray_backend import RayRunner
 
     return RayRunner(workers=run.workers, address=run.ray_address, device=spec.selector.device)
@@ -145,7 +146,7 @@ def _select(
         own = runner is None
         runner = make_runner(spec) if own else runner
         try:
-            return sharded.run_selection(
+            return run_selection(
                 source,
                 output,
                 spec,

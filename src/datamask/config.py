@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ._device import check_device_name
-from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, option_field, validate_params
+from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, option_field
 from .columns import Columns
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
@@ -335,7 +335,7 @@ class SelectSpec:
             else:
                 parts[where_to][key] = value
         method = parts["selector"].get("method", SelectorSpec.method)
-        own = getattr(SELECTORS[method], "_parameter_constraints", {})
+        own = SELECTORS[method]._parameter_constraints
         other = sorted(set(selector_params) - set(own))
         if other:  # e.g. a shared config file with learner settings, run with --method topk
             warnings.warn(
@@ -369,8 +369,7 @@ class SelectSpec:
     def _check(self) -> None:
         method = self.selector.method
         cls = SELECTORS[method]
-        own_table = getattr(cls, "_parameter_constraints", {})
-        own = set(own_table)
+        own = set(cls._parameter_constraints)
         stray = sorted(set(dict(self.selector.params)) - own)
         if stray:
             takes = sorted(own) or "none of its own"
@@ -378,14 +377,13 @@ class SelectSpec:
                 f"{', '.join(stray)} is not a parameter of method {method!r} (it takes "
                 f"{takes}); drop it or choose another --method."
             )
-        validate_params(cls.__name__, own_table, dict(self.selector.params))
         import_term_modules(self.objective.term_modules)
         for name in self.objective.algorithm:
             if name not in TERMS:
                 raise ValueError(f"algorithm must be one of {list(TERMS)}; got {name!r}.")
         _check_columns(self.columns)
         if (
-            method in ("topk", "random")
+            cls.modular
             and self.selector.max_similarity is not None
             and self.partition.budget == "global"
         ):
@@ -395,9 +393,10 @@ class SelectSpec:
             )
         if self.run.ray_address and self.run.runner == "local":
             raise ValueError("--ray-address needs --runner ray; got --runner local.")
-        # The method's own cross-parameter checks, on the driver, before anything runs.
+        # The method's parameters (its table, then the rules between them), checked by the
+        # selector itself, on the driver, before anything runs.
         selector = self.make_selector(k=1, device="cpu")
-        getattr(selector, "check_params", getattr(selector, "_check_params", lambda: None))()
+        selector.check_params()
         object.__setattr__(self, "_checked", True)  # frozen: a mark, not a setting
 
     def evolve(self, **sections: Any) -> SelectSpec:

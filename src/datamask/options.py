@@ -149,7 +149,7 @@ def _default(cls: type, name: str) -> Any:
 
 def own_defaults(cls: type) -> dict[str, Any]:
     """The defaults of the parameters ``cls`` declares as its own (not the shared ones)."""
-    table = getattr(cls, "_parameter_constraints", {})
+    table = cls._parameter_constraints
     return {key: _default(cls, key) for key in table if key not in _SHARED}
 
 
@@ -157,7 +157,7 @@ def _owned_options(owners: Mapping[str, type]) -> list[Option]:
     """One option per parameter any owner declares, listing who takes it."""
     found: dict[str, Option] = {}
     for owner, cls in owners.items():
-        for name, constraints in getattr(cls, "_parameter_constraints", {}).items():
+        for name, constraints in cls._parameter_constraints.items():
             if name in _SHARED:
                 continue
             if name in found:

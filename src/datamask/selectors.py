@@ -13,8 +13,8 @@ Every selector has the :class:`~datamask.optim.MaskLearner` shape: parameters in
 ``greedy-dense``       :class:`~datamask.greedy.DenseGreedy`: on all pairs (O(n^2))
 ``stochastic-greedy``  :class:`~datamask.greedy.StochasticGreedy` (Mirzasoleiman 2015)
 ``disf-greedy``        :class:`~datamask.greedy.GreedyDiSF`, the original DiSF greedy
-``topk``               :class:`~datamask.greedy.TopKQuality`
-``random``             :class:`~datamask.greedy.RandomSelector`
+``topk``               :class:`~datamask.ranking.TopKQuality`
+``random``             :class:`~datamask.ranking.RandomSelector`
 =====================  =============================================================
 """
 
@@ -23,15 +23,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from .greedy import (
-    DenseGreedy,
-    GreedyDiSF,
-    LazyGreedy,
-    RandomSelector,
-    StochasticGreedy,
-    TopKQuality,
-)
+from .greedy import DenseGreedy, GreedyDiSF, LazyGreedy, StochasticGreedy
 from .optim import MaskLearner
+from .ranking import RandomSelector, TopKQuality
 
 __all__ = ["SELECTORS", "Method", "make_selector"]
 

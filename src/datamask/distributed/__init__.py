@@ -6,9 +6,11 @@ run itself. See :mod:`.runner` for the layout of a run and :mod:`.partition` for
 and the exact global budget.
 """
 
+from .executors import LocalRunner
 from .partition import PARTITIONS, GroupSpec, Piece, apportion, group_seeds
 from .ray_backend import RayRunner
-from .runner import LocalRunner, run_selection, select_group
+from .runner import run_selection
+from .steps import select_group
 
 __all__ = [
     "PARTITIONS",

@@ -332,9 +332,7 @@ def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list
     on above the threshold, so they propose again, twice as many (the allocation is only
     exact once no group is cut off by its own candidate count)."""
     return [
-        g
-        for g, (m, c, n) in enumerate(zip(counts, proposed, sizes, strict=True))
-        if 0 < c == m < n
+        g for g, (m, c, n) in enumerate(zip(counts, proposed, sizes, strict=True)) if 0 < c == m < n
     ]
 
 

@@ -39,7 +39,7 @@ from ..config import SelectSpec
 from ..io.parquet import atomic_write_table, read_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from .partition import GroupSpec
-from .runner import _group_name, part_path, read_group
+from .steps import _group_name, part_path, read_group
 
 __all__ = ["cap_across_groups"]
 

@@ -13,12 +13,16 @@ Kept apart from :mod:`.runner` so the scheduling code stays about scheduling:
   (a group's files are written to temporaries and renamed, its marker last, so a killed
   group leaves nothing a rerun reuses; its temporaries are removed by the rerun) instead
   of waiting minutes for the groups in flight.
+- :func:`fingerprint` and :func:`claim`: the settings and the checksums of the inputs a
+  work dir holds; a rerun with other settings or changed shards is refused, naming what
+  changed, and a rerun with the same ones resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import signal
@@ -30,7 +34,18 @@ from typing import Any
 
 from tqdm.std import tqdm  # the base class: every tqdm subclass shares its lock
 
-__all__ = ["abort_pool", "die_with_parent", "read_marker", "worker_init"]
+from ..config import SelectSpec
+from ..io.atomic import atomic_write_json
+from ..io.shards import ShardInfo
+
+__all__ = [
+    "abort_pool",
+    "claim",
+    "die_with_parent",
+    "fingerprint",
+    "read_marker",
+    "worker_init",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -89,3 +104,68 @@ def abort_pool(pool: Any) -> None:
     # With its workers gone the pool's manager thread sees a broken pool and ends at once;
     # waiting for it releases the queues' semaphores (no resource_tracker warning).
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+# --- claiming a work dir ------------------------------------------------------------------
+def fingerprint(
+    settings: SelectSpec, infos: list[ShardInfo], checksums: dict[str, str]
+) -> dict[str, Any]:
+    """SelectSpec and, per shard, path, rows, size and the checksum of the bytes read."""
+    record = {
+        "settings": settings.fingerprint(),
+        "shards": [
+            [str(Path(i.path).resolve()), i.num_rows, i.size_bytes, checksums.get(i.path, "")]
+            for i in infos
+        ],
+    }
+    blob = json.dumps(record, sort_keys=True, default=str).encode()
+    return {**record, "settings_hash": hashlib.sha256(blob).hexdigest()[:16]}
+
+
+def differences(prev: dict[str, Any], now: dict[str, Any]) -> str:
+    changed = [
+        f"{key} {prev.get('settings', {}).get(key)!r} -> {value!r}"
+        for key, value in now["settings"].items()
+        if json.loads(json.dumps(prev.get("settings", {}).get(key)))
+        != json.loads(json.dumps(value))
+    ]
+    before = {row[0]: row[1:] for row in prev.get("shards") or []}
+    after = {row[0]: list(row[1:]) for row in json.loads(json.dumps(now["shards"]))}
+    if before != after:
+        edited = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+        added, gone = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        what = [f"content of {Path(p).name} changed" for p in edited[:3]]
+        what += [f"{len(added)} shard(s) added"] if added else []
+        what += [f"{len(gone)} shard(s) removed"] if gone else []
+        changed.append("input shards changed: " + ", ".join(what))
+    return "; ".join(changed) or "unknown differences"
+
+
+def claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
+    """Check ``work`` and ``out`` hold nothing or this same run; record it. Returns resumed."""
+    resumed = False
+    for path in (work / "settings.json", out / "manifest.json"):
+        if not path.exists():
+            continue
+        try:
+            prev = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            raise ValueError(
+                f"{path} is not readable JSON; delete {path.parent} or choose another folder."
+            ) from None
+        if prev.get("settings_hash") != record["settings_hash"]:
+            raise ValueError(
+                f"{path.parent} holds a run with other settings ({differences(prev, record)}); "
+                "rerun with the same arguments to resume, or choose another --output/--work-dir."
+            )
+        resumed = True
+    selected = out / "selected"
+    if not resumed and selected.is_dir() and any(selected.glob("part-*.parquet")):
+        raise ValueError(
+            f"{selected} already holds selected parts from another run; "
+            "choose another --output or delete it."
+        )
+    atomic_write_json(record, work / "settings.json")
+    if not (out / "manifest.json").exists():
+        atomic_write_json({**record, "complete": False}, out / "manifest.json")
+    return resumed

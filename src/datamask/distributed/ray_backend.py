@@ -19,6 +19,8 @@ import socket
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .executors import LocalRunner, available_cpus
+
 __all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S"]
 
 
@@ -124,7 +126,6 @@ class RayRunner:
         """Tasks in flight at once (before Ray is up: the request, else this machine's cores)."""
         if self._connected:
             return self._workers
-        from .runner import available_cpus
 
         return self._requested or available_cpus()
 
@@ -132,7 +133,6 @@ class RayRunner:
         """Where the validation pass runs: this runner once Ray is up, else a local pool."""
         if self._connected:
             return self
-        from .runner import LocalRunner, available_cpus
 
         return LocalRunner(workers=min(self._requested or available_cpus(), available_cpus()))
 

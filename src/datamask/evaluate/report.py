@@ -131,7 +131,7 @@ def evaluate_selection(
     selected : array of int
         Row indices of the kept documents (any order, no repeats).
     objective : Objective, optional
-        Objective to report; default ``Objective([make_diversity(a) for a in algorithm],
+        Objective to report; default ``Objective([make_term(a) for a in algorithm],
         lamb)``. It is bound with ``k = len(selected)``.
     algorithm : str or sequence of str, optional
         Diversity term(s) of the default objective (registered names; default Facility).

@@ -1,30 +1,25 @@
-"""Baseline selectors on the learner's own objective (registered with the learner in
-:mod:`datamask.selectors`).
+"""The greedy selectors: they pick documents one at a time on the learner's own objective
+(registered with the learner in :mod:`datamask.selectors`; the ranking baselines, top-k
+quality and random, are in :mod:`datamask.ranking`).
 
-Every selector has the :class:`~datamask.optim.MaskLearner` shape: parameters in
-``__init__``, ``fit(corpus)`` sets ``selected_`` (sorted rows, exactly k), ``scores_``
-(higher = kept first), ``terms_`` and ``fit_seconds_``.
+Every selector is a :class:`~datamask.base.Selector`: parameters in ``__init__``,
+``fit(corpus)`` sets ``selected_`` (sorted rows, exactly k), ``scores_`` (higher = kept
+first), ``terms_`` and ``fit_seconds_``.
 
 The ``--method`` names are listed with their classes in :mod:`datamask.selectors`.
 """
 
 from __future__ import annotations
 
-from ._base import BaseSelector
 from .disf import GreedyDiSF
 from .lazy import DenseGreedy, LazyGreedy
 from .naive import NaiveGreedy
-from .random import RandomSelector
 from .stochastic import StochasticGreedy
-from .topk import TopKQuality
 
 __all__ = [
-    "BaseSelector",
     "DenseGreedy",
     "GreedyDiSF",
     "LazyGreedy",
     "NaiveGreedy",
-    "RandomSelector",
     "StochasticGreedy",
-    "TopKQuality",
 ]

@@ -30,16 +30,17 @@ original does on its float32 memmap), to time the original on the same batches.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import torch
 
-from .._validation import Interval, Options, check_choice, check_positive
+from .._validation import Interval, Options
+from ..base import Selector
 from ..data import Corpus, apportion
 from ..near_duplicates import infeasible_message
 from ..objectives import Objective
 from ..objectives.disf import correlation_loss, offdiag_correlation
-from ._base import BaseSelector
 
 __all__ = [
     "GreedyDiSF",
@@ -125,7 +126,7 @@ def reference_correlation(feat: torch.Tensor, eps: float = 1e-8) -> torch.Tensor
     return offdiag_correlation(z.T @ z / (m - 1), eps=eps, eps_mode="add")
 
 
-class GreedyDiSF(BaseSelector):
+class GreedyDiSF(Selector):
     """The original greedy DiSF, batch by batch, with every candidate scored at once.
 
     The selection criterion is always the DiSF correlation loss (no quality term, as in
@@ -144,7 +145,7 @@ class GreedyDiSF(BaseSelector):
         Added to the unbiased variance before standardising, as in the original.
     **kwargs
         ``objective, algorithm (default "DiSF"), lamb, select_ratio, k, seed, device,
-        progress`` as in :class:`~datamask.greedy._base.BaseSelector`.
+        progress`` as in :class:`~datamask.base.Selector`.
 
     Attributes
     ----------
@@ -176,7 +177,7 @@ class GreedyDiSF(BaseSelector):
     method = "disf-greedy"
     default_algorithm = "DiSF"
     _parameter_constraints = {
-        "batch_size": [Interval(int, 1, None, closed="left")],
+        "batch_size": [Interval(int, 0, None, closed="neither")],
         "implementation": [Options(str, IMPLEMENTATIONS)],
         "eps": [Interval(float, 0, None, closed="neither")],
     }
@@ -195,10 +196,7 @@ class GreedyDiSF(BaseSelector):
         self.implementation = implementation
         self.eps = eps
 
-    def _check_params(self) -> None:
-        check_positive("batch_size", self.batch_size, integer=True)
-        check_choice("implementation", self.implementation, IMPLEMENTATIONS)
-        check_positive("eps", self.eps, allow_zero=True)
+    def _check_param_rules(self) -> None:
         if self.implementation == "reference" and self.max_similarity is not None:
             raise ValueError("max_similarity needs implementation='vectorised'; got 'reference'.")
 
@@ -245,6 +243,11 @@ class GreedyDiSF(BaseSelector):
         self.disf_loss_ = correlation_loss(objective.features_[torch.as_tensor(self.order_)])
         self.batch_loss_ = float(np.mean(losses)) if losses else 0.0
         return self.order_, scores
+
+    def fit_stats(self) -> dict[str, Any]:
+        """The base's, with the correlation loss of the selection and within the batches."""
+        own = {"disf_loss": self.disf_loss_, "batch_loss": self.batch_loss_}
+        return {**super().fit_stats(), **own}
 
     def _pick_vectorised(self, xb: torch.Tensor, q: int, first: int) -> np.ndarray:
         """Rows of the batch ``xb`` picked greedily, in pick order (batch-local indices)."""

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import Interval, check_positive
+from .._validation import Interval
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ._base import BaseSelector, GreedyTrace, pick_order_scores
+from ._trace import GreedyTrace, pick_order_scores
 
 __all__ = ["DenseGreedy", "LazyGreedy", "gain_order", "is_submodular", "lazy_picks"]
 
@@ -123,7 +124,7 @@ def gain_order(
     return order, gains
 
 
-class LazyGreedy(BaseSelector):
+class LazyGreedy(Selector):
     """Lazy greedy maximisation of the objective, exactly equal to naive greedy.
 
     Facility location is counted on its K-nearest-neighbour graph (the learner's graph,
@@ -151,7 +152,7 @@ class LazyGreedy(BaseSelector):
         few extra candidates per pass are nearly free while a second pass is not.
     **kwargs
         ``objective, algorithm, lamb, select_ratio, k, seed, device, progress`` as in
-        :class:`~datamask.greedy._base.BaseSelector`.
+        :class:`~datamask.base.Selector`.
 
     Attributes
     ----------
@@ -187,7 +188,10 @@ class LazyGreedy(BaseSelector):
     """
 
     method = "greedy"
-    _parameter_constraints = {"batch_size": [Interval(int, 1, None, closed="left")]}
+    _parameter_constraints = {
+        "graph": [bool],
+        "batch_size": [Interval(int, 0, None, closed="neither")],
+    }
 
     def __init__(
         self,
@@ -200,9 +204,6 @@ class LazyGreedy(BaseSelector):
         super().__init__(objective, **kwargs)
         self.graph = graph
         self.batch_size = batch_size
-
-    def _check_params(self) -> None:
-        check_positive("batch_size", self.batch_size, integer=True)
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         n, k = corpus.n_docs, self.k_
@@ -241,6 +242,15 @@ class LazyGreedy(BaseSelector):
         self.order_ = np.asarray(trace.order, dtype=np.int64)
         return self.order_, pick_order_scores(self.order_, n)
 
+    def fit_stats(self) -> dict[str, Any]:
+        """The base's, with the gains computed, the initial pass's time and ``lazy_``."""
+        own = {
+            "n_evaluations": self.n_evaluations_,
+            "initial_seconds": self.initial_seconds_,
+            "lazy": self.lazy_,
+        }
+        return {**super().fit_stats(), **own}
+
 
 class DenseGreedy(LazyGreedy):
     """:class:`LazyGreedy` with facility location counted on all pairs (``greedy-dense``).
@@ -258,6 +268,9 @@ class DenseGreedy(LazyGreedy):
     """
 
     method = "greedy-dense"
+    _parameter_constraints = {  # always on all pairs: no graph parameter
+        k: v for k, v in LazyGreedy._parameter_constraints.items() if k != "graph"
+    }
 
     def __init__(self, objective: Objective | None = None, *, batch_size: int = 4, **kwargs):
         super().__init__(objective, graph=False, batch_size=batch_size, **kwargs)

@@ -9,19 +9,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ._base import BaseSelector, GreedyTrace, pick_order_scores
+from ._trace import GreedyTrace, pick_order_scores
 
 __all__ = ["NaiveGreedy"]
 
 
-class NaiveGreedy(BaseSelector):
+class NaiveGreedy(Selector):
     """Greedy maximisation of the objective, re-evaluating all gains at every pick.
 
     Each pick adds the remaining row with the largest exact marginal gain
     (``objective.gains``), ties broken by the lower row index. Parameters are those of
-    :class:`~datamask.greedy._base.BaseSelector`.
+    :class:`~datamask.base.Selector`.
 
     Attributes
     ----------

@@ -8,14 +8,16 @@ for monotone submodular objectives with O(n log(1 / eps)) gain evaluations in al
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
 
-from .._validation import Interval, check_positive, check_ratio
+from .._validation import Interval
+from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
-from ._base import BaseSelector, GreedyTrace, pick_order_scores
+from ._trace import GreedyTrace, pick_order_scores
 from .lazy import is_submodular
 
 __all__ = ["StochasticGreedy", "sample_size"]
@@ -26,7 +28,7 @@ def sample_size(n_docs: int, k: int, eps: float) -> int:
     return max(1, math.ceil(n_docs / k * math.log(1.0 / eps)))
 
 
-class StochasticGreedy(BaseSelector):
+class StochasticGreedy(Selector):
     """Greedy over a random sample of the remaining rows at every pick.
 
     The best row of each sample is found lazily when the objective is submodular: stored
@@ -45,7 +47,7 @@ class StochasticGreedy(BaseSelector):
         Stale sampled rows re-evaluated together.
     **kwargs
         ``objective, algorithm, lamb, select_ratio, k, seed, device, progress`` as in
-        :class:`~datamask.greedy._base.BaseSelector`.
+        :class:`~datamask.base.Selector`.
 
     Attributes
     ----------
@@ -69,8 +71,8 @@ class StochasticGreedy(BaseSelector):
     method = "stochastic-greedy"
     _parameter_constraints = {
         "eps": [Interval(float, 0, 1, closed="neither")],
-        "sample": [Interval(int, 1, None, closed="left"), None],
-        "batch_size": [Interval(int, 1, None, closed="left")],
+        "sample": [Interval(int, 0, None, closed="neither"), None],
+        "batch_size": [Interval(int, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -86,12 +88,6 @@ class StochasticGreedy(BaseSelector):
         self.eps = eps
         self.sample = sample
         self.batch_size = batch_size
-
-    def _check_params(self) -> None:
-        check_ratio("eps", self.eps)
-        if self.sample is not None:
-            check_positive("sample", self.sample, integer=True)
-        check_positive("batch_size", self.batch_size, integer=True)
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         n, k = corpus.n_docs, self.k_
@@ -147,3 +143,8 @@ class StochasticGreedy(BaseSelector):
                 bar.update()
         self.order_ = np.asarray(trace.order, dtype=np.int64)
         return self.order_, pick_order_scores(self.order_, n)
+
+    def fit_stats(self) -> dict[str, Any]:
+        """The base's, with the sample size and the gains computed."""
+        own = {"n_evaluations": self.n_evaluations_, "sample_size": self.sample_size_}
+        return {**super().fit_stats(), **own}

@@ -54,6 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..api import select_table
 from ..config import SelectSpec
+from ..distributed import group_seeds
 from ..embed import embed_texts
 from ..io.atomic import atomic_write
 from ..quality import heuristic_quality_batch
@@ -66,9 +67,11 @@ _STEP_TYPE = "🎭 - DATAMASK"
 
 
 def group_seed(seed: int, group: int, n_groups: int) -> int:
-    """The seed of one group: ``SeedSequence(seed).spawn(n_groups)[group]``, as an int."""
-    child = np.random.SeedSequence(seed).spawn(n_groups)[group]
-    return int(child.generate_state(1, dtype=np.uint32)[0])
+    """The seed of one group, as ``datamask select`` gives its groups
+    (:func:`datamask.distributed.group_seeds`): ``seed`` itself for a single group, so a
+    one-task run reproduces ``datamask select`` bit for bit; else group ``group`` of
+    ``SeedSequence(seed).spawn(n_groups)``, as an int."""
+    return group_seeds(seed, n_groups)[group]
 
 
 @contextlib.contextmanager
@@ -253,7 +256,7 @@ class DatamaskSelect(PipelineStep):
     output_folder : str or DataFolder
         Where the selection goes (read by :class:`DatamaskFilter`).
     seed : int, default=0
-        Group g uses :func:`group_seed` ``(seed, g, G)``.
+        Group g uses :func:`group_seed` ``(seed, g, G)``: ``seed`` itself with one task.
     device : str, default="cpu"
         Datatrove's workers are CPU processes unless told otherwise.
     **settings

@@ -1,7 +1,7 @@
 """Objective terms (one metric per module), their registry and weighted combination."""
 
 from .base import Term, TermContext
-from .combined import ALGORITHMS, Objective, make_diversity
+from .combined import ALGORITHMS, Objective
 from .disf import DiSF, correlation_loss, offdiag_correlation
 from .facility_location import FacilityLocation
 from .pairwise import PairwiseSimilarity
@@ -30,7 +30,6 @@ __all__ = [
     "ValueTerm",
     "correlation_loss",
     "import_term_modules",
-    "make_diversity",
     "make_term",
     "offdiag_correlation",
     "qualified_name",

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .._device import make_generators
+from .._device import make_generators, seed_streams
 
 __all__ = ["Term", "TermContext"]
 
@@ -53,7 +53,8 @@ class TermContext:
     device : torch.device
         Where ``features`` live.
     seed : int
-        The run's seed; ``generator`` and ``rng`` are derived from it.
+        The run's seed. ``generator`` and ``rng`` come from the term's own stream of it
+        (:func:`datamask._device.seed_streams`): terms never draw the same numbers.
     generator : torch.Generator
         Seeded torch generator on ``device``: every torch draw of the term goes through it
         (never torch's global RNG), so the same seed gives the same selection.
@@ -85,12 +86,17 @@ class TermContext:
         k: int,
         *,
         seed: int = 0,
+        stream: np.random.SeedSequence | None = None,
         columns: Mapping[str, np.ndarray] | None = None,
         max_neighbors: int | None = None,
     ) -> TermContext:
-        """A context with fresh generators from ``seed`` on the device of ``features``."""
+        """A context with fresh generators on the device of ``features``, from ``stream``
+        (the term's child of the run's seed; :meth:`Objective.bind` passes it), by default
+        stream 1 of ``seed`` (the first term's)."""
         device = features.device
-        gen, rng = make_generators(int(seed), device)
+        if stream is None:
+            stream = seed_streams(seed, 2)[1]
+        gen, rng = make_generators(stream, device)
         return cls(
             features=features,
             quality=quality,
@@ -121,6 +127,10 @@ class Term(ABC):
     modular : bool, default=False
         A row's gain does not depend on the selection (``gains`` of any state are the
         gains of the empty one); the swap search then scores adds and drops by them.
+
+    The swap search's scores (add and drop bounds, pair corrections, footprints) are not
+    part of this contract: :mod:`datamask.optim.swaps` owns them, with a default for every
+    term and faster adapters for the built-in ones.
     has_graph : bool, default=False
         The term counts greedy gains on a neighbour graph built by :meth:`build_graph`
         (timed; see :meth:`graph_summary`).
@@ -246,58 +256,6 @@ class Term(ABC):
         """The value the graph greedy and the swap search maximise (``value`` unless the
         term counts coverage on a graph)."""
         return self.value(selected)
-
-    # --- swap local search (optim.local_search) ---------------------------------------------
-    def swap_value(self, keep: torch.Tensor) -> float:
-        """The value the swap search maximises for the selection ``keep`` (a bool mask):
-        :meth:`graph_value` unless the term counts it another way (facility location with
-        an exact cover, see ``FacilityLocation.exact_rounding_``)."""
-        return self.graph_value(torch.nonzero(keep).squeeze(1))
-
-    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Per row (float64, shape (n,)): the gain of adding it to the selection ``keep``
-        (a bool mask) and the loss of dropping it, each alone, on :meth:`graph_value`.
-
-        Returns None when the term has no cheap all-rows scores: the swap search then asks
-        :meth:`swap_scores` on a pool of :meth:`swap_pool_size` candidates. Modular terms
-        get theirs from :meth:`gains`.
-        """
-        if not self.modular:
-            return None
-        every = torch.arange(keep.shape[0], device=keep.device)
-        g = self.gains(self.init_state(), every).double()
-        return g, g
-
-    def swap_pair(self, adds: torch.Tensor, drops: torch.Tensor) -> torch.Tensor | None:
-        """Exact correction of swapping ``drops[i]`` for ``adds[i]`` beyond the sum of the
-        two single-row scores (None: no interaction counted)."""
-        return None
-
-    def swap_footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple | None:
-        """For terms whose swaps can interact (facility location): the rows each swap
-        touches (each kept row's drop, each of the candidate ``adds``), so that the search
-        can pick swaps that add up (None: no footprint)."""
-        return None
-
-    def swap_pool_size(self, m: int) -> int:
-        """Candidates scored by :meth:`swap_scores` when :meth:`swap_bounds` is None, for a
-        search that examines ``m`` pairs a round."""
-        return 64
-
-    def swap_scores(
-        self, selected: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The term's gain if each of ``adds`` were added to ``selected`` alone, and its loss
-        if each of ``drops`` (rows of ``selected``) were dropped alone. Default: by
-        differencing :meth:`graph_value` (one call per candidate)."""
-        base = self.graph_value(selected)
-        gain = [self.graph_value(torch.cat([selected, a.view(1)])) - base for a in adds]
-        loss = [base - self.graph_value(selected[selected != d]) for d in drops]
-        dev = selected.device
-        return (
-            torch.tensor(gain, dtype=torch.float64, device=dev),
-            torch.tensor(loss, dtype=torch.float64, device=dev),
-        )
 
     # --- greedy marginal gains -------------------------------------------------------------
     # Defaults: gains by differencing ``value`` (one call per candidate), so a term that

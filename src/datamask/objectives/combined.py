@@ -8,19 +8,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_ratio, validate_params
+from .._device import seed_streams
+from .._validation import check_ratio
 from ..data import Corpus
 from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
 from .base import Term, TermContext
 from .quality import Quality
-from .registry import TERMS, term_class
+from .registry import TERMS, make_term, term_class
 
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_ALGORITHM",
     "DEFAULT_LAMB",
     "Objective",
-    "make_diversity",
     "resolve_objective",
 ]
 
@@ -32,24 +32,6 @@ DEFAULT_LAMB = 0.5
 #: The ``--algorithm`` names (the reference's ``Facility``, ``Pair_simi``, ``DiSF``, then
 #: any registered user term) and their classes: the registry itself, so always current.
 ALGORITHMS: dict[str, type[Term]] = TERMS
-
-
-def make_diversity(algorithm: str, **params: Any) -> Term:
-    """The diversity term registered as ``algorithm``, built with ``params``.
-
-    Every term takes the parameters it declares in ``_parameter_constraints`` (filter
-    CLI-level settings with :func:`~datamask.objectives.registry.term_params`).
-
-    Raises
-    ------
-    ValueError
-        An unknown name, or a parameter value outside the term's constraints.
-    TypeError
-        A parameter the term does not declare.
-    """
-    cls = term_class(algorithm, what="algorithm")
-    validate_params(cls.__name__, cls._parameter_constraints, params)
-    return cls(**params)
 
 
 class Objective:
@@ -112,9 +94,11 @@ class Objective:
         device : torch.device or str, default="cpu"
             Compute device.
         seed : int, default=0
-            The run's seed. Every term gets its own :class:`~datamask.objectives.base.
-            TermContext` with fresh generators from it, so one term's draws never shift
-            another's and the same seed gives the same result at any N.
+            The run's seed. Term ``i`` gets its own :class:`~datamask.objectives.base.
+            TermContext` with generators from stream ``1 + i`` of it
+            (:func:`datamask._device.seed_streams`; stream 0 is the selector's), so no two
+            terms draw the same numbers, one term's draws never shift another's and the
+            same seed gives the same result at any N.
         columns : mapping of str to ndarray, optional
             Extra per-document columns; default ``corpus.extra`` when the corpus has it.
             Each term receives the columns it lists in ``requires_columns``.
@@ -136,7 +120,8 @@ class Objective:
         )
         available = dict(getattr(corpus, "extra", None) or {}) if columns is None else columns
         n = self.features_.shape[0]
-        for _, term in self.terms:
+        streams = seed_streams(self.seed_, 1 + len(self.terms))
+        for i, (_, term) in enumerate(self.terms):
             wanted = {}
             for col in term.requires_columns:
                 if col not in available:
@@ -156,6 +141,7 @@ class Objective:
                 self.quality_,
                 self.k_,
                 seed=self.seed_,
+                stream=streams[1 + i],
                 columns=wanted,
                 max_neighbors=max_neighbors,
             )
@@ -263,5 +249,5 @@ def resolve_objective(
     terms = []
     for name in names:
         declared = term_class(name, what="algorithm")._parameter_constraints
-        terms.append(make_diversity(name, **{k: v for k, v in params.items() if k in declared}))
+        terms.append(make_term(name, **{k: v for k, v in params.items() if k in declared}))
     return Objective(terms, lamb=DEFAULT_LAMB if lamb is None else lamb)

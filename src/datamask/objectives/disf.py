@@ -8,13 +8,9 @@ from .._validation import Interval
 from .base import Term, TermContext
 from .registry import register_term
 
-__all__ = ["DISF_POOL", "DiSF", "correlation_loss", "offdiag_correlation"]
+__all__ = ["DiSF", "correlation_loss", "offdiag_correlation"]
 
 _EPS = 1e-8
-
-#: DiSF's swap scores cost O(d^2) a row; the swap search computes them for at least this
-#: many add and drop candidates (those the other terms rank best).
-DISF_POOL = 8192
 
 
 def offdiag_correlation(
@@ -150,9 +146,6 @@ class DiSF(Term):
         # A random sample of rows: the same weighted correlation, O(|clients| d^2) a step.
         return 1.0 - _weighted_offdiag(p[clients][None], self.features_[clients])[0] / self.scale_
 
-    def swap_pool_size(self, m: int) -> int:
-        return max(4 * m, DISF_POOL)
-
     # Greedy state: count, feature sum and second-moment sum of the selection.
     def init_state(self, graph: bool = False) -> tuple[int, torch.Tensor, torch.Tensor]:
         d = self.features_.shape[1]
@@ -171,12 +164,12 @@ class DiSF(Term):
         after = self._rank_one_values(count, total, second, candidates, +1)
         return (after - before).to(self.features_.dtype)
 
-    def swap_scores(
+    def single_changes(
         self, selected: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The term's gain if each of ``adds`` were added to ``selected`` alone, and its loss
-        if each of ``drops`` (rows of ``selected``) were dropped alone; exact, O(d^2) a row
-        as matrix products."""
+        if each of ``drops`` (rows of ``selected``) were dropped alone (float64); exact,
+        O(d^2) a row as matrix products (the swap search's DiSF scores)."""
         x = self.features_[selected].double()
         count, total, second = len(selected), x.sum(0), x.T @ x
         before = self._loss_from_moments(count, total, second)

@@ -73,16 +73,6 @@ class CoverState:
     graph: bool
 
 
-def _csr(
-    keys: torch.Tensor, values: torch.Tensor, n: int, *, presorted: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``values`` grouped by ``keys`` in [0, n): ``(ptr, grouped)``, group j at ptr[j]:ptr[j+1]."""
-    if not presorted:
-        order = torch.argsort(keys, stable=True)
-        keys, values = keys[order], values[order]
-    return torch.searchsorted(keys, torch.arange(n + 1, device=keys.device)), values
-
-
 @register_term("Facility")
 class FacilityLocation(Term):
     """``D(S) = mean_i max(0, max_{j in S} <x_i, x_j>)`` over all n documents i.
@@ -295,7 +285,7 @@ class FacilityLocation(Term):
     def value(self, selected: torch.Tensor) -> float:
         return float(self.coverage(selected).double().mean())
 
-    # --- swap local search: all-rows bounds on the graph objective -------------------------
+    # --- exact coverage of a selection (the swap rounding, optim.swaps) --------------------
     def _top2(self, docs: torch.Tensor, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The two most similar rows of ``sel`` for each row of ``docs`` (clipped at 0;
         row n where the similarity is 0), in blocks of about 4M similarities."""
@@ -312,7 +302,17 @@ class FacilityLocation(Term):
             rows[lo : lo + step, :m] = torch.where(v > 0, sel[i], n)
         return vals, rows
 
-    def _exact_cover(self, keep: torch.Tensor) -> ExactCover:
+    def exact_cover(self, keep: torch.Tensor, *, as_base: bool = False) -> ExactCover:
+        """:class:`ExactCover` of the bool mask ``keep``. ``as_base``: the selection a
+        search stands on, from which the next covers are derived (the others are
+        forgotten)."""
+        cover = self._cover_of(keep)
+        if as_base:
+            self._cover_base = cover
+            self._covers = [cover]
+        return cover
+
+    def _cover_of(self, keep: torch.Tensor) -> ExactCover:
         """:class:`ExactCover` of ``keep`` (looked up among the last ones computed first).
 
         1. From the graph: a document with two kept rows in its list (at similarity > 0)
@@ -367,63 +367,6 @@ class FacilityLocation(Term):
         cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1], thin)
         self._covers = [*self._covers[-2:], cover]
         return cover
-
-    def swap_value(self, keep: torch.Tensor) -> float:
-        """With ``exact_rounding_``, the exact value (:meth:`value`) from an
-        :class:`ExactCover`; else :meth:`graph_value`."""
-        if not self.exact_rounding_:
-            return self.graph_value(torch.nonzero(keep).squeeze(1))
-        return self._exact_cover(keep).value()
-
-    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gain of adding each row against the current coverage, and loss of dropping each
-        kept row: the coverage its clients fall back to (their second-best kept row). The
-        exact swap gain of a pair is never below ``gain - loss``.
-
-        On the graph objective both are exact. With ``exact_rounding_`` the coverage and
-        the losses are exact on all pairs and the gain of an add counts the documents that
-        list it (a lower bound: a document whose cover is below its K-th similarity may
-        gain from a row it does not list)."""
-        n = keep.shape[0]
-        idx, sim = self.knn_graph()
-        drop = torch.zeros(n + 1, dtype=torch.float64, device=keep.device)
-        if self.exact_rounding_:
-            cover = self._cover_base = self._exact_cover(keep)
-            self._covers = [cover]
-            best, second, owner = cover.best, cover.second, cover.owner
-            self._swap_owners = torch.stack([cover.owner, cover.owner2], 1)  # footprints
-        else:
-            covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
-            top = covered.topk(min(2, covered.shape[1]), dim=1)
-            best = top.values[:, 0]
-            second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
-            owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
-            owners = idx.gather(1, top.indices)  # best and second-best kept neighbour
-            self._swap_owners = torch.where(top.values > 0, owners, n)  # 0: no neighbour
-        self._swap_best = best
-        drop.index_add_(0, owner, (best - second).to(torch.float64))
-        every = torch.arange(n, device=keep.device)
-        return self._graph_gains(best, every).to(torch.float64), drop[:n] / n
-
-    def swap_footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple:
-        """The documents each kept row covers best or second best, and those each row of
-        ``adds`` would gain on (among the documents that list it), both CSR ``(ptr, rows)``
-        (after :meth:`swap_bounds` on ``keep``): swaps whose footprints do not meet add up
-        (their bounds count only those gains)."""
-        n = keep.shape[0]
-        owners = self._swap_owners
-        real = (owners < n).reshape(-1)  # n: no covering row
-        clients = torch.arange(n, device=keep.device).repeat_interleave(owners.shape[1])
-        idx, sim = self.knn_graph()
-        # The listed rows that beat a document's current cover, grouped by row: only these
-        # entries are sorted (no reverse graph, which would double the graph's memory).
-        candidate = torch.zeros(n, dtype=torch.bool, device=keep.device)
-        candidate[adds] = True
-        doc, pos = torch.nonzero(candidate[idx] & (sim > self._swap_best[:, None]), as_tuple=True)
-        return (
-            _csr(owners.reshape(-1)[real], clients[real], n),
-            _csr(idx[doc, pos], doc, n),
-        )
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]

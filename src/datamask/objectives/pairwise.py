@@ -58,17 +58,3 @@ class PairwiseSimilarity(Term):
 
     def update(self, state: torch.Tensor, j: int) -> torch.Tensor:
         return state + self.features_[j]
-
-    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """With s the kept rows' sum and c = k (k - 1): adding b changes the term by
-        ``-2 <x_b, s> / c``, dropping a by ``(2 <x_a, s> - 2) / c`` (its self product)."""
-        x = self.features_
-        self._swap_norm = c = max(k * (k - 1), 1)
-        pair_sum = x[torch.nonzero(keep).squeeze(1)].to(torch.float64).sum(0)
-        dots = x.to(torch.float64) @ pair_sum
-        return (-2.0 * dots) / c, (-2.0 * dots + 2.0) / c
-
-    def swap_pair(self, adds: torch.Tensor, drops: torch.Tensor) -> torch.Tensor:
-        """The cross term of a swap: ``+2 <x_b, x_a> / c`` (counted in both single scores)."""
-        x = self.features_
-        return 2.0 / self._swap_norm * (x[adds] * x[drops]).sum(1).double()

@@ -38,7 +38,3 @@ class Quality(Term):
 
     def update(self, state: None, j: int) -> None:
         return None
-
-    def swap_bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        q = self.quality_.to(torch.float64) / k  # a row adds (or takes away) q / k
-        return q, q

@@ -19,6 +19,10 @@ best candidates of the other terms):
 
 So the graph objective never decreases, and the search stops when no single swap of the
 M best candidates has a positive bound, or after ``max_rounds``.
+
+The search reaches each term through its :class:`~datamask.optim.swaps.TermSwaps` adapter
+(:func:`~datamask.optim.swaps.swaps_for`): the swap protocol is this optimiser's, not the
+terms' contract.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 import torch
 
 from ..objectives import Objective
-from ..objectives.disf import DISF_POOL
+from .swaps import DISF_POOL, TermSwaps, swaps_for
 
 __all__ = ["DISF_POOL", "SwapResult", "graph_objective", "swap_objective", "swap_search"]
 
@@ -44,13 +48,22 @@ def graph_objective(objective: Objective, selected: torch.Tensor) -> float:
 
 
 def swap_objective(objective: Objective, keep: torch.Tensor) -> float:
-    """J as the swap search counts it, from every term's
-    :meth:`~datamask.objectives.Term.swap_value` of the bool mask ``keep``: the graph
+    """J as the swap search counts it, from every term's swap value
+    (:meth:`~datamask.optim.swaps.TermSwaps.value`) of the bool mask ``keep``: the graph
     objective, except a facility term with ``exact_rounding_`` (small select_ratio),
     which counts its exact value."""
+    return _value(_adapters(objective), keep)
+
+
+def _adapters(objective: Objective) -> list[tuple[float, TermSwaps]]:
+    """One swap adapter per term of ``objective``, with its weight (made once a search)."""
+    return [(w, swaps_for(term)) for w, term in objective.terms]
+
+
+def _value(terms: list[tuple[float, TermSwaps]], keep: torch.Tensor) -> float:
     total = 0.0
-    for w, term in objective.terms:
-        total += w * term.swap_value(keep)
+    for w, term in terms:
+        total += w * term.value(keep)
     return total
 
 
@@ -66,32 +79,34 @@ class SwapResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _footprints(objective: Objective, keep: torch.Tensor, adds: torch.Tensor) -> list:
+def _footprints(
+    terms: list[tuple[float, TermSwaps]], keep: torch.Tensor, adds: torch.Tensor
+) -> list:
     """Per term that has one (facility location), its swap footprint for the candidate
-    ``adds`` (see ``FacilityLocation.swap_footprint``) for :func:`_independent`."""
+    ``adds`` (see ``FacilitySwaps.footprint``) for :func:`_independent`."""
     out = []
-    for w, term in objective.terms:
-        footprint = term.swap_footprint(keep, adds) if w != 0 else None
+    for w, term in terms:
+        footprint = term.footprint(keep, adds) if w != 0 else None
         if footprint is not None:
             out.append(footprint)
     return out
 
 
 def _scores(
-    objective: Objective, keep: torch.Tensor, k: int
+    terms: list[tuple[float, TermSwaps]], keep: torch.Tensor, k: int
 ) -> tuple[torch.Tensor, torch.Tensor, list, list]:
     """Per row: gain of adding it, loss of dropping it, summed over the terms that score
-    every row (``Term.swap_bounds``); the terms scored on a candidate pool instead
-    (``Term.swap_scores``: DiSF, value-only terms); the terms with a pair correction."""
+    every row (``TermSwaps.bounds``); the terms scored on a candidate pool instead
+    (``TermSwaps.scores``: DiSF, value-only terms); the terms with a pair correction."""
     n = keep.shape[0]
     dtype = torch.float64
     gain = torch.zeros(n, dtype=dtype, device=keep.device)
     loss = torch.zeros(n, dtype=dtype, device=keep.device)
     pooled, paired = [], []
-    for w, term in objective.terms:
+    for w, term in terms:
         if w == 0:
             continue
-        bounds = term.swap_bounds(keep, k)
+        bounds = term.bounds(keep, k)
         if bounds is None:  # O(d^2) or worse a row: scored on the candidates only, below
             pooled.append((w, term))
             continue
@@ -127,13 +142,16 @@ def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: i
 
 
 def _apply(
-    objective: Objective, keep: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor
+    terms: list[tuple[float, TermSwaps]],
+    keep: torch.Tensor,
+    adds: torch.Tensor,
+    drops: torch.Tensor,
 ) -> tuple[torch.Tensor, float]:
     """The mask with ``drops`` swapped for ``adds``, and its graph objective."""
     trial = keep.clone()
     trial[drops] = False
     trial[adds] = True
-    return trial, swap_objective(objective, trial)
+    return trial, _value(terms, trial)
 
 
 def swap_search(
@@ -172,14 +190,15 @@ def swap_search(
     k = len(sel)
     keep = torch.zeros(n, dtype=torch.bool, device=dev)
     keep[sel] = True
-    current = start = swap_objective(objective, keep)
+    terms = _adapters(objective)
+    current = start = _value(terms, keep)
     m = min(k, 1024) if batch is None else int(batch)
     result = SwapResult(selected=sel, start=start, value=start)
     scores = None
     for rnd in range(max_rounds):
         result.rounds = rnd + 1
         if scores is None:
-            scores = _scores(objective, keep, k)
+            scores = _scores(terms, keep, k)
         gain, loss, pooled, paired = scores
         m_eff = min(m, k, n - k)
         if m_eff < 1:
@@ -187,7 +206,7 @@ def swap_search(
         add_score = gain.masked_fill(keep, -torch.inf)
         drop_score = -loss.masked_fill(~keep, torch.inf)
         if pooled:  # DiSF, value-only terms: on a pool of the candidates the others rank best
-            pool = max(t.swap_pool_size(m_eff) for _, t in pooled)
+            pool = max(t.pool_size(m_eff) for _, t in pooled)
             add_pool = add_score.topk(min(pool, n - k)).indices
             drop_pool = drop_score.topk(min(pool, k)).indices
             rows = torch.nonzero(keep).squeeze(1)
@@ -196,27 +215,27 @@ def swap_search(
             add_score[add_pool] = gain[add_pool]
             drop_score[drop_pool] = -loss[drop_pool]
             for w, term in pooled:
-                g, l_ = term.swap_scores(rows, add_pool, drop_pool)
+                g, l_ = term.scores(rows, add_pool, drop_pool)
                 add_score[add_pool] += w * g
                 drop_score[drop_pool] -= w * l_
         adds = add_score.topk(m_eff).indices
         drops = drop_score.topk(m_eff).indices
         bound = add_score[adds] + drop_score[drops]
         for w, term in paired:  # exact cross term of each pair (pairwise similarity)
-            cross = term.swap_pair(adds, drops)
+            cross = term.pair(adds, drops)
             if cross is not None:
                 bound = bound + w * cross
         good = torch.nonzero(bound > tol).squeeze(1)
         if len(good) == 0:
             break
         # Every positive pair at once; if that does not rise, the non-interacting ones.
-        trial, value = _apply(objective, keep, adds[good], drops[good])
+        trial, value = _apply(terms, keep, adds[good], drops[good])
         if not value > current + tol and len(good) > 1:
-            fp = _footprints(objective, keep, adds[good])
+            fp = _footprints(terms, keep, adds[good])
             pick = _independent(adds[good], drops[good], fp, n)
             if len(pick) < len(good):
                 good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
-                trial, value = _apply(objective, keep, adds[good], drops[good])
+                trial, value = _apply(terms, keep, adds[good], drops[good])
         if value > current + tol:
             keep, current, scores = trial, value, None
             result.swaps += len(good)

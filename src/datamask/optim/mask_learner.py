@@ -37,21 +37,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .._device import make_generators, resolve_device
-from .._validation import (
-    DEFAULT_SELECT_RATIO,
-    Interval,
-    Options,
-    check_choice,
-    check_corpus,
-    check_positive,
-    check_ratio,
-    resolve_k,
-)
+from .._validation import DEFAULT_SELECT_RATIO, Interval, Options
+from ..base import Selector
 from ..data import Corpus, Selection, top_k_rows
-from ..near_duplicates import capped_top_k, check_max_similarity, verify_cap
 from ..objectives import Objective
-from ..objectives.combined import resolve_objective
 from ..objectives.facility_location import LEARNER_MAX_NEIGHBORS
 from .local_search import swap_search
 
@@ -93,13 +82,13 @@ def _budget_shift(
     return (lo + hi) / 2
 
 
-class MaskLearner:
+class MaskLearner(Selector):
     """Policy-gradient mask learning over per-document keep-logits (DATAMASK).
 
     Parameters
     ----------
     objective : Objective, optional
-        What to maximise. Default: ``Objective(make_diversity(algorithm), lamb=lamb)``.
+        What to maximise. Default: ``Objective(make_term(algorithm), lamb=lamb)``.
     algorithm : str, optional
         Diversity term, a registered name (the reference's ``Facility``, ``Pair_simi``,
         ``DiSF``, or a user term), when ``objective`` is not given. Default ``Facility``.
@@ -188,19 +177,22 @@ class MaskLearner:
     60
     """
 
+    method = "mask"
+    max_neighbors = LEARNER_MAX_NEIGHBORS
     #: The method's own parameters and what each accepts (the CLI's flags are made from it).
     _parameter_constraints: ClassVar[dict[str, list]] = {
-        "n_epochs": [Interval(int, 1, None, closed="left"), None],
+        "n_epochs": [Interval(int, 0, None, closed="neither"), None],
         "partial": [Interval(float, 0, 1, closed="right")],
-        "n_rollout": [Interval(int, 1, None, closed="left")],
+        "n_rollout": [Interval(int, 0, None, closed="neither")],
         "max_lr": [Interval(float, 0, None, closed="neither"), None],
         "min_lr": [Interval(float, 0, None, closed="neither"), None],
         "init": [Options(str, INITS)],
         "estimator": [Options(str, ESTIMATORS)],
         "mask_sampler": [Options(str, MASK_SAMPLERS)],
         "baseline": [Options(str, BASELINES)],
+        "log_every": [Interval(int, 0, None, closed="left")],
         "refine": [Options(str, REFINES)],
-        "max_swap_rounds": [Interval(int, 1, None, closed="left")],
+        "max_swap_rounds": [Interval(int, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -228,11 +220,17 @@ class MaskLearner:
         max_swap_rounds: int = 200,
         max_similarity: float | None = None,
     ) -> None:
-        self.objective = objective
-        self.algorithm = algorithm
-        self.lamb = lamb
-        self.select_ratio = select_ratio
-        self.k = k
+        super().__init__(
+            objective,
+            algorithm=algorithm,
+            lamb=lamb,
+            select_ratio=select_ratio,
+            k=k,
+            seed=seed,
+            device=device,
+            progress=progress,
+            max_similarity=max_similarity,
+        )
         self.n_epochs = n_epochs
         self.partial = partial
         self.n_rollout = n_rollout
@@ -242,40 +240,23 @@ class MaskLearner:
         self.estimator = estimator
         self.mask_sampler = mask_sampler
         self.baseline = baseline
-        self.seed = seed
-        self.device = device
-        self.progress = progress
         self.log_every = log_every
         self.refine = refine
         self.max_swap_rounds = max_swap_rounds
-        self.max_similarity = max_similarity
 
     # ----------------------------------------------------------------------------------------
-    def check_params(self) -> None:
-        """Validate the constructor parameters (raises ValueError/TypeError naming them)."""
-        check_choice("estimator", self.estimator, ESTIMATORS)
-        check_choice("init", self.init, INITS)
-        check_choice("mask_sampler", self.mask_sampler, MASK_SAMPLERS)
-        check_choice("baseline", self.baseline, BASELINES)
-        check_choice("refine", self.refine, REFINES)
-        check_positive("max_swap_rounds", self.max_swap_rounds, integer=True)
-        check_ratio("select_ratio", self.select_ratio)
-        check_ratio("partial", self.partial, high_open=False)
-        check_positive("n_rollout", self.n_rollout, integer=True)
-        if self.estimator == "reinforce" and self.n_rollout < 2:
-            raise ValueError(f"n_rollout must be >= 2 to normalise rewards; got {self.n_rollout}.")
+    def _check_param_rules(self) -> None:
+        """The rules between parameters, and the defaults that depend on the estimator."""
         reinforce = self.estimator == "reinforce"
+        if reinforce and self.n_rollout < 2:
+            raise ValueError(f"n_rollout must be >= 2 to normalise rewards; got {self.n_rollout}.")
         self.n_epochs_ = (  # expected: set again in fit, from k
             self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 100)
         )
-        check_positive("n_epochs", self.n_epochs_, integer=True)
         self.max_lr_ = self.max_lr if self.max_lr is not None else (10.0 if reinforce else 0.5)
         self.min_lr_ = self.min_lr if self.min_lr is not None else (1.0 if reinforce else 0.02)
-        check_positive("max_lr", self.max_lr_)
-        check_positive("min_lr", self.min_lr_)
         if self.min_lr_ > self.max_lr_:
             raise ValueError(f"min_lr ({self.min_lr_}) must not exceed max_lr ({self.max_lr_}).")
-        check_max_similarity(self.max_similarity)
 
     def _lr(self, step: int) -> float:
         frac = step / max(self.n_epochs_ - 1, 1)
@@ -292,27 +273,14 @@ class MaskLearner:
         return theta
 
     # ----------------------------------------------------------------------------------------
-    def fit(self, corpus: Corpus) -> MaskLearner:
-        """Learn the logits on ``corpus`` and keep the top k. Returns self."""
-        self.check_params()
-        check_corpus(corpus)
-        start = time.perf_counter()
-        self.device_ = resolve_device(self.device)
-        self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
+    def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        """Learn the logits on ``corpus``, round their top k. Returns (rows, scores)."""
         if self.n_epochs is None and self.estimator == "expected":
             self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 4)))
-        objective = resolve_objective(self.objective, self.algorithm, self.lamb)
-        self.objective_ = objective.bind(
-            corpus, self.k_, self.device_, seed=self.seed, max_neighbors=LEARNER_MAX_NEIGHBORS
-        )
-        gen, _ = make_generators(self.seed, self.device_)
-        self._gen = gen
-
         theta = self._init_logits(self.objective_.quality_)
         self._tau: torch.Tensor | None = None
         n = corpus.n_docs
         every = self.log_every or max(1, self.n_epochs_ // 50)
-        self.history_: list[dict[str, Any]] = []
         step_fn = self._expected_step if self.estimator == "expected" else self._reinforce_step
         bar = tqdm(
             range(self.n_epochs_),
@@ -331,7 +299,7 @@ class MaskLearner:
                         "step": step,
                         "lr": lr,
                         "objective": running,
-                        "seconds": time.perf_counter() - start,
+                        "seconds": time.perf_counter() - self._start,
                     }
                 )
                 bar.set_postfix(J=f"{running:.4f}", lr=f"{lr:.3g}")
@@ -356,34 +324,24 @@ class MaskLearner:
         scores = logits.astype(np.float64)
         if self.swaps_:  # the refined rows rank first
             scores[selected] += scores.max() - scores.min() + 1.0
-        if self.max_similarity is not None:  # the cap, then its exact check (near_duplicates)
-            x = self.objective_.features_
-            selected = capped_top_k(
-                scores, corpus.ids, self.k_, x, self.max_similarity, what="the learner's ranking"
-            )
-            self.max_pair_similarity_ = verify_cap(x, selected, self.max_similarity)
+        if self.max_similarity is not None:  # the cap (its exact check is the fit's tail)
+            selected = self._top_k(scores, corpus.ids, what="the learner's ranking")
             scores[selected] += scores.max() - scores.min() + 1.0  # the capped rows rank first
-        self.selected_ = selected
-        self.scores_ = scores
-        self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
-        self.graph_seconds_ = self.objective_.graph_info()["graph_seconds"]
-        self.optimise_seconds_ = self.fit_seconds_ - self.graph_seconds_
-        self.terms_ = self.objective_.term_values(self.selected_)
-        return self
+        return selected, scores
 
     def _reinforce_step(self, theta: torch.Tensor, lr: float, n: int) -> torch.Tensor:
         """One step of the reference estimator. Returns the mean reward of the group."""
         g = self.n_rollout
         b = max(2, int(round(self.partial * n)))
         # 1. Sample a batch: a random `partial` fraction of the documents.
-        batch = torch.randperm(n, generator=self._gen, device=self.device_)[:b]
+        batch = torch.randperm(n, generator=self._torch_gen, device=self.device_)[:b]
         p = torch.sigmoid(theta[batch])
         # 2. Draw G masks over the batch from the current keep-probabilities.
         if self.mask_sampler == "bernoulli":
-            masks = torch.bernoulli(p.expand(g, b), generator=self._gen)
+            masks = torch.bernoulli(p.expand(g, b), generator=self._torch_gen)
         else:  # exact-k: Gumbel top-k over the logits keeps round(select_ratio * b) rows
             k_b = max(1, int(round(self.select_ratio * b)))
-            u = torch.rand(g, b, generator=self._gen, device=self.device_).clamp_(1e-12, 1.0)
+            u = torch.rand(g, b, generator=self._torch_gen, device=self.device_).clamp_(1e-12, 1.0)
             keys = theta[batch][None] - torch.log(-torch.log(u))
             masks = torch.zeros(g, b, device=self.device_)
             masks.scatter_(1, keys.topk(k_b, dim=1).indices, 1.0)
@@ -406,9 +364,8 @@ class MaskLearner:
         """One step of the exact-gradient estimator. Returns E[J] (on the sampled clients)."""
         # 1. Sample the documents whose coverage this step measures (all when partial=1).
         b = int(round(self.partial * n))
-        clients = (
-            None if b >= n else torch.randperm(n, generator=self._gen, device=self.device_)[:b]
-        )
+        gen = self._torch_gen
+        clients = None if b >= n else torch.randperm(n, generator=gen, device=self.device_)[:b]
         # 2. Keep-probabilities with a budget of k in expectation.
         tau = self._tau = _budget_shift(theta, self.k_, self._tau)
         p = torch.sigmoid(theta - tau).requires_grad_(True)
@@ -426,12 +383,12 @@ class MaskLearner:
 
     # ----------------------------------------------------------------------------------------
     def selection(self) -> Selection:
-        """The fitted result as a :class:`~datamask.data.Selection`."""
+        """The fitted result as a :class:`~datamask.data.Selection`, with the logits."""
         return Selection(
             selected=self.selected_,
             scores=self.scores_,
             meta={
-                "method": "mask",
+                "method": self.method,
                 "estimator": self.estimator,
                 "terms": self.terms_,
                 "seconds": self.fit_seconds_,
@@ -439,3 +396,17 @@ class MaskLearner:
             logits=self.logits_,
             probabilities=self.probabilities_,
         )
+
+    def resolved_params(self) -> dict[str, Any]:
+        """The steps and learning rates ``fit`` resolved (and the cap's, see the base)."""
+        own = {"n_epochs_": self.n_epochs_, "max_lr_": self.max_lr_, "min_lr_": self.min_lr_}
+        return {**own, **super().resolved_params()}
+
+    def fit_stats(self) -> dict[str, Any]:
+        """The base's, with the steps taken and the swap rounding's time and swaps."""
+        own = {
+            "n_epochs": self.n_epochs_,
+            "refine_seconds": self.refine_seconds_,
+            "swaps": self.swaps_,
+        }
+        return {**super().fit_stats(), **own}

@@ -18,57 +18,28 @@ from .._validation import check_corpus, k_from_ratio
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..greedy.lazy import gain_order
-from ..io.shards import _mix, hash_ids
 from ..neighbors import sampled_recall
+from ..selectors import SELECTORS
 
 __all__ = ["MODULAR", "fit_group", "graph_summary", "modular_scores"]
 
-#: Methods whose score of a document does not depend on the other documents: across groups
-#: their scores compare, so a global round merges them exactly (global top-k of quality; a
-#: seeded uniform draw per id), and no candidates are oversampled.
-MODULAR = ("topk", "random")
-
-#: What a fitted selector resolved by itself, copied into the selection's ``meta``.
-_RESOLVED = ("n_epochs_", "max_lr_", "min_lr_", "max_pair_similarity_")
-
-#: A fitted selector's own counts and times, copied into ``meta["stats"]`` (without the
-#: trailing underscore) when it has them: what ``bench`` reports beside each run.
-_STATS = (
-    "k_",
-    "n_epochs_",
-    "n_evaluations_",
-    "initial_seconds_",
-    "sample_size_",
-    "disf_loss_",
-    "batch_loss_",
-    "lazy_",
-    "graph_seconds_",
-    "optimise_seconds_",
-    "refine_seconds_",
-    "swaps_",
-)
+#: The methods whose selectors declare ``modular = True`` (a document's score does not
+#: depend on the others: a global round merges their scores exactly). Derived from the
+#: registry; kept as a name for the sharded runner.
+MODULAR = tuple(name for name, cls in SELECTORS.items() if cls.modular)
 
 
 def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarray:
-    """Per-document scores of a :data:`MODULAR` method, comparable across groups.
-
-    ``topk``: the combined quality scaled by the corpus-wide range, as float32 (the
-    learner's quality term). ``random``: a uniform draw in [0, 1) keyed by the id's hash
-    and the run's seed, so the global top k is a seeded uniform k-subset whatever the
-    partition.
-    """
-    if spec.selector.method == "topk":
-        return corpus.normalized_quality().astype(np.float32).astype(np.float64)
-    seed = spec.selector.seed  # the run's seed: a document draws the same in any partition
-    salt = np.uint64(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
-    mixed = _mix(hash_ids(ids) ^ salt)
-    return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    """Per-document scores of a modular method, comparable across groups: the selector's
+    :meth:`~datamask.base.Selector.comparable_scores` with the run's seed."""
+    cls = SELECTORS[spec.selector.method]
+    return cls.comparable_scores(corpus, ids, spec.selector.seed)
 
 
 def graph_summary(objective: Any) -> dict[str, Any] | None:
     """The neighbour graph a bound objective used: method, K, recall@K on 200 sampled rows."""
     term = next(
-        (t for _, t in objective.terms if t.has_graph and getattr(t, "graph_", None) is not None),
+        (t for _, t in objective.terms if t.has_graph and t.graph_summary() is not None),
         None,
     )
     if term is None:
@@ -107,7 +78,7 @@ def fit_group(
     seed : int, optional
         The group's seed (default: the spec's).
     stored_ids : pyarrow.Array, optional
-        The ids as stored. When given, :data:`MODULAR` methods score with
+        The ids as stored. When given, modular methods score with
         :func:`modular_scores`, which compare across groups (the sharded runner).
     progress : bool, default=False
         The method's progress bar.
@@ -138,7 +109,7 @@ def fit_group(
         "stats": {},
         "graph": None,
     }
-    if stored_ids is not None and method in MODULAR:
+    if stored_ids is not None and SELECTORS[method].modular:
         check_corpus(corpus)  # the same checks and scaling as a selector's fit
         k = k_from_ratio(spec.selector.select_ratio, n) if k is None else int(k)
         scores = modular_scores(corpus, stored_ids, spec)
@@ -174,9 +145,9 @@ def fit_group(
             "graph": selector.graph_seconds_,
             "optimise": selector.optimise_seconds_,
         },
-        history=getattr(selector, "history_", []),
-        resolved={a: getattr(selector, a) for a in _RESOLVED if hasattr(selector, a)},
-        stats={a.rstrip("_"): getattr(selector, a) for a in _STATS if hasattr(selector, a)},
+        history=selector.history_,
+        resolved=selector.resolved_params(),
+        stats=selector.fit_stats(),  # the selector's own counts and times (bench's columns)
         graph=graph_summary(selector.objective_) if describe_graph else None,
     )
     if gain_curve:

@@ -1,0 +1,275 @@
+"""The one selector contract: parameters, their checks, the fit tail and the fitted result.
+
+Every ``--method`` is a :class:`Selector`, the learner included. As in scikit-learn,
+``__init__`` only stores; :meth:`Selector.fit` checks every parameter against the class'
+constraint tables (:attr:`Selector._shared_constraints`, what every method takes, and
+:attr:`Selector._parameter_constraints`, the method's own), binds the objective and calls
+:meth:`Selector._select`; the tail (exact cap check, timings, ``terms_``) is shared.
+Results end in ``_``.
+
+What a caller may assume about a method is a class flag, not a name it compares:
+:attr:`Selector.modular` (a document's score does not depend on the others).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from ._device import make_generators, resolve_device, seed_streams
+from ._validation import (
+    DEFAULT_SELECT_RATIO,
+    Interval,
+    check_corpus,
+    resolve_k,
+    validate_params,
+)
+from .data import Corpus, Selection, top_k_rows
+from .near_duplicates import SimilarityCap, capped_top_k, infeasible_message, verify_cap
+from .objectives import Objective
+from .objectives.combined import DEFAULT_ALGORITHM, resolve_objective
+
+__all__ = ["Selector"]
+
+
+class Selector:
+    """What every selector shares: its parameters, their checks and the fitted result.
+
+    Parameters
+    ----------
+    objective : Objective, optional
+        What the selection is scored with (and what the learner and the greedy selectors
+        maximise). Default: ``Objective(make_term(algorithm), lamb=lamb)``.
+    algorithm : str, optional
+        Diversity term (a registered name: the reference's ``Facility``, ``Pair_simi``,
+        ``DiSF``, or a user term) when ``objective`` is not given. Default
+        ``default_algorithm`` (``Facility``; ``DiSF`` for ``disf-greedy``).
+    lamb : float, optional
+        Quality weight when ``objective`` is not given, in [0, 1]. Default 0.5. Giving
+        ``algorithm`` or ``lamb`` with ``objective`` is an error (they would be ignored).
+    select_ratio : float, default=0.3
+        Fraction of documents kept, in (0, 1); exactly ``round(select_ratio * n)`` are.
+    k : int, optional
+        Keep exactly this many documents instead (1 <= k <= n).
+    seed : int, default=0
+        Seeds every random draw: the selector and each term of the objective draw from
+        their own child of ``numpy.random.SeedSequence(seed)``.
+    device : str, default="auto"
+        "auto", "cpu", "cuda" or "cuda:N".
+    progress : bool, default=False
+        Show a progress bar.
+    max_similarity : float, optional
+        Hard cap: no two selected documents have cosine similarity above it (default: no
+        cap). Greedy selectors skip candidates that conflict with a kept document; ranking
+        selectors walk down their ranking; ValueError when fewer than k are compatible.
+
+    Examples
+    --------
+    A selector implements :meth:`_select`; checks, binding and the fitted result are here:
+
+    >>> import numpy as np
+    >>> from datamask import make_clustered
+    >>> class FirstRows(Selector):
+    ...     method = "first-rows"
+    ...     def _select(self, corpus, objective):
+    ...         return np.arange(self.k_), -np.arange(corpus.n_docs, dtype=float)
+    >>> sel = FirstRows(select_ratio=0.1, device="cpu").fit(make_clustered(50, 4, 2))
+    >>> sel.selected_.tolist(), sorted(sel.terms_)
+    ([0, 1, 2, 3, 4], ['J', 'facility', 'quality'])
+    >>> FirstRows(select_ratio=1.5).check_params()
+    Traceback (most recent call last):
+    ...
+    ValueError: select_ratio must be in (0, 1); got 1.5.
+    """
+
+    #: The ``--method`` name of the selector.
+    method: ClassVar[str] = ""
+    #: A document's score does not depend on the other documents (top-k quality, random):
+    #: scores of separate groups compare, so a sharded run merges them exactly with
+    #: :meth:`comparable_scores` instead of selecting again.
+    modular: ClassVar[bool] = False
+    #: The diversity term when neither ``objective`` nor ``algorithm`` is given.
+    default_algorithm: ClassVar[str] = DEFAULT_ALGORITHM
+    #: Cap on the default K of a graph term (None: the term's own default).
+    max_neighbors: ClassVar[int | None] = None
+    #: The parameters every selector takes and what each accepts (``objective``,
+    #: ``algorithm`` and ``lamb`` are checked by the objective factory,
+    #: :func:`~datamask.objectives.combined.resolve_objective`).
+    _shared_constraints: ClassVar[dict[str, list]] = {
+        "select_ratio": [Interval(float, 0, 1, closed="neither")],
+        "k": [Interval(int, 0, None, closed="neither"), None],
+        "seed": [Interval(int, 0, 2**63 - 1, closed="both")],
+        "device": "no_validation",  # resolve_device names every wrong form
+        "progress": [bool],
+        "max_similarity": [Interval(float, -1, 1, closed="right"), None],
+    }
+    #: The method's own parameters and what each accepts (the CLI's flags are made from
+    #: it); the shared ones are the fields of :class:`datamask.config.SelectorSpec`.
+    _parameter_constraints: ClassVar[dict[str, list]] = {}
+
+    def __init__(
+        self,
+        objective: Objective | None = None,
+        *,
+        algorithm: str | None = None,
+        lamb: float | None = None,
+        select_ratio: float = DEFAULT_SELECT_RATIO,
+        k: int | None = None,
+        seed: int = 0,
+        device: str = "auto",
+        progress: bool = False,
+        max_similarity: float | None = None,
+    ) -> None:
+        self.objective = objective
+        self.algorithm = algorithm
+        self.lamb = lamb
+        self.select_ratio = select_ratio
+        self.k = k
+        self.seed = seed
+        self.device = device
+        self.progress = progress
+        self.max_similarity = max_similarity
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(select_ratio={self.select_ratio}, seed={self.seed})"
+
+    # --- parameters ------------------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        """The constructor parameters declared in the constraint tables, as set."""
+        names = [*self._shared_constraints, *self._parameter_constraints]
+        return {name: getattr(self, name) for name in names}
+
+    def check_params(self) -> None:
+        """Check every parameter against its table, then the rules between parameters.
+
+        Raises ValueError or TypeError naming the parameter, before any work.
+        """
+        table = {**self._shared_constraints, **self._parameter_constraints}
+        validate_params(type(self).__name__, table, self.get_params())
+        self._check_param_rules()
+
+    def _check_param_rules(self) -> None:
+        """Rules no single parameter's table can state (e.g. ``min_lr <= max_lr``)."""
+
+    # --- fit -------------------------------------------------------------------------------
+    def fit(self, corpus: Corpus) -> Selector:
+        """Select exactly k rows of ``corpus``. Returns self."""
+        start = self._start = time.perf_counter()
+        self._setup(corpus)
+        self.history_: list[dict[str, Any]] = []
+        self._trace: Any = None  # a greedy's GreedyTrace: its history needs the final J
+        selected, scores = self._select(corpus, self.objective_)
+        selected = np.sort(np.asarray(selected, dtype=np.int64))
+        if len(selected) != self.k_ or len(np.unique(selected)) != self.k_:  # internal bug guard
+            raise RuntimeError(
+                f"{type(self).__name__} selected {len(np.unique(selected))} rows, not k={self.k_}."
+            )
+        if self.max_similarity is not None:  # exact check before anything is written
+            self.max_pair_similarity_ = verify_cap(
+                self.objective_.features_, selected, self.max_similarity
+            )
+        self.selected_ = selected
+        self.scores_ = np.asarray(scores, dtype=np.float64)
+        self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
+        self.graph_seconds_ = self.objective_.graph_info()["graph_seconds"]
+        self.optimise_seconds_ = self.fit_seconds_ - self.graph_seconds_
+        self.terms_ = self.objective_.term_values(self.selected_)
+        if self._trace is not None:
+            self.history_ = self._trace.history(self.terms_["J"])
+        return self
+
+    def _setup(self, corpus: Corpus) -> Objective:
+        """Check the parameters and the corpus, resolve k and the device, bind the objective
+        and make the generators. Returns the bound objective."""
+        self.check_params()
+        objective = resolve_objective(
+            self.objective, self.algorithm, self.lamb, default_algorithm=self.default_algorithm
+        )
+        check_corpus(corpus)
+        self.device_ = resolve_device(self.device)
+        self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
+        self.objective_ = objective.bind(
+            corpus, self.k_, self.device_, seed=self.seed, max_neighbors=self.max_neighbors
+        )
+        own = seed_streams(self.seed, 1)[0]  # stream 0; the objective's terms have 1, 2, ...
+        self._torch_gen, self._np_rng = make_generators(own, self.device_)
+        self._cap = (
+            None
+            if self.max_similarity is None
+            else SimilarityCap(self.objective_.features_, self.max_similarity, capacity=self.k_)
+        )
+        return self.objective_
+
+    def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        """Return (selected rows, per-row scores, higher = kept first). Each selector's own."""
+        raise NotImplementedError
+
+    # --- the fitted result -----------------------------------------------------------------
+    def selection(self) -> Selection:
+        """The fitted result as a :class:`~datamask.data.Selection`."""
+        return Selection(
+            selected=self.selected_,
+            scores=self.scores_,
+            meta={"method": self.method, "terms": self.terms_, "seconds": self.fit_seconds_},
+        )
+
+    def resolved_params(self) -> dict[str, Any]:
+        """What ``fit`` decided by itself (defaults that depend on the data, the cap's
+        largest kept similarity), by fitted attribute name: the run's summary records it."""
+        if self.max_similarity is None:
+            return {}
+        return {"max_pair_similarity_": self.max_pair_similarity_}
+
+    def fit_stats(self) -> dict[str, Any]:
+        """Counts and timings of the fit, by name without the trailing ``_`` (the bench's
+        columns). Selectors add their own."""
+        return {
+            "k": self.k_,
+            "graph_seconds": self.graph_seconds_,
+            "optimise_seconds": self.optimise_seconds_,
+        }
+
+    @classmethod
+    def comparable_scores(cls, corpus: Corpus, ids: pa.Array, seed: int) -> np.ndarray:
+        """Per-document scores that compare across groups (:attr:`modular` methods only)."""
+        raise TypeError(f"{cls.__name__} is not modular: its scores depend on its group.")
+
+    # --- the max_similarity cap (no-ops without one) ----------------------------------------
+    def _capped(self, row: int) -> bool:
+        """Whether the cap refuses ``row`` (greedy selectors then drop it from the pool)."""
+        return self._cap is not None and not self._cap.admit(row)
+
+    def _check_left(self, picked: int, n_docs: int) -> None:
+        """Raise the infeasible-cap error once every row is picked or refused."""
+        if self._cap is not None and picked + self._cap.n_refused >= n_docs:
+            raise ValueError(
+                infeasible_message(
+                    self.max_similarity, picked, self.k_, n_docs, f"{self.method}'s candidates"
+                )
+            )
+
+    def _top_k(self, scores: np.ndarray, ids: np.ndarray, *, what: str | None = None) -> np.ndarray:
+        """The k best scores (ties by id); under the cap, the k best compatible ones."""
+        if self.max_similarity is None:
+            return top_k_rows(scores, ids, self.k_)
+        return capped_top_k(
+            scores,
+            ids,
+            self.k_,
+            self.objective_.features_,
+            self.max_similarity,
+            what=what or f"{self.method}'s ranking",
+        )
+
+    def _bar(self, total: int, *, desc: str | None = None, unit: str = "pick") -> tqdm:
+        return tqdm(
+            total=total,
+            disable=not self.progress,
+            desc=desc or self.method or "select",
+            unit=unit,
+            dynamic_ncols=True,
+        )

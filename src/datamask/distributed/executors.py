@@ -1,0 +1,142 @@
+"""Executors: how the steps of a sharded run are scheduled, and nothing else.
+
+A :class:`Runner` maps a step over jobs and yields the results as they finish.
+:class:`LocalRunner` uses a process pool on this machine (one torch thread per worker),
+:class:`~datamask.distributed.ray_backend.RayRunner` a Ray cluster. Neither knows what
+a step does; the same steps give the same selection under either.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from .._device import set_threads
+from .lifecycle import abort_pool, worker_init
+
+__all__ = ["LocalRunner", "Runner", "available_cpus"]
+
+
+# --- runners ---------------------------------------------------------------------------------
+class Runner(Protocol):
+    """What :func:`run_selection` needs from a scheduler."""
+
+    name: str
+    workers: int
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        items: Iterable[tuple],
+        *,
+        use_gpu: bool = False,
+        whole_machine: bool = False,
+    ) -> Iterator[Any]:
+        """Call ``fn(*args)`` for every ``args`` in ``items``; yield results as they finish.
+
+        ``whole_machine``: each call may use every core of one machine (the global round,
+        a single step, sets its threads accordingly).
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+def available_cpus() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _call_with_threads(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
+    """Step body in a worker: pin torch's and BLAS threads, then run the step."""
+    set_threads(n_threads)
+    return fn(*args)
+
+
+class LocalRunner:
+    """Run steps on this machine: in this process, or in a pool of ``workers`` processes.
+
+    The pool is the standard library's :class:`concurrent.futures.ProcessPoolExecutor`
+    with the ``spawn`` start method (safe with torch's threads), started on first use and
+    kept until :meth:`close`. Each step pins torch to ``cores // workers`` threads, so the
+    workers do not oversubscribe the cores; a ``whole_machine`` step gets every core.
+    Steps are pure, so results do not depend on ``workers``.
+
+    Parameters
+    ----------
+    workers : int, default=1
+        Steps run at once. 1 runs them one after another in this process.
+
+    Examples
+    --------
+    >>> runner = LocalRunner()
+    >>> list(runner.map(max, [(1, 2), (5, 3)]))
+    [2, 5]
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int = 1) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+        self.workers = workers
+        self._pool: Any = None
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        items: Iterable[tuple],
+        *,
+        use_gpu: bool = False,
+        whole_machine: bool = False,
+    ) -> Iterator[Any]:
+        jobs = list(items)
+        if self.workers == 1:
+            for args in jobs:
+                yield fn(*args)
+            return
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=worker_init,  # workers die with this process (lifecycle.py)
+                initargs=(os.getpid(),),
+            )
+        cores = available_cpus()
+        threads = cores if whole_machine else max(1, cores // self.workers)
+        pending = {self._pool.submit(_call_with_threads, fn, threads, *args) for args in jobs}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()  # a step's exception is raised here as itself
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: kill the workers, do not wait
+            abort_pool(self._pool)
+            self._pool = None
+            raise
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def close(self) -> None:
+        """Shut the worker pool down (a no-op in-process); when called while Ctrl-C or
+        SIGTERM unwinds, kill the workers instead of waiting for their groups."""
+        if self._pool is not None:
+            if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                abort_pool(self._pool)
+            else:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"runner": self.name, "workers": self.workers}

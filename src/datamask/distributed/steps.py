@@ -1,0 +1,335 @@
+"""The pure steps of a sharded run: read a group, select it, the central round.
+
+Every step reads only what it is given, writes its files atomically (temporary name, then
+``os.replace``) and its completion marker last, and returns its stats; run again with a
+marker in place, it returns the marker's stats without recomputing. The executors
+(:mod:`.executors`, :mod:`.ray_backend`) only schedule them; the driver
+(:mod:`.runner`) orders them into phases. The allocation's steps are in :mod:`.allocate`.
+
+Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
+
+    WORK/groups/NNNNN.parquet         every row of the group: id, logit, probability, rank,
+                                      selected (skipped with ``selected_only``)
+    WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
+    WORK/completions/NNNNN            JSON stats; written last, after the group's files
+    OUT/selected/part-NNNNN.parquet   the group's kept ids (budget="group", or allocated)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .._memory import peak_rss_mb
+from ..config import SelectSpec
+from ..data import Corpus, Selection, rank_order
+from ..io.atomic import (
+    atomic_write_json,
+)
+from ..io.parquet import atomic_write_table, read_table
+from ..io.shards import (
+    corpus_from_tables,
+    read_rows,
+)
+from ..pipeline.step import MODULAR, fit_group
+from ..pipeline.writer import selection_table
+from .allocate import (
+    gain_knots,
+    gains_in_j_units,
+    group_spec,
+    monotone,
+)
+from .partition import (
+    GroupSpec,
+)
+from .validate import QualityRange
+
+__all__ = [
+    "GLOBAL_PART",
+    "candidate_count",
+    "candidates_path",
+    "completion_path",
+    "part_path",
+    "read_group",
+    "select_global",
+    "select_group",
+]
+
+
+# --- the pure step --------------------------------------------------------------------------
+def _group_name(gid: int) -> str:
+    return f"{gid:05d}"
+
+
+def completion_path(work_dir: str | Path, gid: int) -> Path:
+    """The marker a finished group leaves behind."""
+    return Path(work_dir) / "completions" / _group_name(gid)
+
+
+def part_path(out_dir: str | Path, gid: int) -> Path:
+    """The selected-ids file of one group in the output dataset."""
+    return Path(out_dir) / "selected" / f"part-{_group_name(gid)}.parquet"
+
+
+def candidates_path(work_dir: str | Path, gid: int) -> Path:
+    """Round 1 of a global budget: the candidates one group proposes."""
+    return Path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
+
+
+GLOBAL_PART = "part-global.parquet"
+
+
+def read_group(
+    spec: GroupSpec, settings: SelectSpec, quality_range: QualityRange | None = None
+) -> tuple[Any, pa.Array]:
+    """The rows of one group as a Corpus (not yet validated) and its ids as stored.
+
+    ``quality_range`` is the corpus-wide ``(lows, highs)`` of the quality columns that
+    the group scales its quality with (default: its own range).
+    """
+    tables = [
+        (
+            read_rows(p.path, p.start, p.stop, settings.read_columns),
+            f"{p.path} (rows {p.start}-{p.stop})",
+        )
+        for p in spec.pieces
+    ]
+    corpus, ids = corpus_from_tables(
+        tables,
+        settings.columns,
+        source=f"group {spec.gid} ({spec.label})",
+        quality_range=quality_range or None,
+    )
+    for name in settings.objective.columns:  # what the terms read (requires_columns)
+        corpus.extra[name] = np.concatenate(
+            [t.column(name).to_numpy(zero_copy_only=False) for t, _ in tables]
+        )
+    return corpus, ids
+
+
+def candidate_count(n_g: int, n_total: int, k_total: int, oversample: float) -> int:
+    """Candidates a group of ``n_g`` rows proposes: ``ceil(oversample * k * n_g / N)``.
+
+    At least 1 and at most ``n_g``; since every group proposes at least its exact quota
+    ``k * n_g / N``, the union holds at least ``k`` documents.
+
+    Examples
+    --------
+    >>> candidate_count(10_000, 1_000_000, 100_000, 2.0)
+    2000
+    """
+    if n_g == 0:
+        return 0
+    return int(min(n_g, max(1, math.ceil(oversample * k_total * n_g / n_total - 1e-9))))
+
+
+def _where_it_ran(sel: Selection) -> dict[str, Any]:
+    """The stats every step records besides its counts and times: memory, device, process
+    and the terms of its selection."""
+    return {
+        "peak_rss_mb": peak_rss_mb(),
+        "gpu_peak_mb": sel.meta["gpu_peak_mb"],
+        "device": sel.meta["device"],
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "terms": sel.meta["terms"],
+    }
+
+
+def select_group(
+    spec: GroupSpec,
+    settings: SelectSpec,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    quality_range: QualityRange | None = None,
+    propose: bool = False,
+    totals: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """Select ``spec.k`` documents of one group and write its files; a pure, resumable step.
+
+    Reads only the group's rows (quality scaled by the corpus-wide ``quality_range``), runs
+    the method with ``spec.seed``, then writes ``WORK/groups/NNNNN.parquet`` (unless
+    ``settings.run.selected_only``), its result, and last the marker ``WORK/completions/NNNNN``.
+    The result is ``OUT/selected/part-NNNNN.parquet`` (ids kept); with ``propose`` (round 1
+    of a global budget) it is ``WORK/candidates/NNNNN.parquet`` instead: the ``spec.k``
+    candidates with their rank, score, raw quality and embedding (score and rank only for
+    :data:`MODULAR` methods), which :func:`select_global` reads. With ``totals``, the
+    corpus' ``(k, N)``, the group proposes for a budget allocated by gains instead
+    (:mod:`datamask.distributed.allocate`): it selects at the corpus' exchange rate between
+    quality and coverage and writes its candidates in greedy order with their marginal
+    gains in ``J`` units (id, group, rank, gain). When the marker exists already the step
+    returns its stats without recomputing.
+
+    Returns
+    -------
+    dict
+        Stats of the group: ``gid``, ``label``, ``n``, ``k``, ``seconds`` (read, fit,
+        write, total), ``docs_per_second``, ``peak_rss_mb``, ``gpu_peak_mb``, ``device``,
+        ``host``, ``pid``, ``terms`` and ``reused``.
+    """
+    marker = completion_path(work_dir, spec.gid)
+    if marker.exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    # 1. Read only this group's rows (row groups overlapping each piece).
+    corpus, ids = read_group(spec, settings, quality_range)
+    n = corpus.n_docs
+    read_s = time.perf_counter() - started
+
+    # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
+    #    Proposing for an allocated budget: at the corpus' exchange rate, with the gain curve.
+    fit_settings = settings if totals is None else group_spec(settings, spec.k, n, *totals)
+    sel = fit_group(
+        corpus, spec.k, fit_settings, seed=spec.seed, stored_ids=ids, gain_curve=totals is not None
+    )
+    fit_s = time.perf_counter() - started - read_s
+
+    # 3. Write the group's files atomically (the writer ranks: kept rows first, then by
+    #    score, ties by id), then the marker.
+    id_col = settings.columns.id_col
+    if not settings.run.selected_only or settings.selector.max_similarity is not None:
+        atomic_write_table(
+            selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
+            Path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
+        )
+    knots = None
+    if propose and totals is not None:
+        order, gains = sel.meta["gain_order"]
+        logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
+        lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
+        gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
+        table = pa.table(
+            {
+                id_col: ids.take(pa.array(order)),
+                "group": pa.array(np.full(len(order), spec.gid, dtype=np.int32)),
+                "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
+                "logit": pa.array(np.asarray(logits, np.float32)[order]),
+                "gain": pa.array(gains),
+            }
+        )
+        atomic_write_table(table, candidates_path(work_dir, spec.gid))
+        knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
+    elif propose:
+        extra: dict[str, Any] = {"score": sel.scores}
+        if settings.selector.method not in MODULAR:  # what the global round selects from
+            for j in range(len(settings.columns.quality_cols)):
+                extra[f"quality_{j}"] = corpus.quality[:, j]
+            feats = np.ascontiguousarray(corpus.features, dtype=np.float32)
+            extra["features"] = pa.FixedSizeListArray.from_arrays(
+                pa.array(feats.reshape(-1)), corpus.dim
+            )
+            for name in settings.objective.columns:  # the terms' columns, for round 2
+                extra[f"extra_{name}"] = corpus.extra[name]
+        table = selection_table(
+            sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True, extra=extra
+        )
+        atomic_write_table(table, candidates_path(work_dir, spec.gid))
+    else:
+        table = selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True)
+        atomic_write_table(table, part_path(out_dir, spec.gid))
+    del corpus
+    total_s = time.perf_counter() - started
+    stats = {
+        "gid": spec.gid,
+        "label": spec.label,
+        "n": n,
+        "k": len(sel.selected),
+        "seed": spec.seed,
+        "seconds": {
+            "read": read_s,
+            "fit": fit_s,
+            "write": total_s - read_s - fit_s,
+            "total": total_s,
+        },
+        "docs_per_second": n / total_s if total_s > 0 else None,
+        **_where_it_ran(sel),
+    }
+    if knots is not None:
+        stats["gain_knots"] = knots
+    atomic_write_json(stats, marker)
+    return {**stats, "reused": False}
+
+
+def select_global(
+    groups: list[GroupSpec],
+    settings: SelectSpec,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    k_total: int,
+    quality_range: QualityRange,
+) -> dict[str, Any]:
+    """Round 2 of a global budget: exactly ``k_total`` documents from the groups' candidates.
+
+    :data:`MODULAR` methods merge the candidates' scores: the ``k_total`` best (ties by id)
+    are exactly the global top k (each group proposed ``min(n_g, k_total)``). Every other
+    method runs once more, with the run's seed, on the union of the candidates (quality
+    scaled by the corpus-wide range), as in GreeDi (Mirzasoleiman et al. 2013). Writes
+    ``OUT/selected/part-global.parquet`` (id, group, rank, logit) and then the marker
+    ``WORK/completions/global``; a pure, resumable step like :func:`select_group`.
+    """
+    marker = Path(work_dir) / "completions" / "global"
+    final = Path(out_dir) / "selected" / GLOBAL_PART
+    if marker.exists() and final.exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    tables = [read_table(candidates_path(work_dir, g.gid)) for g in groups]
+    table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
+    del tables
+    ids = table.column(settings.columns.id_col).combine_chunks()
+    ids_np = ids.to_numpy(zero_copy_only=False)
+    n = table.num_rows
+    read_s = time.perf_counter() - started
+    if settings.selector.method in MODULAR:  # an exact merge of comparable scores
+        scores = table.column("score").to_numpy()
+        sel = Selection(np.sort(rank_order(scores, ids_np)[:k_total]), scores, ids=ids_np)
+        sel.meta.update(terms={}, device="none", gpu_peak_mb=None)
+    else:
+        width = table.schema.field("features").type.list_size
+        flat = table.column("features").combine_chunks().values.to_numpy()
+        corpus = Corpus(
+            ids=ids_np,
+            quality=np.stack(
+                [table.column(f"quality_{j}").to_numpy() for j in range(len(quality_range[0]))],
+                axis=1,
+            ),
+            features=flat.reshape(n, width),
+            quality_names=list(settings.columns.quality_cols),
+            quality_weights=None
+            if settings.columns.quality_weights is None
+            else np.asarray(settings.columns.quality_weights, float),
+            source="the candidates of every group",
+            quality_range=(np.asarray(quality_range[0]), np.asarray(quality_range[1])),
+            extra={
+                name: table.column(f"extra_{name}").to_numpy(zero_copy_only=False)
+                for name in settings.objective.columns
+            },
+        )
+        table = table.drop_columns(["features"])
+        sel = fit_group(corpus, k_total, settings, seed=int(settings.selector.seed))
+        del corpus
+    fit_s = time.perf_counter() - started - read_s
+    out = selection_table(
+        sel,
+        id_col=settings.columns.id_col,
+        stored_ids=ids,
+        group=table.column("group").combine_chunks(),
+        kept_only=True,
+    )
+    atomic_write_table(out, final)
+    total_s = time.perf_counter() - started
+    stats = {
+        "n_candidates": n,
+        "k": len(sel.selected),
+        "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
+        **_where_it_ran(sel),
+    }
+    atomic_write_json(stats, marker)
+    return {**stats, "reused": False}
