@@ -8,11 +8,14 @@ worker-second for each parallel phase (plan: validation pass, k-means assignment
 regrouping spill; select: every group's learner, its gain curve and any extension round),
 and one cost per group for the allocation and the writes::
 
-    T(N, G, W) = (c_plan + c_select) * N / W + c_group * G / W + t_fixed
+    T(N, G, W) = c_plan * N / W + max(c_select * N / W, c_select * n_g)
+                 + c_group * G / W + c_merge * N + t_fixed
 
-``t_fixed`` (the k-means fit on a fixed-size sample, starting the workers) is taken as
-measured. Groups keep their size (``chunk_size``), so the per-document costs hold at
-any N; that is the assumption the check against a larger run tests.
+``c_select`` is a worker's busy time per document (the sum of the group steps' seconds
+over N), ``n_g`` the largest group; ``c_merge`` (keep lists, manifest) runs on the driver;
+``t_fixed`` (starting the workers) is taken as measured. Groups keep their size
+(``chunk_size``), so the per-document costs hold at any N; that is the assumption the
+check against a larger run tests.
 """
 
 from __future__ import annotations
@@ -23,25 +26,36 @@ from pathlib import Path
 
 
 def costs(run: dict) -> dict[str, float]:
-    s, n, g = run["seconds"], run["n_docs"], run["n_groups"]
-    w = run["workers"]
+    """Per-document and per-group costs of one run (seconds)."""
+    s, n, g, w = run["seconds"], run["n_docs"], run["n_groups"], run["workers"]
+    merge = s["total"] - s["plan"] - s["select"] - s["global"]
     return {
+        # validation pass, k-means assignment and the regrouping spill: parallel
         "plan_per_doc": s["plan"] * w / n,
-        "select_per_doc": s["select"] * w / n,
+        # a worker's busy time per document in its group's step (learner, gain curve,
+        # extension rounds); wall = busy / workers, or the largest group if longer
+        "select_per_doc": run["group_seconds"]["sum"] / n,
+        # the allocation and the writes: per group, parallel
         "global_per_group": s["global"] * w / g,
+        # keep lists and the manifest: the driver, serial
+        "merge_per_doc": merge / n,
         "fixed": s["wall_incl_ray_start"] - s["total"],
     }
 
 
-def predict(c: dict[str, float], n: float, groups: float, workers: float) -> dict[str, float]:
+def predict(
+    c: dict[str, float], n: float, groups: float, workers: float, group_size: float
+) -> dict[str, float]:
     plan = c["plan_per_doc"] * n / workers
-    select = c["select_per_doc"] * n / workers
+    select = max(c["select_per_doc"] * n / workers, c["select_per_doc"] * group_size)
     glob = c["global_per_group"] * groups / workers
+    merge = c["merge_per_doc"] * n
     return {
         "plan": plan,
         "select": select,
         "global": glob,
-        "total": plan + select + glob + c["fixed"],
+        "merge": merge,
+        "total": plan + select + glob + merge + c["fixed"],
     }
 
 
@@ -59,15 +73,17 @@ def main() -> None:
     print("calibration:", args.calibrate.name, json.dumps({k: round(v, 6) for k, v in c.items()}))
     for path in args.check:
         run = json.loads(path.read_text())
-        p = predict(c, run["n_docs"], run["n_groups"], run["workers"])
+        largest = run["n_docs"] / run["n_groups"]  # groups are near-equal below chunk_size
+        p = predict(c, run["n_docs"], run["n_groups"], run["workers"], min(largest, 1e5))
         s = run["seconds"]
         measured = {
             "plan": s["plan"],
             "select": s["select"],
             "global": s["global"],
+            "merge": s["total"] - s["plan"] - s["select"] - s["global"],
             "total": s["wall_incl_ray_start"],
         }
-        for phase in ("plan", "select", "global", "total"):
+        for phase in ("plan", "select", "global", "merge", "total"):
             err = p[phase] / measured[phase] - 1 if measured[phase] else float("nan")
             print(
                 f"{path.name} {phase}: predicted {p[phase]:.1f} s, measured "
@@ -75,7 +91,7 @@ def main() -> None:
             )
     workers = args.nodes * args.cpus
     groups = args.at / args.group_size
-    p = predict(c, args.at, groups, workers)
+    p = predict(c, args.at, groups, workers, args.group_size)
     print(
         f"{args.at:.0e} documents, {groups:.0e} groups, {workers} workers: "
         + ", ".join(f"{k} {v / 3600:.1f} h" for k, v in p.items())
