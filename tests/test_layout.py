@@ -5,6 +5,7 @@ others, and only the CLI knows argparse."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import datamask
@@ -217,19 +218,21 @@ def test_only_the_cli_imports_argparse():
     assert not users, f"argparse outside datamask.cli: {users}"
 
 
-def test_the_layout_test_sees_a_wrong_import(tmp_path):
-    """The checks above are not vacuous: an objective importing a selector is caught."""
-    fake = ROOT / "objectives" / "_layout_probe.py"
-    fake.write_text("from ..selectors import SELECTORS\n")
+def test_the_layout_test_sees_a_wrong_import(tmp_path, monkeypatch):
+    """The checks above are not vacuous: an objective importing a selector is caught. The
+    probe is a copy of the package in tmp_path: nothing is written into src/."""
+    import shutil
+
+    copy = tmp_path / "datamask"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "objectives" / "_layout_probe.py").write_text("from ..selectors import SELECTORS\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", copy)
     try:
-        try:
-            test_imports_point_inwards()
-        except AssertionError as exc:
-            assert "_layout_probe" in str(exc)
-        else:
-            raise AssertionError("the layering check let objectives import greedy")
-    finally:
-        fake.unlink()
+        test_imports_point_inwards()
+    except AssertionError as exc:
+        assert "_layout_probe" in str(exc)
+    else:
+        raise AssertionError("the layering check let objectives import greedy")
 
 
 def test_no_import_cycle_between_modules_even_inside_functions():

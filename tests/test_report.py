@@ -255,6 +255,7 @@ def _browser():
     return webdriver.Chrome(service=Service(executable_path=driver), options=opts)
 
 
+@pytest.mark.slow
 def test_page_in_a_browser(data, tmp_path):
     out = tmp_path / "page"
     root = data["root"]
