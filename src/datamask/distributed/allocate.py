@@ -366,6 +366,7 @@ def write_allocated(
 
 
 def global_marker(work_dir: str | Path) -> Path:
+    """Round 2's completion marker, whichever way it combined the groups."""
     return Path(work_dir) / "completions" / "global"
 
 

@@ -44,6 +44,7 @@ from ..pipeline.writer import selection_table
 from .allocate import (
     gain_knots,
     gains_in_j_units,
+    global_marker,
     group_spec,
     monotone,
 )
@@ -275,7 +276,7 @@ def select_global(
     ``OUT/selected/part-global.parquet`` (id, group, rank, logit) and then the marker
     ``WORK/completions/global``; a pure, resumable step like :func:`select_group`.
     """
-    marker = Path(work_dir) / "completions" / "global"
+    marker = global_marker(work_dir)
     final = Path(out_dir) / "selected" / GLOBAL_PART
     if marker.exists() and final.exists():
         return {**json.loads(marker.read_text()), "reused": True}
