@@ -363,6 +363,7 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     import datamask.distributed.allocate as allocate
+    import datamask.distributed.exchange as exchange
     import datamask.distributed.runner as runner
     import datamask.distributed.steps as steps
     from datamask.config import SelectSpec
@@ -380,6 +381,10 @@ KILLER = textwrap.dedent(
         elif {when!r} == "reproposed" and any(".want" in p.name for p in markers):
             if "completions" in str(path):  # the group proposed more, its marker not written
                 os.kill(os.getpid(), signal.SIGKILL)
+        if path.parent.name == "exchange":  # the exchange round: 2 groups re-priced
+            markers.append(path)
+            if {when!r} == "exchange" and sum(p.parent.name == "exchange" for p in markers) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
         if "completions" in str(path):
             markers.append(path)
             # round 1: group 2's files are in place, its marker is not;
@@ -391,7 +396,7 @@ KILLER = textwrap.dedent(
         real(obj, path)
 
     runner.atomic_write_json = steps.atomic_write_json = write_then_die
-    allocate.atomic_write_json = write_then_die
+    allocate.atomic_write_json = exchange.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping(
         dict(partition={partition!r}, chunk_size=250, budget={budget!r}, **{fast})
     )
@@ -424,6 +429,7 @@ def kill_during(
         ("round2", "global", "cluster"),  # allocated by gains
         ("extend", "global", "cluster"),  # ... a group asked to propose more
         ("reproposed", "global", "cluster"),  # ... and killed while it does
+        ("exchange", "global", "cluster"),  # ... killed in the exchange round
     ],
 )
 @pytest.mark.slow
@@ -450,6 +456,10 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
         wants = sorted(p.name for p in (work / "candidates").glob("*.want.json"))
         assert wants and not (work / "completions" / "global").exists()
         assert clean["budget"]["global_round"]["rounds"] > 1
+    elif when == "exchange":  # every group proposed, two re-priced, no allocation yet
+        assert done == [f"{g:05d}" for g in range(n_groups)]
+        assert len(list((work / "exchange").glob("*.json"))) == 1  # the second died writing
+        assert not (work / "completions" / "global").exists()
     else:
         assert done == [f"{g:05d}" for g in range(n_groups)]  # every group, not the round
         parts = sorted(p.name for p in (out / "selected").glob("part-*.parquet"))

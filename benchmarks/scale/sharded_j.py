@@ -60,6 +60,20 @@ VARIANTS: dict[str, dict] = {
     "cluster20-group": {"partition": "cluster", "budget": "group", "n_clusters": 20},
     "cluster40-global": {"partition": "cluster", "budget": "global", "n_clusters": 40},
     "default": {},
+    # the exchange round (issue 18) off: what the default was before it
+    "cluster8-global-noexchange": {
+        "partition": "cluster",
+        "budget": "global",
+        "n_clusters": 8,
+        "exchange_neighbors": 0,
+    },
+    "cluster20-global-noexchange": {
+        "partition": "cluster",
+        "budget": "global",
+        "n_clusters": 20,
+        "exchange_neighbors": 0,
+    },
+    "default-noexchange": {"exchange_neighbors": 0},
 }
 
 

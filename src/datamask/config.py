@@ -198,6 +198,14 @@ class PartitionSpec:
         "--budget global: candidates per group as a multiple of its proportional share "
         "(exact merges for topk and random need none)",
     )
+    exchange_neighbors: int = option_field(
+        8,
+        (Interval(int, 0, None, closed="left"),),
+        "--budget global by gains with facility location: after the allocation each group "
+        "orders its candidates again, counting coverage above what the kept documents of up "
+        "to this many nearest groups (of lower id) already give, and the budget is "
+        "allocated again (0: no exchange round)",
+    )
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ from .allocate import (
     write_allocated,
 )
 from .cap import cap_across_groups
+from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
@@ -220,6 +221,7 @@ def _allocate(
     group's knots, then again for groups whose whole curve was kept (they propose twice as
     many), then every group's kept prefix written as its part; the marker last."""
     knots = {g: knots_of(s) for g, s in stats.items()}  # read once, not into the manifest
+    centroids = {g: s.pop("centroid", None) for g, s in stats.items()}
     done = read_marker(global_marker(work))
     if done is not None:
         return {**done, "reused": True}, groups
@@ -262,9 +264,16 @@ def _allocate(
             progress,
         )
         for gid, s in fresh.items():
-            knots[gid] = knots_of(s)
+            knots[gid], centroids[gid] = knots_of(s), s.pop("centroid", None)
             stats[gid] = s
         rounds += 1
+    source, exchange_s = candidates_path, time.perf_counter()
+    if exchange_applies(settings):  # every group re-prices above its neighbours' cover
+        counts = exchange_round(
+            groups, counts, centroids, settings, work, quality_range, totals, runner, progress
+        )
+        source = exchange_path
+    exchange_s = time.perf_counter() - exchange_s
     allocate_s = time.perf_counter() - started
     jobs = [
         (
@@ -273,13 +282,14 @@ def _allocate(
             settings,
             str(work),
             str(part_path(out, g.gid)),
-            str(candidates_path(work, g.gid)),
+            str(source(work, g.gid)),
         )
         for g, m in zip(groups, counts, strict=True)
     ]
     written = list(_progress_map(runner, write_allocated, jobs, "write", progress))
     seconds = {
-        "allocate": allocate_s,
+        "allocate": allocate_s - exchange_s,
+        "exchange": exchange_s,
         "write": time.perf_counter() - started - allocate_s,
         "total": time.perf_counter() - started,
     }

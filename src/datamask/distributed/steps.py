@@ -58,10 +58,12 @@ __all__ = [
     "candidate_count",
     "candidates_path",
     "completion_path",
+    "gain_table",
     "part_path",
     "read_group",
     "select_global",
     "select_group",
+    "unit_rows",
 ]
 
 
@@ -86,6 +88,39 @@ def candidates_path(work_dir: str | Path, gid: int) -> Path:
 
 
 GLOBAL_PART = "part-global.parquet"
+
+
+def unit_rows(features: Any) -> np.ndarray:
+    """The rows of ``features`` scaled to unit length (float32; zero rows stay zero)."""
+    x = np.asarray(features, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def gain_table(
+    ids: pa.Array,
+    order: np.ndarray,
+    gid: int,
+    logits: Any,
+    gains: np.ndarray,
+    features: np.ndarray,
+    id_col: str,
+) -> pa.Table:
+    """A group's candidates in pick order: id, group, rank, logit, gain in J units, and the
+    unit embedding (what the exchange round's neighbours read of the kept prefix)."""
+    feats = np.ascontiguousarray(features[order], dtype=np.float32)
+    return pa.table(
+        {
+            id_col: ids.take(pa.array(order)),
+            "group": pa.array(np.full(len(order), gid, dtype=np.int32)),
+            "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
+            "logit": pa.array(np.asarray(logits, np.float32)[order]),
+            "gain": pa.array(np.asarray(gains, dtype=np.float64)),
+            "features": pa.FixedSizeListArray.from_arrays(
+                pa.array(feats.reshape(-1)), features.shape[1]
+            ),
+        }
+    )
 
 
 def read_group(
@@ -201,23 +236,16 @@ def select_group(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
             Path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
         )
-    knots = None
+    knots = centroid = None
     if propose and totals is not None:
         order, gains = sel.meta["gain_order"]
         logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
         lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
         gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
-        table = pa.table(
-            {
-                id_col: ids.take(pa.array(order)),
-                "group": pa.array(np.full(len(order), spec.gid, dtype=np.int32)),
-                "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
-                "logit": pa.array(np.asarray(logits, np.float32)[order]),
-                "gain": pa.array(gains),
-            }
-        )
+        table = gain_table(ids, order, spec.gid, logits, gains, unit_rows(corpus.features), id_col)
         atomic_write_table(table, candidates_path(work_dir, spec.gid))
         knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
+        centroid = unit_rows(corpus.features).mean(0)  # where the exchange round looks
     elif propose:
         extra: dict[str, Any] = {"score": sel.scores}
         if settings.selector.method not in MODULAR:  # what the global round selects from
@@ -255,6 +283,7 @@ def select_group(
     }
     if knots is not None:
         stats["gain_knots"] = knots
+        stats["centroid"] = centroid.tolist()
     atomic_write_json(stats, marker)
     return {**stats, "reused": False}
 

@@ -232,6 +232,23 @@ class FacilityLocation(Term):
             self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
 
+    def raise_floor(self, floor: torch.Tensor) -> None:
+        """Count coverage on the graph only above a per-document ``floor``: each document's
+        similarities become ``max(sim - floor_i, 0)``, since ``max(b, m) - b = max(m - b, 0)``.
+
+        ``floor[i]`` is the coverage document ``i`` already has from rows outside this
+        corpus (a sharded run's exchange round: the kept documents of neighbouring
+        groups), so the graph objective, its gains and :func:`~datamask.greedy.lazy.
+        gain_order` price only what a row adds to it. The exact objective (:meth:`value`)
+        is unchanged.
+        """
+        floor = torch.as_tensor(floor)
+        if floor.shape != (self.n_docs,):
+            raise ValueError(f"floor must have shape ({self.n_docs},); got {tuple(floor.shape)}.")
+        _, sim = self.knn_graph()
+        sim.sub_(floor.to(sim.device, sim.dtype)[:, None]).clamp_min_(0.0)
+        self.reverse_ = None  # rebuilt from the raised graph on first use
+
     def build_graph(self) -> None:
         self.knn_graph()
 

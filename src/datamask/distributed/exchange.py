@@ -1,0 +1,245 @@
+"""The exchange round of a budget allocated by gains: coverage across group borders.
+
+A group counts coverage only over its own documents, so a document near a border, already
+covered by a neighbouring group's kept rows, still pays for rows in its own group: the
+groups over-buy coverage and under-buy quality (measured in ``benchmarks/scale/
+SHARDED.md``). After the first allocation every group re-prices its candidates once:
+
+1. **Neighbours.** Each group takes up to ``exchange_neighbors`` groups with a lower id,
+   the nearest by the mean of their unit embeddings (:func:`exchange_neighbors`). Only
+   lower ids: two groups that both counted on the other would both drop their shared
+   border (one parallel round of all groups against each other loses J; this
+   orientation is a Gauss-Seidel sweep done in parallel).
+2. **Floors.** A document's floor is its best cosine to the neighbours' kept documents
+   (the first ``m`` rows of their candidates, which carry their embeddings).
+3. **Re-price.** On the group's graph, coverage is counted above the floor
+   (:meth:`~datamask.objectives.facility_location.FacilityLocation.raise_floor`) and the
+   same candidates are ordered again by lazy greedy, with their gains in ``J`` units.
+4. The driver allocates the budget again over the new curves and writes the parts from
+   them (:mod:`.runner`).
+
+Files: ``WORK/exchange/NNNNN.parquet`` (the candidates re-ordered, the layout of
+``WORK/candidates/``) and its marker ``WORK/exchange/NNNNN.json`` (knots), written last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .._device import resolve_device
+from .._memory import peak_rss_mb
+from .._validation import check_corpus
+from ..config import SelectSpec
+from ..greedy.lazy import gain_order
+from ..io.atomic import atomic_write_json
+from ..io.parquet import atomic_write_table, read_table
+from ..objectives.facility_location import FacilityLocation
+from .allocate import (
+    allocate_counts,
+    gain_knots,
+    gains_in_j_units,
+    group_spec,
+    knots_of,
+    monotone,
+)
+from .executors import Runner
+from .partition import GroupSpec
+from .steps import candidates_path, gain_table, read_group, unit_rows
+from .validate import QualityRange
+
+__all__ = [
+    "exchange_applies",
+    "exchange_group",
+    "exchange_marker",
+    "exchange_neighbors",
+    "exchange_path",
+    "exchange_round",
+]
+
+
+def exchange_path(work_dir: str | Path, gid: int) -> Path:
+    """A group's candidates as the exchange round re-ordered them."""
+    return Path(work_dir) / "exchange" / f"{gid:05d}.parquet"
+
+
+def exchange_marker(work_dir: str | Path, gid: int) -> Path:
+    """The exchange round's marker for one group (its knots), written last."""
+    return Path(work_dir) / "exchange" / f"{gid:05d}.json"
+
+
+def exchange_neighbors(centroids: np.ndarray, n_neighbors: int) -> list[list[int]]:
+    """For every group, up to ``n_neighbors`` groups of lower index, nearest first by the
+    cosine of their centroids (rows of ``centroids``); computed in blocks of rows.
+
+    >>> c = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.2]])
+    >>> exchange_neighbors(c, 2)
+    [[], [0], [1, 0], [1, 0]]
+    """
+    c = unit_rows(centroids)
+    out: list[list[int]] = []
+    step = max(1, (1 << 24) // max(len(c), 1))
+    for lo in range(0, len(c), step):
+        sims = c[lo : lo + step] @ c.T
+        for r, row in enumerate(sims):
+            g = lo + r
+            lower = row[:g]
+            take = min(n_neighbors, g)
+            if take == 0:
+                out.append([])
+                continue
+            best = np.argpartition(-lower, take - 1)[:take]
+            out.append([int(h) for h in best[np.argsort(-lower[best], kind="stable")]])
+    return out
+
+
+def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
+    """Each row's best cosine (clipped at 0) to any row of ``kept``, in blocks."""
+    floor = torch.zeros(x.shape[0], dtype=x.dtype)
+    for block in kept:
+        if len(block) == 0:
+            continue
+        xo = torch.from_numpy(np.array(block))  # a writable copy
+        step = max(1, (1 << 22) // len(block))
+        for lo in range(0, x.shape[0], step):
+            s = (x[lo : lo + step] @ xo.T).amax(1).clamp_min_(0.0)
+            torch.maximum(floor[lo : lo + step], s, out=floor[lo : lo + step])
+    return floor
+
+
+def exchange_group(
+    spec: GroupSpec,
+    neighbors: list[tuple[int, int]],
+    settings: SelectSpec,
+    work_dir: str | Path,
+    quality_range: QualityRange,
+    totals: tuple[int, int],
+) -> dict[str, Any]:
+    """Re-price one group's candidates above the coverage its lower neighbours' kept rows
+    give (steps 2-3 of the module's docstring); a pure, resumable step.
+
+    ``neighbors`` holds ``(gid, m)``: a neighbouring group and how many of its candidates
+    the first allocation kept. Writes :func:`exchange_path` and then :func:`exchange_marker`
+    (with the curve's knots); with the marker in place, returns it without recomputing.
+    """
+    marker = exchange_marker(work_dir, spec.gid)
+    out = exchange_path(work_dir, spec.gid)
+    if marker.exists() and out.exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    own = read_table(candidates_path(work_dir, spec.gid))
+    id_col = settings.columns.id_col
+    if not neighbors or own.num_rows == 0:  # nothing to re-price: the first order stands
+        atomic_write_table(own, out)
+        gains = own.column("gain").to_numpy()
+        stats = {"gid": spec.gid, "floors": 0, "seconds": {"total": 0.0}}
+    else:
+        # 1. The group's rows, and its candidates' positions among them.
+        corpus, ids = read_group(spec, settings, quality_range)
+        check_corpus(corpus)
+        n = corpus.n_docs
+        row_of = {v: i for i, v in enumerate(ids.to_pylist())}
+        rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
+        # 2. Floors from the neighbours' kept prefixes (their unit embeddings).
+        kept = []
+        for gid, m in neighbors:
+            if m > 0:
+                t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
+                col = t.column(0).combine_chunks()
+                kept.append(col.values.to_numpy().reshape(len(col), -1))
+        x = torch.from_numpy(unit_rows(corpus.features))
+        floor = _floors(x, kept)
+        # 3. The group's objective at the rate it proposed with, coverage above the floor.
+        c = len(rows)
+        fit = group_spec(settings, c, n, *totals)
+        objective = fit.objective.make().bind(
+            corpus, c, resolve_device(settings.selector.device), seed=spec.seed
+        )
+        for _, term in objective.terms:
+            if isinstance(term, FacilityLocation):
+                term.raise_floor(floor)
+        order, raw = gain_order(objective, rows)
+        lamb, lamb_g = settings.objective.lamb, fit.objective.lamb
+        gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
+        logits = np.zeros(n, np.float32)
+        logits[rows] = own.column("logit").to_numpy()
+        atomic_write_table(gain_table(ids, order, spec.gid, logits, gains, x.numpy(), id_col), out)
+        stats = {
+            "gid": spec.gid,
+            "floors": int((floor > 0).sum()),
+            "mean_floor": float(floor.double().mean()),
+            "seconds": {"total": time.perf_counter() - started},
+        }
+    stats.update(
+        gain_knots=[a.tolist() for a in gain_knots(np.asarray(gains, dtype=np.float64))],
+        candidates=int(own.num_rows),
+        peak_rss_mb=peak_rss_mb(),
+    )
+    atomic_write_json(stats, marker)
+    return {**stats, "reused": False}
+
+
+def exchange_round(
+    groups: list[GroupSpec],
+    counts: np.ndarray,
+    centroids: dict[int, Any],
+    settings: SelectSpec,
+    work: Path,
+    quality_range: QualityRange,
+    totals: tuple[int, int],
+    runner: Runner,
+    progress: bool,
+) -> np.ndarray:
+    """The exchange round (:mod:`.exchange`): every group re-orders its candidates above
+    the cover of its nearest lower groups' kept rows, then the budget is allocated again."""
+    near = exchange_neighbors(
+        np.asarray([centroids[g.gid] for g in groups], dtype=np.float32),
+        settings.partition.exchange_neighbors,
+    )
+    jobs = [
+        (
+            g,
+            [(groups[h].gid, int(counts[h])) for h in near[i]],
+            settings,
+            str(work),
+            quality_range,
+            totals,
+        )
+        for i, g in enumerate(groups)
+    ]
+    results = tqdm(
+        runner.map(exchange_group, jobs),
+        total=len(jobs),
+        desc="exchange",
+        unit="group",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    done = {r["gid"]: r for r in results}
+    return allocate_counts(
+        [knots_of(done[g.gid]) for g in groups],
+        [g.k for g in groups],
+        lambda i, lo, hi: (
+            read_table(exchange_path(work, groups[i].gid), columns=["gain"])
+            .column(0)
+            .to_numpy()[lo:hi]
+        ),
+        totals[0],
+    )
+
+
+def exchange_applies(settings: SelectSpec) -> bool:
+    """Whether the exchange round runs: a global budget allocated by gains whose diversity
+    is facility location (the only term with a floor), and ``exchange_neighbors > 0``."""
+    terms = settings.objective.make().diversity
+    return (
+        settings.partition.exchange_neighbors > 0
+        and bool(terms)
+        and all(isinstance(t, FacilityLocation) for t in terms)
+    )

@@ -1,0 +1,153 @@
+"""The exchange round of a sharded run (datamask.distributed.exchange): brute force and steps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from datamask import FacilityLocation, make_clustered
+from datamask.config import SelectSpec
+from datamask.distributed import run_selection
+from datamask.distributed.exchange import (
+    exchange_group,
+    exchange_neighbors,
+    exchange_path,
+)
+from datamask.distributed.partition import make_groups, plan_by_chunk
+from datamask.distributed.steps import candidate_count, candidates_path, select_group
+from datamask.io.shards import inspect_shards
+
+FAST = dict(n_epochs=20, select_ratio=0.137, n_neighbors=16)
+
+
+def test_raised_floor_counts_coverage_above_it_like_brute_force():
+    rng = np.random.default_rng(0)
+    x = torch.nn.functional.normalize(torch.from_numpy(rng.standard_normal((60, 8))), dim=1)
+    x = x.float()
+    floor = torch.from_numpy(rng.uniform(0, 0.8, 60)).float()
+    term = FacilityLocation(n_neighbors=60).bind(x, None, 6)
+    term.raise_floor(floor)
+    sims = (x @ x.T).clamp_min(0)
+    for _ in range(20):
+        sel = torch.from_numpy(rng.choice(60, 6, replace=False))
+        best = sims[:, sel].amax(1)
+        # max(floor, best) - floor: what the selection adds to the cover from outside
+        expected = torch.maximum(floor, best) - floor
+        assert torch.allclose(term.graph_coverage(sel), expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"floor must have shape \(60,\)"):
+        term.raise_floor(torch.zeros(59))
+
+
+def test_neighbours_are_lower_groups_nearest_first_like_brute_force():
+    rng = np.random.default_rng(1)
+    c = rng.standard_normal((30, 5))
+    unit = c / np.linalg.norm(c, axis=1, keepdims=True)
+    for h in (0, 1, 4, 40):
+        near = exchange_neighbors(c, h)
+        for g in range(30):
+            sims = unit[:g] @ unit[g]
+            want = sorted(range(g), key=lambda j: (-sims[j], j))[: min(h, g)]
+            assert near[g] == want
+
+
+@pytest.fixture(scope="module")
+def steps_setup(tmp_path_factory):
+    """Four chunk groups of a clustered corpus, each proposing by gains (the pure steps)."""
+    root = tmp_path_factory.mktemp("exchange")
+    corpus = make_clustered(1200, 16, 6, seed=5)
+    ids = pa.array([f"d{i:05d}" for i in range(corpus.n_docs)])
+    feats = np.asarray(corpus.features, np.float32)
+    table = pa.table(
+        {
+            "chunk_id": ids,
+            "quality_score": pa.array(np.asarray(corpus.quality).reshape(-1)),
+            "feature_arr": pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), 16),
+        }
+    )
+    pq.write_table(table, root / "part.parquet", row_group_size=100)
+    settings = SelectSpec.from_mapping(dict(n_epochs=20, select_ratio=0.1)).check()
+    infos = inspect_shards([root / "part.parquet"])
+    n, k = 1200, 120
+    groups = make_groups(plan_by_chunk(infos, 300), k, 0)
+    groups = [replace(g, k=candidate_count(g.n, n, k, 2.0)) for g in groups]
+    q = np.asarray(corpus.quality).reshape(-1)
+    qr = ([float(q.min())], [float(q.max())])
+    work, out = root / "work", root / "out"
+    for g in groups:
+        select_group(g, settings, work, out, qr, propose=True, totals=(k, n))
+    return groups, settings, work, qr, (k, n)
+
+
+def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
+    groups, settings, work, qr, totals = steps_setup
+    stats = exchange_group(groups[2], [(0, 0), (1, 0)], settings, work, qr, totals)
+    first = pq.read_table(candidates_path(work, 2))
+    again = pq.read_table(exchange_path(work, 2))
+    assert stats["floors"] == 0 and not stats["reused"]
+    assert again.column("chunk_id").equals(first.column("chunk_id"))
+    assert np.allclose(again.column("gain").to_numpy(), first.column("gain").to_numpy())
+    # with its marker in place the step returns it and computes nothing
+    assert exchange_group(groups[2], [(0, 0)], settings, work, qr, totals)["reused"]
+
+
+def test_a_covered_border_is_priced_lower(steps_setup):
+    groups, settings, work, qr, totals = steps_setup
+    kept = [int(groups[h].k // 2) for h in range(3)]
+    stats = exchange_group(
+        groups[3], [(h, kept[h]) for h in range(3)], settings, work, qr, totals
+    )
+    first = pq.read_table(candidates_path(work, 3)).column("gain").to_numpy()
+    again = pq.read_table(exchange_path(work, 3))
+    gains = again.column("gain").to_numpy()
+    assert stats["floors"] > 0
+    assert sorted(again.column("chunk_id").to_pylist()) == sorted(
+        pq.read_table(candidates_path(work, 3)).column("chunk_id").to_pylist()
+    )
+    assert np.all(np.diff(gains) <= 0)  # still a curve the allocation can read
+    # coverage others already give is worth nothing again: the curve only drops
+    assert gains.sum() < first.sum()
+
+
+def test_a_run_with_the_exchange_round_records_it(tmp_path):
+    corpus = make_clustered(900, 16, 6, seed=2)
+    feats = np.asarray(corpus.features, np.float32)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for s in range(3):
+        rows = slice(300 * s, 300 * (s + 1))
+        pq.write_table(
+            pa.table(
+                {
+                    "chunk_id": pa.array([f"d{i:04d}" for i in range(900)][rows]),
+                    "quality_score": pa.array(np.asarray(corpus.quality).reshape(-1)[rows]),
+                    "feature_arr": pa.FixedSizeListArray.from_arrays(
+                        pa.array(feats[rows].reshape(-1)), 16
+                    ),
+                }
+            ),
+            shards / f"part-{s}.parquet",
+        )
+    settings = SelectSpec.from_mapping(dict(partition="cluster", chunk_size=250, **FAST))
+    m = run_selection(shards, tmp_path / "out", settings, progress=False)
+    n_groups = m["totals"]["n_groups"]
+    assert n_groups > 1 and m["budget"]["allocation"] == "gains"
+    work = Path(m["work_dir"])
+    assert len(list((work / "exchange").glob("*.json"))) == n_groups
+    assert m["budget"]["global_round"]["seconds"]["exchange"] > 0
+    kept = pq.read_table(tmp_path / "out" / "selected").num_rows
+    assert kept == round(FAST["select_ratio"] * 900)
+    off = run_selection(
+        shards, tmp_path / "off", replace_exchange(settings, 0), progress=False
+    )
+    assert not (Path(off["work_dir"]) / "exchange").exists()
+    assert off["budget"]["global_round"]["seconds"]["exchange"] < 0.01
+
+
+def replace_exchange(settings: SelectSpec, n: int) -> SelectSpec:
+    return replace(settings, partition=replace(settings.partition, exchange_neighbors=n))
