@@ -99,9 +99,7 @@ def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
 def test_a_covered_border_is_priced_lower(steps_setup):
     groups, settings, work, qr, totals = steps_setup
     kept = [int(groups[h].k // 2) for h in range(3)]
-    stats = exchange_group(
-        groups[3], [(h, kept[h]) for h in range(3)], settings, work, qr, totals
-    )
+    stats = exchange_group(groups[3], [(h, kept[h]) for h in range(3)], settings, work, qr, totals)
     first = pq.read_table(candidates_path(work, 3)).column("gain").to_numpy()
     again = pq.read_table(exchange_path(work, 3))
     gains = again.column("gain").to_numpy()
@@ -142,9 +140,7 @@ def test_a_run_with_the_exchange_round_records_it(tmp_path):
     assert m["budget"]["global_round"]["seconds"]["exchange"] > 0
     kept = pq.read_table(tmp_path / "out" / "selected").num_rows
     assert kept == round(FAST["select_ratio"] * 900)
-    off = run_selection(
-        shards, tmp_path / "off", replace_exchange(settings, 0), progress=False
-    )
+    off = run_selection(shards, tmp_path / "off", replace_exchange(settings, 0), progress=False)
     assert not (Path(off["work_dir"]) / "exchange").exists()
     assert off["budget"]["global_round"]["seconds"]["exchange"] < 0.01
 

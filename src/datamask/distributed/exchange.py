@@ -41,6 +41,7 @@ from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
 from ..objectives.facility_location import FacilityLocation
+from ..selectors import SELECTORS
 from .allocate import (
     allocate_counts,
     gain_knots,
@@ -158,8 +159,12 @@ def exchange_group(
         # 3. The group's objective at the rate it proposed with, coverage above the floor.
         c = len(rows)
         fit = group_spec(settings, c, n, *totals)
-        objective = fit.objective.make().bind(
-            corpus, c, resolve_device(settings.selector.device), seed=spec.seed
+        objective = fit.objective.make().bind(  # bound as the group's selector bound it
+            corpus,
+            c,
+            resolve_device(settings.selector.device),
+            seed=spec.seed,
+            max_neighbors=SELECTORS[settings.selector.method].max_neighbors,
         )
         for _, term in objective.terms:
             if isinstance(term, FacilityLocation):
