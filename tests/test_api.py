@@ -100,7 +100,7 @@ def test_every_reader_takes_one_columns_value(small_corpus, tmp_path):
 def test_the_spec_is_checked_once_per_sharded_run(small_corpus, tmp_path, monkeypatch):
     """SelectSpec.check() builds a throwaway selector: the keyword door, the planner and the
     runner ask for it, and it runs once."""
-    from tests.conftest import write_reference_layout
+    from tests._data import write_reference_layout
 
     shards = tmp_path / "shards"
     shards.mkdir()

@@ -1,8 +1,9 @@
 """A user term defined here, used by name through ``select``, ``bench`` and a sharded run.
 
-``--term-module test_user_terms`` imports this file (pytest puts ``tests/`` on the path and
-spawned workers inherit it), which registers ``Spread``; the generated ``--power`` flag is
-its parameter. Every path must score with it exactly as a direct evaluation does.
+``--term-module tests.objectives.test_user_terms`` imports this file (pytest puts the repo root
+on the path and spawned workers inherit it), which registers ``Spread``; the generated
+``--power`` flag is its parameter. Every path must score with it exactly as a direct
+evaluation does.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import write_reference_layout
 
 from datamask import Corpus, Objective, make_clustered, register_term
 from datamask._validation import Interval
 from datamask.cli import main
 from datamask.io.parquet import read_corpus, read_summary
 from datamask.objectives import Quality, ValueTerm
+from tests._data import write_reference_layout
 
-MODULE = "test_user_terms"
+MODULE = __name__  # tests.objectives.test_user_terms: importable from the repo root
 FAST = ["--device", "cpu", "--no-progress", "--select-ratio", "0.1"]
 
 

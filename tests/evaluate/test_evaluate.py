@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_reference_layout
 
 from datamask import Objective, make_clustered
 from datamask.cli.evaluate import add_evaluate_parser, run_evaluate
 from datamask.data import Corpus
 from datamask.evaluate import evaluate_selection, format_report, length_stats, read_selection
 from datamask.objectives import DiSF, FacilityLocation, PairwiseSimilarity
+from tests._data import write_reference_layout
 
 
 def brute_metrics(corpus: Corpus, rows: np.ndarray) -> dict[str, float]:

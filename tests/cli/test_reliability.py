@@ -31,9 +31,10 @@ from datamask.cli import main
 from datamask.io.atomic import OutputLock, clean_stale_temporaries, temporary_name
 from datamask.io.parquet import read_summary, summary_path
 from datamask.objectives import Objective, make_term
+from tests._data import ROOT
 
 FAST = ["--n-epochs", "10", "--n-neighbors", "16", "--no-progress", "--device", "cpu"]
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(ROOT / "src")
 
 
 # --- helpers ------------------------------------------------------------------------------------

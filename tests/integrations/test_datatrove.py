@@ -23,8 +23,8 @@ from datamask.integrations.datatrove import (  # noqa: E402
     DatamaskFilter,
     group_seed,
 )
+from tests._data import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo" / "demo_docs.parquet"
 EXAMPLE = ROOT / "examples" / "datatrove" / "select_pipeline.py"
 

@@ -1,0 +1,1 @@
+"""datamask tests; subpackages mirror src/datamask/<pkg>/."""
