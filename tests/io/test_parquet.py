@@ -9,7 +9,7 @@ import pytest
 
 from datamask._validation import check_corpus
 from datamask.columns import Columns
-from datamask.io.parquet import read_corpus
+from datamask.io.parquet import corpus_from_tables, read_corpus, read_table
 
 
 @pytest.mark.parametrize("fixed", [True, False])
@@ -118,3 +118,41 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
     )
     with pytest.raises(ValueError, match="1 all-zero rows"):
         check_corpus(read_corpus(zero))
+
+
+def _piece(ids, dim=3, extra=None):
+    n = len(ids)
+    feats = np.arange(n * dim, dtype=np.float32) + 1
+    cols = {
+        "id": pa.array(ids),
+        "q": pa.array(np.linspace(0, 1, n)),
+        "emb": pa.FixedSizeListArray.from_arrays(pa.array(feats), dim),
+    }
+    if extra is not None:
+        cols["n_chars"] = pa.array(extra)
+    return pa.table(cols)
+
+
+def test_corpus_from_tables_keeps_extra_columns_across_pieces(tmp_path):
+    tables = [(_piece(["a", "b"], extra=[10, 20]), "f0"), (_piece(["c"], extra=[30]), "f1")]
+    corpus, ids = corpus_from_tables(
+        tables,
+        Columns(id_col="id", quality_cols=("q",), feature_col="emb"),
+        source="two pieces",
+        extra_cols=["n_chars"],
+    )
+    assert ids.to_pylist() == ["a", "b", "c"] and corpus.n_docs == 3 and corpus.dim == 3
+    assert corpus.extra["n_chars"].tolist() == [10, 20, 30]
+    with pytest.raises(ValueError, match="embedding width 2 in f1 does not match 3 in f0"):
+        corpus_from_tables(
+            [tables[0], (_piece(["c"], dim=2), "f1")],
+            Columns(id_col="id", quality_cols=("q",), feature_col="emb"),
+            source="s",
+        )
+
+
+def test_read_table_names_the_file(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(ValueError, match="bad.parquet"):
+        read_table(bad)
