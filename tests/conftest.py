@@ -3,13 +3,20 @@ by :mod:`tests._data`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from datamask import make_clustered
 from datamask.data import Corpus
-from tests._data import SHARED_DEMO, SHIPPED_DEMO, write_reference_layout
+from tests._data import DEMO_ROWS, SHARED_DEMO, SHIPPED_DEMO, write_reference_layout
+
+# No test reaches the network for a dataset or a model: datasets and the Hub stay offline.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture
@@ -39,3 +46,13 @@ def demo_corpus() -> Corpus:
     if SHARED_DEMO.exists():
         return read_corpus(SHARED_DEMO, Columns(id_col="id", feature_col="embedding"))
     pytest.skip("no demo parquet found")
+
+
+@pytest.fixture(scope="module")
+def demo_table() -> pa.Table:
+    """The first ``DEMO_ROWS`` shipped demo documents: chunk_id, text, quality_score,
+    feature_arr (the ecosystem layouts of :func:`tests._data.preset_layouts` start here)."""
+    if not SHIPPED_DEMO.exists():
+        pytest.skip("examples/demo/demo_docs.parquet not present")
+    columns = ["chunk_id", "text", "quality_score", "feature_arr"]
+    return pq.read_table(SHIPPED_DEMO, columns=columns).slice(0, DEMO_ROWS)

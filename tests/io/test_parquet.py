@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from datamask._validation import check_corpus
 from datamask.columns import Columns
 from datamask.io.parquet import corpus_from_tables, read_corpus, read_table
+from tests._data import write, write_columns, write_not_parquet
 
 
 @pytest.mark.parametrize("fixed", [True, False])
@@ -31,7 +31,7 @@ def test_several_quality_columns_are_mixed_by_weight(tmp_path):
             "emb": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), 4),
         }
     )
-    pq.write_table(table, tmp_path / "q.parquet")
+    write(table, tmp_path / "q.parquet")
     corpus = check_corpus(
         read_corpus(
             tmp_path / "q.parquet",
@@ -46,11 +46,6 @@ def test_several_quality_columns_are_mixed_by_weight(tmp_path):
     )
 
 
-def _write(path, **cols):
-    pq.write_table(pa.table(cols), path)
-    return path
-
-
 def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
     good = write_reference(tmp_path / "good.parquet", small_corpus)
     with pytest.raises(
@@ -59,7 +54,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         r"available columns: \['chunk_id', 'quality_score', 'feature_arr'\]",
     ):
         read_corpus(good, Columns(quality_cols=("score",)))
-    ragged = _write(
+    ragged = write_columns(
         tmp_path / "ragged.parquet",
         chunk_id=["a", "b", "c"],
         quality_score=[1.0, 2.0, 3.0],
@@ -70,7 +65,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         match="embedding width 3 at row 2 of .*ragged.parquet does not match width 2 at row 0",
     ):
         read_corpus(ragged)
-    nan = _write(
+    nan = write_columns(
         tmp_path / "nan.parquet",
         chunk_id=["a", "b", "c"],
         quality_score=[1.0, float("nan"), 3.0],
@@ -82,7 +77,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         r"of .*nan.parquet\); drop or fill them",
     ):
         check_corpus(read_corpus(nan))
-    inf = _write(
+    inf = write_columns(
         tmp_path / "inf.parquet",
         chunk_id=["a", "b"],
         quality_score=[1.0, 2.0],
@@ -94,7 +89,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         r"row 0",
     ):
         check_corpus(read_corpus(inf))
-    empty = _write(
+    empty = write_columns(
         tmp_path / "empty.parquet",
         chunk_id=pa.array([], pa.string()),
         quality_score=pa.array([], pa.float64()),
@@ -110,7 +105,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         read_corpus(tmp_path / "missing.parquet")
     with pytest.raises(ValueError, match="embedding width 16 in .*good.parquet does not match 8"):
         read_corpus(good, expected_dim=8)
-    zero = _write(
+    zero = write_columns(
         tmp_path / "zero.parquet",
         chunk_id=["a", "b"],
         quality_score=[1.0, 2.0],
@@ -152,7 +147,6 @@ def test_corpus_from_tables_keeps_extra_columns_across_pieces(tmp_path):
 
 
 def test_read_table_names_the_file(tmp_path):
-    bad = tmp_path / "bad.parquet"
-    bad.write_bytes(b"not parquet")
+    bad = write_not_parquet(tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match="bad.parquet"):
         read_table(bad)

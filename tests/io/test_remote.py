@@ -21,7 +21,7 @@ import pytest
 
 from datamask.cli import main
 from datamask.io.fs import resolve
-from tests._data import ROOT
+from tests._data import ROOT, write_corpus
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -76,8 +76,6 @@ def _keys(client, prefix: str) -> list[str]:
 @pytest.fixture(scope="module")
 def shards(s3, tmp_path_factory):
     """Three parquet shards on S3 (and their tables)."""
-    from tests.apply.test_apply import write_corpus
-
     client, _ = s3
     files = write_corpus(tmp_path_factory.mktemp("local") / "data")
     tables = {}
