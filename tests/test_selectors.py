@@ -226,3 +226,11 @@ def test_select_table_keeps_input_ids_and_exactly_the_budget(method, ratio):
     assert [input_ids[r] for r in kept.column("row").to_pylist()] == kept_ids
     ranks = sorted(kept.column("rank").to_pylist())
     assert ranks == list(range(1, len(kept_ids) + 1))  # the kept rows rank first
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_an_explicit_k_is_the_count_and_wins_over_the_ratio(method):
+    corpus = make_clustered(200, 8, 4, seed=8)
+    sel = _build(method, k=37, select_ratio=0.5, seed=1).fit(corpus)
+    assert sel.k_ == 37 and len(sel.selected_) == 37 == len(np.unique(sel.selected_))
+    assert sel.fit_stats()["k"] == 37
