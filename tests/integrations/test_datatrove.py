@@ -23,9 +23,9 @@ from datamask.integrations.datatrove import (  # noqa: E402
     DatamaskFilter,
     group_seed,
 )
-from tests._data import ROOT, write, write_columns, write_shards  # noqa: E402
+from tests._data import ROOT, SHIPPED_DEMO, write, write_columns, write_shards  # noqa: E402
 
-DEMO = ROOT / "examples" / "demo" / "demo_docs.parquet"
+DEMO = SHIPPED_DEMO
 EXAMPLE = ROOT / "examples" / "datatrove" / "select_pipeline.py"
 
 
