@@ -1,46 +1,27 @@
-"""Shared fixtures: small corpora and the shared demo file when it is present."""
+"""Shared fixtures: small corpora, the shared demo file when it is present, and files written
+by :mod:`tests._data`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from datamask import make_clustered
 from datamask.data import Corpus
+from tests._data import DEMO_ROWS, SHARED_DEMO, SHIPPED_DEMO, write_reference_layout
 
-SHARED_DEMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "demo_docs.parquet"
-SHIPPED_DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "demo_docs.parquet"
+# No test reaches the network for a dataset or a model: datasets and the Hub stay offline.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture
 def small_corpus() -> Corpus:
     return make_clustered(400, 16, 8, seed=3)
-
-
-def write_reference_layout(path: Path, corpus: Corpus, *, fixed: bool = True) -> Path:
-    """Write ``corpus`` as the reference's ``chunk_id, quality_score, feature_arr`` parquet."""
-    feats = np.asarray(corpus.features, dtype=np.float32)
-    values = pa.array(feats.reshape(-1))
-    col = (
-        pa.FixedSizeListArray.from_arrays(values, feats.shape[1])
-        if fixed
-        else pa.ListArray.from_arrays(
-            pa.array(np.arange(0, feats.size + 1, feats.shape[1], dtype=np.int32)), values
-        )
-    )
-    table = pa.table(
-        {
-            "chunk_id": pa.array(list(corpus.ids)),
-            "quality_score": pa.array(corpus.quality[:, 0]),
-            "feature_arr": col,
-        }
-    )
-    pq.write_table(table, path)
-    return path
 
 
 @pytest.fixture
@@ -65,3 +46,13 @@ def demo_corpus() -> Corpus:
     if SHARED_DEMO.exists():
         return read_corpus(SHARED_DEMO, Columns(id_col="id", feature_col="embedding"))
     pytest.skip("no demo parquet found")
+
+
+@pytest.fixture(scope="module")
+def demo_table() -> pa.Table:
+    """The first ``DEMO_ROWS`` shipped demo documents: chunk_id, text, quality_score,
+    feature_arr (the ecosystem layouts of :func:`tests._data.preset_layouts` start here)."""
+    if not SHIPPED_DEMO.exists():
+        pytest.skip("examples/demo/demo_docs.parquet not present")
+    columns = ["chunk_id", "text", "quality_score", "feature_arr"]
+    return pq.read_table(SHIPPED_DEMO, columns=columns).slice(0, DEMO_ROWS)

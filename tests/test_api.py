@@ -12,26 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import datamask
-from datamask import Columns, SelectSpec, api
+from datamask import Columns, SelectSpec, api, select_table
 from datamask.io.parquet import read_corpus
+from tests._data import DEMO_ROWS, preset_layouts, write_fineweb_layout, write_reference_layout
 
 FAST = {"select_ratio": 0.2, "n_epochs": 10, "n_neighbors": 8, "device": "cpu", "progress": False}
 TOPK = {"method": "topk", **{k: v for k, v in FAST.items() if k != "n_epochs"}}
-
-
-def _fineweb_layout(path, corpus) -> None:
-    """``corpus`` under FineWeb-Edu's names (``id``, ``score``, ``embedding``)."""
-    feats = np.asarray(corpus.features, dtype=np.float32)
-    pq.write_table(
-        pa.table(
-            {
-                "id": pa.array([f"doc-{i}" for i in corpus.ids]),
-                "score": pa.array(corpus.quality[:, 0]),
-                "embedding": pa.array(list(feats), type=pa.list_(pa.float32())),
-            }
-        ),
-        path,
-    )
+N = DEMO_ROWS
 
 
 def test_the_doors_are_exported():
@@ -57,7 +44,7 @@ def test_select_resolves_the_columns_once_from_preset_or_schema(small_corpus, tm
     """The library door finds FineWeb-Edu's columns by itself (as the CLI does), records the
     names it used, and a preset that does not fit names the missing role."""
     src = tmp_path / "fineweb.parquet"
-    _fineweb_layout(src, small_corpus)
+    write_fineweb_layout(src, small_corpus)
     detected = datamask.select(src, tmp_path / "auto.parquet", **TOPK)
     preset = datamask.select(src, tmp_path / "preset.parquet", preset="fineweb-edu", **TOPK)
     for summary in (detected, preset):
@@ -79,7 +66,7 @@ def test_select_resolves_the_columns_once_from_preset_or_schema(small_corpus, tm
 
 def test_every_reader_takes_one_columns_value(small_corpus, tmp_path):
     src = tmp_path / "fineweb.parquet"
-    _fineweb_layout(src, small_corpus)
+    write_fineweb_layout(src, small_corpus)
     by_preset = read_corpus(src, Columns(preset="fineweb-edu"))
     by_schema = read_corpus(src)
     by_names = read_corpus(
@@ -100,7 +87,6 @@ def test_every_reader_takes_one_columns_value(small_corpus, tmp_path):
 def test_the_spec_is_checked_once_per_sharded_run(small_corpus, tmp_path, monkeypatch):
     """SelectSpec.check() builds a throwaway selector: the keyword door, the planner and the
     runner ask for it, and it runs once."""
-    from tests.conftest import write_reference_layout
 
     shards = tmp_path / "shards"
     shards.mkdir()
@@ -138,3 +124,33 @@ def test_select_table_takes_the_same_settings(small_corpus):
 
 def pc_sum(column: pa.ChunkedArray) -> int:
     return int(np.asarray(column.to_numpy(zero_copy_only=False), dtype=bool).sum())
+
+
+def test_select_table_feeds_dataset_select(demo_table):
+    datasets = pytest.importorskip("datasets")
+    # shuffled: an indices mapping
+    ds = datasets.Dataset(preset_layouts(demo_table)["fineweb-edu"]).shuffle(seed=3)
+    sel = select_table(ds, preset="fineweb-edu", select_ratio=0.1, method="greedy")
+    assert sel.column_names == ["id", "row", "selected", "logit", "rank"]
+    assert sel["id"].to_pylist() == ds["id"]  # the dataset's (shuffled) order
+    subset = ds.select(sel.filter(sel["selected"])["row"].to_pylist())
+    assert len(subset) == N // 10
+    assert sorted(subset["id"]) == sorted(sel.filter(sel["selected"])["id"].to_pylist())
+    # the same answer from the arrow table and from pandas, in their own row order
+    table = preset_layouts(demo_table)["fineweb-edu"]
+    a = select_table(table, select_ratio=0.1, method="greedy")
+    b = select_table(table.to_pandas(), select_ratio=0.1, method="greedy")
+    assert a.equals(b)
+    assert sorted(a.filter(a["selected"])["id"].to_pylist()) == sorted(subset["id"])
+    assert np.array_equal(np.sort(a["rank"].to_numpy()), np.arange(1, N + 1))
+
+
+def test_select_table_without_ids_and_its_errors(demo_table):
+    table = preset_layouts(demo_table)["datamask"].drop_columns(["chunk_id"])
+    sel = select_table(table, select_ratio=0.05, method="topk")
+    assert sel.column_names[:2] == ["row", "selected"]
+    assert int(sel["selected"].to_numpy().sum()) == N // 20
+    with pytest.raises(ValueError, match=r"column 'nope' not found in data; available columns"):
+        select_table(table, quality_col="nope")
+    with pytest.raises(TypeError, match="data must be a pyarrow.Table"):
+        select_table([1, 2, 3])

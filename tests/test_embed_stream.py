@@ -20,8 +20,9 @@ import datamask.embed as embed_mod  # noqa: E402
 from datamask.cli import main  # noqa: E402
 from datamask.embed import embed_file  # noqa: E402
 from datamask.quality import heuristic_quality, heuristic_quality_batch  # noqa: E402
+from tests._data import SHIPPED_DEMO, write  # noqa: E402
 
-DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "demo_docs.parquet"
+DEMO = SHIPPED_DEMO
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_embed_keeps_ids_streams_a_gz_folder_then_select_needs_no_flags(tmp_path
     (folder / "part").mkdir(parents=True)
     write_jsonl_gz(folder / "a.jsonl.gz", rows[:14])
     write_jsonl_gz(folder / "part" / "b.jsonl.gz", rows[14:25])
-    pq.write_table(pa.Table.from_pylist(rows[25:]), folder / "part" / "c.parquet")
+    write(pa.Table.from_pylist(rows[25:]), folder / "part" / "c.parquet")
     (folder / "_skip.jsonl").write_text('{"text": "not read"}\n')
     (folder / "notes.txt").write_text("not a document file")
     out = tmp_path / "embedded.parquet"

@@ -207,7 +207,7 @@ def test_infeasible_cap_in_greedy_without_bounds():
 
 
 def write_docs(path: Path, corpus: Corpus) -> Path:
-    from conftest import write_reference_layout
+    from tests._data import write_reference_layout
 
     return write_reference_layout(path, corpus)
 

@@ -4,7 +4,7 @@
     PYTHONPATH=src python benchmarks/reliability/tally.py /tmp/before/src > before.jsonl
     PYTHONPATH=src python benchmarks/reliability/tally.py src > after.jsonl
 
-Each case of ``tests/test_reliability.py::CASES`` is built in a fresh folder and run as
+Each case of ``tests/cli/test_reliability.py::CASES`` is built in a fresh folder and run as
 ``python -m datamask.cli`` with ``PYTHONPATH`` set to the tree given. Handled means: exit
 status 2, one line on stderr holding the case's key words (what the test matches: the
 broken thing named), no traceback, no file written, the input untouched. One JSON line per
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-import test_reliability as T  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the tests package
+import tests.cli.test_reliability as T  # noqa: E402
 
 
 def main() -> None:

@@ -7,16 +7,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from conftest import write_reference_layout
 
 from datamask import Objective, make_clustered
 from datamask.cli.evaluate import add_evaluate_parser, run_evaluate
 from datamask.data import Corpus
 from datamask.evaluate import evaluate_selection, format_report, length_stats, read_selection
 from datamask.objectives import DiSF, FacilityLocation, PairwiseSimilarity
+from tests._data import with_column, write_columns, write_reference_layout
 
 
 def brute_metrics(corpus: Corpus, rows: np.ndarray) -> dict[str, float]:
@@ -107,20 +105,16 @@ def test_bad_rows_are_rejected():
 # --- selection files ------------------------------------------------------------------------
 def test_read_selection_formats(tmp_path: Path):
     ids = np.array([f"doc-{i}" for i in range(10)], dtype=object)
-    full = pa.table(
-        {
-            "chunk_id": list(ids),
-            "selected": [i % 3 == 0 for i in range(10)],
-            "logit": np.zeros(10, np.float32),
-        }
+    write_columns(
+        tmp_path / "sel.parquet",
+        chunk_id=list(ids),
+        selected=[i % 3 == 0 for i in range(10)],
+        logit=np.zeros(10, np.float32),
     )
-    pq.write_table(full, tmp_path / "sel.parquet")
     assert read_selection(tmp_path / "sel.parquet", ids).tolist() == [0, 3, 6, 9]
-    pq.write_table(
-        pa.table({"chunk_id": ["doc-7", "doc-2"], "rank": [1, 2]}), tmp_path / "ids.parquet"
-    )
+    write_columns(tmp_path / "ids.parquet", chunk_id=["doc-7", "doc-2"], rank=[1, 2])
     assert read_selection(tmp_path / "ids.parquet", ids).tolist() == [7, 2]
-    pq.write_table(pa.table({"whatever": ["doc-5"]}), tmp_path / "one.parquet")
+    write_columns(tmp_path / "one.parquet", whatever=["doc-5"])
     assert read_selection(tmp_path / "one.parquet", ids).tolist() == [5]
     (tmp_path / "ids.txt").write_text("doc-1\n\ndoc-4\n")
     assert read_selection(tmp_path / "ids.txt", ids).tolist() == [1, 4]
@@ -134,7 +128,7 @@ def test_read_selection_errors(tmp_path: Path):
     (tmp_path / "dup.txt").write_text("a\na\n")
     with pytest.raises(ValueError, match="id 'a' is listed twice"):
         read_selection(tmp_path / "dup.txt", ids)
-    pq.write_table(pa.table({"x": ["a"], "y": ["b"]}), tmp_path / "two.parquet")
+    write_columns(tmp_path / "two.parquet", x=["a"], y=["b"])
     with pytest.raises(ValueError, match="column 'chunk_id' not found .* available columns"):
         read_selection(tmp_path / "two.parquet", ids)
     with pytest.raises(ValueError, match="does not exist"):
@@ -155,9 +149,7 @@ def test_evaluate_command_writes_json_and_table(tmp_path: Path, small_corpus, ca
     data = write_reference_layout(tmp_path / "docs.parquet", small_corpus)
     keep = np.zeros(small_corpus.n_docs, dtype=bool)
     keep[::5] = True
-    pq.write_table(
-        pa.table({"chunk_id": list(small_corpus.ids), "selected": keep}), tmp_path / "sel.parquet"
-    )
+    write_columns(tmp_path / "sel.parquet", chunk_id=list(small_corpus.ids), selected=keep)
     args = _parse(
         [
             "--input",
@@ -186,8 +178,7 @@ def test_evaluate_command_writes_json_and_table(tmp_path: Path, small_corpus, ca
 def test_evaluate_command_reads_length_and_prints_json(tmp_path: Path, capsys):
     corpus = make_clustered(30, 4, 2, seed=0)
     data = write_reference_layout(tmp_path / "docs.parquet", corpus)
-    table = pq.read_table(data).append_column("n_chars", pa.array(np.arange(30) + 100))
-    pq.write_table(table, data)
+    with_column(data, "n_chars", np.arange(30) + 100)
     (tmp_path / "sel.txt").write_text("\n".join(corpus.ids[:6]))
     args = _parse(
         [
@@ -236,6 +227,7 @@ def test_evaluate_command_bad_input(tmp_path: Path, small_corpus):
 
 def test_cli_exit_codes(tmp_path: Path, small_corpus):
     import datamask.cli as cli  # a broken CLI import fails the test, never skips it
+
     data = write_reference_layout(tmp_path / "docs.parquet", small_corpus)
     (tmp_path / "sel.txt").write_text("\n".join(small_corpus.ids[:10]))
     ok = cli.main(

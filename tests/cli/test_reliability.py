@@ -31,9 +31,10 @@ from datamask.cli import main
 from datamask.io.atomic import OutputLock, clean_stale_temporaries, temporary_name
 from datamask.io.parquet import read_summary, summary_path
 from datamask.objectives import Objective, make_term
+from tests._data import ROOT, reference_table, write
 
 FAST = ["--n-epochs", "10", "--n-neighbors", "16", "--no-progress", "--device", "cpu"]
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(ROOT / "src")
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -51,17 +52,12 @@ def write_docs(
     """A reference-layout parquet (chunk_id, quality_score, feature_arr)."""
     c = make_clustered(n, dim, 4, seed=seed)
     feats = np.asarray(c.features if feats is None else feats)
-    flat = pa.array(feats.reshape(-1))
-    table = pa.table(
-        {
-            "chunk_id": ids if ids is not None else pa.array([f"d{seed}-{i}" for i in range(n)]),
-            "quality_score": pa.array(c.quality[:, 0] if quality is None else quality),
-            "feature_arr": pa.FixedSizeListArray.from_arrays(flat, feats.shape[1]),
-        }
+    table = reference_table(
+        ids if ids is not None else [f"d{seed}-{i}" for i in range(n)],
+        c.quality[:, 0] if quality is None else quality,
+        feats,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, **pq_kwargs)
-    return path
+    return write(table, path, **pq_kwargs)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -304,7 +300,7 @@ def _case_corrupt_page(t: Path) -> tuple[list, str]:
     bad = root / "b.parquet"
     table = pq.read_table(bad)
     plain = dict(compression="none", use_dictionary=False)
-    pq.write_table(table, bad, write_page_checksum=True, **plain)
+    write(table, bad, write_page_checksum=True, **plain)
     col = pq.ParquetFile(bad).metadata.row_group(0).column(2)
     data = bytearray(bad.read_bytes())
     mid = col.data_page_offset + col.total_compressed_size // 2
@@ -454,7 +450,7 @@ def _case_duplicate_column(t: Path) -> tuple[list, str]:
     table = pq.read_table(write_docs(t / "tmp.parquet"))
     (t / "tmp.parquet").unlink()
     table = table.append_column("quality_score", table.column("quality_score"))
-    pq.write_table(table, t / "docs.parquet")
+    write(table, t / "docs.parquet")
     return ["select", "--input", t / "docs.parquet", "--output", t / "o.parquet", *FAST], (
         "column 'quality_score' occurs 2 times in"
     )
@@ -794,7 +790,7 @@ def test_resume_refuses_a_shard_rewritten_with_the_same_size(tmp_path):
     table = pq.read_table(b)
     q = table.column("quality_score").to_numpy()[::-1].copy()  # same values, new order
     table = table.set_column(1, "quality_score", pa.array(q))
-    pq.write_table(table, b, **plain)
+    write(table, b, **plain)
     assert b.stat().st_size == size  # what the old fingerprint (path, rows, size) saw
     with pytest.raises(ValueError, match="content of b.parquet changed"):
         run_selection(root, tmp_path / "out", settings, progress=False)
@@ -1074,8 +1070,7 @@ def test_dictionary_ids_and_decimal_quality_are_read(tmp_path, capsys):
     ids = pa.array([f"d{i}" for i in range(200)]).dictionary_encode()
     q = pa.array([decimal.Decimal(f"{v:.4f}") for v in c.quality[:, 0]], pa.decimal128(10, 4))
     docs = write_docs(tmp_path / "docs.parquet", ids=ids)
-    table = pq.read_table(docs).set_column(1, "quality_score", q)
-    pq.write_table(table, docs)
+    write(pq.read_table(docs).set_column(1, "quality_score", q), docs)
     out = tmp_path / "o.parquet"
     assert main(["select", "--input", str(docs), "--output", str(out), *FAST]) == 0
     plain = write_docs(tmp_path / "plain.parquet", quality=q.cast(pa.float64()).to_numpy())

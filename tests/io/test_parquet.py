@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from datamask._validation import check_corpus
 from datamask.columns import Columns
-from datamask.data import Selection
-from datamask.io.parquet import atomic_write_table, read_corpus
-from datamask.pipeline import selection_table
+from datamask.io.parquet import corpus_from_tables, read_corpus, read_table
+from tests._data import write, write_columns, write_not_parquet
 
 
 @pytest.mark.parametrize("fixed", [True, False])
@@ -33,7 +31,7 @@ def test_several_quality_columns_are_mixed_by_weight(tmp_path):
             "emb": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), 4),
         }
     )
-    pq.write_table(table, tmp_path / "q.parquet")
+    write(table, tmp_path / "q.parquet")
     corpus = check_corpus(
         read_corpus(
             tmp_path / "q.parquet",
@@ -48,11 +46,6 @@ def test_several_quality_columns_are_mixed_by_weight(tmp_path):
     )
 
 
-def _write(path, **cols):
-    pq.write_table(pa.table(cols), path)
-    return path
-
-
 def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
     good = write_reference(tmp_path / "good.parquet", small_corpus)
     with pytest.raises(
@@ -61,7 +54,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         r"available columns: \['chunk_id', 'quality_score', 'feature_arr'\]",
     ):
         read_corpus(good, Columns(quality_cols=("score",)))
-    ragged = _write(
+    ragged = write_columns(
         tmp_path / "ragged.parquet",
         chunk_id=["a", "b", "c"],
         quality_score=[1.0, 2.0, 3.0],
@@ -72,7 +65,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         match="embedding width 3 at row 2 of .*ragged.parquet does not match width 2 at row 0",
     ):
         read_corpus(ragged)
-    nan = _write(
+    nan = write_columns(
         tmp_path / "nan.parquet",
         chunk_id=["a", "b", "c"],
         quality_score=[1.0, float("nan"), 3.0],
@@ -84,7 +77,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         r"of .*nan.parquet\); drop or fill them",
     ):
         check_corpus(read_corpus(nan))
-    inf = _write(
+    inf = write_columns(
         tmp_path / "inf.parquet",
         chunk_id=["a", "b"],
         quality_score=[1.0, 2.0],
@@ -96,7 +89,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         r"row 0",
     ):
         check_corpus(read_corpus(inf))
-    empty = _write(
+    empty = write_columns(
         tmp_path / "empty.parquet",
         chunk_id=pa.array([], pa.string()),
         quality_score=pa.array([], pa.float64()),
@@ -112,7 +105,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         read_corpus(tmp_path / "missing.parquet")
     with pytest.raises(ValueError, match="embedding width 16 in .*good.parquet does not match 8"):
         read_corpus(good, expected_dim=8)
-    zero = _write(
+    zero = write_columns(
         tmp_path / "zero.parquet",
         chunk_id=["a", "b"],
         quality_score=[1.0, 2.0],
@@ -122,20 +115,38 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
         check_corpus(read_corpus(zero))
 
 
-def test_selection_table_ranks_and_atomic_write(tmp_path):
-    ids = np.array(["c", "a", "b", "d"], dtype=object)
-    sel = Selection(
-        np.array([0, 2]),
-        np.array([3.0, 1.0, 2.0, 0.5]),
-        ids=ids,
-        probabilities=np.array([0.9, 0.1, 0.6, 0.05]),
+def _piece(ids, dim=3, extra=None):
+    n = len(ids)
+    feats = np.arange(n * dim, dtype=np.float32) + 1
+    cols = {
+        "id": pa.array(ids),
+        "q": pa.array(np.linspace(0, 1, n)),
+        "emb": pa.FixedSizeListArray.from_arrays(pa.array(feats), dim),
+    }
+    if extra is not None:
+        cols["n_chars"] = pa.array(extra)
+    return pa.table(cols)
+
+
+def test_corpus_from_tables_keeps_extra_columns_across_pieces(tmp_path):
+    tables = [(_piece(["a", "b"], extra=[10, 20]), "f0"), (_piece(["c"], extra=[30]), "f1")]
+    corpus, ids = corpus_from_tables(
+        tables,
+        Columns(id_col="id", quality_cols=("q",), feature_col="emb"),
+        source="two pieces",
+        extra_cols=["n_chars"],
     )
-    table = selection_table(sel, id_col="chunk_id")
-    assert table.column("selected").to_pylist() == [True, False, True, False]
-    assert table.column("rank").to_pylist() == [1, 3, 2, 4]
-    only = selection_table(sel, id_col="chunk_id", kept_only=True, logit=False)
-    assert only.column("chunk_id").to_pylist() == ["c", "b"]
-    out = tmp_path / "sub" / "sel.parquet"
-    atomic_write_table(table, out)
-    assert pq.read_table(out).equals(table)
-    assert not (tmp_path / "sub" / "sel.parquet.tmp").exists()
+    assert ids.to_pylist() == ["a", "b", "c"] and corpus.n_docs == 3 and corpus.dim == 3
+    assert corpus.extra["n_chars"].tolist() == [10, 20, 30]
+    with pytest.raises(ValueError, match="embedding width 2 in f1 does not match 3 in f0"):
+        corpus_from_tables(
+            [tables[0], (_piece(["c"], dim=2), "f1")],
+            Columns(id_col="id", quality_cols=("q",), feature_col="emb"),
+            source="s",
+        )
+
+
+def test_read_table_names_the_file(tmp_path):
+    bad = write_not_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match="bad.parquet"):
+        read_table(bad)

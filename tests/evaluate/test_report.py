@@ -10,7 +10,6 @@ import shutil
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -18,6 +17,7 @@ from datamask.cli import main
 from datamask.evaluate.browse import REPORT_SECTIONS, build_report, render_html
 from datamask.evaluate.redundancy import redundancy
 from datamask.neighbors import assign_clusters
+from tests._data import write, write_columns, write_shards
 
 
 def plt_imread(path):
@@ -65,22 +65,18 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     rng = np.random.default_rng(0)
     table = _corpus(rng)
-    pq.write_table(table, root / "docs.parquet", row_group_size=128)
-    shards = root / "shards"
-    shards.mkdir()
-    for s, lo in enumerate(range(0, N, 250)):
-        pq.write_table(table.slice(lo, 250), shards / f"part-{s}.parquet")
+    write(table, root / "docs.parquet", row_group_size=128)
+    write_shards(table, root / "shards", 250)
     q = table.column("quality_score").to_numpy()
     top = np.sort(np.argsort(-q)[:60])
     rand = np.sort(rng.choice(N, 90, replace=False))
     ids = np.asarray(table.column("chunk_id").to_pylist())
     # the two forms a selection comes in: select's output (a flag per row) and a list of ids
-    pq.write_table(
-        pa.table(
-            {"chunk_id": ids, "selected": np.isin(np.arange(N), top)},
-            metadata={"datamask.summary": '{"method": "topk", "terms": {"J": 0.5}}'},
-        ),
+    write_columns(
         root / "topk.parquet",
+        chunk_id=ids,
+        selected=np.isin(np.arange(N), top),
+        metadata={"datamask.summary": '{"method": "topk", "terms": {"J": 0.5}}'},
     )
     (root / "random.txt").write_text("\n".join(ids[rand]) + "\n")
     return {"root": root, "table": table, "rows": [top, rand]}
@@ -321,7 +317,7 @@ def test_save_to_disk_folder_gives_the_same_page(data, tmp_path):
 def test_ids_of_a_text_file_match_integer_ids(tmp_path, data):
     t = data["table"]
     t = t.set_column(0, "chunk_id", pa.array(np.arange(N, dtype=np.int64) * 7))
-    pq.write_table(t, tmp_path / "int.parquet")
+    write(t, tmp_path / "int.parquet")
     (tmp_path / "ids.txt").write_text("0\n7\n700\n")
     rep = build_report(str(tmp_path / "int.parquet"), [str(tmp_path / "ids.txt")], n_topics=2)
     assert rep["selections"][0]["k"] == 3

@@ -11,45 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datamask import make_clustered
 from datamask.apply import apply_selection
 from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
+from tests._data import N_SHARDS, write, write_columns, write_corpus
 
-N_SHARDS, ROWS, DIM = 3, 200, 8
 FAST = dict(n_epochs=10, select_ratio=0.2, n_neighbors=8)
-
-
-def write_corpus(root: Path, *, jsonl: bool = False) -> list[Path]:
-    """Three parquet shards with an extra text column (and the same rows as .jsonl.gz)."""
-    corpus = make_clustered(N_SHARDS * ROWS, DIM, 6, seed=1)
-    feats = np.asarray(corpus.features, np.float32)
-    root.mkdir(parents=True, exist_ok=True)
-    files = []
-    for s in range(N_SHARDS):
-        rows = slice(s * ROWS, (s + 1) * ROWS)
-        ids = [str(i) for i in corpus.ids[rows]]
-        table = pa.table(
-            {
-                "chunk_id": pa.array(ids),
-                "quality_score": pa.array(corpus.quality[rows, 0]),
-                "feature_arr": pa.FixedSizeListArray.from_arrays(
-                    pa.array(feats[rows].reshape(-1)), DIM
-                ),
-                "text": pa.array([f"text of {i}" for i in ids]),
-            }
-        )
-        sub = root / ("a" if s < 2 else "b")  # nested folders keep their relative names
-        sub.mkdir(exist_ok=True)
-        path = sub / f"part-{s}.parquet"
-        pq.write_table(table, path, row_group_size=64)
-        files.append(path)
-        if jsonl:
-            with gzip.open(root.parent / f"raw-{s}.jsonl.gz", "wt") as fh:
-                for i in ids:
-                    fh.write(json.dumps({"chunk_id": i, "text": f"text of {i}"}) + "\n")
-    return files
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +138,7 @@ def test_rerun_resumes_and_refuses_another_selection(selected, tmp_path, capsys)
     assert {p.name: p.read_bytes() for p in dest.rglob("*.parquet")} == first
     other = tmp_path / "other.parquet"  # another selection of the same corpus
     two = _rows(files[0]).column("chunk_id").to_pylist()[:2]
-    pq.write_table(pa.table({"chunk_id": pa.array(two)}), other)
+    write_columns(other, chunk_id=pa.array(two))
     code = main(["apply", "--input", str(root / "data"), "--selection", str(other),
                  "--output", str(dest), "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err
@@ -186,7 +154,7 @@ def test_changed_shard_is_refused(selected, tmp_path):
         table = _rows(f)
         if f.name == "part-1.parquet":  # same row count, rows in another order
             table = table.take(pa.array(np.arange(table.num_rows)[::-1]))
-        pq.write_table(table, target)
+        write(table, target)
     # Names match the keep lists but the selection was made from root/data: refused by its
     # provenance record before anything is written; without that check, by id.
     with pytest.raises(ValueError, match="is not the file the selection"):

@@ -1,8 +1,9 @@
 """A user term defined here, used by name through ``select``, ``bench`` and a sharded run.
 
-``--term-module test_user_terms`` imports this file (pytest puts ``tests/`` on the path and
-spawned workers inherit it), which registers ``Spread``; the generated ``--power`` flag is
-its parameter. Every path must score with it exactly as a direct evaluation does.
+``--term-module tests.objectives.test_user_terms`` imports this file (pytest puts the repo root
+on the path and spawned workers inherit it), which registers ``Spread``; the generated
+``--power`` flag is its parameter. Every path must score with it exactly as a direct
+evaluation does.
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import write_reference_layout
 
 from datamask import Corpus, Objective, make_clustered, register_term
 from datamask._validation import Interval
 from datamask.cli import main
 from datamask.io.parquet import read_corpus, read_summary
 from datamask.objectives import Quality, ValueTerm
+from tests._data import with_column, write_reference_layout, write_shards
 
-MODULE = "test_user_terms"
+MODULE = __name__  # tests.objectives.test_user_terms: importable from the repo root
 FAST = ["--device", "cpu", "--no-progress", "--select-ratio", "0.1"]
 
 
@@ -64,9 +64,8 @@ class ShortDocs(ValueTerm):
 def _with_lengths(path: Path, n: int = 300) -> np.ndarray:
     """The demo layout plus an ``n_chars`` column; returns the lengths."""
     _write(path, n=n)
-    table = pq.read_table(path)
     lengths = np.random.default_rng(0).integers(100, 5000, size=n)
-    pq.write_table(table.append_column("n_chars", pa.array(lengths)), path)
+    with_column(path, "n_chars", lengths)
     return lengths
 
 
@@ -179,9 +178,7 @@ def test_a_sharded_run_carries_the_required_column_to_every_round(tmp_path, budg
     lengths = _with_lengths(docs, n=360)
     table = pq.read_table(docs)
     shards = tmp_path / "shards"
-    shards.mkdir()
-    for s in range(3):
-        pq.write_table(table.slice(120 * s, 120), shards / f"part-{s}.parquet")
+    write_shards(table, shards, 120)
     out = tmp_path / "out"
     argv = ["select", "--input", shards, "--output", out, "--term-module", MODULE]
     argv += ["--algorithm", "ShortDocs", "--method", "greedy", "--lamb", "0.2", "--budget"]

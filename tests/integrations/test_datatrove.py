@@ -23,9 +23,9 @@ from datamask.integrations.datatrove import (  # noqa: E402
     DatamaskFilter,
     group_seed,
 )
+from tests._data import ROOT, SHIPPED_DEMO, write, write_columns, write_shards  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "examples" / "demo" / "demo_docs.parquet"
+DEMO = SHIPPED_DEMO
 EXAMPLE = ROOT / "examples" / "datatrove" / "select_pipeline.py"
 
 
@@ -45,9 +45,7 @@ def read_folder(folder: Path) -> pa.Table:
 def test_example_pipeline_end_to_end_on_the_demo(tmp_path):
     demo = pq.read_table(DEMO)
     shards = tmp_path / "in"
-    shards.mkdir()
-    for i in range(4):  # 3,000 documents in four shards of 750
-        pq.write_table(demo.slice(750 * i, 750), shards / f"part-{i}.parquet")
+    write_shards(demo, shards, 750)  # 3,000 documents in four shards of 750
     work = tmp_path / "work"
     argv = [
         "--input",
@@ -124,8 +122,9 @@ def test_filter_loads_its_own_keep_list_only_when_the_task_counts_match(tmp_path
     keep = tmp_path / "sel" / "keep"
     keep.mkdir(parents=True)
     for r, ids in enumerate([["a"], ["b", "c"]]):
-        table = pa.table({"chunk_id": ids}).replace_schema_metadata({b"datamask.world_size": b"2"})
-        pq.write_table(table, keep / f"{r:05d}.parquet")
+        write_columns(
+            keep / f"{r:05d}.parquet", chunk_id=ids, metadata={"datamask.world_size": "2"}
+        )
     step = DatamaskFilter(str(tmp_path / "sel"))
     assert step._load(1, 2) == {"b", "c"}
     assert step._load(1, 3) == {"a", "b", "c"}  # other task count: every list
@@ -179,8 +178,7 @@ def test_one_task_select_reproduces_datamask_select_bit_for_bit(tmp_path, method
     from datamask.integrations.datatrove import DatamaskSelect
 
     demo = pq.read_table(DEMO).slice(0, 600).select(["chunk_id", "quality_score", "feature_arr"])
-    (tmp_path / "features").mkdir()
-    pq.write_table(demo, tmp_path / "features" / "00000.parquet")
+    write(demo, tmp_path / "features" / "00000.parquet")
     settings = {"select_ratio": 0.1, "method": method}
     if method == "mask":
         settings["n_epochs"] = 20

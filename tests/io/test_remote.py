@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +21,7 @@ import pytest
 
 from datamask.cli import main
 from datamask.io.fs import resolve
+from tests._data import ROOT, write_corpus
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -76,8 +76,6 @@ def _keys(client, prefix: str) -> list[str]:
 @pytest.fixture(scope="module")
 def shards(s3, tmp_path_factory):
     """Three parquet shards on S3 (and their tables)."""
-    from tests.test_apply import write_corpus
-
     client, _ = s3
     files = write_corpus(tmp_path_factory.mktemp("local") / "data")
     tables = {}
@@ -191,7 +189,7 @@ def test_apply_killed_midway_resumes_to_identical_output(s3, tmp_path, capsys):
         _put_table(client, f"big/s{s:02d}.parquet", table, row_group_size=500)
     chosen = ids[::3]
     _put_table(client, "bigsel.parquet", pa.table({"chunk_id": chosen}))
-    run_env = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    run_env = {**os.environ, **env, "PYTHONPATH": str(ROOT / "src")}
 
     proc = subprocess.Popen(_apply_cmd(f"s3://{BUCKET}/killed"), env=run_env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip

@@ -1,4 +1,5 @@
-"""Baseline selectors: each greedy against brute force, lazy == naive, and the common battery."""
+"""Baseline selectors: each greedy against brute force, lazy == naive (the common battery
+over every method: tests/test_selectors.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from datamask.greedy.disf import batch_quotas, candidate_losses, reference_corre
 from datamask.greedy.stochastic import sample_size
 from datamask.objectives.disf import correlation_loss
 from datamask.ranking import RandomSelector, TopKQuality
-from datamask.selectors import SELECTORS, Method, make_selector
 
 TERMS = {"Facility": FacilityLocation, "Pair_simi": PairwiseSimilarity, "DiSF": DiSF}
 
@@ -272,56 +272,6 @@ def test_random_is_uniform_and_seeded():
 
 
 # --- the common battery -------------------------------------------------------------------------
-def _build(method: str, **kw):
-    extra = {"n_epochs": 15} if method == "mask" else {}
-    if method == "disf-greedy":
-        extra["batch_size"] = 64
-    return make_selector(method, device="cpu", **extra, **kw)
-
-
-@pytest.mark.parametrize("method", list(SELECTORS))
-def test_common_battery(method, small_corpus):
-    n = small_corpus.n_docs
-    a = _build(method, select_ratio=0.15, seed=3).fit(small_corpus)
-    b = _build(method, select_ratio=0.15, seed=3).fit(small_corpus)
-    k = round(0.15 * n)
-    assert a.selected_.dtype == np.int64
-    assert len(a.selected_) == k and len(np.unique(a.selected_)) == k
-    assert np.all(np.diff(a.selected_) > 0) and a.selected_[-1] < n
-    assert a.scores_.shape == (n,) and np.all(np.isfinite(a.scores_))
-    assert np.isfinite(a.terms_["J"]) and a.fit_seconds_ > 0
-    np.testing.assert_array_equal(a.selected_, b.selected_)
-    # The k best scores are the selection.
-    assert np.min(a.scores_[a.selected_]) >= np.max(np.delete(a.scores_, a.selected_))
-
-
-@pytest.mark.parametrize("method", list(SELECTORS))
-def test_common_battery_rejects_bad_input(method, small_corpus):
-    with pytest.raises(ValueError, match=r"select_ratio must be in \(0, 1\); got 1.5"):
-        _build(method, select_ratio=1.5).fit(small_corpus)
-    with pytest.raises(ValueError, match="k=0: select_ratio"):
-        _build(method, select_ratio=0.0001).fit(small_corpus)
-    bad = make_clustered(50, 4, 2, seed=0)
-    bad.quality[5, 0] = np.nan
-    with pytest.raises(ValueError, match="NaN"):
-        _build(method, select_ratio=0.2).fit(bad)
-
-
-def test_registry_and_errors():
-    assert set(SELECTORS) == {m.value for m in Method}
-    assert isinstance(make_selector(Method.GREEDY), LazyGreedy)
-    with pytest.raises(ValueError, match="method must be one of"):
-        make_selector("approimate-lazy")
-    with pytest.raises(ValueError, match="algorithm must be one of"):
-        LazyGreedy(algorithm="facility", device="cpu").fit(make_clustered(20, 4, 2))
-    with pytest.raises(ValueError, match="batch_size must be > 0"):
-        LazyGreedy(batch_size=0, device="cpu").fit(make_clustered(20, 4, 2))
-    with pytest.raises(ValueError, match="eps must be in"):
-        StochasticGreedy(eps=1.0, device="cpu").fit(make_clustered(20, 4, 2))
-    with pytest.raises(ValueError, match="implementation must be one of"):
-        GreedyDiSF(implementation="fast", device="cpu").fit(make_clustered(20, 4, 2))
-    with pytest.raises(ValueError, match="k=30 exceeds the 20 documents"):
-        TopKQuality(k=30, device="cpu").fit(make_clustered(20, 4, 2))
 
 
 def test_objective_argument_is_used():
@@ -342,35 +292,3 @@ def test_initial_gains_pass_shows_progress(capsys):
     err = capsys.readouterr().err
     assert "greedy-dense initial gains" in err and "300/300" in err
     np.testing.assert_array_equal(plain.selected_, shown.selected_)
-
-
-def test_every_method_is_a_selector_with_every_parameter_declared_once():
-    """One contract: every registered method subclasses :class:`datamask.base.Selector`, and
-    each constructor parameter (but the objective's) is in exactly one constraint table,
-    so check_params validates all of them."""
-    import inspect
-
-    from datamask.base import Selector
-
-    for name, cls in SELECTORS.items():
-        assert issubclass(cls, Selector) and cls.method == name
-        shared, own = set(cls._shared_constraints), set(cls._parameter_constraints)
-        assert not shared & own, name
-        takes = set(inspect.signature(cls).parameters) - {"objective", "algorithm", "lamb"}
-        assert takes - {"kwargs"} <= shared | own, name
-        assert own <= takes | set(inspect.signature(Selector).parameters), name
-    assert [n for n, c in SELECTORS.items() if c.modular] == ["topk", "random"]
-
-
-@pytest.mark.parametrize("method", list(SELECTORS))
-def test_fit_stats_and_resolved_params_are_plain_values(method):
-    corpus = make_clustered(120, 8, 4, seed=0)
-    params = {"n_epochs": 5} if method == "mask" else {}
-    sel = make_selector(method, select_ratio=0.1, device="cpu", max_similarity=0.99, **params)
-    sel.fit(corpus)
-    stats = sel.fit_stats()
-    assert stats["k"] == 12 and stats["graph_seconds"] >= 0
-    resolved = sel.resolved_params()
-    assert resolved["max_pair_similarity_"] <= 0.99
-    if method == "mask":
-        assert resolved["n_epochs_"] == 5 and stats["n_epochs"] == 5

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask.cli import main
+from tests._data import write, write_columns, write_not_parquet
 
 FAST = ["--n-epochs", "30", "--no-progress", "--device", "cpu"]
 
@@ -125,8 +126,7 @@ def test_weighted_quality_columns(tmp_path, small_corpus):
             "vec": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1]),
         }
     )
-    src = tmp_path / "w.parquet"
-    pq.write_table(table, src)
+    src = write(table, tmp_path / "w.parquet")
     out = tmp_path / "sel.parquet"
     assert (
         run_cli(
@@ -158,12 +158,9 @@ def test_weighted_quality_columns(tmp_path, small_corpus):
 
 def _bad_files(tmp_path, reference_parquet):
     def write(name, **cols):
-        path = tmp_path / name
-        pq.write_table(pa.table(cols), path)
-        return path
+        return write_columns(tmp_path / name, **cols)
 
-    junk = tmp_path / "junk.parquet"
-    junk.write_bytes(b"\x00garbage")
+    junk = write_not_parquet(tmp_path / "junk.parquet", b"\x00garbage")
     return {
         "missing column": (
             ["--input", reference_parquet, "--quality-col", "score"],

@@ -1,0 +1,143 @@
+"""The swap search (datamask.optim.swaps): never lowers its objective, exact cover against
+brute force, the learner's refinement on the graph, the swap protocol per term."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from datamask import FacilityLocation, MaskLearner, Objective, PairwiseSimilarity, make_clustered
+from datamask.greedy import LazyGreedy
+from datamask.objectives import DiSF
+from datamask.objectives.facility_location import (
+    LEARNER_MAX_NEIGHBORS,
+    MAX_NEIGHBORS,
+    neighbors_for_ratio,
+)
+from datamask.optim import graph_objective, swap_objective, swap_search, swaps_for
+
+
+# --- the swap search ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "terms",
+    [
+        lambda: [FacilityLocation(n_neighbors=16)],
+        lambda: [PairwiseSimilarity()],
+        lambda: [FacilityLocation(n_neighbors=16), DiSF()],
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("exact", [True, False])
+def test_swap_search_never_lowers_its_objective(terms, seed, exact):
+    """On the graph objective, or (exact_rounding_, small ratio) with facility location
+    counted on all pairs: then the search's value is the term's exact value."""
+    corpus = make_clustered(300, 12, 5, seed=seed)
+    obj = Objective(terms(), lamb=0.5).bind(corpus, 30, "cpu")
+    for _, term in obj.terms:
+        if isinstance(term, FacilityLocation):
+            assert term.exact_rounding_  # K=16, k=30 of 300: 1.6 kept rows in a list
+            term.exact_rounding_ = exact
+    start = torch.randperm(300, generator=torch.Generator().manual_seed(seed))[:30]
+    keep = torch.zeros(300, dtype=torch.bool)
+    keep[start] = True
+    before = swap_objective(obj, keep)
+    exact_j = sum(w * (t.value if exact else t.graph_value)(start) for w, t in obj.terms)
+    assert before == pytest.approx(exact_j)
+    found = swap_search(obj, start)
+    assert len(found.selected) == 30 and len(torch.unique(found.selected)) == 30
+    assert found.start == pytest.approx(before)
+    assert found.value >= before
+    keep_after = torch.zeros(300, dtype=torch.bool)
+    keep_after[found.selected] = True
+    assert found.value == pytest.approx(swap_objective(obj, keep_after))
+    after_j = sum(w * (t.value if exact else t.graph_value)(found.selected) for w, t in obj.terms)
+    assert found.value == pytest.approx(after_j)
+    values = [before] + [h["objective"] for h in found.history]
+    assert all(b > a for a, b in zip(values, values[1:], strict=False))
+    assert found.swaps > 0  # a random start is never a local optimum here
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_cover_after_swaps_matches_brute_force(seed):
+    """ExactCover derived swap by swap (the base, then trials off it) equals the best and
+    second-best clipped similarity over all pairs, in numpy float64."""
+    corpus = make_clustered(200, 8, 4, seed=seed)
+    obj = Objective([FacilityLocation(n_neighbors=8)], lamb=0.0).bind(corpus, 12, "cpu")
+    term = obj.terms[-1][1]
+    swaps = swaps_for(term)
+    x = corpus.features.astype(np.float64)
+    rng = np.random.default_rng(seed)
+    keep = torch.zeros(200, dtype=torch.bool)
+    keep[torch.as_tensor(rng.choice(200, 12, replace=False))] = True
+    for step in range(6):
+        swaps.bounds(keep, 12)  # the base of the next trials
+        trial = keep.clone()
+        n_swaps = int(rng.integers(1, 6))
+        kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
+        trial[torch.as_tensor(rng.choice(kept, n_swaps, replace=False))] = False
+        trial[torch.as_tensor(rng.choice(other, n_swaps, replace=False))] = True
+        for mask in (trial, keep):
+            rows = np.flatnonzero(mask.numpy())
+            sims = np.clip(x @ x[rows].T, 0.0, None)
+            top = np.sort(sims, axis=1)[:, ::-1]
+            cover = term.exact_cover(mask)
+            np.testing.assert_allclose(cover.best.numpy(), top[:, 0], atol=1e-5)
+            np.testing.assert_allclose(cover.second.numpy(), top[:, 1], atol=1e-5)
+            assert swaps.value(mask) == pytest.approx(top[:, 0].mean(), abs=1e-6)
+            owner = cover.owner.numpy()
+            real = owner < 200
+            np.testing.assert_allclose(
+                np.clip((x[real] * x[owner[real]]).sum(1), 0, None), top[real, 0], atol=1e-5
+            )
+        if step % 2 == 0:
+            keep = trial  # accept: the next bounds stand on it
+
+
+def test_learner_caps_its_graph_the_greedy_does_not():
+    """At select_ratio 0.01 the greedy's K grows to ceil(16 n / k); the learner's stops at
+    LEARNER_MAX_NEIGHBORS and its rounding counts facility location exactly."""
+    corpus = make_clustered(2000, 16, 8, seed=0)
+    learner = MaskLearner(select_ratio=0.01, n_epochs=5, device="cpu").fit(corpus)
+    greedy = LazyGreedy(select_ratio=0.01, device="cpu").fit(corpus)
+    (_, lterm), (_, gterm) = learner.objective_.terms[-1], greedy.objective_.terms[-1]
+    assert lterm.n_neighbors_ == LEARNER_MAX_NEIGHBORS < gterm.n_neighbors_
+    assert gterm.n_neighbors_ == neighbors_for_ratio(20, 2000) == MAX_NEIGHBORS
+    assert lterm.exact_rounding_
+    at_tenth = MaskLearner(select_ratio=0.1, n_epochs=5, device="cpu").fit(corpus)
+    assert not at_tenth.objective_.terms[-1][1].exact_rounding_  # 16 kept rows in a list
+
+
+def test_learner_refinement_only_raises_the_graph_objective():
+    corpus = make_clustered(400, 16, 8, seed=3)
+    plain = MaskLearner(select_ratio=0.1, n_epochs=30, refine="none", device="cpu").fit(corpus)
+    swap = MaskLearner(select_ratio=0.1, n_epochs=30, device="cpu").fit(corpus)
+    np.testing.assert_array_equal(plain.logits_, swap.logits_)
+    g_plain = graph_objective(plain.objective_, torch.as_tensor(plain.selected_))
+    g_swap = graph_objective(swap.objective_, torch.as_tensor(swap.selected_))
+    assert g_swap >= g_plain
+    ranked = np.argsort(-swap.scores_, kind="stable")[: len(swap.selected_)]
+    assert sorted(ranked.tolist()) == swap.selected_.tolist()  # scores rank the kept first
+
+
+def test_the_swap_protocol_belongs_to_the_search_not_the_term():
+    """Term carries no swap hooks; the search finds an adapter per term: the registered one
+    along the MRO (a subclass inherits its parent's), else the differencing default."""
+    from datamask.objectives import Quality, Term, ValueTerm
+    from datamask.optim.swaps import FacilitySwaps, PairwiseSwaps, QualitySwaps, TermSwaps
+
+    assert not [name for name in dir(Term) if name.startswith("swap")]
+
+    class Shifted(PairwiseSimilarity):
+        name = "shifted"
+
+    class OnlyValue(ValueTerm):
+        name = "only_value"
+
+        def value(self, selected):
+            return float(len(selected))
+
+    assert type(swaps_for(FacilityLocation())) is FacilitySwaps
+    assert type(swaps_for(Quality())) is QualitySwaps
+    assert type(swaps_for(Shifted())) is PairwiseSwaps
+    assert type(swaps_for(OnlyValue())) is TermSwaps
