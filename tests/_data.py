@@ -147,6 +147,18 @@ def write_shards(
     return paths
 
 
+def write_corpus_shards(
+    folder: Path, corpus: Corpus, n_shards: int, **pq_kwargs: Any
+) -> list[Path]:
+    """``corpus`` in the reference layout (float32 embeddings, its first quality column)
+    cut into ``n_shards`` near-equal consecutive shards ``part-00000.parquet``, ..."""
+    feats = np.asarray(corpus.features, dtype=np.float32)
+    table = reference_table(list(corpus.ids), corpus.quality[:, 0], feats)
+    sizes = np.diff(np.linspace(0, corpus.n_docs, n_shards + 1).astype(int)).tolist()
+    names = [f"part-{s:05d}.parquet" for s in range(n_shards)]
+    return write_shards(table, folder, sizes, names=names, **pq_kwargs)
+
+
 N_SHARDS, ROWS, DIM = 3, 200, 8
 """The shape of :func:`write_corpus`'s corpus."""
 

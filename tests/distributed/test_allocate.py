@@ -6,7 +6,6 @@ import itertools
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -24,6 +23,7 @@ from datamask.distributed.allocate import (
     saturated,
 )
 from datamask.greedy.lazy import gain_order
+from tests._data import reference_table, write
 
 
 def _corpus(x: np.ndarray, q: np.ndarray, qrange=None) -> Corpus:
@@ -112,8 +112,7 @@ def test_allocate_is_the_k_largest_gains_with_ties_by_group_then_pick(n_knots, w
     for _ in range(200):
         sizes = rng.integers(0, 12, size=rng.integers(1, 6))
         curves = [
-            np.sort(rng.integers(0, rng.integers(1, 9), size=s).astype(float))[::-1]
-            for s in sizes
+            np.sort(rng.integers(0, rng.integers(1, 9), size=s).astype(float))[::-1] for s in sizes
         ]
         total = int(sum(sizes))
         reads = []
@@ -179,18 +178,7 @@ def test_allocation_is_optimal_for_concave_curves():
 
 
 def _write(path: Path, ids, x, q) -> None:
-    pq.write_table(
-        pa.table(
-            {
-                "chunk_id": pa.array(ids),
-                "quality_score": pa.array(q),
-                "feature_arr": pa.FixedSizeListArray.from_arrays(
-                    pa.array(x.astype(np.float32).reshape(-1)), x.shape[1]
-                ),
-            }
-        ),
-        path,
-    )
+    write(reference_table(ids, q, x.astype(np.float32)), path)
 
 
 def test_a_sharded_run_spends_the_budget_where_it_pays(tmp_path):

@@ -33,31 +33,14 @@ from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
 from datamask.distributed.steps import candidate_count
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
+from tests._data import reference_table, write, write_columns, write_corpus_shards
 
 N_SHARDS, ROWS, DIM = 6, 300, 16
 FAST = dict(n_epochs=20, select_ratio=0.137, n_neighbors=16)
 
 
 def write_shards(root: Path, corpus, n_shards: int, *, row_group_size: int = 100) -> list[Path]:
-    root.mkdir(parents=True, exist_ok=True)
-    files = []
-    bounds = np.linspace(0, corpus.n_docs, n_shards + 1).astype(int)
-    for s in range(n_shards):
-        rows = slice(bounds[s], bounds[s + 1])
-        feats = np.asarray(corpus.features[rows], dtype=np.float32)
-        table = pa.table(
-            {
-                "chunk_id": pa.array(list(corpus.ids[rows])),
-                "quality_score": pa.array(corpus.quality[rows, 0]),
-                "feature_arr": pa.FixedSizeListArray.from_arrays(
-                    pa.array(feats.reshape(-1)), feats.shape[1]
-                ),
-            }
-        )
-        path = root / f"part-{s:05d}.parquet"
-        pq.write_table(table, path, row_group_size=row_group_size)
-        files.append(path)
-    return files
+    return write_corpus_shards(root, corpus, n_shards, row_group_size=row_group_size)
 
 
 def selected_ids(out: Path) -> list:
@@ -222,15 +205,11 @@ def test_ids_carry_through_unchanged(tmp_path):
     root.mkdir()
     for s, rows in enumerate([slice(0, 150), slice(150, 400)]):
         feats = c.features[rows]
-        pq.write_table(
-            pa.table(
-                {
-                    "doc": pa.array(np.arange(400, dtype=np.int64)[rows] * 1000 + 7),
-                    "q": pa.array(c.quality[rows, 0]),
-                    "emb": pa.array(list(feats), type=pa.large_list(pa.float32())),
-                }
-            ),
+        write_columns(
             root / f"{s}.parquet",
+            doc=pa.array(np.arange(400, dtype=np.int64)[rows] * 1000 + 7),
+            q=pa.array(c.quality[rows, 0]),
+            emb=pa.array(list(feats), type=pa.large_list(pa.float32())),
         )
     settings = SelectSpec.from_mapping(
         dict(id_col="doc", quality_cols=("q",), feature_col="emb", **FAST)
@@ -641,18 +620,8 @@ def write_skewed(root: Path, n: int = 300, dim: int = 16) -> None:
     for s, (lo, prefix) in enumerate([(0.0, "low"), (9.0, "high")]):
         rows = slice(s * n, (s + 1) * n)
         feats = np.asarray(c.features[rows], dtype=np.float32)
-        pq.write_table(
-            pa.table(
-                {
-                    "chunk_id": pa.array([f"{prefix}-{i:04d}" for i in range(n)]),
-                    "quality_score": pa.array(lo + rng.random(n)),
-                    "feature_arr": pa.FixedSizeListArray.from_arrays(
-                        pa.array(feats.reshape(-1)), dim
-                    ),
-                }
-            ),
-            root / f"part-{s:05d}.parquet",
-        )
+        table = reference_table([f"{prefix}-{i:04d}" for i in range(n)], lo + rng.random(n), feats)
+        write(table, root / f"part-{s:05d}.parquet")
 
 
 def test_corpus_quality_range_scales_like_the_whole_corpus():

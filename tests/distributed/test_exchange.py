@@ -6,7 +6,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -22,6 +21,7 @@ from datamask.distributed.exchange import (
 from datamask.distributed.partition import make_groups, plan_by_chunk
 from datamask.distributed.steps import candidate_count, candidates_path, select_group
 from datamask.io.shards import inspect_shards
+from tests._data import reference_table, write, write_corpus_shards
 
 FAST = dict(n_epochs=20, select_ratio=0.137, n_neighbors=16)
 
@@ -61,16 +61,10 @@ def steps_setup(tmp_path_factory):
     """Four chunk groups of a clustered corpus, each proposing by gains (the pure steps)."""
     root = tmp_path_factory.mktemp("exchange")
     corpus = make_clustered(1200, 16, 6, seed=5)
-    ids = pa.array([f"d{i:05d}" for i in range(corpus.n_docs)])
+    ids = [f"d{i:05d}" for i in range(corpus.n_docs)]
     feats = np.asarray(corpus.features, np.float32)
-    table = pa.table(
-        {
-            "chunk_id": ids,
-            "quality_score": pa.array(np.asarray(corpus.quality).reshape(-1)),
-            "feature_arr": pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), 16),
-        }
-    )
-    pq.write_table(table, root / "part.parquet", row_group_size=100)
+    quality = np.asarray(corpus.quality).reshape(-1)
+    write(reference_table(ids, quality, feats), root / "part.parquet", row_group_size=100)
     settings = SelectSpec.from_mapping(dict(n_epochs=20, select_ratio=0.1)).check()
     infos = inspect_shards([root / "part.parquet"])
     n, k = 1200, 120
@@ -114,23 +108,9 @@ def test_a_covered_border_is_priced_lower(steps_setup):
 
 def test_a_run_with_the_exchange_round_records_it(tmp_path):
     corpus = make_clustered(900, 16, 6, seed=2)
-    feats = np.asarray(corpus.features, np.float32)
     shards = tmp_path / "shards"
-    shards.mkdir()
-    for s in range(3):
-        rows = slice(300 * s, 300 * (s + 1))
-        pq.write_table(
-            pa.table(
-                {
-                    "chunk_id": pa.array([f"d{i:04d}" for i in range(900)][rows]),
-                    "quality_score": pa.array(np.asarray(corpus.quality).reshape(-1)[rows]),
-                    "feature_arr": pa.FixedSizeListArray.from_arrays(
-                        pa.array(feats[rows].reshape(-1)), 16
-                    ),
-                }
-            ),
-            shards / f"part-{s}.parquet",
-        )
+    corpus.ids = np.asarray([f"d{i:04d}" for i in range(900)])
+    write_corpus_shards(shards, corpus, 3)
     settings = SelectSpec.from_mapping(dict(partition="cluster", chunk_size=250, **FAST))
     m = run_selection(shards, tmp_path / "out", settings, progress=False)
     n_groups = m["totals"]["n_groups"]
