@@ -20,7 +20,8 @@ Inputs: ``../shared/data/demo_docs.parquet`` (2,077 documents), the shipped
 contiguous shards, selected with ``--partition shard`` (a group per shard) and with
 ``--partition cluster --n-clusters 4`` (k-means groups). Writes ``RESULTS.md`` beside this
 file (``--results`` to change), the kept ids and logs under ``--work`` (deleted unless
-``--keep``). About 10 minutes on 2 loaded cores with ``--jobs 2``.
+``--keep``). 32 minutes on 2 cores shared with other work (load average 6-9) with
+``--jobs 2``; the sharded disf-greedy runs (2-4 minutes each) take the most.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ METHODS = [
     ("topk", "topk", "Facility"),
     ("random", "random", "Facility"),
 ]
+#: RESULTS.md keeps what follows this line when the tables are written again.
+NOTES = "<!-- notes: written by hand, kept by run.py -->\n"
 #: Methods that draw nothing: their selection must not move.
 DETERMINISTIC = {"greedy", "greedy-dense", "topk"}
 
@@ -400,7 +403,10 @@ def write_results(args, inputs, rows, before_sha, after_sha, total, load0, load1
                 f"| {replay} | {reason(row)} |"
             )
         lines.append("")
-    args.results.write_text("\n".join(lines) + "\n")
+    notes = ""  # the hand-written reading below the marker survives a rerun
+    if args.results.exists() and NOTES in args.results.read_text():
+        notes = args.results.read_text().split(NOTES, 1)[1]
+    args.results.write_text("\n".join(lines) + "\n" + NOTES + notes)
 
 
 if __name__ == "__main__":
