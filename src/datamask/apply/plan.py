@@ -1,0 +1,168 @@
+"""What decides the kept rows: the selection's keep lists (per shard) or its selected ids,
+and the checks that the input is what the selection was made from."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..io.fs import Location
+from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
+from ..io.parquet import SUMMARY_KEY, read_table
+from ..io.provenance import TRUST_FLAG, id_kind
+from .inputs import _id_batches
+
+
+@dataclass
+class _Plan:
+    """What decides the kept rows: keep lists (per shard) or one set of selected ids."""
+
+    mode: str  # "keep" or "ids"
+    selection_id: str
+    keep_dir: Location | None = None
+    ids: IdSet | None = None
+
+
+def _read_json(loc: Location) -> dict[str, Any] | None:
+    if not loc.is_file():
+        return None
+    try:
+        return json.loads(loc.read_text())
+    except ValueError:
+        return None
+
+
+def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
+    """(is a folder, its summary or manifest)."""
+    info = sel.info()
+    if info.type.name == "NotFound":
+        raise ValueError(f"--selection {sel.uri!r} does not exist.")
+    if info.type.name == "Directory":
+        manifest_loc = sel.join("manifest.json")
+        manifest = _read_json(manifest_loc)
+        if manifest is None and manifest_loc.is_file():
+            raise ValueError(
+                f"{manifest_loc.uri} is not readable JSON; it is not a finished `datamask "
+                "select` output. Rerun the select command that made it."
+            )
+        if manifest is not None and manifest.get("complete") is not True:
+            parts = [f for f in sel.join("selected").walk() if f.path.endswith(".parquet")]
+            raise ValueError(
+                f"--selection {sel.uri!r} is an unfinished `datamask select` run (its "
+                f"manifest.json says complete: false; {len(parts)} selected part(s) so far); "
+                "rerun the same select command to finish it, then apply."
+            )
+        return True, manifest
+    try:
+        with sel.open_input_file() as fh:
+            meta = pq.read_schema(fh).metadata or {}
+    except Exception as exc:
+        raise ValueError(f"cannot read --selection {sel.uri!r} as parquet: {exc}") from None
+    text = meta.get(SUMMARY_KEY)
+    return False, None if text is None else json.loads(text)
+
+
+def _selected_ids(sel: Location, is_dir: bool, id_col: str) -> pa.Array:
+    """Every selected id of a selection file or folder (the fallback without keep lists)."""
+    files = (
+        [f for f in sel.join("selected").walk() if f.path.endswith(".parquet")] if is_dir else [sel]
+    )
+    if not files:
+        raise ValueError(f"--selection {sel.uri!r} holds no selected/*.parquet parts.")
+    chunks = []
+    for f in files:
+        with f.open_input_file() as fh:
+            pf = pq.ParquetFile(fh)
+            names = pf.schema_arrow.names
+            if id_col not in names:
+                raise ValueError(
+                    f"column {id_col!r} not found in {f.uri}; available columns: {names}; "
+                    "pass the id column with --id-col."
+                )
+            cols = [id_col, "selected"] if "selected" in names else [id_col]
+            table = pf.read(columns=cols)
+        if "selected" in cols:
+            table = table.filter(table.column("selected"))
+        chunks.extend(table.column(id_col).chunks)
+    return pa.chunked_array(chunks).combine_chunks() if chunks else pa.array([], pa.string())
+
+
+def _plan(
+    sel: Location, is_dir: bool, meta: dict[str, Any] | None, names: list[str], id_col: str
+) -> _Plan:
+    digest = (meta or {}).get("selection_digest")
+    keep = Location(
+        keep_dir_for(sel.uri, folder=is_dir),
+        sel.scheme,
+        sel.fs,
+        keep_dir_for(sel.path, folder=is_dir),
+    )
+    index = _read_json(keep.join(KEEP_INDEX)) if digest else None
+    if index is not None and index.get("selection") == digest:
+        listed = [n for n in names if n in index["files"]]
+        if len(listed) == len(names):
+            return _Plan("keep", digest, keep_dir=keep)
+        if listed:
+            missing = next(n for n in names if n not in index["files"])
+            raise ValueError(
+                f"input shard {missing!r} has no keep list in {keep.uri} although "
+                f"{len(listed)} other input shards have one; give the --input the selection "
+                "was made from."
+            )
+    ids = IdSet(_selected_ids(sel, is_dir, id_col))
+    return _Plan("ids", ids.digest, ids=ids)
+
+
+class _KeepList:
+    """One shard's keep list: kept row positions (and ids) handed out batch by batch."""
+
+    def __init__(self, loc: Location, id_col: str) -> None:
+        table = read_table(loc)
+        meta = json.loads((table.schema.metadata or {}).get(b"datamask.keep", b"{}"))
+        self.uri = loc.uri
+        self.rows = table.column("row").to_numpy()
+        self.ids = table.column(id_col) if id_col in table.column_names else None
+        self.num_rows = meta.get("num_rows")
+
+    def take(self, start: int, n: int) -> tuple[np.ndarray, pa.Array | None]:
+        lo, hi = np.searchsorted(self.rows, [start, start + n])
+        ids = None if self.ids is None else self.ids.slice(int(lo), int(hi - lo))
+        return self.rows[lo:hi] - start, ids
+
+
+def _probe_ids(
+    shards: list[Location],
+    formats: list[str],
+    plan: _Plan,
+    id_col: str,
+    batch_size: int,
+    selection: str,
+) -> None:
+    """Without keep lists: the input's ids are of the selection's kind and some are
+    selected. Reads ids until the first selected one (one batch, for the right input)."""
+    if plan.ids is None or not len(plan.ids):
+        return
+    want = id_kind(plan.ids.type)
+    n_read = 0
+    for src, fmt in zip(shards, formats, strict=True):
+        for ids in _id_batches(src, fmt, id_col, batch_size):
+            if len(ids) and id_kind(ids.type) != want:
+                raise ValueError(
+                    f"ids in {src.uri} are {ids.type} (first: {ids[0].as_py()!r}) but the "
+                    f"selection {selection}'s ids are {plan.ids.type}; no row can match. Give "
+                    "the input the selection was made from, or convert one id column."
+                )
+            if len(plan.ids.positions(ids)):
+                return
+            n_read += len(ids)
+    raise ValueError(
+        f"none of the {len(plan.ids):,} selected ids of {selection} is in --input "
+        f"({n_read:,} rows of {len(shards)} shard(s) read, id column {id_col!r}); the "
+        f"selection was made from another corpus or with another --id-col ({TRUST_FLAG} "
+        "writes the empty shards anyway)."
+    )
