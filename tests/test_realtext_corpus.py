@@ -3,22 +3,42 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
+import importlib
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "realtext" / "build_corpus.py"
+FOLDER = Path(__file__).resolve().parents[1] / "benchmarks" / "realtext"
+SCRIPT = FOLDER / "build_corpus.py"
 
 
 @pytest.fixture(scope="module")
 def bc():
-    spec = importlib.util.spec_from_file_location("build_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_corpus"] = module
-    spec.loader.exec_module(module)
-    return module
+    """The builder's chunking and extraction modules, imported as the script imports them
+    (``python benchmarks/realtext/build_corpus.py`` puts its folder first on sys.path)."""
+    sys.path.insert(0, str(FOLDER))
+    try:
+        chunking = importlib.import_module("chunking")
+        sources = importlib.import_module("sources")
+    finally:
+        sys.path.remove(str(FOLDER))
+    return SimpleNamespace(
+        split_long=chunking.split_long,
+        squeeze_tables=chunking.squeeze_tables,
+        HeadingSections=sources.HeadingSections,
+        _comment_blocks=sources._comment_blocks,
+        _docstrings=sources._docstrings,
+    )
+
+
+def test_script_imports_its_modules_from_its_folder():
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("usage: build_corpus.py") and "--texts-only" in out
 
 
 def test_split_long_keeps_short_texts_and_groups_paragraphs(bc):
