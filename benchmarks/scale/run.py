@@ -39,6 +39,7 @@ def main() -> None:
     # Every setting below left out is the library's default (``datamask select``'s).
     p.add_argument("--budget", choices=["global", "group"], default=None)
     p.add_argument("--oversample", type=float, default=None)
+    p.add_argument("--exchange-neighbors", type=int, default=None)
     p.add_argument("--partition", choices=["shard", "chunk", "cluster"], default=None)
     p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument("--n-clusters", type=int, default=None)
@@ -59,6 +60,7 @@ def main() -> None:
             "device",
             "budget",
             "oversample",
+            "exchange_neighbors",
         )
         if getattr(args, key) is not None
     }

@@ -74,6 +74,12 @@ VARIANTS: dict[str, dict] = {
         "exchange_neighbors": 0,
     },
     "default-noexchange": {"exchange_neighbors": 0},
+    "cluster20-global-x4": {
+        "partition": "cluster",
+        "budget": "global",
+        "n_clusters": 20,
+        "exchange_neighbors": 4,
+    },
 }
 
 

@@ -147,6 +147,7 @@ def exchange_group(
         n = corpus.n_docs
         row_of = {v: i for i, v in enumerate(ids.to_pylist())}
         rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
+        read_s = time.perf_counter() - started
         # 2. Floors from the neighbours' kept prefixes (their unit embeddings).
         kept = []
         for gid, m in neighbors:
@@ -156,6 +157,7 @@ def exchange_group(
                 kept.append(col.values.to_numpy().reshape(len(col), -1))
         x = torch.from_numpy(unit_rows(corpus.features))
         floor = _floors(x, kept)
+        floors_s = time.perf_counter() - started - read_s
         # 3. The group's objective at the rate it proposed with, coverage above the floor.
         c = len(rows)
         fit = group_spec(settings, c, n, *totals)
@@ -168,8 +170,10 @@ def exchange_group(
         )
         for _, term in objective.terms:
             if isinstance(term, FacilityLocation):
-                term.raise_floor(floor)
+                term.raise_floor(floor)  # builds the graph first
+        graph_s = time.perf_counter() - started - read_s - floors_s
         order, raw = gain_order(objective, rows)
+        order_s = time.perf_counter() - started - read_s - floors_s - graph_s
         lamb, lamb_g = settings.objective.lamb, fit.objective.lamb
         gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
         logits = np.zeros(n, np.float32)
@@ -179,7 +183,13 @@ def exchange_group(
             "gid": spec.gid,
             "floors": int((floor > 0).sum()),
             "mean_floor": float(floor.double().mean()),
-            "seconds": {"total": time.perf_counter() - started},
+            "seconds": {
+                "read": read_s,
+                "floors": floors_s,
+                "graph": graph_s,
+                "order": order_s,
+                "total": time.perf_counter() - started,
+            },
         }
     stats.update(
         gain_knots=[a.tolist() for a in gain_knots(np.asarray(gains, dtype=np.float64))],
