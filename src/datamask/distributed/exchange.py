@@ -52,7 +52,7 @@ from .allocate import (
 )
 from .executors import Runner
 from .partition import GroupSpec
-from .steps import candidates_path, gain_table, read_group, unit_rows
+from .steps import candidates_path, gain_table, read_group
 from .validate import QualityRange
 
 __all__ = [
@@ -83,7 +83,9 @@ def exchange_neighbors(centroids: np.ndarray, n_neighbors: int) -> list[list[int
     >>> exchange_neighbors(c, 2)
     [[], [0], [1, 0], [1, 0]]
     """
-    c = unit_rows(centroids)
+    c = np.asarray(centroids, dtype=np.float32)
+    norms = np.linalg.norm(c, axis=1, keepdims=True)
+    c = c / np.where(norms > 0, norms, 1.0)  # a zero centroid is nobody's neighbour
     out: list[list[int]] = []
     step = max(1, (1 << 24) // max(len(c), 1))
     for lo in range(0, len(c), step):
@@ -155,7 +157,7 @@ def exchange_group(
                 t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
                 col = t.column(0).combine_chunks()
                 kept.append(col.values.to_numpy().reshape(len(col), -1))
-        x = torch.from_numpy(unit_rows(corpus.features))
+        x = torch.from_numpy(corpus.features)  # unit rows: check_corpus scaled them in place
         floor = _floors(x, kept)
         floors_s = time.perf_counter() - started - read_s
         # 3. The group's objective at the rate it proposed with, coverage above the floor.
@@ -178,7 +180,9 @@ def exchange_group(
         gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
         logits = np.zeros(n, np.float32)
         logits[rows] = own.column("logit").to_numpy()
-        atomic_write_table(gain_table(ids, order, spec.gid, logits, gains, x.numpy(), id_col), out)
+        atomic_write_table(
+            gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col), out
+        )
         stats = {
             "gid": spec.gid,
             "floors": int((floor > 0).sum()),

@@ -267,13 +267,13 @@ def _allocate(
             knots[gid], centroids[gid] = knots_of(s), s.pop("centroid", None)
             stats[gid] = s
         rounds += 1
-    source, exchange_s = candidates_path, time.perf_counter()
+    source, exchange_started = candidates_path, time.perf_counter()
     if exchange_applies(settings):  # every group re-prices above its neighbours' cover
         counts = exchange_round(
             groups, counts, centroids, settings, work, quality_range, totals, runner, progress
         )
         source = exchange_path
-    exchange_s = time.perf_counter() - exchange_s
+    exchange_s = time.perf_counter() - exchange_started
     allocate_s = time.perf_counter() - started
     jobs = [
         (

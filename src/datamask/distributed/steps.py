@@ -63,7 +63,6 @@ __all__ = [
     "read_group",
     "select_global",
     "select_group",
-    "unit_rows",
 ]
 
 
@@ -90,13 +89,6 @@ def candidates_path(work_dir: str | Path, gid: int) -> Path:
 GLOBAL_PART = "part-global.parquet"
 
 
-def unit_rows(features: Any) -> np.ndarray:
-    """The rows of ``features`` scaled to unit length (float32; zero rows stay zero)."""
-    x = np.asarray(features, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
-
-
 def gain_table(
     ids: pa.Array,
     order: np.ndarray,
@@ -107,7 +99,8 @@ def gain_table(
     id_col: str,
 ) -> pa.Table:
     """A group's candidates in pick order: id, group, rank, logit, gain in J units, and the
-    unit embedding (what the exchange round's neighbours read of the kept prefix)."""
+    embedding (``features``: the group's rows, unit length once ``check_corpus`` has run;
+    what the exchange round's neighbours read of the kept prefix)."""
     feats = np.ascontiguousarray(features[order], dtype=np.float32)
     return pa.table(
         {
@@ -242,10 +235,11 @@ def select_group(
         logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
         lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
         gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
-        table = gain_table(ids, order, spec.gid, logits, gains, unit_rows(corpus.features), id_col)
+        # corpus.features are unit rows: the selector's fit checked and scaled them in place
+        table = gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col)
         atomic_write_table(table, candidates_path(work_dir, spec.gid))
         knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
-        centroid = unit_rows(corpus.features).mean(0)  # where the exchange round looks
+        centroid = corpus.features.mean(0)  # where the exchange round looks
     elif propose:
         extra: dict[str, Any] = {"score": sel.scores}
         if settings.selector.method not in MODULAR:  # what the global round selects from
