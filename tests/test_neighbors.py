@@ -16,7 +16,7 @@ from datamask import FacilityLocation, MaskLearner, Objective, make_clustered
 from datamask._device import available_cores, resolve_threads, set_threads
 from datamask.data import Corpus
 from datamask.greedy import DenseGreedy, LazyGreedy
-from datamask.neighbors import knn_graph, sampled_recall
+from datamask.neighbors import ivf_search, knn_graph, sampled_recall
 from datamask.objectives.facility_location import (
     KEPT_NEIGHBORS,
     MAX_NEIGHBORS,
@@ -204,3 +204,19 @@ def test_auto_search_and_default_probes():
         resolve_knn("hnsw", 10, cpu)
     with pytest.raises(ValueError, match="n_probe must be an integer >= 1"):
         knn_graph(torch.eye(4), 2, method="ivf", n_probe=0)
+
+
+def test_ivf_search_probing_every_list_is_brute_force_and_fewer_probes_only_miss():
+    gen = torch.Generator().manual_seed(3)
+    q = torch.nn.functional.normalize(torch.randn(300, 12, generator=gen), dim=1)
+    base = torch.nn.functional.normalize(torch.randn(200, 12, generator=gen), dim=1)
+    exact = (q @ base.T).topk(5, dim=1)
+    idx, sim = ivf_search(q, base, 5, n_probe=14, n_lists=14)
+    assert torch.allclose(sim, exact.values, atol=1e-6)
+    idx, sim = ivf_search(q, base, 1, n_probe=2, n_lists=14)
+    found = sim[:, 0] > -1
+    # every hit is a real pair at its true similarity, never above the best one
+    assert torch.allclose(sim[found, 0], (q[found] * base[idx[found, 0]]).sum(1), atol=1e-6)
+    assert bool((sim[:, 0] <= exact.values[:, 0] + 1e-6).all())
+    _, none = ivf_search(q, base[:0], 1, n_probe=1, n_lists=4)
+    assert bool((none == -1).all())

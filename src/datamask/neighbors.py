@@ -10,6 +10,7 @@ __all__ = [
     "AUTO_EXACT_MAX",
     "PROBE_FRACTION",
     "default_n_probe",
+    "ivf_search",
     "KNN_METHODS",
     "knn_graph",
     "resolve_knn",
@@ -168,42 +169,70 @@ def knn_graph(
                 x[lo : lo + step] @ x.T, k, dim=1, out=(sim[lo : lo + step], idx[lo : lo + step])
             )
         return idx, sim
+    return ivf_search(x, x, k, n_probe=n_probe, n_lists=n_clusters, generator=generator)
+
+
+def ivf_search(
+    queries: torch.Tensor,
+    base: torch.Tensor,
+    k: int,
+    *,
+    n_probe: int,
+    n_lists: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most similar rows of ``base`` for every row of ``queries`` (unit rows), by
+    our ivf: ``base`` is clustered (spherical k-means, ``n_lists`` clusters), every base row
+    filed under its ``n_probe`` nearest centroids, and each query compared only with the
+    rows filed under its own nearest centroid. Approximate: a true neighbour filed under
+    none of the probed lists is missed.
+
+    Returns ``(indices into base, sims)``, each of shape (len(queries), k), most similar
+    first; where a list holds fewer than ``k`` rows the rest is padding at similarity -1
+    (index: the query's own row number), never ranked above a real row.
+    """
+    n, nb = queries.shape[0], base.shape[0]
+    out_idx = torch.empty(n, k, dtype=torch.long, device=queries.device)
+    out_sim = torch.empty(n, k, dtype=queries.dtype, device=queries.device)
+    if nb == 0 or n == 0:
+        out_idx[:] = torch.arange(n, device=queries.device)[:, None]
+        out_sim.fill_(-1.0)
+        return out_idx, out_sim
+    n_lists = max(1, min(nb, n_lists))
     if generator is None:  # never torch's global RNG: the same input gives the same graph
-        generator = torch.Generator(device=x.device).manual_seed(0)
+        generator = torch.Generator(device=base.device).manual_seed(0)
     cent = spherical_kmeans(
-        x, n_clusters, n_iter=6, sample=min(n, 20 * n_clusters + 10_000), generator=generator
+        base, n_lists, n_iter=6, sample=min(nb, 20 * n_lists + 10_000), generator=generator
     )
-    probe = assign_clusters(x, cent, top=min(n_probe, n_clusters))
+    probe = assign_clusters(base, cent, top=min(n_probe, n_lists))
     probe = probe if probe.ndim == 2 else probe[:, None]
     per_row = probe.shape[1]
-    home = probe[:, 0].clone()
+    home = probe[:, 0].clone() if queries is base else assign_clusters(queries, cent)
     # Members of each cluster's inverted list: every row filed under any of its probes, in
     # row order. Flat entry e belongs to row e // per_row, so the sort's order becomes the
     # rows in place: no second (n * per_row) list of owners and no sorted copy of the lists.
-    counts = torch.bincount(probe.reshape(-1), minlength=n_clusters)
+    counts = torch.bincount(probe.reshape(-1), minlength=n_lists)
     owners = torch.argsort(probe.reshape(-1), stable=True)
     del probe
     owners.div_(per_row, rounding_mode="floor")
     bounds = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     q_order = torch.argsort(home, stable=True)
-    q_bounds = torch.searchsorted(home[q_order], torch.arange(n_clusters + 1, device=x.device))
-    out_idx = torch.empty(n, k, dtype=torch.long, device=x.device)
-    out_sim = torch.empty(n, k, dtype=x.dtype, device=x.device)
-    for c in range(n_clusters):
-        queries = q_order[q_bounds[c] : q_bounds[c + 1]]
-        if len(queries) == 0:
+    q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
+    for c in range(n_lists):
+        rows = q_order[q_bounds[c] : q_bounds[c + 1]]
+        if len(rows) == 0:
             continue
         members = owners[bounds[c] : bounds[c + 1]]
-        sims = x[queries] @ x[members].T
+        sims = queries[rows] @ base[members].T
         kk = min(k, len(members))
         s, i = sims.topk(kk, dim=1)
-        if kk < k:  # tiny list: pad with the row itself at similarity -1 (never chosen first)
+        if kk < k:  # tiny list: pad with the query's row at similarity -1 (never first)
             pad = k - kk
-            s = torch.cat([s, s.new_full((len(queries), pad), -1.0)], 1)
-            i = torch.cat([members[i], queries[:, None].expand(-1, pad)], 1)
-            out_idx[queries], out_sim[queries] = i, s
+            s = torch.cat([s, s.new_full((len(rows), pad), -1.0)], 1)
+            i = torch.cat([members[i], rows[:, None].expand(-1, pad)], 1)
+            out_idx[rows], out_sim[rows] = i, s
             continue
-        out_idx[queries], out_sim[queries] = members[i], s
+        out_idx[rows], out_sim[rows] = members[i], s
     return out_idx, out_sim
 
 

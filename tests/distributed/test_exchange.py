@@ -19,7 +19,12 @@ from datamask.distributed.exchange import (
     exchange_path,
 )
 from datamask.distributed.partition import make_groups, plan_by_chunk
-from datamask.distributed.steps import candidate_count, candidates_path, select_group
+from datamask.distributed.steps import (
+    candidate_count,
+    candidates_path,
+    graph_path,
+    select_group,
+)
 from datamask.io.shards import inspect_shards
 from tests._data import reference_table, write, write_corpus_shards
 
@@ -75,6 +80,9 @@ def steps_setup(tmp_path_factory):
     work, out = root / "work", root / "out"
     for g in groups:
         select_group(g, settings, work, out, qr, propose=True, totals=(k, n))
+        with np.load(graph_path(work, g.gid)) as saved:  # kept for the exchange round
+            assert saved["indices"].shape == saved["sims"].shape
+            assert saved["indices"].shape[0] == g.n and saved["indices"].max() < g.n
     return groups, settings, work, qr, (k, n)
 
 
@@ -84,8 +92,10 @@ def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
     first = pq.read_table(candidates_path(work, 2))
     again = pq.read_table(exchange_path(work, 2))
     assert stats["floors"] == 0 and not stats["reused"]
+    # the graph its select step saved, then deleted: the same graph gives the same order
+    assert stats["graph"] == "saved" and not graph_path(work, 2).exists()
     assert again.column("chunk_id").equals(first.column("chunk_id"))
-    assert np.allclose(again.column("gain").to_numpy(), first.column("gain").to_numpy())
+    assert np.array_equal(again.column("gain").to_numpy(), first.column("gain").to_numpy())
     # with its marker in place the step returns it and computes nothing
     assert exchange_group(groups[2], [(0, 0)], settings, work, qr, totals)["reused"]
 
@@ -97,7 +107,7 @@ def test_a_covered_border_is_priced_lower(steps_setup):
     first = pq.read_table(candidates_path(work, 3)).column("gain").to_numpy()
     again = pq.read_table(exchange_path(work, 3))
     gains = again.column("gain").to_numpy()
-    assert stats["floors"] > 0
+    assert stats["floors"] > 0 and stats["graph"] == "saved"
     assert sorted(again.column("chunk_id").to_pylist()) == sorted(
         pq.read_table(candidates_path(work, 3)).column("chunk_id").to_pylist()
     )
@@ -118,6 +128,7 @@ def test_a_run_with_the_exchange_round_records_it(tmp_path):
     work = Path(m["work_dir"])
     assert len(list((work / "exchange").glob("*.json"))) == n_groups
     assert m["budget"]["global_round"]["seconds"]["exchange"] > 0
+    assert not list((work / "graphs").glob("*"))  # each deleted once its exchange step ran
     kept = pq.read_table(tmp_path / "out" / "selected").num_rows
     assert kept == round(FAST["select_ratio"] * 900)
     off = run_selection(shards, tmp_path / "off", replace_exchange(settings, 0), progress=False)

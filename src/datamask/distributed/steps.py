@@ -11,6 +11,8 @@ Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
     WORK/groups/NNNNN.parquet         every row of the group: id, logit, probability, rank,
                                       selected (skipped with ``selected_only``)
     WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
+    WORK/graphs/NNNNN.npz             allocated by gains: the group's neighbour graph, kept
+                                      for the exchange round (which deletes it once used)
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
     OUT/selected/part-NNNNN.parquet   the group's kept ids (budget="group", or allocated)
 """
@@ -31,9 +33,7 @@ import pyarrow as pa
 from .._memory import peak_rss_mb
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
-from ..io.atomic import (
-    atomic_write_json,
-)
+from ..io.atomic import atomic_write, atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import (
     corpus_from_tables,
@@ -59,8 +59,10 @@ __all__ = [
     "candidates_path",
     "completion_path",
     "gain_table",
+    "graph_path",
     "part_path",
     "read_group",
+    "save_graph",
     "select_global",
     "select_group",
 ]
@@ -84,6 +86,23 @@ def part_path(out_dir: str | Path, gid: int) -> Path:
 def candidates_path(work_dir: str | Path, gid: int) -> Path:
     """Round 1 of a global budget: the candidates one group proposes."""
     return Path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
+
+
+def graph_path(work_dir: str | Path, gid: int) -> Path:
+    """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)), saved
+    by its select step for the exchange round, which would otherwise build it again."""
+    return Path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
+
+
+def save_graph(graph: tuple[Any, Any], path: Path) -> None:
+    """Write a (indices, sims) graph to ``path`` atomically (uncompressed npz)."""
+    idx, sim = graph
+    with atomic_write(path) as tmp, open(tmp, "wb") as f:
+        np.savez(
+            f,
+            indices=idx.cpu().numpy().astype(np.int32),
+            sims=sim.cpu().numpy().astype(np.float32, copy=False),
+        )
 
 
 GLOBAL_PART = "part-global.parquet"
@@ -238,6 +257,9 @@ def select_group(
         # corpus.features are unit rows: the selector's fit checked and scaled them in place
         table = gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col)
         atomic_write_table(table, candidates_path(work_dir, spec.gid))
+        graph = sel.meta.pop("neighbor_graph", None)
+        if graph is not None and settings.partition.exchange_neighbors > 0:
+            save_graph(graph, graph_path(work_dir, spec.gid))
         knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
         centroid = corpus.features.mean(0)  # where the exchange round looks
     elif propose:

@@ -19,9 +19,10 @@ from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..greedy.lazy import gain_order
 from ..neighbors import sampled_recall
+from ..objectives.facility_location import FacilityLocation
 from ..selectors import SELECTORS
 
-__all__ = ["MODULAR", "fit_group", "graph_summary", "modular_scores"]
+__all__ = ["MODULAR", "facility_graph", "fit_group", "graph_summary", "modular_scores"]
 
 #: The methods whose selectors declare ``modular = True`` (a document's score does not
 #: depend on the others: a global round merges their scores exactly). Derived from the
@@ -52,6 +53,13 @@ def graph_summary(objective: Any) -> dict[str, Any] | None:
         "recall_rows": min(200, term.n_docs),
         "seconds": term.graph_seconds_,
     }
+
+
+def facility_graph(objective: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (indices, similarities) graph a bound objective's one facility-location term
+    built, or None (no such term, several, or no graph built)."""
+    terms = [t for _, t in objective.terms if isinstance(t, FacilityLocation)]
+    return terms[0].graph_ if len(terms) == 1 and terms[0].graph_ is not None else None
 
 
 def fit_group(
@@ -88,7 +96,8 @@ def fit_group(
         Also order the selected rows by lazy greedy on the same bound objective (coverage
         over every row; :func:`~datamask.greedy.lazy.gain_order`): ``meta["gain_order"]``
         is ``(rows in pick order, marginal gains)``, what a sharded run allocates its
-        budget with.
+        budget with, and ``meta["neighbor_graph"]`` the graph of :func:`facility_graph`
+        (None without one), which the exchange round re-uses.
 
     Returns
     -------
@@ -152,6 +161,7 @@ def fit_group(
     )
     if gain_curve:
         meta["gain_order"] = gain_order(selector.objective_, np.asarray(result.selected))
+        meta["neighbor_graph"] = facility_graph(selector.objective_)  # the exchange round's
     return Selection(
         np.asarray(result.selected, dtype=np.int64),
         np.asarray(result.scores, dtype=np.float64),
