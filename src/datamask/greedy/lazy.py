@@ -96,6 +96,21 @@ def lazy_picks(
         yield j, gain
 
 
+class _Pool:
+    """A bound objective seen through a subset of its rows: candidate ``i`` is row
+    ``rows[i]`` (every row still counts for coverage), so the greedy's argmax and top-k
+    scan the pool, not the corpus."""
+
+    def __init__(self, objective: Objective, rows: torch.Tensor) -> None:
+        self.objective, self.rows = objective, rows
+
+    def gains(self, state: list, candidates: torch.Tensor) -> torch.Tensor:
+        return self.objective.gains(state, self.rows[candidates])
+
+    def update(self, state: list, j: int) -> list:
+        return self.objective.update(state, int(self.rows[j]))
+
+
 def gain_order(
     objective: Objective, rows: np.ndarray, *, batch_size: int = 16
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -106,20 +121,20 @@ def gain_order(
     ``rows`` in pick order and ``gains[t]`` the exact marginal gain of the t-th pick, in
     the objective's units. For a submodular objective the gains do not increase, so any
     prefix of ``order`` is the greedy selection of its size from ``rows``: the gain curve a
-    sharded run allocates its budget with.
+    sharded run allocates its budget with. Ties go to the lower row.
     """
-    rows_t = torch.as_tensor(np.asarray(rows, dtype=np.int64), device=objective.device_)
-    n = int(objective.features_.shape[0])
+    pool = np.sort(np.asarray(rows, dtype=np.int64))  # ascending: ties to the lower row
+    rows_t = torch.as_tensor(pool, device=objective.device_)
     state = objective.init_state(graph=True)
     objective.build_graphs()
-    first = objective.gains(state, rows_t)  # exact gains for the empty selection
-    bounds = torch.full((n,), -torch.inf, dtype=first.dtype, device=objective.device_)
-    bounds[rows_t] = first
+    bounds = objective.gains(state, rows_t).clone()  # exact gains for the empty selection
     lazy = is_submodular(objective)
     picks = list(
-        lazy_picks(objective, state, bounds, len(rows_t), batch_size=batch_size, lazy=lazy)
+        lazy_picks(
+            _Pool(objective, rows_t), state, bounds, len(pool), batch_size=batch_size, lazy=lazy
+        )
     )
-    order = np.asarray([j for j, _ in picks], dtype=np.int64)
+    order = pool[np.asarray([j for j, _ in picks], dtype=np.int64)]
     gains = np.asarray([g for _, g in picks], dtype=np.float64)
     return order, gains
 
