@@ -343,6 +343,7 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     import datamask.distributed.allocate as allocate
     import datamask.distributed.exchange as exchange
+    import datamask.distributed.partition as partition
     import datamask.distributed.runner as runner
     import datamask.distributed.steps as steps
     from datamask.config import SelectSpec
@@ -360,6 +361,9 @@ KILLER = textwrap.dedent(
         elif {when!r} == "reproposed" and any(".want" in p.name for p in markers):
             if "completions" in str(path):  # the group proposed more, its marker not written
                 os.kill(os.getpid(), signal.SIGKILL)
+        if path.parent.name == "clusters" and path.name == "shard-00001.json":
+            if {when!r} == "plan":  # the spill: shard 1's rows written, its marker not
+                os.kill(os.getpid(), signal.SIGKILL)
         if path.parent.name == "exchange":  # the exchange round: 2 groups re-priced
             markers.append(path)
             if {when!r} == "exchange" and sum(p.parent.name == "exchange" for p in markers) == 2:
@@ -376,6 +380,7 @@ KILLER = textwrap.dedent(
 
     runner.atomic_write_json = steps.atomic_write_json = write_then_die
     allocate.atomic_write_json = exchange.atomic_write_json = write_then_die
+    partition.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping(
         dict(partition={partition!r}, chunk_size=250, budget={budget!r}, **{fast})
     )
@@ -402,6 +407,7 @@ def kill_during(
 @pytest.mark.parametrize(
     "when, budget, partition",
     [
+        ("plan", "global", "cluster"),  # in the partition's spill
         ("round1", "group", "chunk"),
         ("round1", "global", "chunk"),
         ("round2", "global", "chunk"),  # the central round
@@ -422,8 +428,12 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
     out = tmp_path / "killed"
     kill_during(when, budget, shard_dir, out, tmp_path, partition)
     work = out / "_work"
-    done = sorted(p.name for p in (work / "completions").iterdir())
-    if when == "round1":
+    done = sorted(p.name for p in (work / "completions").glob("*"))
+    if when == "plan":  # shard 0 spilled and marked, shard 1 spilled only, no group ran
+        assert not done and not (out / "selected").exists()
+        assert [p.name for p in (work / "clusters").glob("shard-*.json")] == ["shard-00000.json"]
+        assert (work / "clusters" / "shard-00001.parquet").exists()
+    elif when == "round1":
         assert done == ["00000", "00001"]
         written = (
             out / "selected" / "part-00002.parquet"
@@ -453,6 +463,8 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
     if when in ("extend", "reproposed"):  # only groups asked for more run again
         again_ids = {int(p.name[:5]) for p in (work / "candidates").glob("*.want.json")}
         assert set(computed) <= again_ids and computed
+    elif when == "plan":
+        assert computed == list(range(n_groups))
     else:
         assert computed == (list(range(2, n_groups)) if when == "round1" else [])
     if budget == "global":
