@@ -40,6 +40,20 @@ def test_keywords_and_spec_are_one_way_in(reference_parquet, tmp_path):
     assert not (tmp_path / "c.parquet").exists() and not (tmp_path / "d.parquet").exists()
 
 
+def test_a_recorded_run_s_settings_are_accepted_back(reference_parquet, tmp_path):
+    """What a summary records (``settings``, None for defaults) is a mapping the library
+    takes again, to the same settings: a run is reproducible from its own record."""
+    first = datamask.select(reference_parquet, tmp_path / "a.parquet", **FAST)
+    as_json = json.loads(json.dumps(first["settings"]))  # as the summary file holds it
+    recorded = {k: v for k, v in as_json.items() if v is not None}
+    assert recorded["term_modules"] == []  # an empty list: "none", as recorded
+    again = SelectSpec.from_mapping(recorded).check()
+    fingerprint = json.loads(json.dumps(again.fingerprint()))  # what names the selection
+    assert fingerprint == {k: as_json[k] for k in fingerprint}
+    with pytest.raises(TypeError, match=r"algorithm must be a name or a list of names; got \[\]"):
+        SelectSpec.from_mapping({**recorded, "algorithm": []})
+
+
 def test_select_resolves_the_columns_once_from_preset_or_schema(small_corpus, tmp_path):
     """The library door finds FineWeb-Edu's columns by itself (as the CLI does), records the
     names it used, and a preset that does not fit names the missing role."""

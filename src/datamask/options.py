@@ -61,7 +61,8 @@ class Option:
         """``value`` checked (a list becomes a tuple for ``many``). Returns it."""
         if self.many:
             items = (value,) if isinstance(value, str) else value
-            if not isinstance(items, list | tuple) or not items:
+            # empty only where the default is (term_modules: none; algorithm needs one)
+            if not isinstance(items, list | tuple) or (not items and self.default != ()):
                 raise TypeError(f"{self.name} must be a name or a list of names; got {value!r}.")
             for item in items:
                 validate_params("settings", {self.name: self.allowed()}, {self.name: item})
