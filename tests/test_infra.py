@@ -65,6 +65,32 @@ def test_memory_figures():
     assert peak_rss_mb() >= rss_mb() > 0
 
 
+_HEAP = """
+import json, sys
+import numpy as np
+from datamask._memory import bound_heap, rss_mb
+bounded = bound_heap() if sys.argv[1] == "bound" else None
+big = np.ones(24 * 2**20 // 8); del big  # glibc: its mmap threshold rises to 24 MB
+before = rss_mb()
+for i in range(20):  # 8 MB blocks, each freed: below 24 MB they now come from the heap
+    block = np.ones((8 * 2**20 + i * 2**16) // 8)
+    del block
+print(json.dumps({"bounded": bounded, "grew_mb": rss_mb() - before}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_a_bounded_heap_gives_freed_blocks_back():
+    def grew(mode: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", _HEAP, mode], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    bound, free = grew("bound"), grew("free")
+    assert bound["bounded"] is True and bound["grew_mb"] < 2  # every 8 MB block mmapped
+    assert free["grew_mb"] > 6  # the control: glibc kept the last block in its heap
+
+
 def test_apportion_and_batch_quotas_agree_on_exact_ties():
     # Quotas 4/3, 4/3 and 1/3: three equal remainders, the seat goes to the first batch
     # (the float rounding batch_quotas used before gave it to the last).

@@ -37,7 +37,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._device import resolve_device
-from .._memory import peak_rss_mb
+from .._memory import bound_heap, peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..greedy.lazy import gain_order
@@ -188,6 +188,7 @@ def exchange_group(
     if marker.exists() and out.exists():
         graph_path(work_dir, spec.gid).unlink(missing_ok=True)  # killed before its delete
         return {**json.loads(marker.read_text()), "reused": True}
+    bound_heap()
     started = time.perf_counter()
     own = read_table(candidates_path(work_dir, spec.gid))
     id_col = settings.columns.id_col
@@ -260,6 +261,7 @@ def exchange_group(
     )
     atomic_write_json(stats, marker)
     graph_path(work_dir, spec.gid).unlink(missing_ok=True)  # used: the disk goes back
+    release_heap()
     return {**stats, "reused": False}
 
 

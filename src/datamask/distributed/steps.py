@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._memory import peak_rss_mb
+from .._memory import peak_rss_mb, release_heap
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write, atomic_write_json
@@ -301,6 +301,7 @@ def select_group(
         stats["gain_knots"] = knots
         stats["centroid"] = centroid.tolist()
     atomic_write_json(stats, marker)
+    release_heap()  # the worker's next step starts from what it holds, not its peak
     return {**stats, "reused": False}
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import torch
 
 from .._device import resolve_device
+from .._memory import bound_heap
 from .._validation import check_corpus, k_from_ratio
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
@@ -106,6 +107,7 @@ def fit_group(
         (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
         counts and times) and ``graph``.
     """
+    bound_heap()  # a worker runs group after group: keep its heap from ratcheting up
     n = corpus.n_docs
     method = spec.selector.method
     meta: dict[str, Any] = {
