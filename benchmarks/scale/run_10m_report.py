@@ -1,0 +1,168 @@
+"""The figures of the 10M run (``run_10m.sh``): gather them once, then write RUN-10M.md.
+
+    python benchmarks/scale/run_10m_report.py --gather     # from /tmp/dm: results/run-10m.json
+    python benchmarks/scale/run_10m_report.py              # RUN-10M.md from that JSON
+
+``--gather`` reads what the run left: the segment log (start, end, wall, exit status, load
+of every segment, which ones were killed), each segment's stderr (the last elapsed time
+of every progress bar, and GNU time's report where the segment ended by itself), the
+groups' completion and exchange markers (seconds, peak RSS, worker pid), the final
+manifest and ``run.py --results`` JSON, and the disk the run's folders use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "run-10m.json"
+MARKDOWN = HERE / "RUN-10M.md"
+TMP = Path("/tmp/dm")
+BAR = re.compile(r"([A-Za-z][A-Za-z -]+?):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([0-9:]+)<")
+TIME_KEYS = {
+    "User time (seconds)": "user_s",
+    "System time (seconds)": "sys_s",
+    "Maximum resident set size (kbytes)": "max_rss_kb",
+}
+
+
+def _seconds(clock: str) -> int:
+    out = 0
+    for part in clock.split(":"):
+        out = out * 60 + int(part)
+    return out
+
+
+def _segment_err(path: Path) -> dict:
+    text = path.read_text(errors="replace").replace("\r", "\n") if path.exists() else ""
+    bars: dict[str, dict] = {}
+    for desc, done, total, clock in BAR.findall(text):
+        bars[desc.strip()] = {"done": int(done), "total": int(total), "s": _seconds(clock)}
+    timing = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(": ")
+        if key in TIME_KEYS:
+            timing[TIME_KEYS[key]] = float(value)
+    return {"bars": bars, "time": timing}
+
+
+def _at(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def _log(path: Path) -> list[dict]:
+    """Segments in order. A segment killed by hand with its runner (no end line) and then
+    started again keeps its stderr as ``NAME-killed.err``; its wall is start to kill."""
+    segments: dict[str, dict] = {}
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if len(words) < 3 or not words[0].startswith("seg-"):
+            continue
+        name = words[0]
+        if words[1] == "start" and name in segments:
+            old = segments.pop(name)
+            old["name"] = f"{name}-killed"
+            old.setdefault("wall_s", _at(old["kill_at"]) - _at(old["start"]))
+            old.setdefault("rc", 137)
+            segments[old["name"]] = old
+        seg = segments.setdefault(name, {"name": name, "killed": False})
+        if words[1] == "start":
+            seg.update(start=words[2], load_start=float(words[3]))
+        elif words[1] == "KILL":
+            stamp = next(w for w in words if re.match(r"\d{4}-\d\d-\d\dT", w))
+            seg.update(killed=True, kill_at=stamp, kill_when=line.split(" -9 ", 1)[-1])
+        elif words[1] == "end":
+            fields = dict(w.split("=", 1) for w in words[3:] if "=" in w)
+            seg.update(end=words[2], rc=int(fields["rc"]), wall_s=float(fields["wall"]))
+            seg["load_end"] = float(words[-5])
+    return list(segments.values())
+
+
+def _markers(folder: Path) -> list[dict]:
+    out = []
+    for path in sorted(folder.glob("*")):
+        if path.suffix in ("", ".json") and path.name[:5].isdigit():
+            out.append(json.loads(path.read_text()))
+    return out
+
+
+def _du(path: Path) -> int | None:
+    if not path.exists():
+        return None
+    return int(
+        subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True).stdout.split()[0]
+    )
+
+
+def gather(out: Path, apply_out: Path) -> dict:
+    segments = _log(TMP / "t10m.log")
+    for seg in segments:
+        seg.update(_segment_err(TMP / f"{seg['name']}.err"))
+    work = out / "_work"
+    groups = [
+        {k: m.get(k) for k in ("gid", "n", "k", "seconds", "peak_rss_mb", "pid")}
+        for m in _markers(work / "completions")
+        if "gid" in m
+    ]
+    exchange = [
+        {k: m.get(k) for k in ("gid", "seconds", "peak_rss_mb", "graph", "floors")}
+        for m in _markers(work / "exchange")
+    ]
+    final = TMP / "run-10m-final.json"
+    disk = {p.name: _du(p) for p in sorted(work.iterdir())} if work.exists() else {}
+    disk.update(
+        selected=_du(out / "selected"),
+        apply_output=_du(apply_out),
+        input=_du(TMP / "10m" / "shards"),
+    )
+    return {
+        "segments": segments,
+        "groups": groups,
+        "exchange": exchange,
+        "run": json.loads(final.read_text()) if final.exists() else None,
+        "manifest_totals": json.loads((out / "manifest.json").read_text()).get("totals"),
+        "disk_bytes": disk,
+    }
+
+
+def markdown(d: dict) -> str:
+    segs = d["segments"]
+    lines = [
+        "# 10M x 384 generated documents, end to end, on this 2-core machine",
+        "",
+        "Generated by `python benchmarks/scale/run_10m_report.py` from "
+        "`results/run-10m.json`; do not edit.",
+        "",
+        "| segment | started | wall s | killed | exit | load start / end | phases (bar: s) |",
+        "|---|---|---:|---|---:|---|---|",
+    ]
+    for s in segs:
+        bars = ", ".join(f"{k}: {v['s']}" for k, v in s["bars"].items())
+        lines.append(
+            f"| {s['name']} | {s.get('start', '')[11:19]} | {s.get('wall_s', 0):,.0f} | "
+            f"{'kill -9' if s['killed'] else 'no'} | {s.get('rc', '')} | "
+            f"{s.get('load_start', '')} / {s.get('load_end', '')} | {bars} |"
+        )
+    total = sum(s.get("wall_s", 0) for s in segs)
+    lines += ["", f"Wall time over all segments, killed ones included: **{total:,.0f} s**."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gather", action="store_true")
+    ap.add_argument("--out", type=Path, default=TMP / "run-10m")
+    ap.add_argument("--apply-out", type=Path, default=TMP / "apply-10m")
+    args = ap.parse_args()
+    if args.gather:
+        RESULTS.write_text(json.dumps(gather(args.out, args.apply_out), indent=1) + "\n")
+    MARKDOWN.write_text(markdown(json.loads(RESULTS.read_text())))
+
+
+if __name__ == "__main__":
+    main()
