@@ -80,6 +80,12 @@ VARIANTS: dict[str, dict] = {
         "n_clusters": 20,
         "exchange_neighbors": 4,
     },
+    "cluster20-global-x19": {  # every lower group a neighbour
+        "partition": "cluster",
+        "budget": "global",
+        "n_clusters": 20,
+        "exchange_neighbors": 19,
+    },
 }
 
 
