@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "run-10m.json"
 MARKDOWN = HERE / "RUN-10M.md"
 TMP = Path("/tmp/dm")
-BAR = re.compile(r"([A-Za-z][A-Za-z -]+?):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([0-9:]+)<")
+BAR = re.compile(r"([A-Za-z][A-Za-z0-9 ()-]+?):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([0-9:]+)<")
 TIME_KEYS = {
     "User time (seconds)": "user_s",
     "System time (seconds)": "sys_s",
@@ -80,6 +80,9 @@ def _log(path: Path) -> list[dict]:
             fields = dict(w.split("=", 1) for w in words[3:] if "=" in w)
             seg.update(end=words[2], rc=int(fields["rc"]), wall_s=float(fields["wall"]))
             seg["load_end"] = float(words[-5])
+    for seg in segments.values():  # killed by hand, not yet started again
+        if "wall_s" not in seg and "kill_at" in seg:
+            seg.update(wall_s=_at(seg["kill_at"]) - _at(seg["start"]), rc=137)
     return list(segments.values())
 
 
@@ -150,6 +153,14 @@ def markdown(d: dict) -> str:
         )
     total = sum(s.get("wall_s", 0) for s in segs)
     lines += ["", f"Wall time over all segments, killed ones included: **{total:,.0f} s**."]
+    if d["run"] is None:
+        groups = d["groups"]
+        lines += [
+            "",
+            f"**Not finished**: no segment has run to the end yet. {len(groups)} group steps "
+            f"are done ({sum(g['seconds']['total'] for g in groups):,.0f} s of worker time, "
+            f"largest step peak {max(g['peak_rss_mb'] for g in groups):,.0f} MB).",
+        ]
     return "\n".join(lines) + "\n"
 
 
