@@ -44,7 +44,7 @@ from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
 from ..neighbors import ivf_search
-from ..objectives.facility_location import FacilityLocation
+from ..objectives.facility_location import FacilityLocation, facility_term
 from ..selectors import SELECTORS
 from .allocate import (
     allocate_counts,
@@ -218,9 +218,9 @@ def exchange_group(
         c = len(rows)
         fit = group_spec(settings, c, n, *totals)
         objective = fit.objective.make()
-        floored = [t for t in objective.diversity if isinstance(t, FacilityLocation)]
-        if len(floored) == 1:  # the graph the group's learner used, when its step saved it
-            floored[0].graph = _saved_graph(graph_path(work_dir, spec.gid))
+        saved = facility_term(objective)
+        if saved is not None:  # the graph the group's learner used, when its step saved it
+            saved.graph = _saved_graph(graph_path(work_dir, spec.gid))
         objective = objective.bind(  # bound as the group's selector bound it
             corpus,
             c,
@@ -245,7 +245,7 @@ def exchange_group(
             "gid": spec.gid,
             "floors": int((floor > 0).sum()),
             "mean_floor": float(floor.double().mean()),
-            "graph": "saved" if all(t.graph_method_ == "given" for t in floored) else "built",
+            "graph": "saved" if saved is not None and saved.graph_method_ == "given" else "built",
             "seconds": {
                 "read": read_s,
                 "floors": floors_s,

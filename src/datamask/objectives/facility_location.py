@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -19,6 +20,7 @@ __all__ = [
     "LEARNER_MAX_NEIGHBORS",
     "MAX_NEIGHBORS",
     "MIN_NEIGHBORS",
+    "facility_term",
     "neighbors_for_ratio",
 ]
 
@@ -465,3 +467,10 @@ class FacilityLocation(Term):
         dense = self._dense()
         row = dense[j] if dense is not None else (self.features_ @ self.features_[j])
         return CoverState(torch.maximum(state.cover, row.clamp_min(0.0)), False)
+
+
+def facility_term(objective: Any) -> FacilityLocation | None:
+    """The objective's one facility-location diversity term, or None (none, or several):
+    the term whose graph a sharded run saves and re-uses."""
+    terms = [t for t in objective.diversity if isinstance(t, FacilityLocation)]
+    return terms[0] if len(terms) == 1 else None

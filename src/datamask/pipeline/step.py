@@ -20,7 +20,7 @@ from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..greedy.lazy import gain_order
 from ..neighbors import sampled_recall
-from ..objectives.facility_location import FacilityLocation
+from ..objectives.facility_location import facility_term
 from ..selectors import SELECTORS
 
 __all__ = ["MODULAR", "facility_graph", "fit_group", "graph_summary", "modular_scores"]
@@ -58,9 +58,10 @@ def graph_summary(objective: Any) -> dict[str, Any] | None:
 
 def facility_graph(objective: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The (indices, similarities) graph a bound objective's one facility-location term
-    built, or None (no such term, several, or no graph built)."""
-    terms = [t for _, t in objective.terms if isinstance(t, FacilityLocation)]
-    return terms[0].graph_ if len(terms) == 1 and terms[0].graph_ is not None else None
+    built (:func:`~datamask.objectives.facility_location.facility_term`), or None (no such
+    term, several, or no graph built)."""
+    term = facility_term(objective)
+    return None if term is None else term.graph_
 
 
 def fit_group(
