@@ -161,6 +161,20 @@ def test_fit_twice_with_the_same_seed_is_idempotent(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_fit_without_evaluation_selects_the_same_rows_and_scores_nothing(method):
+    """``fit(evaluate=False)`` (a sharded run's group step) skips the exact n x k scoring:
+    the same rows and scores as a scored fit, and no terms or greedy history."""
+    corpus = make_clustered(200, 8, 4, seed=6)
+    scored = _build(method, select_ratio=0.1, seed=11).fit(corpus)
+    bare = _build(method, select_ratio=0.1, seed=11).fit(corpus, evaluate=False)
+    np.testing.assert_array_equal(bare.selected_, scored.selected_)
+    np.testing.assert_array_equal(bare.scores_, scored.scores_)
+    assert bare.terms_ == {} and scored.terms_["J"] > 0
+    if scored._trace is not None:  # a greedy's history is offset by the final J
+        assert bare.history_ == [] and scored.history_
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_refit_on_another_width_keeps_nothing_of_the_first_fit(method):
     """A selector fitted on 16-wide embeddings, then fit on 8-wide ones (another corpus
     size too), selects exactly what a fresh selector does there: no width, k or graph is

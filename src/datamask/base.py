@@ -156,8 +156,13 @@ class Selector:
         """Rules no single parameter's table can state (e.g. ``min_lr <= max_lr``)."""
 
     # --- fit -------------------------------------------------------------------------------
-    def fit(self, corpus: Corpus) -> Selector:
-        """Select exactly k rows of ``corpus``. Returns self."""
+    def fit(self, corpus: Corpus, *, evaluate: bool = True) -> Selector:
+        """Select exactly k rows of ``corpus``. Returns self.
+
+        ``evaluate=False`` skips scoring the selection with the exact objective (an
+        ``n x k`` pass): ``terms_`` is then empty and a greedy's ``history_`` too. A
+        sharded run's group step does so; its J is the corpus', not the group's.
+        """
         start = self._start = time.perf_counter()
         self._setup(corpus)
         self.history_: list[dict[str, Any]] = []
@@ -177,8 +182,8 @@ class Selector:
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
         self.graph_seconds_ = self.objective_.graph_info()["graph_seconds"]
         self.optimise_seconds_ = self.fit_seconds_ - self.graph_seconds_
-        self.terms_ = self.objective_.term_values(self.selected_)
-        if self._trace is not None:
+        self.terms_ = self.objective_.term_values(self.selected_) if evaluate else {}
+        if self._trace is not None and evaluate:
             self.history_ = self._trace.history(self.terms_["J"])
         return self
 

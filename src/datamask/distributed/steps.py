@@ -221,7 +221,8 @@ def select_group(
     dict
         Stats of the group: ``gid``, ``label``, ``n``, ``k``, ``seconds`` (read, fit,
         write, total), ``docs_per_second``, ``peak_rss_mb``, ``gpu_peak_mb``, ``device``,
-        ``host``, ``pid``, ``terms`` and ``reused``.
+        ``host``, ``pid``, ``terms`` (empty: the group is not scored on its own) and
+        ``reused``.
     """
     marker = completion_path(work_dir, spec.gid)
     if marker.exists():
@@ -235,8 +236,15 @@ def select_group(
     # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
     #    Proposing for an allocated budget: at the corpus' exchange rate, with the gain curve.
     fit_settings = settings if totals is None else group_spec(settings, spec.k, n, *totals)
+    #    Not scored exactly: a group's own J is not the corpus' (an n x k pass saved).
     sel = fit_group(
-        corpus, spec.k, fit_settings, seed=spec.seed, stored_ids=ids, gain_curve=totals is not None
+        corpus,
+        spec.k,
+        fit_settings,
+        seed=spec.seed,
+        stored_ids=ids,
+        gain_curve=totals is not None,
+        evaluate=False,
     )
     fit_s = time.perf_counter() - started - read_s
 

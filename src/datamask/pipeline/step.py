@@ -74,6 +74,7 @@ def fit_group(
     progress: bool = False,
     describe_graph: bool = False,
     gain_curve: bool = False,
+    evaluate: bool = True,
 ) -> Selection:
     """Select exactly ``k`` rows of ``corpus`` (None: ``round(select_ratio * n)``).
 
@@ -100,6 +101,9 @@ def fit_group(
         is ``(rows in pick order, marginal gains)``, what a sharded run allocates its
         budget with, and ``meta["neighbor_graph"]`` the graph of :func:`facility_graph`
         (None without one), which the exchange round re-uses.
+    evaluate : bool, default=True
+        Score the selection with the exact objective (``meta["terms"]``, an ``n x k``
+        pass); False leaves ``meta["terms"]`` empty (a sharded run's group step).
 
     Returns
     -------
@@ -145,7 +149,7 @@ def fit_group(
     dev = resolve_device(selector.device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    selector.fit(corpus)
+    selector.fit(corpus, evaluate=evaluate)
     if dev.type == "cuda":
         meta["gpu_peak_mb"] = torch.cuda.max_memory_allocated(dev) / 2**20
     result = selector.selection()
