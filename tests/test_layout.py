@@ -238,9 +238,7 @@ def test_the_layout_test_sees_a_wrong_import(tmp_path, monkeypatch):
 def test_no_import_cycle_between_modules_even_inside_functions():
     """The module import graph, imports inside functions included, is acyclic: a cycle
     is not hidden behind a lazy import (e.g. distributed: runner, steps, cap, executors)."""
-    graph = {
-        _module_name(p): {t for t, _ in _imports(p, top_level_only=False)} for p in _modules()
-    }
+    graph = {_module_name(p): {t for t, _ in _imports(p, top_level_only=False)} for p in _modules()}
     packages = {m for m in graph if (ROOT.parent / Path(*m.split("."))).is_dir()}
     state: dict[str, int] = {}
     stack: list[str] = []

@@ -164,8 +164,7 @@ def import_term_modules(modules: Sequence[str] | Iterable[str]) -> list[str]:
             ) from exc
         except SyntaxError as exc:  # the user's file does not parse
             raise ImportError(
-                f"term module {mod!r} has a syntax error at {exc.filename}:{exc.lineno}: "
-                f"{exc.msg}."
+                f"term module {mod!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}."
             ) from exc
         except Exception as exc:  # noqa: BLE001 - any error of the user's module code
             where = ""
