@@ -63,6 +63,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibrate", type=Path, required=True)
     ap.add_argument("--check", type=Path, nargs="*", default=[])
+    ap.add_argument(
+        "--check-10m",
+        type=Path,
+        help="results/run-10m.json (run_10m_report.py --gather): phases from its bars",
+    )
     ap.add_argument("--at", type=float, default=1e10, help="documents of the plan")
     ap.add_argument("--group-size", type=float, default=100_000)
     ap.add_argument("--nodes", type=int, default=100)
@@ -87,6 +92,23 @@ def main() -> None:
             err = p[phase] / measured[phase] - 1 if measured[phase] else float("nan")
             print(
                 f"{path.name} {phase}: predicted {p[phase]:.1f} s, measured "
+                f"{measured[phase]:.1f} s ({100 * err:+.0f}%)"
+            )
+    if args.check_10m is not None:
+        from run_10m_report import phase_seconds  # this folder's script
+
+        d = json.loads(args.check_10m.read_text())
+        run = d["run"]
+        n, g = run["n_docs"], run["n_groups"]
+        largest = max(x["n"] for x in d["groups"])
+        p = predict(c, n, g, run["workers"], largest)
+        measured = phase_seconds(d["segments"])
+        measured["total"] = sum(measured[k] for k in ("plan", "select", "global", "merge"))
+        p["total"] -= c["fixed"]  # the bars hold no start-up
+        for phase in ("plan", "select", "global", "merge", "total"):
+            err = p[phase] / measured[phase] - 1 if measured[phase] else float("nan")
+            print(
+                f"{args.check_10m.name} {phase}: predicted {p[phase]:.1f} s, measured "
                 f"{measured[phase]:.1f} s ({100 * err:+.0f}%)"
             )
     workers = args.nodes * args.cpus

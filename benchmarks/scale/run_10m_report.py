@@ -153,6 +153,8 @@ def markdown(d: dict) -> str:
         )
     total = sum(s.get("wall_s", 0) for s in segs)
     lines += ["", f"Wall time over all segments, killed ones included: **{total:,.0f} s**."]
+    if d["run"] is not None:
+        lines += finished(d, total)
     if d["run"] is None:
         groups = d["groups"]
         lines += [
@@ -162,6 +164,80 @@ def markdown(d: dict) -> str:
             f"largest step peak {max(g['peak_rss_mb'] for g in groups):,.0f} MB).",
         ]
     return "\n".join(lines) + "\n"
+
+
+#: Which progress bars make up each phase of the cost model (benchmarks/scale/plan.py).
+PHASES = {
+    "plan": ("check inputs", "k-means sample", "assign clusters"),
+    "select": ("propose candidates", "propose more"),
+    "global": ("exchange", "write"),
+    "merge": ("keep lists",),
+    "apply": ("apply",),
+}
+
+
+def phase_seconds(segments: list[dict]) -> dict[str, float]:
+    """Seconds per phase, summed over the segments' progress bars (work a kill lost
+    included). A resumed run checks its inputs again: only the first check is the plan's,
+    the others are ``resume_checks``."""
+    out = {name: 0.0 for name in (*PHASES, "resume_checks")}
+    checked = False
+    for seg in segments:
+        for bar, v in seg["bars"].items():
+            if bar == "check inputs":
+                out["plan" if not checked else "resume_checks"] += v["s"]
+                checked = True
+                continue
+            phase = next((p for p, bars in PHASES.items() if bar.startswith(bars)), None)
+            if phase is not None:
+                out[phase] += v["s"]
+    return out
+
+
+def finished(d: dict, wall: float) -> list[str]:
+    """The finished run: phases, throughput, memory per process, disk."""
+    segs, run = d["segments"], d["run"]
+    n = run["n_docs"]
+    ph = phase_seconds(segs)
+    select_wall = sum(ph[p] for p in ("plan", "select", "global", "merge"))
+    groups, exch = d["groups"], d["exchange"]
+    timed = [s for s in segs if s["time"]]
+    lines = [
+        "",
+        f"{n:,} documents, {run['n_groups']} groups, k = {run['k']:,}, `--workers 2`.",
+        "",
+        "| phase | seconds (progress bars, summed over segments) |",
+        "|---|---:|",
+    ]
+    lines += [f"| {p} | {v:,.0f} |" for p, v in ph.items()]
+    lines += [
+        "",
+        f"- `select`, end to end: **{select_wall:,.0f} s** of phases = **{n / select_wall:,.0f} "
+        f"documents/s**; with `apply` {select_wall + ph['apply']:,.0f} s "
+        f"({n / (select_wall + ph['apply']):,.0f} documents/s). Every segment's wall time, "
+        f"kills and resumes included: {wall:,.0f} s ({n / wall:,.0f} documents/s).",
+        f"- Worker time: {sum(g['seconds']['total'] for g in groups):,.0f} s in the "
+        f"{len(groups)} select steps that finished, "
+        f"{sum(e['seconds']['total'] for e in exch):,.0f} s in {len(exch)} exchange steps.",
+        f"- Peak RSS per process: largest select step "
+        f"{max(g['peak_rss_mb'] for g in groups):,.0f} MB (median "
+        f"{sorted(g['peak_rss_mb'] for g in groups)[len(groups) // 2]:,.0f} MB), largest "
+        f"exchange step {max(e['peak_rss_mb'] for e in exch):,.0f} MB, the driver "
+        f"{run.get('driver_peak_rss_mb') or 0:,.0f} MB (last segment); GNU time's largest "
+        "process per segment that ended by itself: "
+        + ", ".join(f"{s['name']} {s['time']['max_rss_kb'] / 1024:,.0f} MB" for s in timed)
+        + ".",
+        "- CPU (user + sys, segments that ended by themselves): "
+        + ", ".join(
+            f"{s['name']} {s['time']['user_s']:,.0f} + {s['time']['sys_s']:,.0f} s" for s in timed
+        )
+        + ".",
+        "",
+        "| disk | GB |",
+        "|---|---:|",
+    ]
+    lines += [f"| {k} | {v / 1e9:.1f} |" for k, v in d["disk_bytes"].items() if v is not None]
+    return lines
 
 
 def main() -> None:

@@ -219,20 +219,25 @@ def ivf_search(
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
     for c in range(n_lists):
-        rows = q_order[q_bounds[c] : q_bounds[c + 1]]
-        if len(rows) == 0:
+        in_list = q_order[q_bounds[c] : q_bounds[c + 1]]
+        if len(in_list) == 0:
             continue
         members = owners[bounds[c] : bounds[c + 1]]
-        sims = queries[rows] @ base[members].T
         kk = min(k, len(members))
-        s, i = sims.topk(kk, dim=1)
-        if kk < k:  # tiny list: pad with the query's row at similarity -1 (never first)
-            pad = k - kk
-            s = torch.cat([s, s.new_full((len(rows), pad), -1.0)], 1)
-            i = torch.cat([members[i], rows[:, None].expand(-1, pad)], 1)
-            out_idx[rows], out_sim[rows] = i, s
-            continue
-        out_idx[rows], out_sim[rows] = members[i], s
+        listed = base[members]
+        # Queries in blocks: a list can be home to most queries (all of them near one part
+        # of ``base``), and its (queries, members) block must stay bounded all the same.
+        step = _block_rows(len(members), budget=1 << 24)
+        for lo in range(0, len(in_list), step):
+            rows = in_list[lo : lo + step]
+            s, i = (queries[rows] @ listed.T).topk(kk, dim=1)
+            if kk < k:  # tiny list: pad with the query's row at similarity -1 (never first)
+                pad = k - kk
+                s = torch.cat([s, s.new_full((len(rows), pad), -1.0)], 1)
+                i = torch.cat([members[i], rows[:, None].expand(-1, pad)], 1)
+                out_idx[rows], out_sim[rows] = i, s
+                continue
+            out_idx[rows], out_sim[rows] = members[i], s
     return out_idx, out_sim
 
 
