@@ -10,8 +10,10 @@ and the peak of Python allocations during it (``tracemalloc``) besides the knots
 the exchange round's other driver work, :func:`~datamask.distributed.exchange.
 exchange_neighbors` over the groups' centroids (``--dim``, drawn around ``sqrt(G)``
 topics): its seconds and the peak RSS it added (``measure_peak_rss``: torch's memory
-too). A run with the exchange round allocates twice, so its driver's time per group is
-``2 * ms_per_group + neighbors_ms_per_group``.
+too); and every group's completion marker (stats, knots, centroid) parsed and held as
+the driver holds them (``markers_held_mb``, the RSS it added). A run with the exchange
+round allocates twice, so its driver's time per group is ``2 * ms_per_group +
+neighbors_ms_per_group``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,40 @@ import tracemalloc
 import numpy as np
 
 from datamask._memory import measure_peak_rss
-from datamask.distributed.allocate import allocate_counts, gain_knots
+from datamask.distributed.allocate import allocate_counts, compact_marker, gain_knots
 from datamask.distributed.exchange import exchange_neighbors
+
+
+def hold_markers(n_groups: int, knots: list, centroids: np.ndarray) -> dict:
+    """Every group's completion marker, as ``select_group`` writes it (JSON: its stats,
+    32 knots, its d-dim centroid), parsed and held the way the driver holds them
+    (:func:`~datamask.distributed.allocate.compact_marker`)."""
+    base = {
+        "label": "cluster 0",
+        "n": 100_000,
+        "k": 20_000,
+        "seed": 1,
+        "seconds": {"read": 1.0, "fit": 90.0, "write": 1.0, "total": 92.0},
+        "docs_per_second": 1086.9,
+        "peak_rss_mb": 1800.5,
+        "gpu_peak_mb": None,
+        "device": "cpu",
+        "host": "node-0",
+        "pid": 1234,
+        "terms": {},
+    }
+    held = {}
+    for g in range(n_groups):
+        text = json.dumps(
+            {
+                **base,
+                "gid": g,
+                "gain_knots": [a.tolist() for a in knots[g]],
+                "centroid": centroids[g].astype(np.float64).tolist(),
+            }
+        )
+        held[g] = compact_marker(json.loads(text))
+    return held
 
 
 def measure(n_groups: int, candidates: int, dim: int = 384, seed: int = 0) -> dict:
@@ -54,6 +88,8 @@ def measure(n_groups: int, candidates: int, dim: int = 384, seed: int = 0) -> di
     topics = rng.standard_normal((max(1, int(n_groups**0.5)), dim)).astype(np.float32)
     centroids = topics[rng.integers(0, len(topics), n_groups)]
     centroids += 0.3 * rng.standard_normal(centroids.shape).astype(np.float32)
+    held, marker_mem = measure_peak_rss(lambda: hold_markers(n_groups, knots, centroids))
+    del held
     started = time.perf_counter()
     near, mem = measure_peak_rss(lambda: exchange_neighbors(centroids, 8))
     neighbors_s = time.perf_counter() - started
@@ -67,6 +103,7 @@ def measure(n_groups: int, candidates: int, dim: int = 384, seed: int = 0) -> di
         "gains_read_share": read_count[0] / (n_groups * candidates),
         "peak_alloc_mb": peak / 2**20,
         "knots_mb": sum(p.nbytes + v.nbytes for p, v in knots) / 2**20,
+        "markers_held_mb": marker_mem["peak_mb"],
         "neighbors_s": neighbors_s,
         "neighbors_ms_per_group": 1e3 * neighbors_s / n_groups,
         "neighbors_peak_mb": mem["peak_mb"],

@@ -48,6 +48,7 @@ __all__ = [
     "allocate",
     "allocate_counts",
     "allocates_by_gains",
+    "compact_marker",
     "finish_allocation",
     "gain_knots",
     "gains_in_j_units",
@@ -310,6 +311,18 @@ def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray
 
 
 # --- the allocation phase of a sharded run ---------------------------------------------------
+def compact_marker(stats: dict[str, Any]) -> dict[str, Any]:
+    """A proposing group's marker as the driver holds it, in place: its knots and centroid
+    as arrays (float32 centroid), not JSON's Python floats. At 10^5 groups of 384-d the
+    lists alone would take over 1 GB; the arrays take 170 MB."""
+    if "gain_knots" in stats:
+        pos, val = stats["gain_knots"]
+        stats["gain_knots"] = (np.asarray(pos, dtype=np.int64), np.asarray(val, dtype=np.float64))
+    if stats.get("centroid") is not None:
+        stats["centroid"] = np.asarray(stats["centroid"], dtype=np.float32)
+    return stats
+
+
 def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """The knots a proposing group left in its completion marker (and drops them there)."""
     pos, val = stats.pop("gain_knots")

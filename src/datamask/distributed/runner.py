@@ -71,6 +71,7 @@ from ..pipeline.writer import run_record
 from .allocate import (
     allocate_counts,
     allocates_by_gains,
+    compact_marker,
     finish_allocation,
     global_marker,
     knots_of,
@@ -176,7 +177,7 @@ def _select_groups(
         marker = completion_path(work, g.gid)
         done = read_marker(marker) if result_path(g.gid).exists() else None
         if done is not None and done.get("k") == g.k:
-            stats[g.gid] = {**done, "reused": True}
+            stats[g.gid] = compact_marker({**done, "reused": True})
         else:
             marker.unlink(missing_ok=True)  # a marker without its result: redo the group
             pending.append(g)
@@ -193,7 +194,7 @@ def _select_groups(
     try:
         jobs = [(g, settings, str(work), str(out), quality_range, propose, totals) for g in pending]
         for result in runner.map(select_group, jobs, use_gpu=True):
-            stats[result["gid"]] = result
+            stats[result["gid"]] = compact_marker(result)
             done_docs += result["n"]
             elapsed = time.perf_counter() - started
             bar.set_postfix(docs_per_s=f"{done_docs / max(elapsed, 1e-9):,.0f}")
