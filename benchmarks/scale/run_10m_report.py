@@ -23,7 +23,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "run-10m.json"
 MARKDOWN = HERE / "RUN-10M.md"
 TMP = Path("/tmp/dm")
-BAR = re.compile(r"([A-Za-z][A-Za-z0-9 ()-]+?):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([0-9:]+)<")
+BAR = re.compile(
+    r"([A-Za-z][A-Za-z0-9 ()-]+?):\s+\d+%\|[^|]*\|\s*([\d.]+[kMG]?)/([\d.]+[kMG]?) \[([0-9:]+)<"
+)
 TIME_KEYS = {
     "User time (seconds)": "user_s",
     "System time (seconds)": "sys_s",
@@ -42,7 +44,7 @@ def _segment_err(path: Path) -> dict:
     text = path.read_text(errors="replace").replace("\r", "\n") if path.exists() else ""
     bars: dict[str, dict] = {}
     for desc, done, total, clock in BAR.findall(text):
-        bars[desc.strip()] = {"done": int(done), "total": int(total), "s": _seconds(clock)}
+        bars[desc.strip()] = {"done": done, "total": total, "s": _seconds(clock)}
     timing = {}
     for line in text.splitlines():
         key, _, value = line.strip().partition(": ")
@@ -123,7 +125,17 @@ def gather(out: Path, apply_out: Path) -> dict:
         apply_output=_du(apply_out),
         input=_du(TMP / "10m" / "shards"),
     )
+    sizes = [  # du -sb after every segment: the work dir's largest size
+        int(line.split()[0])
+        for line in (TMP / "t10m.log").read_text().splitlines()
+        if line.split() and line.split()[0].isdigit() and line.rstrip().endswith(str(out))
+    ]
+    replay = TMP / "heap10m.jsonl"  # heap_probe.py on single groups, at a later code
     return {
+        "replay": [json.loads(x) for x in replay.read_text().splitlines()]
+        if replay.exists()
+        else [],
+        "work_dir_peak_bytes": max(sizes, default=None),
         "segments": segments,
         "groups": groups,
         "exchange": exchange,
@@ -194,6 +206,18 @@ def phase_seconds(segments: list[dict]) -> dict[str, float]:
     return out
 
 
+REPLAY_CODE = "fab38ab + heap_probe's evaluate=False"
+NOTES = """\
+Notes. The run's code is e29be48, frozen for the whole run (`git worktree`). Two memory
+faults it still had were found by this run and fixed after it: the worker's heap
+ratcheted up step after step (glibc's mmap threshold; fixed in f6e0df1), and the exchange
+round's floors built one unbounded (queries, members) block per ivf list (10.2 GB in an
+exchange step; fixed in e459d76). The peaks above are each worker process' lifetime
+peak (`getrusage`), so they carry both. For part of the select phase the machine also ran
+other measurements of the session before (J runs, heap probes, the test suite), so its
+per-document time is not a clean figure (see PLAN.md)."""
+
+
 def finished(d: dict, wall: float) -> list[str]:
     """The finished run: phases, throughput, memory per process, disk."""
     segs, run = d["segments"], d["run"]
@@ -237,6 +261,32 @@ def finished(d: dict, wall: float) -> list[str]:
         "|---|---:|",
     ]
     lines += [f"| {k} | {v / 1e9:.1f} |" for k, v in d["disk_bytes"].items() if v is not None]
+    by_gid = {g["gid"]: g for g in groups}
+    if d.get("replay"):
+        lines += [
+            "",
+            "Single select steps of this run replayed alone, each in a fresh process, at a",
+            f"later code ({REPLAY_CODE}: bounded heap, no exact scoring of the group), 1 thread",
+            "as a worker of 2 on 2 cores (`benchmarks/scale/heap_probe.py --run ... --gids G`):",
+            "",
+            "| group | rows | candidates | in the run: s / worker peak MB | replay: s / peak MB |",
+            "|---:|---:|---:|---|---|",
+        ]
+        for r in d["replay"]:
+            (st,) = r["steps"]
+            g = by_gid[st["gid"]]
+            lines.append(
+                f"| {st['gid']} | {st['n']:,} | {st['k']:,} | {g['seconds']['total']:,.0f} / "
+                f"{g['peak_rss_mb']:,.0f} | {st['seconds']:,.0f} / {r['peak_mb']:,.0f} |"
+            )
+    lines += ["", NOTES]
+    if d.get("work_dir_peak_bytes"):
+        lines += [
+            "",
+            f"The output folder (work dir included) peaked at "
+            f"{d['work_dir_peak_bytes'] / 1e9:.1f} GB (`du` after each segment); the table is "
+            "its size at the end.",
+        ]
     return lines
 
 
