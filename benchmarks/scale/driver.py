@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 import tracemalloc
 
@@ -109,6 +110,9 @@ def measure(n_groups: int, candidates: int, dim: int = 384, seed: int = 0) -> di
         "neighbors_peak_mb": mem["peak_mb"],
         "neighbors_listed": sum(map(len, near)),
         "dim": dim,
+        # this whole process so far (it measured smaller G first): the knots, centroids
+        # and markers above besides Python and torch, as a driver holds them
+        "process_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 

@@ -214,8 +214,9 @@ ratcheted up step after step (glibc's mmap threshold; fixed in f6e0df1), and the
 round's floors built one unbounded (queries, members) block per ivf list (10.2 GB in an
 exchange step; fixed in e459d76). The peaks above are each worker process' lifetime
 peak (`getrusage`), so they carry both. For part of the select phase the machine also ran
-other measurements of the session before (J runs, heap probes, the test suite), so its
-per-document time is not a clean figure (see PLAN.md)."""
+other measurements of the session before (J runs, heap probes, the test suite); the
+replay above took about as long as the step did in the run, so that is not why the 10M
+steps cost more per document than the 1M ones (PLAN.md)."""
 
 
 def finished(d: dict, wall: float) -> list[str]:
