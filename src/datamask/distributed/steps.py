@@ -189,6 +189,7 @@ def _where_it_ran(sel: Selection) -> dict[str, Any]:
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "terms": sel.meta["terms"],
+        "term_labels": sel.meta.get("term_labels", []),
     }
 
 
@@ -221,8 +222,8 @@ def select_group(
     dict
         Stats of the group: ``gid``, ``label``, ``n``, ``k``, ``seconds`` (read, fit,
         write, total), ``docs_per_second``, ``peak_rss_mb``, ``gpu_peak_mb``, ``device``,
-        ``host``, ``pid``, ``terms`` (empty: the group is not scored on its own) and
-        ``reused``.
+        ``host``, ``pid``, ``terms`` (empty: the group is not scored on its own),
+        ``term_labels`` (the terms it optimised) and ``reused``.
     """
     marker = completion_path(work_dir, spec.gid)
     if marker.exists():

@@ -108,7 +108,8 @@ def fit_group(
     Returns
     -------
     Selection
-        ``meta`` holds ``method``, ``terms``, ``device``, ``gpu_peak_mb``, ``seconds``
+        ``meta`` holds ``method``, ``terms`` (exact values; empty without ``evaluate``),
+        ``term_labels`` (the objective's terms), ``device``, ``gpu_peak_mb``, ``seconds``
         (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
         counts and times) and ``graph``.
     """
@@ -118,6 +119,7 @@ def fit_group(
     meta: dict[str, Any] = {
         "method": method,
         "terms": {},
+        "term_labels": [],
         "device": "none",
         "gpu_peak_mb": None,
         "history": [],
@@ -155,6 +157,7 @@ def fit_group(
     result = selector.selection()
     meta.update(
         terms={key: float(v) for key, v in selector.terms_.items()},
+        term_labels=list(selector.objective_.labels),  # what it optimised, scored or not
         device=str(selector.device_),
         seconds={
             "fit": selector.fit_seconds_,
