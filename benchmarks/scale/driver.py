@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 import tracemalloc
 
 import numpy as np
 
-from datamask._memory import measure_peak_rss
+from datamask._memory import measure_peak_rss, peak_rss_mb
 from datamask.distributed.allocate import allocate_counts, compact_marker, gain_knots
 from datamask.distributed.exchange import exchange_neighbors
 
@@ -48,6 +47,7 @@ def hold_markers(n_groups: int, knots: list, centroids: np.ndarray) -> dict:
         "host": "node-0",
         "pid": 1234,
         "terms": {},
+        "term_labels": ["quality", "facility"],
     }
     held = {}
     for g in range(n_groups):
@@ -112,7 +112,7 @@ def measure(n_groups: int, candidates: int, dim: int = 384, seed: int = 0) -> di
         "dim": dim,
         # this whole process so far (it measured smaller G first): the knots, centroids
         # and markers above besides Python and torch, as a driver holds them
-        "process_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "process_peak_mb": peak_rss_mb(),
     }
 
 

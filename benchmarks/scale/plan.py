@@ -59,6 +59,16 @@ def predict(
     }
 
 
+def print_check(name: str, predicted: dict[str, float], measured: dict[str, float]) -> None:
+    """One line per phase: predicted and measured seconds, and the model's error."""
+    for phase in ("plan", "select", "global", "merge", "total"):
+        err = predicted[phase] / measured[phase] - 1 if measured[phase] else float("nan")
+        print(
+            f"{name} {phase}: predicted {predicted[phase]:.1f} s, measured "
+            f"{measured[phase]:.1f} s ({100 * err:+.0f}%)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibrate", type=Path, required=True)
@@ -88,12 +98,7 @@ def main() -> None:
             "merge": s["total"] - s["plan"] - s["select"] - s["global"],
             "total": s["wall_incl_ray_start"],
         }
-        for phase in ("plan", "select", "global", "merge", "total"):
-            err = p[phase] / measured[phase] - 1 if measured[phase] else float("nan")
-            print(
-                f"{path.name} {phase}: predicted {p[phase]:.1f} s, measured "
-                f"{measured[phase]:.1f} s ({100 * err:+.0f}%)"
-            )
+        print_check(path.name, p, measured)
     if args.check_10m is not None:
         from run_10m_report import phase_seconds  # this folder's script
 
@@ -105,12 +110,7 @@ def main() -> None:
         measured = phase_seconds(d["segments"])
         measured["total"] = sum(measured[k] for k in ("plan", "select", "global", "merge"))
         p["total"] -= c["fixed"]  # the bars hold no start-up
-        for phase in ("plan", "select", "global", "merge", "total"):
-            err = p[phase] / measured[phase] - 1 if measured[phase] else float("nan")
-            print(
-                f"{args.check_10m.name} {phase}: predicted {p[phase]:.1f} s, measured "
-                f"{measured[phase]:.1f} s ({100 * err:+.0f}%)"
-            )
+        print_check(args.check_10m.name, p, measured)
     workers = args.nodes * args.cpus
     groups = args.at / args.group_size
     p = predict(c, args.at, groups, workers, args.group_size)

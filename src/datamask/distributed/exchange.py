@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,11 @@ APPROX_NEIGHBORS_FACTOR = 8
 APPROX_NEIGHBORS_PROBES = 8
 
 
-def exchange_neighbors(centroids: np.ndarray, n_neighbors: int) -> list[list[int]]:
+def exchange_neighbors(
+    centroids: np.ndarray | Sequence[np.ndarray], n_neighbors: int
+) -> list[list[int]]:
     """For every group, up to ``n_neighbors`` groups of lower index, nearest first by the
-    cosine of their centroids (rows of ``centroids``); exact up to
+    cosine of their centroids (rows of ``centroids``, or one array per group); exact up to
     :data:`EXACT_NEIGHBORS_MAX` groups, approximate above (a group may then get fewer).
 
     >>> c = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.2]])
@@ -278,9 +281,8 @@ def exchange_round(
 ) -> np.ndarray:
     """The exchange round (:mod:`.exchange`): every group re-orders its candidates above
     the cover of its nearest lower groups' kept rows, then the budget is allocated again."""
-    near = exchange_neighbors(
-        np.asarray([centroids[g.gid] for g in groups], dtype=np.float32),
-        settings.partition.exchange_neighbors,
+    near = exchange_neighbors(  # it stacks them into its own copy: no second one here
+        [centroids[g.gid] for g in groups], settings.partition.exchange_neighbors
     )
     jobs = [
         (

@@ -189,7 +189,7 @@ def _where_it_ran(sel: Selection) -> dict[str, Any]:
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "terms": sel.meta["terms"],
-        "term_labels": sel.meta.get("term_labels", []),
+        "term_labels": sel.meta["term_labels"],
     }
 
 
@@ -346,7 +346,7 @@ def select_global(
     if settings.selector.method in MODULAR:  # an exact merge of comparable scores
         scores = table.column("score").to_numpy()
         sel = Selection(np.sort(rank_order(scores, ids_np)[:k_total]), scores, ids=ids_np)
-        sel.meta.update(terms={}, device="none", gpu_peak_mb=None)
+        sel.meta.update(terms={}, term_labels=[], device="none", gpu_peak_mb=None)
     else:
         width = table.schema.field("features").type.list_size
         flat = table.column("features").combine_chunks().values.to_numpy()
