@@ -3,8 +3,8 @@
     python benchmarks/scale/heap_probe.py --run /tmp/dm/run-1m-exchange --gids 7 13
     MALLOC_MMAP_THRESHOLD_=4194304 python benchmarks/scale/heap_probe.py ... --no-bound
 
-A worker of a sharded run runs one group after another. This replays groups (whole
-clusters of a ``--partition cluster`` run: label ``cluster C``) in that order, with the
+A worker of a sharded run runs one group after another. This replays groups (of a
+``--partition cluster`` run, read as the run read them) in that order, with the
 run's settings, seeds and quality range, as ``select_group`` runs them (``fit_group``
 with the gain curve), samples the process' RSS every 0.25 s and prints one JSON line:
 the peak, when it happened, and each step's start, end and seconds. ``--no-bound`` skips
@@ -21,37 +21,25 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow.parquet as pq
 import torch
 
 import datamask.pipeline.step as step
 from datamask._memory import rss_mb
 from datamask.config import SelectSpec
-from datamask.data import Corpus
 from datamask.distributed.allocate import group_spec
+from datamask.distributed.partition import GroupSpec, plan_by_cluster
+from datamask.distributed.steps import read_group
 
 
-def load_cluster(work: Path, cluster: int, quality_range: tuple[float, float]) -> Corpus:
-    """Cluster ``cluster``'s rows from every shard's spill (one run of rows per cluster)."""
-    feats, qual, ids = [], [], []
-    for marker in sorted(glob.glob(str(work / "clusters" / "shard-*.json"))):
-        counts = json.loads(Path(marker).read_text())["counts"]
-        lo, n = sum(counts[:cluster]), counts[cluster]
-        if n == 0:
-            continue
-        t = pq.read_table(marker.replace(".json", ".parquet")).slice(lo, n)
-        f = t.column("feature_arr").combine_chunks()
-        feats.append(f.values.to_numpy().reshape(n, -1))
-        qual.append(t.column("quality_score").to_numpy())
-        ids += t.column("chunk_id").to_pylist()
-    q = np.concatenate(qual)
-    low, high = quality_range
-    return Corpus(
-        features=np.concatenate(feats).astype(np.float32),
-        quality=((q - low) / (high - low)).reshape(-1, 1),
-        ids=np.asarray(ids),
-    )
+def cluster_groups(work: Path, chunk_size: int) -> dict[str, tuple]:
+    """Every group of a ``--partition cluster`` run by label, with its pieces: the
+    run's own plan (:func:`~datamask.distributed.partition.plan_by_cluster`) over the
+    spills its plan phase left in ``WORK/clusters``."""
+    spills = [
+        (marker.replace(".json", ".parquet"), json.loads(Path(marker).read_text())["counts"])
+        for marker in sorted(glob.glob(str(work / "clusters" / "shard-*.json")))
+    ]
+    return {label: tuple(pieces) for label, pieces in plan_by_cluster(spills, chunk_size)}
 
 
 def main() -> None:
@@ -66,7 +54,9 @@ def main() -> None:
         step.bound_heap = lambda: False
     m = json.loads((args.run / "manifest.json").read_text())
     settings = SelectSpec.from_mapping({k: v for k, v in m["settings"].items() if v is not None})
-    ((low, high),) = m["budget"]["quality_range"].values()
+    ranges = list(m["budget"]["quality_range"].values())
+    quality_range = ([lo for lo, _ in ranges], [hi for _, hi in ranges])
+    pieces = cluster_groups(args.run / "_work", settings.partition.chunk_size)
     k_total, n_total = m["totals"]["k"], m["totals"]["n_docs"]
     by_gid = {g["gid"]: g for g in m["groups"]}
     samples: list[tuple[float, float]] = []
@@ -80,13 +70,22 @@ def main() -> None:
     steps = []
     for gid in args.gids:
         g = by_gid[gid]
-        if not g["label"].startswith("cluster ") or "part" in g["label"]:
-            sys.exit(f"group {gid} is {g['label']!r}: only whole clusters are replayed.")
-        corpus = load_cluster(args.run / "_work", int(g["label"].split()[1]), (low, high))
+        if g["label"] not in pieces:
+            sys.exit(f"group {gid} is {g['label']!r}: only the groups of a cluster partition.")
+        group = GroupSpec(gid, g["label"], pieces[g["label"]], g["k"], g["seed"])
+        corpus, ids = read_group(group, settings, quality_range)  # as select_group reads it
         spec = group_spec(settings.check(), g["k"], corpus.n_docs, k_total, n_total)
         start = time.perf_counter() - t0
         # as select_group runs it: the gain curve, no exact scoring of the group
-        step.fit_group(corpus, g["k"], spec, seed=g["seed"], gain_curve=True, evaluate=False)
+        step.fit_group(
+            corpus,
+            g["k"],
+            spec,
+            seed=g["seed"],
+            stored_ids=ids,
+            gain_curve=True,
+            evaluate=False,
+        )
         steps.append(
             {
                 "gid": gid,
