@@ -206,7 +206,7 @@ def phase_seconds(segments: list[dict]) -> dict[str, float]:
     return out
 
 
-REPLAY_CODE = "fab38ab + heap_probe's evaluate=False"
+REPLAY_CODE = "7f71f14 + heap_probe reading the group with steps.read_group"
 NOTES = """\
 Notes. The run's code is e29be48, frozen for the whole run (`git worktree`). Two memory
 faults it still had were found by this run and fixed after it: the worker's heap
@@ -215,8 +215,10 @@ round's floors built one unbounded (queries, members) block per ivf list (10.2 G
 exchange step; fixed in e459d76). The peaks above are each worker process' lifetime
 peak (`getrusage`), so they carry both. For part of the select phase the machine also ran
 other measurements of the session before (J runs, heap probes, the test suite); the
-replay above took about as long as the step did in the run, so that is not why the 10M
-steps cost more per document than the 1M ones (PLAN.md)."""
+replays above skip the exact scoring of the group that the run's steps still did (an
+n x k pass; 18 s for 70,000 x 14,000 in a profile of this session), and group 138 took
+about as long as in the run, so contention is not the main reason the 10M steps cost
+more per document (PLAN.md)."""
 
 
 def finished(d: dict, wall: float) -> list[str]:
