@@ -220,3 +220,32 @@ def test_ivf_search_probing_every_list_is_brute_force_and_fewer_probes_only_miss
     assert bool((sim[:, 0] <= exact.values[:, 0] + 1e-6).all())
     _, none = ivf_search(q, base[:0], 1, n_probe=1, n_lists=4)
     assert bool((none == -1).all())
+
+
+# --- bf16 search with an fp32 re-rank (the CUDA default, run here on CPU) ----------------------
+@pytest.mark.parametrize("budget", [None, 1 << 16])  # one block / many small blocks
+def test_bf16_search_reranked_in_fp32_matches_the_fp32_graph(budget):
+    from datamask.neighbors import exact_graph
+
+    x = torch.as_tensor(make_clustered(2000, 384, 20, seed=4).features)
+    k = 64
+    idx32, sim32 = exact_graph(x, k, precision="fp32")
+    idx16, sim16 = exact_graph(x, k, precision="bf16", budget=budget)
+    hits = [len(set(a) & set(b)) for a, b in zip(idx16.tolist(), idx32.tolist(), strict=True)]
+    assert sum(hits) / (2000 * k) >= 0.99  # recall@K against fp32 exact
+    assert sampled_recall(x, idx16, n_rows=300) >= 0.99
+    # the similarities returned are the fp32 ones of the rows returned, most similar first
+    fp32 = (x[:, None, :] * x[idx16]).sum(-1)
+    assert torch.allclose(sim16, fp32, atol=1e-6)
+    assert bool((sim16[:, :-1] >= sim16[:, 1:]).all())
+    assert sim16.dtype == torch.float32 and bool((idx16[:, 0] == torch.arange(2000)).all())
+
+
+def test_precision_resolves_by_device_and_is_checked():
+    from datamask.neighbors import resolve_precision
+
+    assert resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert resolve_precision("auto", torch.device("cuda")) == "bf16"  # no CUDA call
+    assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
+    with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'fp32', 'bf16'\]"):
+        knn_graph(torch.eye(4), 2, method="exact", precision="fp16")
