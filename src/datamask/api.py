@@ -241,6 +241,7 @@ def _select_file(
         "graph": meta["graph"],
         "device": meta["device"],
         "resolved": meta["resolved"],
+        "stats": meta["stats"],  # the selector's own counts and times (the swap rounding's)
         "history": meta["history"],
     }
     summary["settings"]["threads"] = threads  # the count used, not None
