@@ -82,3 +82,14 @@ def test_parts_cover_every_figure_once_and_results_default_to_out(kit, monkeypat
     assert kit.report_path(tmp_path) == tmp_path / "RESULTS.md"
     monkeypatch.delenv("OUT")
     assert kit.report_path(kit.results_dir(None, smoke=False)) == SCRIPT.parent / "RESULTS.md"
+
+
+def test_sizes_change_one_field_at_a_time_and_bad_keys_exit_2(kit, tmp_path, capsys):
+    args = Namespace(smoke=False, size=["group_n=200000", "embed_batches=32,256"])
+    sizes = kit.sizes_of(args)
+    assert sizes.group_n == 200_000 and sizes.embed_batches == (32, 256)
+    assert sizes.sharded_n == kit.Sizes().sharded_n  # the rest as they were
+    with pytest.raises(SystemExit) as exc:
+        kit.main(["--report", "--results", str(tmp_path), "--size", "group=1"])
+    assert exc.value.code == 2
+    assert "--size takes KEY=VALUE with KEY one of group_n" in capsys.readouterr().err

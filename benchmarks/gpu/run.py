@@ -47,7 +47,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
@@ -125,6 +125,21 @@ SMOKE = Sizes(
     embed_docs=8,
     embed_batches=(8,),
 )
+
+
+def sizes_of(args) -> Sizes:
+    """The sizes of this run: full or ``--smoke``, then each ``--size KEY=VALUE``."""
+    sizes = SMOKE if args.smoke else Sizes()
+    changes: dict[str, Any] = {}
+    for item in getattr(args, "size", None) or []:
+        key, _, value = item.partition("=")
+        field = {f.name: f for f in fields(Sizes)}.get(key)
+        if field is None or not value:
+            known = ", ".join(f.name for f in fields(Sizes))
+            raise ValueError(f"--size takes KEY=VALUE with KEY one of {known}; got {item!r}.")
+        kind = type(getattr(sizes, key))
+        changes[key] = tuple(int(v) for v in value.split(",")) if kind is tuple else kind(value)
+    return replace(sizes, **changes)
 
 
 # --- where results go -------------------------------------------------------------------------
@@ -560,7 +575,7 @@ def run_figure(name: str, args) -> None:
     from datamask._device import resolve_device
 
     device = resolve_device(args.device)
-    sizes = SMOKE if args.smoke else Sizes()
+    sizes = sizes_of(args)
     rec = Recorder(name, Path(args.results), device, sizes)
     FIGURES[name](rec, device, sizes, args)
     if args.smoke:  # tiny sizes on any device: no target applies
@@ -585,6 +600,7 @@ def run_isolated(name: str, args, timeout: float) -> None:
         args.work,
     ]
     cmd += ["--smoke"] * args.smoke + ["--keep-data"] * args.keep_data
+    cmd += [f"--size={item}" for item in getattr(args, "size", None) or []]
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
@@ -699,8 +715,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=450.0, help="seconds per part (default 450)")
     p.add_argument("--in-process", action="store_true", help="no child process per figure")
     p.add_argument("--keep-data", action="store_true", help="keep the generated shards")
+    p.add_argument(
+        "--size",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change one size of the run, e.g. --size group_n=200000 (repeatable; see Sizes)",
+    )
     args = p.parse_args(argv)
     args.results = results_dir(args.results, args.smoke)
+    try:
+        sizes_of(args)  # a bad --size fails here, before any figure
+    except ValueError as exc:
+        p.error(str(exc))
     args.results.mkdir(parents=True, exist_ok=True)
     if args.report:
         print(write_report(args.results))
