@@ -26,7 +26,8 @@ def kit():
 
 def test_smoke_runs_every_figure_and_writes_the_report(kit, tmp_path, capsys):
     results, work = tmp_path / "results", tmp_path / "work"
-    argv = ["--all", "--smoke", "--device", "cpu", "--results", str(results), "--work", str(work)]
+    argv = ["--all", "--smoke", "--in-process", "--device", "cpu"]
+    argv += ["--results", str(results), "--work", str(work)]
     assert kit.main(argv) == 0
     figures = {name: json.loads((results / f"{name}.json").read_text()) for name in kit.FIGURES}
     assert all(d["status"] == "done" for d in figures.values()), figures
@@ -93,3 +94,12 @@ def test_sizes_change_one_field_at_a_time_and_bad_keys_exit_2(kit, tmp_path, cap
         kit.main(["--report", "--results", str(tmp_path), "--size", "group=1"])
     assert exc.value.code == 2
     assert "--size takes KEY=VALUE with KEY one of group_n" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_asking_for_cuda_without_it_stops_before_any_figure(kit, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        kit.main(["--part", "1", "--results", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "CUDA is not available here" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.json"))

@@ -8,7 +8,7 @@
 
 Each part keeps inside ``--budget-s`` (default 450 s: three calls and three machine starts
 fit a session's 30 minutes of device time). Every figure runs in its own process with the
-time that is left (``--in-process`` runs them here instead, as ``--smoke`` does), writes
+time that is left (``--in-process`` runs them here instead), writes
 its JSON as soon as each step has a number (``status: partial`` until it is done) and the
 parent rewrites ``RESULTS.md`` after every figure, so a call cut off at any point still
 returns what was measured. Results go to ``$OUT`` when it is set (the device tool brings
@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -260,15 +261,21 @@ def fig_correctness(rec: Recorder, device: torch.device, sizes: Sizes, args) -> 
     """The CPU/CUDA tests and the graph tests, through pytest; counts and failures."""
     xml = Path(args.work) / "correctness.xml"
     xml.parent.mkdir(parents=True, exist_ok=True)
+    xml.unlink(missing_ok=True)  # never count an earlier run's
     tests = ["tests/test_cuda.py", "tests/test_neighbors.py"]
     select = "bf16 or precision or recall or greedy"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     if device.type == "cpu":  # the smoke run: the comparisons against a second CPU copy
         env["DATAMASK_TEST_DEVICE"] = "cpu"
         select = "Pair_simi and values or precision"
-    ray = importlib.util.find_spec("ray") is not None
-    if ray and device.type == "cuda":
-        tests.append("tests/distributed/test_distributed.py::test_gpu_workers_select_on_cuda")
+    ray_test = "tests/distributed/test_distributed.py::test_gpu_workers_select_on_cuda"
+    if device.type != "cuda":
+        ray_note = "not run: no CUDA device"
+    elif importlib.util.find_spec("ray") is None:
+        ray_note = "not run: ray is not installed"
+    else:
+        tests.append(ray_test)
+        ray_note = "run"
     cmd = [
         sys.executable,
         "-m",
@@ -307,7 +314,7 @@ def fig_correctness(rec: Recorder, device: torch.device, sizes: Sizes, args) -> 
         failed=counts["failures"] + counts["errors"],
         skipped=counts["skipped"],
         failures=failed,
-        ray_gpu_test="run" if ray and device.type == "cuda" else "not run: ray is not installed",
+        ray_gpu_test=ray_note,
         output_tail=(proc.stdout + proc.stderr)[-3000:],
         met=proc.returncode == 0 and passed > 0,
     )
@@ -601,18 +608,24 @@ def run_isolated(name: str, args, timeout: float) -> None:
     ]
     cmd += ["--smoke"] * args.smoke + ["--keep-data"] * args.keep_data
     cmd += [f"--size={item}" for item in getattr(args, "size", None) or []]
+    log = Path(args.work) / f"{name}.log"  # the child's output, streamed (not a result)
+    log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
-        status, tail = ("failed" if proc.returncode else None), proc.stderr[-3000:]
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr or b""
-        status = "timeout"
-        tail = (err.decode(errors="replace") if isinstance(err, bytes) else err)[-3000:]
+    with open(log, "w") as out:
+        # its own session, so a timeout stops the figure's children too (pytest, pools)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            status = "failed" if proc.wait(timeout=timeout) else None
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = "timeout"
+    tail = log.read_text(errors="replace")[-3000:]
     if status is None:
         return
     path = Path(args.results) / f"{name}.json"
     data = json.loads(path.read_text()) if path.exists() else {"figure": name}
+    print(f"{name}: {status}\n{tail}", flush=True)
     data.update(
         status=status, stopped_after_s=round(time.perf_counter() - started, 1), error_tail=tail
     )
@@ -724,7 +737,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.results = results_dir(args.results, args.smoke)
     try:
-        sizes_of(args)  # a bad --size fails here, before any figure
+        sizes_of(args)  # a bad --size or a missing GPU fails here, before any figure
+        if not args.report:
+            from datamask._device import resolve_device
+
+            resolve_device(args.device)
     except ValueError as exc:
         p.error(str(exc))
     args.results.mkdir(parents=True, exist_ok=True)
@@ -751,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         limit = min(CAPS[name], left - 5)
         print(f"[{time.perf_counter() - started:6.1f}s] {name} (up to {limit:.0f} s)", flush=True)
-        if args.in_process or args.smoke:
+        if args.in_process:
             run_figure(name, args)
         else:
             run_isolated(name, args, timeout=limit)
