@@ -506,7 +506,6 @@ def fig_embed(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
     rec.add(
         embed_file_seconds=round(seconds, 3),
         embed_file_docs_per_second=round(len(texts) / seconds, 1),
-        met=True,
     )
 
 
