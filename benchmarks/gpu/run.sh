@@ -2,6 +2,7 @@
 # One device call of the GPU kit:  bash benchmarks/gpu/run.sh PART [run.py flags]
 # (PART 1, 2 or 3; see benchmarks/gpu/README.md). Results land in $OUT when it is set.
 set -uo pipefail
+[ $# -ge 1 ] || { echo "usage: bash benchmarks/gpu/run.sh PART [run.py flags]" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 # datamask from this checkout, on the image's own torch (pyproject asks torch>=2.2; the
