@@ -36,6 +36,7 @@ def test_smoke_runs_every_figure_and_writes_the_report(kit, tmp_path, capsys):
     graph = figures["graph"]
     assert graph["recall_at_k"] == 1.0 and graph["precision"] == "fp32"  # CPU: fp32 exact
     assert graph["max_sim_error_vs_fp32"] < 1e-5
+    assert graph["variant_recall"] == {f"topk_chunk={kit.SMOKE.topk_chunks[0]}": 1.0}
     group = figures["group"]
     assert group["k"] == round(0.1 * kit.SMOKE.group_n)
     assert set(group["phases"]) == {

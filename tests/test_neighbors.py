@@ -249,3 +249,26 @@ def test_precision_resolves_by_device_and_is_checked():
     assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
     with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'fp32', 'bf16'\]"):
         knn_graph(torch.eye(4), 2, method="exact", precision="fp16")
+
+
+@pytest.mark.parametrize(("n_cols", "chunk"), [(1000, 128), (1024, 128), (90, 128), (300, 40)])
+def test_row_topk_in_two_stages_is_the_plain_topk(n_cols, chunk):
+    from datamask.neighbors import row_topk
+
+    gen = torch.Generator().manual_seed(n_cols)
+    scores = torch.randn(7, n_cols, generator=gen)
+    k = min(50, n_cols)
+    want = scores.topk(k, dim=1)
+    vals, cols = row_topk(scores, k, chunk)
+    assert torch.equal(vals, want.values) and torch.equal(cols, want.indices)
+    assert torch.equal(scores.gather(1, cols), vals)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_chunked_top_k_builds_the_same_graph(precision):
+    from datamask.neighbors import exact_graph
+
+    x = torch.as_tensor(make_clustered(900, 64, 9, seed=6).features)
+    plain = exact_graph(x, 40, precision=precision, budget=1 << 15)
+    chunked = exact_graph(x, 40, precision=precision, budget=1 << 15, topk_chunk=128)
+    assert torch.equal(plain[0], chunked[0]) and torch.equal(plain[1], chunked[1])

@@ -22,7 +22,8 @@ Figures (``--smoke`` runs each at a tiny size):
 1. ``correctness``: ``tests/test_cuda.py`` and the graph tests, pass/fail counts.
 2. ``graph``: the exact K-NN graph of 1M x 384 in bf16 with the fp32 re-rank: seconds,
    peak device memory against the n x n matrix it never forms, recall@K against fp32
-   exact on sampled rows, then the fp32 graph's seconds.
+   exact on sampled rows, then the same graph with a two-stage top-k (``topk_chunk``)
+   and in fp32, timed.
 3. ``group``: ``datamask.select`` on one 1M x 384 parquet file: read, graph, learn and
    round, write, each timed (target: under 20 s).
 4. ``sharded-384`` / ``sharded-1536``: ``run_selection`` over generated shards (10M x 384,
@@ -111,6 +112,7 @@ class Sizes:
     workers: int = 4
     embed_docs: int = 30_000
     embed_batches: tuple[int, ...] = (64, 512)
+    topk_chunks: tuple[int, ...] = (16384,)  # the graph's two-stage top-k, timed too
 
 
 SMOKE = Sizes(
@@ -125,6 +127,7 @@ SMOKE = Sizes(
     workers=1,
     embed_docs=8,
     embed_batches=(8,),
+    topk_chunks=(256,),
 )
 
 
@@ -354,6 +357,16 @@ def fig_graph(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
         met=recall >= 0.99,
     )
     del idx, sim
+    seconds_by, recall_by = {}, {}  # the same graph built another way, for part 2's choice
+    for chunk in sizes.topk_chunks:
+        sync(device)
+        started = time.perf_counter()
+        chunked, _ = exact_graph(x, k, precision=precision, topk_chunk=chunk)
+        sync(device)
+        seconds_by[f"topk_chunk={chunk}"] = round(time.perf_counter() - started, 3)
+        recall_by[f"topk_chunk={chunk}"] = sampled_recall(x, chunked, n_rows=rows, seed=0)
+        del chunked
+        rec.add(variant_seconds=seconds_by, variant_recall=recall_by)
     if precision != "fp32":  # the same graph in fp32, for the speed-up
         sync(device)
         started = time.perf_counter()
@@ -647,7 +660,8 @@ def _measured(d: dict[str, Any]) -> str:
             f"{_fmt(d.get('n'))} x {d.get('dim')}, K={d.get('k')}, {d.get('precision')}: "
             f"{_fmt(d.get('seconds'), '.2f')} s, recall@K {_fmt(d.get('recall_at_k'), '.4f')}, "
             f"peak {_fmt(d.get('peak_device_mib'))} MiB (n x n fp32: "
-            f"{_fmt(d.get('nxn_fp32_gib'))} GiB), fp32 graph {_fmt(d.get('fp32_seconds'), '.2f')} s"
+            f"{_fmt(d.get('nxn_fp32_gib'))} GiB); two-stage top-k s "
+            f"{d.get('variant_seconds')}; fp32 graph {_fmt(d.get('fp32_seconds'), '.2f')} s"
         )
     if f == "group":
         ph = d.get("phases") or {}
