@@ -624,7 +624,8 @@ def run_isolated(name: str, args, timeout: float) -> None:
         args.work,
     ]
     cmd += ["--smoke"] * args.smoke + ["--keep-data"] * args.keep_data
-    cmd += [f"--greedy-device={args.greedy_device}"] * bool(getattr(args, "greedy_device", None))
+    if getattr(args, "greedy_device", None):
+        cmd.append(f"--greedy-device={args.greedy_device}")
     cmd += [f"--size={item}" for item in getattr(args, "size", None) or []]
     log = Path(args.work) / f"{name}.log"  # the child's output, streamed (not a result)
     log.parent.mkdir(parents=True, exist_ok=True)
