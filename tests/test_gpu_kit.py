@@ -104,3 +104,18 @@ def test_asking_for_cuda_without_it_stops_before_any_figure(kit, tmp_path, capsy
     assert exc.value.code == 2
     assert "CUDA is not available here" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_the_gpu_correctness_run_selects_every_cuda_test(kit):
+    import subprocess
+
+    repo = SCRIPT.parents[2]
+    cmd = [sys.executable, "-m", "pytest", *kit.CORRECTNESS_TESTS, "--collect-only", "-q"]
+    cmd += ["-o", "addopts=", "-p", "no:cacheprovider"]
+    every = subprocess.run(cmd, cwd=repo, capture_output=True, text=True).stdout.splitlines()
+    chosen = subprocess.run(
+        [*cmd, "-k", kit.CORRECTNESS_SELECT], cwd=repo, capture_output=True, text=True
+    ).stdout.splitlines()
+    cuda = [line for line in every if line.startswith("tests/test_cuda.py::")]
+    assert len(cuda) >= 16 and set(cuda) <= set(chosen)
+    assert any("test_bf16_search" in line for line in chosen)

@@ -84,6 +84,10 @@ CAPS = {
     "sharded-384": 300,
     "sharded-1536": 200,
 }
+#: What the correctness figure runs on a GPU: all of ``tests/test_cuda.py``, the graph
+#: and greedy tests of ``tests/test_neighbors.py``, and the Ray GPU test when ray is there.
+CORRECTNESS_TESTS = ("tests/test_cuda.py", "tests/test_neighbors.py")
+CORRECTNESS_SELECT = "test_cuda or gpu_workers or bf16 or precision or recall or greedy or topk"
 TARGETS = {
     "graph": "recall@K >= 0.99 against fp32 exact; no n x n matrix",
     "group": "1M x 384 end to end < 20 s",
@@ -265,8 +269,8 @@ def fig_correctness(rec: Recorder, device: torch.device, sizes: Sizes, args) -> 
     xml = Path(args.work) / "correctness.xml"
     xml.parent.mkdir(parents=True, exist_ok=True)
     xml.unlink(missing_ok=True)  # never count an earlier run's
-    tests = ["tests/test_cuda.py", "tests/test_neighbors.py"]
-    select = "bf16 or precision or recall or greedy"
+    tests = list(CORRECTNESS_TESTS)
+    select = CORRECTNESS_SELECT
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     if device.type == "cpu":  # the smoke run: the comparisons against a second CPU copy
         env["DATAMASK_TEST_DEVICE"] = "cpu"
