@@ -86,6 +86,10 @@ VARIANTS: dict[str, dict] = {
         "n_clusters": 20,
         "exchange_neighbors": 19,
     },
+    # default flags with --chunk-size forcing k-means clusters to be split (issue 30)
+    "chunk7100": {"chunk_size": 7100},
+    "chunk3600": {"chunk_size": 3600},
+    "chunk5000": {"chunk_size": 5000},
 }
 
 
@@ -155,6 +159,7 @@ def run_variant(name: str, shards: Path, one_file: Path, out: Path, ratio: float
             "global_round_s": m["totals"]["seconds"]["global"],
             "allocation_rounds": (m["budget"].get("global_round") or {}).get("rounds"),
             "driver_peak_rss_mb": m["totals"]["driver_peak_rss_mb"],
+            "group_sizes": [g["n"] for g in m["groups"]],
         }
     wall = time.perf_counter() - started
     return {

@@ -49,7 +49,6 @@ from .._validation import k_from_ratio
 from ..config import SelectSpec
 from ..io.atomic import (
     OutputLock,
-    atomic_write,
     atomic_write_json,
     check_no_overlap,
     check_writable,
@@ -85,8 +84,10 @@ from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
+    ClusterTree,
     GroupSpec,
     fit_centroids,
+    fit_tree,
     make_groups,
     plan_by_chunk,
     plan_by_cluster,
@@ -128,29 +129,32 @@ def _plan(
     n_total = sum(i.num_rows for i in infos)
     n_clusters = settings.partition.n_clusters or math.ceil(n_total / settings.partition.chunk_size)
     folder = work / "clusters"
-    cent_path = folder / "centroids.npy"
-    if not cent_path.exists():
+    tree_path = folder / "tree.npz"
+    if not tree_path.exists():
         # 1. Seeded sample, read row group by row group in every shard that has sampled rows.
         wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
         jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
         parts = dict(_progress_map(runner, read_sample, jobs, "k-means sample", progress))
         sample = np.concatenate([parts[s] for s in sorted(parts)])
         del parts
-        # 2. Centroids on the driver, on CPU: the partition is the same on any cluster.
+        # 2. Centroids, and the cuts of clusters too large for one group, on the driver,
+        #    on CPU, from the same sample: the partition is the same on any cluster.
         centroids = fit_centroids(sample, n_clusters, settings.selector.seed)
+        chunk = settings.partition.chunk_size
+        fit_tree(sample, centroids, n_total, chunk, settings.selector.seed).save(tree_path)
         del sample
-        with atomic_write(cent_path) as tmp, open(tmp, "wb") as fh:
-            np.save(fh, centroids)
-    # 3. One streaming pass filing every row under its nearest centroid (resumable per shard).
+    # 3. One streaming pass filing every row under its leaf (resumable per shard).
     jobs = [
-        (s, info, str(cent_path), str(folder), settings.read_columns, settings.columns.feature_col)
+        (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
     counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
     spills = [(str(folder / f"shard-{s:05d}.parquet"), counts[s]) for s, *_ in jobs]
-    n_used = len(np.load(cent_path))
-    return plan_by_cluster(spills, settings.partition.chunk_size), {"n_clusters": n_used}
+    tree = ClusterTree.load(tree_path)
+    plan = plan_by_cluster(spills, settings.partition.chunk_size, tree)
+    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
+    return plan, facts
 
 
 def _select_groups(
