@@ -39,7 +39,7 @@ from ..data import apportion
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
-from ..neighbors import assign_clusters, spherical_kmeans
+from ..neighbors import _block_rows, assign_clusters, spherical_kmeans
 
 __all__ = [
     "PARTITIONS",
@@ -55,6 +55,8 @@ __all__ = [
     "read_sample",
     "fit_centroids",
     "ClusterTree",
+    "balance_clusters",
+    "default_clusters",
     "fit_tree",
     "spill_shard",
     "plan_by_cluster",
@@ -265,6 +267,9 @@ class ClusterTree:
     ----------
     centroids : ndarray of shape (C, d)
         Unit k-means centroids.
+    bias : ndarray of shape (C,)
+        A row goes to the cluster of largest ``cos(row, centroid) - bias``: offsets that
+        keep the clusters within the chunk size (:func:`balance_clusters`).
     axis : ndarray of shape (M, d)
         Unit direction per node (zero where the sample could not tell one).
     threshold : ndarray of shape (M,)
@@ -277,6 +282,7 @@ class ClusterTree:
     """
 
     centroids: np.ndarray
+    bias: np.ndarray
     axis: np.ndarray
     threshold: np.ndarray
     children: np.ndarray
@@ -317,7 +323,9 @@ class ClusterTree:
 
     def assign(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Leaf number and projection on the leaf's axis of every unit row of ``x``."""
-        node = assign_clusters(x, torch.from_numpy(self.centroids))
+        node = assign_clusters(
+            x, torch.from_numpy(self.centroids), bias=torch.from_numpy(self.bias)
+        )
         axis, threshold = torch.from_numpy(self.axis), torch.from_numpy(self.threshold)
         children = torch.from_numpy(self.children)
         while True:
@@ -336,6 +344,7 @@ class ClusterTree:
             np.savez(
                 fh,
                 centroids=self.centroids,
+                bias=self.bias,
                 axis=self.axis,
                 threshold=self.threshold,
                 children=self.children,
@@ -345,7 +354,14 @@ class ClusterTree:
     @classmethod
     def load(cls, path: str | Path) -> ClusterTree:
         with np.load(path) as f:
-            return cls(f["centroids"], f["axis"], f["threshold"], f["children"], bool(f["ordered"]))
+            return cls(
+                f["centroids"],
+                f["bias"],
+                f["axis"],
+                f["threshold"],
+                f["children"],
+                bool(f["ordered"]),
+            )
 
 
 def _two_means_axis(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -361,12 +377,70 @@ def _two_means_axis(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     return diff / norm if norm > 1e-6 else torch.zeros(x.shape[1])
 
 
+def default_clusters(n_total: int, max_rows: int) -> int:
+    """k-means clusters when ``--n-clusters`` is not given: one when the corpus fits one
+    group, else ``ceil(N / (SPLIT_FILL * max_rows))``, so the balanced clusters have room
+    to stay under ``max_rows`` without being cut."""
+    return 1 if n_total <= max_rows else math.ceil(n_total / (SPLIT_FILL * max_rows))
+
+
+def balance_clusters(
+    x: torch.Tensor, centroids: torch.Tensor, cap: float, n_iter: int = 200, top: int = 8
+) -> torch.Tensor:
+    """Offsets ``b`` (shape (C,)) such that filing each row of ``x`` under the centroid of
+    largest ``cos - b`` puts at most ``cap`` rows in any cluster, where they can.
+
+    An auction on the sample: a cluster above ``cap`` raises its offset just enough to
+    hand its rows of smallest margin (own score minus their next choice's, among each
+    row's ``top`` nearest centroids) to their next choice, until no cluster is above or
+    ``n_iter`` rounds pass. Offsets only rise, so the borders stay hyperplanes between
+    neighbouring centroids and a row moves only to a nearby cluster (a balanced k-means
+    assignment, decided per row at spill time). Deterministic: no randomness.
+    """
+    n_clusters = len(centroids)
+    bias = torch.zeros(n_clusters, dtype=torch.float32)
+    if n_clusters < 2 or len(x) == 0:
+        return bias
+    top = min(top, n_clusters)
+    step = _block_rows(n_clusters)
+    sims, idx = [], []
+    for lo in range(0, len(x), step):
+        v, i = (x[lo : lo + step] @ centroids.T).topk(top, dim=1)
+        sims.append(v)
+        idx.append(i)
+    sims_t, idx_t = torch.cat(sims), torch.cat(idx)
+    keep = int(math.floor(cap))
+    for _ in range(n_iter):
+        score = sims_t - bias[idx_t]
+        two = score.topk(min(2, top), dim=1)
+        label = idx_t.gather(1, two.indices[:, :1]).flatten()
+        counts = torch.bincount(label, minlength=n_clusters)
+        over = torch.nonzero(counts > keep).flatten()
+        if not len(over):
+            break
+        margin = (
+            two.values[:, 0] - two.values[:, 1] if top > 1 else torch.full((len(x),), float("inf"))
+        )
+        for c in over.tolist():
+            m = torch.sort(margin[label == c]).values
+            shed = int(counts[c]) - keep
+            if not torch.isfinite(m[shed - 1]):
+                continue  # these rows have no other choice among their nearest
+            bias[c] += float(m[shed - 1]) + 1e-6
+    return bias
+
+
 def fit_tree(
     sample: np.ndarray, centroids: np.ndarray, n_total: int, max_rows: int, seed: int
 ) -> ClusterTree:
-    """Cut every k-means cluster the sample says is above ``SPLIT_FILL * max_rows`` rows.
+    """Balance the k-means clusters, then cut every one the sample says is still above
+    ``SPLIT_FILL * max_rows`` rows.
 
-    A cluster estimated at ``n`` rows (its sampled rows times ``n_total / len(sample)``)
+    First the offsets of :func:`balance_clusters` move the rows at the borders of clusters
+    above ``SPLIT_FILL * max_rows`` (estimated from the sample) to their next-nearest
+    cluster, so groups come out near the chunk size instead of being cut in halves.
+    Where that cannot fit a cluster (too few clusters, or a dense one with no nearby room)
+    a cluster estimated at ``n`` rows (its sampled rows times ``n_total / len(sample)``)
     needs ``P = ceil(n / (SPLIT_FILL * max_rows))`` parts. It is cut in two by a
     hyperplane across the direction of its own spherical 2-means, at the quantile
     ``floor(P / 2) / P`` of its sampled rows' projections, so the sides hold ``floor(P/2)``
@@ -392,8 +466,10 @@ def fit_tree(
         int(np.random.SeedSequence([int(seed), _KMEANS_STREAM, 1]).generate_state(1)[0])
     )
     x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
-    top = assign_clusters(x, torch.from_numpy(centroids)).numpy()
     scale = n_total / max(len(sample), 1)
+    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
+    bias = balance_clusters(x, cent, SPLIT_FILL * max_rows / scale)
+    top = assign_clusters(x, cent, bias=bias).numpy()
     n_roots = len(centroids)
     axis: list[torch.Tensor] = [torch.zeros(x.shape[1])] * n_roots
     threshold = [0.0] * n_roots
@@ -420,7 +496,8 @@ def fit_tree(
         children += [[-1, -1], [-1, -1]]
         stack += [(b, rows[right], depth + 1), (a, rows[~right], depth + 1)]
     return ClusterTree(
-        centroids=np.ascontiguousarray(centroids, dtype=np.float32),
+        centroids=cent.numpy(),
+        bias=bias.numpy(),
         axis=torch.stack(axis).numpy().astype(np.float32),
         threshold=np.asarray(threshold, dtype=np.float32),
         children=np.asarray(children, dtype=np.int64),

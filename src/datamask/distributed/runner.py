@@ -33,7 +33,6 @@ only unfinished steps. The executors (:mod:`.executors`, :mod:`.ray_backend`) on
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -86,6 +85,7 @@ from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
     ClusterTree,
     GroupSpec,
+    default_clusters,
     fit_centroids,
     fit_tree,
     make_groups,
@@ -127,7 +127,9 @@ def _plan(
     if settings.partition.partition == "chunk":
         return plan_by_chunk(infos, settings.partition.chunk_size), {}
     n_total = sum(i.num_rows for i in infos)
-    n_clusters = settings.partition.n_clusters or math.ceil(n_total / settings.partition.chunk_size)
+    n_clusters = settings.partition.n_clusters or default_clusters(
+        n_total, settings.partition.chunk_size
+    )
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     if not tree_path.exists():
