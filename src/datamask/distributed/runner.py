@@ -33,6 +33,7 @@ only unfinished steps. The executors (:mod:`.executors`, :mod:`.ray_backend`) on
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -41,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb
@@ -80,7 +83,7 @@ from .allocate import (
 )
 from .cap import cap_across_groups
 from .exchange import exchange_applies, exchange_path, exchange_round
-from .executors import LocalRunner, Runner
+from .executors import LocalRunner, Runner, group_memory_bytes
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
     ClusterTree,
@@ -159,6 +162,15 @@ def _plan(
     return plan, facts
 
 
+def _width(path: str, feature_col: str) -> int:
+    """Embedding width in ``path``: its fixed list size, else the first row's length."""
+    parquet = pq.ParquetFile(path)
+    kind = parquet.schema_arrow.field(feature_col).type
+    if pa.types.is_fixed_size_list(kind):
+        return int(kind.list_size)
+    return len(parquet.read_row_group(0, columns=[feature_col]).column(0)[0])
+
+
 def _select_groups(
     groups: list[GroupSpec],
     settings: SelectSpec,
@@ -199,7 +211,9 @@ def _select_groups(
     )
     try:
         jobs = [(g, settings, str(work), str(out), quality_range, propose, totals) for g in pending]
-        for result in runner.map(select_group, jobs, use_gpu=True):
+        width = _width(pending[0].pieces[0].path, settings.columns.feature_col) if pending else 0
+        memory = [group_memory_bytes(g.n, width) for g in pending]
+        for result in runner.map(select_group, jobs, use_gpu=True, memory=memory):
             stats[result["gid"]] = compact_marker(result)
             done_docs += result["n"]
             elapsed = time.perf_counter() - started
@@ -364,20 +378,22 @@ def run_selection(
     started = time.perf_counter()
     settings = (settings or SelectSpec()).check()
     runner = runner or LocalRunner()
-    out = Path(output)
+    # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
+    # working directories; a relative path would resolve there against another folder.
+    out = Path(os.path.abspath(output))
     if out.exists() and not out.is_dir():
         raise ValueError(
             f"--output {str(out)!r} is a file; sharded selection writes a folder "
             "(selected/ parts and manifest.json)."
         )
-    work = Path(work_dir) if work_dir is not None else out / "_work"
+    work = Path(os.path.abspath(work_dir)) if work_dir is not None else out / "_work"
     check_writable(work, folder=True)
 
     # Output and work dir never overlap the input: not the input folder itself, and no
     # input shard inside them (folders inside the input folder are skipped when listing).
     if isinstance(source, str | Path) and literal_or_glob(str(source)) == "literal":
         check_no_overlap([out, work], [source])
-    files = list_shards(source, exclude=[out, work])
+    files = [Path(os.path.abspath(f)) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
     # Claim the output (and a work dir outside it) before any computation: a second run
     # writing the same folder is refused here, and an unwritable folder fails here.
