@@ -73,6 +73,10 @@ _KMEANS_STREAM = 0x6B6D65616E73
 #: estimate is a little low, and a cut the full counts do not need is undone by the plan.
 SPLIT_FILL = 0.9
 
+#: Fewest sampled rows a cluster may hold for the balanced assignment to move its border:
+#: below that the sample cannot tell a border, and the cuts of the tree do the work.
+_MIN_BALANCE_ROWS = 10
+
 #: Deepest hyperplane cut below a k-means cluster (2^12 leaves: far more than any sample
 #: of 10^5 rows can tell apart).
 _MAX_DEPTH = 12
@@ -395,7 +399,8 @@ def balance_clusters(
     row's ``top`` nearest centroids) to their next choice, until no cluster is above or
     ``n_iter`` rounds pass. Offsets only rise, so the borders stay hyperplanes between
     neighbouring centroids and a row moves only to a nearby cluster (a balanced k-means
-    assignment, decided per row at spill time). Deterministic: no randomness.
+    assignment, decided per row at spill time). Deterministic: no randomness. Nothing
+    moves when ``cap`` is under ``_MIN_BALANCE_ROWS`` sampled rows.
     """
     n_clusters = len(centroids)
     bias = torch.zeros(n_clusters, dtype=torch.float32)
@@ -408,26 +413,33 @@ def balance_clusters(
         v, i = (x[lo : lo + step] @ centroids.T).topk(top, dim=1)
         sims.append(v)
         idx.append(i)
-    sims_t, idx_t = torch.cat(sims), torch.cat(idx)
+    sims_t, idx_t = torch.cat(sims).numpy(), torch.cat(idx).numpy()
     keep = int(math.floor(cap))
+    if keep < _MIN_BALANCE_ROWS:  # too few sampled rows per cluster to tell a border
+        return bias
+    offset = np.zeros(n_clusters, dtype=np.float32)
+    rows = np.arange(len(sims_t))
     for _ in range(n_iter):
-        score = sims_t - bias[idx_t]
-        two = score.topk(min(2, top), dim=1)
-        label = idx_t.gather(1, two.indices[:, :1]).flatten()
-        counts = torch.bincount(label, minlength=n_clusters)
-        over = torch.nonzero(counts > keep).flatten()
+        score = sims_t - offset[idx_t]
+        best = score.argmax(1)
+        label = idx_t[rows, best]
+        counts = np.bincount(label, minlength=n_clusters)
+        over = np.flatnonzero(counts > keep)
         if not len(over):
             break
-        margin = (
-            two.values[:, 0] - two.values[:, 1] if top > 1 else torch.full((len(x),), float("inf"))
-        )
-        for c in over.tolist():
-            m = torch.sort(margin[label == c]).values
-            shed = int(counts[c]) - keep
-            if not torch.isfinite(m[shed - 1]):
-                continue  # these rows have no other choice among their nearest
-            bias[c] += float(m[shed - 1]) + 1e-6
-    return bias
+        if top > 1:
+            second = np.where(np.arange(top) == best[:, None], -np.inf, score).max(1)
+            margin = score[rows, best] - second
+        else:
+            margin = np.full(len(rows), np.inf, dtype=np.float32)
+        # each cluster above ``keep`` sheds its rows of smallest margin: its offset rises by
+        # the margin of the last row it sheds (one sort for all clusters)
+        order = np.lexsort((margin, label))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        step_up = margin[order[starts[over] + counts[over] - keep - 1]]
+        finite = np.isfinite(step_up)
+        offset[over[finite]] += step_up[finite] + 1e-6
+    return torch.from_numpy(offset)
 
 
 def fit_tree(
