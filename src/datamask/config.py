@@ -169,8 +169,8 @@ class PartitionSpec:
         "cluster",
         (Options(str, ("shard", "chunk", "cluster")),),
         "selection groups: k-means clusters of the embeddings (each document's neighbours in "
-        "its own group; balanced to --chunk-size rows, and cut along their geometry where "
-        "still above it), one per shard, or "
+        "its own group; a cluster above --chunk-size rows is cut along its geometry), one "
+        "per shard, or "
         "fixed-size chunks of rows",
     )
     chunk_size: int = option_field(

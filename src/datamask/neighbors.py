@@ -100,17 +100,12 @@ def spherical_kmeans(
     return cent
 
 
-def assign_clusters(
-    x: torch.Tensor, centroids: torch.Tensor, top: int = 1, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Index of the most similar centroid per row (shape (n,), or (n, top) when top > 1);
-    with ``bias`` (shape (n_centroids,)), of the largest ``similarity - bias``."""
+def assign_clusters(x: torch.Tensor, centroids: torch.Tensor, top: int = 1) -> torch.Tensor:
+    """Index of the most similar centroid per row (shape (n,), or (n, top) when top > 1)."""
     out = []
     step = _block_rows(centroids.shape[0])
     for lo in range(0, x.shape[0], step):
         sims = x[lo : lo + step] @ centroids.T
-        if bias is not None:
-            sims -= bias
         out.append(sims.argmax(1) if top == 1 else sims.topk(top, dim=1).indices)
     return torch.cat(out)
 

@@ -11,20 +11,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner
-from datamask.distributed.partition import (
-    Piece,
-    balance_clusters,
-    default_clusters,
-    split_across,
-)
+from datamask.distributed.partition import Piece, split_across
 from datamask.distributed.runner import _plan
 from datamask.io.shards import inspect_shards, list_shards
-from datamask.neighbors import assign_clusters
 from tests._data import reference_table, write_corpus_shards, write_shards
 
 
@@ -122,29 +115,3 @@ def test_same_seed_same_plan(tmp_path):
         group_ids(plan_of(tmp_path / "in", tmp_path / "b", chunk_size=150, seed=0))
     )
     assert described("c", 1) != first
-
-
-def test_balanced_assignment_moves_the_border_not_random_rows():
-    """100 rows on the arc from e0 towards e1, 80 of them nearer e0; with room for 60 per
-    cluster the offsets move the border along the arc: the 60 rows nearest e0 stay, the
-    next 20 go to e1, and the assignment is still one cut of the arc."""
-    angles = np.concatenate([np.linspace(0, 40, 80), np.linspace(50, 90, 20)]) * np.pi / 180
-    x = np.zeros((100, 4), dtype=np.float32)
-    x[:, 0], x[:, 1] = np.cos(angles), np.sin(angles)
-    centroids = torch.eye(4)[:2]
-    bias = balance_clusters(torch.from_numpy(x), centroids, cap=60)
-    label = assign_clusters(torch.from_numpy(x), centroids, bias=bias).numpy()
-    assert np.bincount(label).tolist() == [60, 40]
-    assert (label == (np.arange(100) >= 60)).all()  # one border, along the arc
-
-
-def test_groups_come_out_near_the_chunk_size(tmp_path):
-    """Uneven k-means clusters are balanced rather than cut in halves: every group but the
-    last few holds more than half the chunk size."""
-    corpus = make_clustered(2400, 16, 12, seed=0)
-    write_corpus_shards(tmp_path / "in", corpus, 4)
-    plan = plan_of(tmp_path / "in", tmp_path / "work", chunk_size=400)
-    sizes = sorted(sum(p.n for p in pieces) for _, pieces in plan)
-    assert max(sizes) <= 400
-    assert len(plan) <= default_clusters(2400, 400) + 1
-    assert sizes[-len(plan) // 2] >= 0.75 * 400

@@ -39,7 +39,7 @@ from ..data import apportion
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
-from ..neighbors import _block_rows, assign_clusters, spherical_kmeans
+from ..neighbors import assign_clusters, spherical_kmeans
 
 __all__ = [
     "PARTITIONS",
@@ -55,7 +55,6 @@ __all__ = [
     "read_sample",
     "fit_centroids",
     "ClusterTree",
-    "balance_clusters",
     "default_clusters",
     "fit_tree",
     "spill_shard",
@@ -72,10 +71,6 @@ _KMEANS_STREAM = 0x6B6D65616E73
 #: ``chunk_size`` rows: the margin keeps a leaf under ``chunk_size`` when the sample's
 #: estimate is a little low, and a cut the full counts do not need is undone by the plan.
 SPLIT_FILL = 0.9
-
-#: Fewest sampled rows a cluster may hold for the balanced assignment to move its border:
-#: below that the sample cannot tell a border, and the cuts of the tree do the work.
-_MIN_BALANCE_ROWS = 10
 
 #: Deepest hyperplane cut below a k-means cluster (2^12 leaves: far more than any sample
 #: of 10^5 rows can tell apart).
@@ -271,9 +266,6 @@ class ClusterTree:
     ----------
     centroids : ndarray of shape (C, d)
         Unit k-means centroids.
-    bias : ndarray of shape (C,)
-        A row goes to the cluster of largest ``cos(row, centroid) - bias``: offsets that
-        keep the clusters within the chunk size (:func:`balance_clusters`).
     axis : ndarray of shape (M, d)
         Unit direction per node (zero where the sample could not tell one).
     threshold : ndarray of shape (M,)
@@ -286,7 +278,6 @@ class ClusterTree:
     """
 
     centroids: np.ndarray
-    bias: np.ndarray
     axis: np.ndarray
     threshold: np.ndarray
     children: np.ndarray
@@ -327,9 +318,7 @@ class ClusterTree:
 
     def assign(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Leaf number and projection on the leaf's axis of every unit row of ``x``."""
-        node = assign_clusters(
-            x, torch.from_numpy(self.centroids), bias=torch.from_numpy(self.bias)
-        )
+        node = assign_clusters(x, torch.from_numpy(self.centroids))
         axis, threshold = torch.from_numpy(self.axis), torch.from_numpy(self.threshold)
         children = torch.from_numpy(self.children)
         while True:
@@ -348,7 +337,6 @@ class ClusterTree:
             np.savez(
                 fh,
                 centroids=self.centroids,
-                bias=self.bias,
                 axis=self.axis,
                 threshold=self.threshold,
                 children=self.children,
@@ -358,14 +346,8 @@ class ClusterTree:
     @classmethod
     def load(cls, path: str | Path) -> ClusterTree:
         with np.load(path) as f:
-            return cls(
-                f["centroids"],
-                f["bias"],
-                f["axis"],
-                f["threshold"],
-                f["children"],
-                bool(f["ordered"]),
-            )
+            arrays = [f[name] for name in ("centroids", "axis", "threshold", "children")]
+            return cls(*arrays, ordered=bool(f["ordered"]))
 
 
 def _two_means_axis(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -383,76 +365,16 @@ def _two_means_axis(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor
 
 def default_clusters(n_total: int, max_rows: int) -> int:
     """k-means clusters when ``--n-clusters`` is not given: one when the corpus fits one
-    group, else ``ceil(N / (SPLIT_FILL * max_rows))``, so the balanced clusters have room
-    to stay under ``max_rows`` without being cut."""
+    group, else ``ceil(N / (SPLIT_FILL * max_rows))``, so fewer clusters need a cut."""
     return 1 if n_total <= max_rows else math.ceil(n_total / (SPLIT_FILL * max_rows))
-
-
-def balance_clusters(
-    x: torch.Tensor, centroids: torch.Tensor, cap: float, n_iter: int = 200, top: int = 8
-) -> torch.Tensor:
-    """Offsets ``b`` (shape (C,)) such that filing each row of ``x`` under the centroid of
-    largest ``cos - b`` puts at most ``cap`` rows in any cluster, where they can.
-
-    An auction on the sample: a cluster above ``cap`` raises its offset just enough to
-    hand its rows of smallest margin (own score minus their next choice's, among each
-    row's ``top`` nearest centroids) to their next choice, until no cluster is above or
-    ``n_iter`` rounds pass. Offsets only rise, so the borders stay hyperplanes between
-    neighbouring centroids and a row moves only to a nearby cluster (a balanced k-means
-    assignment, decided per row at spill time). Deterministic: no randomness. Nothing
-    moves when ``cap`` is under ``_MIN_BALANCE_ROWS`` sampled rows.
-    """
-    n_clusters = len(centroids)
-    bias = torch.zeros(n_clusters, dtype=torch.float32)
-    if n_clusters < 2 or len(x) == 0:
-        return bias
-    top = min(top, n_clusters)
-    step = _block_rows(n_clusters)
-    sims, idx = [], []
-    for lo in range(0, len(x), step):
-        v, i = (x[lo : lo + step] @ centroids.T).topk(top, dim=1)
-        sims.append(v)
-        idx.append(i)
-    sims_t, idx_t = torch.cat(sims).numpy(), torch.cat(idx).numpy()
-    keep = int(math.floor(cap))
-    if keep < _MIN_BALANCE_ROWS:  # too few sampled rows per cluster to tell a border
-        return bias
-    offset = np.zeros(n_clusters, dtype=np.float32)
-    rows = np.arange(len(sims_t))
-    for _ in range(n_iter):
-        score = sims_t - offset[idx_t]
-        best = score.argmax(1)
-        label = idx_t[rows, best]
-        counts = np.bincount(label, minlength=n_clusters)
-        over = np.flatnonzero(counts > keep)
-        if not len(over):
-            break
-        if top > 1:
-            second = np.where(np.arange(top) == best[:, None], -np.inf, score).max(1)
-            margin = score[rows, best] - second
-        else:
-            margin = np.full(len(rows), np.inf, dtype=np.float32)
-        # each cluster above ``keep`` sheds its rows of smallest margin: its offset rises by
-        # the margin of the last row it sheds (one sort for all clusters)
-        order = np.lexsort((margin, label))
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        step_up = margin[order[starts[over] + counts[over] - keep - 1]]
-        finite = np.isfinite(step_up)
-        offset[over[finite]] += step_up[finite] + 1e-6
-    return torch.from_numpy(offset)
 
 
 def fit_tree(
     sample: np.ndarray, centroids: np.ndarray, n_total: int, max_rows: int, seed: int
 ) -> ClusterTree:
-    """Balance the k-means clusters, then cut every one the sample says is still above
-    ``SPLIT_FILL * max_rows`` rows.
+    """Cut every k-means cluster the sample says is above ``SPLIT_FILL * max_rows`` rows.
 
-    First the offsets of :func:`balance_clusters` move the rows at the borders of clusters
-    above ``SPLIT_FILL * max_rows`` (estimated from the sample) to their next-nearest
-    cluster, so groups come out near the chunk size instead of being cut in halves.
-    Where that cannot fit a cluster (too few clusters, or a dense one with no nearby room)
-    a cluster estimated at ``n`` rows (its sampled rows times ``n_total / len(sample)``)
+    A cluster estimated at ``n`` rows (its sampled rows times ``n_total / len(sample)``)
     needs ``P = ceil(n / (SPLIT_FILL * max_rows))`` parts. It is cut in two by a
     hyperplane across the direction of its own spherical 2-means, at the quantile
     ``floor(P / 2) / P`` of its sampled rows' projections, so the sides hold ``floor(P/2)``
@@ -480,8 +402,7 @@ def fit_tree(
     x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
     scale = n_total / max(len(sample), 1)
     cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
-    bias = balance_clusters(x, cent, SPLIT_FILL * max_rows / scale)
-    top = assign_clusters(x, cent, bias=bias).numpy()
+    top = assign_clusters(x, cent).numpy()
     n_roots = len(centroids)
     axis: list[torch.Tensor] = [torch.zeros(x.shape[1])] * n_roots
     threshold = [0.0] * n_roots
@@ -509,7 +430,6 @@ def fit_tree(
         stack += [(b, rows[right], depth + 1), (a, rows[~right], depth + 1)]
     return ClusterTree(
         centroids=cent.numpy(),
-        bias=bias.numpy(),
         axis=torch.stack(axis).numpy().astype(np.float32),
         threshold=np.asarray(threshold, dtype=np.float32),
         children=np.asarray(children, dtype=np.int64),
