@@ -24,7 +24,7 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/groups/, candidates/, completions/   the steps' files (:mod:`.steps`)
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
-    WORK/clusters/...                 centroids and per-shard cluster spills
+    WORK/clusters/...                 the cluster tree (tree.npz) and per-shard spills
 
 Every step writes atomically, its marker last, so a run killed at any point finishes, when
 rerun with the same arguments, with the selection an uninterrupted run makes and redoes
