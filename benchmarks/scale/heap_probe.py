@@ -27,7 +27,7 @@ import datamask.pipeline.step as step
 from datamask._memory import rss_mb
 from datamask.config import SelectSpec
 from datamask.distributed.allocate import group_spec
-from datamask.distributed.partition import GroupSpec, plan_by_cluster
+from datamask.distributed.partition import ClusterTree, GroupSpec, plan_by_cluster
 from datamask.distributed.steps import read_group
 
 
@@ -39,7 +39,8 @@ def cluster_groups(work: Path, chunk_size: int) -> dict[str, tuple]:
         (marker.replace(".json", ".parquet"), json.loads(Path(marker).read_text())["counts"])
         for marker in sorted(glob.glob(str(work / "clusters" / "shard-*.json")))
     ]
-    return {label: tuple(pieces) for label, pieces in plan_by_cluster(spills, chunk_size)}
+    tree = ClusterTree.load(work / "clusters" / "tree.npz")
+    return {label: tuple(pieces) for label, pieces in plan_by_cluster(spills, chunk_size, tree)}
 
 
 def main() -> None:

@@ -13,7 +13,9 @@
 Every variant runs in this process with the library's defaults (``datamask select``'s
 settings: the learner, facility location, lamb 0.5, seed 0), ``--select-ratio`` (0.1) and
 only the flags its name gives: ``one`` selects from the whole corpus as one file; the others run the
-sharded runner over the shards (``partition``/``budget``/``n_clusters``). J is computed by
+sharded runner over the shards (``partition``/``budget``/``n_clusters``; ``chunkNNNN``:
+the default flags with ``--chunk-size NNNN``, which forces k-means clusters to be balanced
+and cut). Each sharded row records its group sizes. J is computed by
 one scorer for all of them, exactly, over every document of the corpus:
 ``lamb * mean corpus-scaled quality of S + (1 - lamb) * mean_i max(0, max_{j in S} cos)``.
 Rows append to ``results/sharded_j.jsonl``; SHARDED.md is rebuilt from them. Wall seconds
@@ -86,6 +88,10 @@ VARIANTS: dict[str, dict] = {
         "n_clusters": 20,
         "exchange_neighbors": 19,
     },
+    # default flags with --chunk-size forcing k-means clusters to be split (issue 30)
+    "chunk7100": {"chunk_size": 7100},
+    "chunk3600": {"chunk_size": 3600},
+    "chunk5000": {"chunk_size": 5000},
 }
 
 
@@ -155,6 +161,7 @@ def run_variant(name: str, shards: Path, one_file: Path, out: Path, ratio: float
             "global_round_s": m["totals"]["seconds"]["global"],
             "allocation_rounds": (m["budget"].get("global_round") or {}).get("rounds"),
             "driver_peak_rss_mb": m["totals"]["driver_peak_rss_mb"],
+            "group_sizes": [g["n"] for g in m["groups"]],
         }
     wall = time.perf_counter() - started
     return {
@@ -183,14 +190,16 @@ def markdown() -> None:
         lines += [
             f"## {corpus}, select_ratio {ratio}",
             "",
-            "| variant | code | groups | allocation | J | J / one "
-            "| quality | coverage | wall s | load |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+            "| variant | code | groups | group rows min / median / max | allocation | J "
+            "| J / one | quality | coverage | wall s | load |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for r in these:
             share = f"{100 * r['J'] / one:.2f}%" if one else "-"
+            sizes = sorted(r.get("group_sizes") or [])
+            spread = f"{sizes[0]:,} / {sizes[len(sizes) // 2]:,} / {sizes[-1]:,}" if sizes else "-"
             lines.append(
-                f"| {r['variant']} | {r.get('code', '')} | {r.get('n_groups', 1)} | "
+                f"| {r['variant']} | {r.get('code', '')} | {r.get('n_groups', 1)} | {spread} | "
                 f"{r.get('allocation') or '-'} | {r['J']:.5f} | {share} | {r['quality']:.4f} | "
                 f"{r['coverage']:.4f} | {r['wall_s']:.1f} | {r['load']:.1f} |"
             )

@@ -62,7 +62,12 @@ def make_runner(spec: SelectSpec) -> Any:
         return LocalRunner(workers=run.workers or available_cpus())
     from .distributed.ray_backend import RayRunner
 
-    return RayRunner(workers=run.workers, address=run.ray_address, device=spec.selector.device)
+    return RayRunner(
+        workers=run.workers,
+        address=run.ray_address,
+        gpus_per_task=run.gpus_per_task,
+        device=spec.selector.device,
+    )
 
 
 def _spec_of(spec: SelectSpec | None, settings: dict[str, Any], where: str) -> SelectSpec:

@@ -169,7 +169,8 @@ class PartitionSpec:
         "cluster",
         (Options(str, ("shard", "chunk", "cluster")),),
         "selection groups: k-means clusters of the embeddings (each document's neighbours in "
-        "its own group; clusters above --chunk-size rows are split), one per shard, or "
+        "its own group; a cluster above --chunk-size rows is cut along its geometry), one "
+        "per shard, or "
         "fixed-size chunks of rows",
     )
     chunk_size: int = option_field(
@@ -179,7 +180,10 @@ class PartitionSpec:
         "split for --partition cluster",
     )
     n_clusters: int | None = option_field(
-        None, (_COUNT, None), "k-means clusters for --partition cluster (None: N / chunk-size)"
+        None,
+        (_COUNT, None),
+        "k-means clusters for --partition cluster (None: 1 when N fits one group, else "
+        "ceil(N / (0.9 x chunk-size)))",
     )
     kmeans_sample: int = option_field(
         100_000, (_COUNT,), "rows sampled to fit the k-means centroids"
@@ -235,6 +239,12 @@ class RunSpec:
     )
     ray_address: str | None = option_field(
         None, (str, None), "address of a running Ray cluster, e.g. auto or ray://head:10001"
+    )
+    gpus_per_task: float | None = option_field(
+        None,
+        (Interval(float, 0, 1, closed="right"), None),
+        "Ray, when the cluster has GPUs: the share of a GPU each group task asks for "
+        "(None: 1 / ceil(workers / GPUs), the workers share the GPUs)",
     )
     work_dir: str | None = option_field(
         None,

@@ -29,7 +29,7 @@ from datamask.distributed import (
     group_seeds,
     run_selection,
 )
-from datamask.distributed.partition import Piece, plan_by_chunk, split_evenly
+from datamask.distributed.partition import plan_by_chunk
 from datamask.distributed.steps import candidate_count
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
@@ -117,16 +117,13 @@ def test_group_seeds_one_group_keeps_the_seed():
     assert len(set(group_seeds(7, 50))) == 50
 
 
-def test_chunks_and_even_splits_cover_every_row_once(shard_dir):
+def test_chunks_cover_every_row_once(shard_dir):
     infos = inspect_shards(list_shards(shard_dir))
     plan = plan_by_chunk(infos, 250)
     sizes = [sum(p.n for p in pieces) for _, pieces in plan]
     assert sizes == [250] * 7 + [50]
     seen = [(p.path, r) for _, pieces in plan for p in pieces for r in range(p.start, p.stop)]
     assert len(seen) == len(set(seen)) == N_SHARDS * ROWS
-    parts = split_evenly([Piece("a", 5, 12), Piece("b", 0, 4)], 3)
-    assert [sum(p.n for p in part) for part in parts] == [3, 4, 4]
-    assert parts[1] == [Piece("a", 8, 12)]
 
 
 # --- shard I/O ------------------------------------------------------------------------------
@@ -254,15 +251,15 @@ def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
     first = run_selection(shard_dir, out, settings, progress=False)
     before = selected_ids(out)
     clusters = out / "_work" / "clusters"
-    centroids_mtime = (clusters / "centroids.npy").stat().st_mtime_ns
-    # lose one shard's spill and every group result: the spill is redone, centroids are kept
+    tree_mtime = (clusters / "tree.npz").stat().st_mtime_ns
+    # lose one shard's spill and every group result: the spill is redone, the tree is kept
     (clusters / "shard-00002.json").unlink()
     (clusters / "shard-00002.parquet").unlink()
     shutil.rmtree(out / "_work" / "completions")
     shutil.rmtree(out / "selected")
     again = run_selection(shard_dir, out, settings, progress=False)
     assert again["totals"]["groups_computed"] == first["totals"]["n_groups"]
-    assert (clusters / "centroids.npy").stat().st_mtime_ns == centroids_mtime
+    assert (clusters / "tree.npz").stat().st_mtime_ns == tree_mtime
     assert selected_ids(out) == before
     assert [g["n"] for g in again["groups"]] == [g["n"] for g in first["groups"]]
 

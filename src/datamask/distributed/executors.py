@@ -10,13 +10,30 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from .._device import set_threads
 from .lifecycle import abort_pool, worker_init
 
-__all__ = ["LocalRunner", "Runner", "available_cpus"]
+__all__ = ["LocalRunner", "Runner", "available_cpus", "group_memory_bytes"]
+
+#: What a group step holds besides its rows: the interpreter, torch, pyarrow (measured:
+#: about 450 MB for a 4,000-row 64-d group, ``benchmarks/scale`` at 100k x 64).
+GROUP_MEMORY_BASE = 512 * 2**20
+
+#: Bytes a group step holds per embedding value (rows x width), on top of the base: the
+#: rows as read and as a unit float32 matrix, the k-NN graph and the learner's state.
+#: Measured 1.35 GB for a 97,000 x 384 group at 1M (docs/scale.md): 25 B per value above
+#: the base; 32 leaves a margin.
+GROUP_BYTES_PER_VALUE = 32
+
+
+def group_memory_bytes(n_rows: int, width: int) -> int:
+    """Memory a group step of ``n_rows`` rows of ``width``-d embeddings is expected to
+    take, for a scheduler's ``memory=`` request: ``GROUP_MEMORY_BASE +
+    GROUP_BYTES_PER_VALUE * n_rows * width``."""
+    return int(GROUP_MEMORY_BASE + GROUP_BYTES_PER_VALUE * n_rows * width)
 
 
 # --- runners ---------------------------------------------------------------------------------
@@ -33,11 +50,13 @@ class Runner(Protocol):
         *,
         use_gpu: bool = False,
         whole_machine: bool = False,
+        memory: Sequence[int] | None = None,
     ) -> Iterator[Any]:
         """Call ``fn(*args)`` for every ``args`` in ``items``; yield results as they finish.
 
         ``whole_machine``: each call may use every core of one machine (the global round,
-        a single step, sets its threads accordingly).
+        a single step, sets its threads accordingly). ``memory``: bytes each item's call
+        is expected to take (:func:`group_memory_bytes`), for schedulers that reserve it.
         """
         ...
 
@@ -94,8 +113,9 @@ class LocalRunner:
         *,
         use_gpu: bool = False,
         whole_machine: bool = False,
+        memory: Sequence[int] | None = None,
     ) -> Iterator[Any]:
-        jobs = list(items)
+        jobs = list(items)  # one machine: memory is not reserved, the workers share it
         if self.workers == 1:
             for args in jobs:
                 yield fn(*args)

@@ -5,11 +5,15 @@ selects from. Three ways to form groups:
 
 - ``by="shard"``: one group per shard (what the reference does by hand).
 - ``by="chunk"``: consecutive runs of ``chunk_size`` rows, crossing shard boundaries.
-- ``by="cluster"``: spherical k-means on a seeded sample of embeddings, then one pass
-  that files every row under its nearest centroid. The pass writes, per shard, a copy of
-  the needed columns sorted by cluster (``clusters/shard-NNNNN.parquet``, one row group
-  per cluster), so a group later reads only its own rows. Clusters larger than
-  ``chunk_size`` are split into near-equal parts, which bounds a worker's memory.
+- ``by="cluster"``: spherical k-means on a seeded sample of embeddings; a cluster whose
+  sampled share of the corpus is above ``chunk_size`` is cut further, on the same sample,
+  by balanced hyperplane splits (a :class:`ClusterTree`); then one pass files every row
+  under its leaf. The pass writes, per shard, a copy of the needed columns sorted by leaf
+  (``clusters/shard-NNNNN.parquet``, one row group per leaf), so a group later reads only
+  its own rows. A group is the largest subtree that holds at most ``chunk_size`` rows, so
+  splits the sample called for but the counts do not are undone, and a leaf still above
+  it (the sample was off) is cut across the hyperplane its rows are sorted by: never by
+  row order. No group holds more than ``chunk_size`` rows, which bounds a worker's memory.
 
 The global budget ``k_total = round(select_ratio * N)`` is shared by largest-remainder
 (Hamilton) apportionment (:func:`datamask.data.apportion`, re-exported here), in exact
@@ -45,11 +49,14 @@ __all__ = [
     "group_seeds",
     "plan_by_shard",
     "plan_by_chunk",
-    "split_evenly",
+    "split_across",
     "make_groups",
     "sample_plan",
     "read_sample",
     "fit_centroids",
+    "ClusterTree",
+    "default_clusters",
+    "fit_tree",
     "spill_shard",
     "plan_by_cluster",
 ]
@@ -59,6 +66,15 @@ PARTITIONS = ("shard", "chunk", "cluster")
 #: Entropy mixed into the seed for the k-means sample, so it never collides with the
 #: per-group seeds spawned from ``seed`` itself.
 _KMEANS_STREAM = 0x6B6D65616E73
+
+#: A (sub)cluster is cut when the sample says it holds more than this share of
+#: ``chunk_size`` rows: the margin keeps a leaf under ``chunk_size`` when the sample's
+#: estimate is a little low, and a cut the full counts do not need is undone by the plan.
+SPLIT_FILL = 0.9
+
+#: Deepest hyperplane cut below a k-means cluster (2^12 leaves: far more than any sample
+#: of 10^5 rows can tell apart).
+_MAX_DEPTH = 12
 
 
 @dataclass(frozen=True)
@@ -145,19 +161,33 @@ def plan_by_chunk(infos: Sequence[ShardInfo], chunk_size: int) -> list[tuple[str
     return groups
 
 
-def split_evenly(pieces: Sequence[Piece], n_parts: int) -> list[list[Piece]]:
-    """Cut the concatenation of ``pieces`` into ``n_parts`` runs whose sizes differ by <= 1."""
-    starts = np.concatenate([[0], np.cumsum([p.n for p in pieces])])
-    total = int(starts[-1])
-    parts: list[list[Piece]] = []
-    for j in range(n_parts):
-        lo, hi = total * j // n_parts, total * (j + 1) // n_parts
-        part = []
-        for p, p_lo in zip(pieces, starts[:-1], strict=True):
-            a, b = max(lo, int(p_lo)), min(hi, int(p_lo) + p.n)
-            if a < b:
-                part.append(Piece(p.path, p.start + a - int(p_lo), p.start + b - int(p_lo)))
-        parts.append(part)
+def split_across(pieces: Sequence[Piece], max_rows: int) -> list[list[Piece]]:
+    """Cut ``pieces`` into ``ceil(n / max_rows)`` parts whose sizes differ by <= 1, each
+    piece at about the same fractions of its own length.
+
+    Every piece holds rows sorted along one direction (a leaf's axis, see
+    :meth:`ClusterTree.assign`), so part ``j`` takes the same slab of every piece: the
+    rows of each at relative positions near ``[j / P, (j + 1) / P)``. Rows are ranked by
+    their relative position ``(2t + 1) / 2 len`` in their piece (ties by piece), and the
+    ranking is cut into ``P`` equal runs, so each part is one contiguous range per piece.
+    """
+    sizes = np.asarray([p.n for p in pieces], dtype=np.int64)
+    total = int(sizes.sum())
+    n_parts = max(1, math.ceil(total / max_rows))
+    which = np.repeat(np.arange(len(pieces)), sizes)
+    pos = np.concatenate([np.arange(n) for n in sizes]) if len(sizes) else np.zeros(0, np.int64)
+    rank = (2 * pos + 1) / (2 * sizes[which])
+    part = np.empty(total, dtype=np.int64)
+    part[np.lexsort((which, rank))] = np.arange(total) * n_parts // total
+    # rows of one piece are in rank order, so each part is a prefix-to-suffix run of it
+    parts: list[list[Piece]] = [[] for _ in range(n_parts)]
+    first = np.concatenate([[0], np.cumsum(sizes)])
+    for i, p in enumerate(pieces):
+        counts = np.bincount(part[first[i] : first[i + 1]], minlength=n_parts)
+        start = p.start
+        for j in np.flatnonzero(counts):
+            parts[j].append(Piece(p.path, start, start + int(counts[j])))
+            start += int(counts[j])
     return parts
 
 
@@ -221,48 +251,236 @@ def fit_centroids(sample: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
     return cent.numpy()
 
 
+@dataclass(frozen=True)
+class ClusterTree:
+    """k-means clusters, each cut further by balanced hyperplanes where it is too large.
+
+    Nodes ``0 .. C-1`` are the k-means clusters (their centroids in ``centroids``); every
+    other node is one side of a cut. An inner node sends a row to ``children[v, 1]`` when
+    its projection on ``axis[v]`` is at least ``threshold[v]``, else to ``children[v, 0]``.
+    Leaves (``children[v] == -1``) are numbered ``0 .. L-1`` depth first (``leaf[v]``), so
+    the leaves under any node are one contiguous run ``leaf_range[v]``; a leaf's own
+    ``axis`` orders its rows in the spill, so it can still be cut geometrically.
+
+    Attributes
+    ----------
+    centroids : ndarray of shape (C, d)
+        Unit k-means centroids.
+    axis : ndarray of shape (M, d)
+        Unit direction per node (zero where the sample could not tell one).
+    threshold : ndarray of shape (M,)
+        Cut along ``axis`` (inner nodes; unused for leaves).
+    children : ndarray of shape (M, 2)
+        Child node ids, ``-1`` for a leaf.
+    ordered : bool
+        Whether spills sort a leaf's rows along its axis (not when the whole corpus is
+        one group: its rows keep the input order, as a single-file selection reads them).
+    """
+
+    centroids: np.ndarray
+    axis: np.ndarray
+    threshold: np.ndarray
+    children: np.ndarray
+    ordered: bool
+
+    @property
+    def leaf(self) -> np.ndarray:
+        """Leaf number per node, depth first; ``-1`` for inner nodes."""
+        out = np.full(len(self.children), -1, dtype=np.int64)
+        for i, v in enumerate(self._depth_first_leaves()):
+            out[v] = i
+        return out
+
+    @property
+    def n_leaves(self) -> int:
+        return int((self.children[:, 0] < 0).sum())
+
+    def _depth_first_leaves(self) -> list[int]:
+        leaves: list[int] = []
+        stack = list(range(len(self.centroids)))[::-1]
+        while stack:
+            v = stack.pop()
+            if self.children[v, 0] < 0:
+                leaves.append(v)
+            else:
+                stack += [int(self.children[v, 1]), int(self.children[v, 0])]
+        return leaves
+
+    def leaf_range(self) -> np.ndarray:
+        """``[first, last]`` leaf number under every node, shape (M, 2)."""
+        leaf = self.leaf
+        out = np.stack([leaf, leaf], axis=1)
+        for v in range(len(self.children) - 1, -1, -1):  # children have larger ids
+            if self.children[v, 0] >= 0:
+                a, b = self.children[v]
+                out[v] = (out[a, 0], out[b, 1])
+        return out
+
+    def assign(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Leaf number and projection on the leaf's axis of every unit row of ``x``."""
+        node = assign_clusters(x, torch.from_numpy(self.centroids))
+        axis, threshold = torch.from_numpy(self.axis), torch.from_numpy(self.threshold)
+        children = torch.from_numpy(self.children)
+        while True:
+            inner = torch.nonzero(children[node, 0] >= 0).flatten()
+            if not len(inner):
+                break
+            at = node[inner]
+            right = ((x[inner] * axis[at]).sum(1) >= threshold[at]).long()
+            node[inner] = children[at, right]
+        projection = (x * axis[node]).sum(1)
+        return torch.from_numpy(self.leaf)[node].numpy(), projection.numpy()
+
+    def save(self, path: str | Path) -> None:
+        """Write the tree as one ``.npz``, atomically."""
+        with atomic_write(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(
+                fh,
+                centroids=self.centroids,
+                axis=self.axis,
+                threshold=self.threshold,
+                children=self.children,
+                ordered=np.asarray(self.ordered),
+            )
+
+    @classmethod
+    def load(cls, path: str | Path) -> ClusterTree:
+        with np.load(path) as f:
+            arrays = [f[name] for name in ("centroids", "axis", "threshold", "children")]
+            return cls(*arrays, ordered=bool(f["ordered"]))
+
+
+def _two_means_axis(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Unit direction between the two centroids of a spherical 2-means of ``x`` (zero
+    when the rows cannot be told apart)."""
+    if len(x) < 2:
+        return torch.zeros(x.shape[1])
+    a, *rest = spherical_kmeans(x, 2, n_iter=10, sample=None, generator=generator)
+    if not rest:
+        return torch.zeros(x.shape[1])
+    diff = a - rest[0]
+    norm = diff.norm()
+    return diff / norm if norm > 1e-6 else torch.zeros(x.shape[1])
+
+
+def default_clusters(n_total: int, max_rows: int) -> int:
+    """k-means clusters when ``--n-clusters`` is not given: one when the corpus fits one
+    group, else ``ceil(N / (SPLIT_FILL * max_rows))``, so fewer clusters need a cut."""
+    return 1 if n_total <= max_rows else math.ceil(n_total / (SPLIT_FILL * max_rows))
+
+
+def fit_tree(
+    sample: np.ndarray, centroids: np.ndarray, n_total: int, max_rows: int, seed: int
+) -> ClusterTree:
+    """Cut every k-means cluster the sample says is above ``SPLIT_FILL * max_rows`` rows.
+
+    A cluster estimated at ``n`` rows (its sampled rows times ``n_total / len(sample)``)
+    needs ``P = ceil(n / (SPLIT_FILL * max_rows))`` parts. It is cut in two by a
+    hyperplane across the direction of its own spherical 2-means, at the quantile
+    ``floor(P / 2) / P`` of its sampled rows' projections, so the sides hold ``floor(P/2)``
+    and ``ceil(P/2)`` parts' worth; each side is cut again the same way until every part
+    fits (a balanced k-d tree on the cluster's own axes). The cut follows the geometry:
+    the two sides share a border only along the hyperplane. Deterministic for ``seed``.
+
+    Parameters
+    ----------
+    sample : ndarray of shape (s, d)
+        Unit rows, the sample the centroids were fitted on.
+    centroids : ndarray of shape (C, d)
+        From :func:`fit_centroids`.
+    n_total : int
+        Rows in the corpus.
+    max_rows : int
+        The largest group (``--chunk-size``).
+    seed : int
+        The run's seed.
+    """
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(
+        int(np.random.SeedSequence([int(seed), _KMEANS_STREAM, 1]).generate_state(1)[0])
+    )
+    x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
+    scale = n_total / max(len(sample), 1)
+    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
+    top = assign_clusters(x, cent).numpy()
+    n_roots = len(centroids)
+    axis: list[torch.Tensor] = [torch.zeros(x.shape[1])] * n_roots
+    threshold = [0.0] * n_roots
+    children: list[list[int]] = [[-1, -1] for _ in range(n_roots)]
+    # depth first from every root, so the generator is drawn from in one fixed order
+    stack = [(c, np.flatnonzero(top == c), 0) for c in range(n_roots)][::-1]
+    while stack:
+        v, rows, depth = stack.pop()
+        xs = x[torch.from_numpy(rows)]
+        axis[v] = _two_means_axis(xs, gen)
+        parts = math.ceil(len(rows) * scale / (SPLIT_FILL * max_rows))
+        if parts < 2 or depth >= _MAX_DEPTH or not bool(axis[v].any()):
+            continue
+        proj = (xs * axis[v]).sum(1).numpy()
+        cut = np.sort(proj)[len(rows) * (parts // 2) // parts]
+        right = proj >= cut
+        if right.all() or not right.any():  # ties: the sample cannot cut here
+            continue
+        threshold[v] = float(cut)
+        a, b = len(axis), len(axis) + 1
+        children[v] = [a, b]
+        axis += [torch.zeros(x.shape[1])] * 2
+        threshold += [0.0, 0.0]
+        children += [[-1, -1], [-1, -1]]
+        stack += [(b, rows[right], depth + 1), (a, rows[~right], depth + 1)]
+    return ClusterTree(
+        centroids=cent.numpy(),
+        axis=torch.stack(axis).numpy().astype(np.float32),
+        threshold=np.asarray(threshold, dtype=np.float32),
+        children=np.asarray(children, dtype=np.int64),
+        ordered=len(children) > 1 or n_total > max_rows,
+    )
+
+
 def spill_shard(
     shard_index: int,
     info: ShardInfo,
-    centroids_path: str,
+    tree_path: str,
     clusters_dir: str,
     columns: Sequence[str],
     feature_col: str,
     batch_size: int = 65_536,
 ) -> tuple[int, list[int]]:
-    """File every row of one shard under its nearest centroid; a pure, resumable step.
+    """File every row of one shard under its leaf of the tree; a pure, resumable step.
 
-    Writes ``clusters_dir/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by cluster,
-    stably, one row group per cluster) and then ``shard-NNNNN.json`` with the per-cluster
-    row counts; when that JSON exists already, it is returned without redoing the work.
+    Writes ``clusters_dir/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf,
+    one row group per leaf, and inside a leaf along its axis when the tree is
+    ``ordered``) and then ``shard-NNNNN.json`` with the per-leaf row counts; when that
+    JSON exists already, it is returned without redoing the work.
 
     Returns
     -------
     (shard_index, counts) : tuple of int and list of int
-        Rows of this shard in each cluster.
+        Rows of this shard in each leaf.
     """
     folder = Path(clusters_dir)
     done = folder / f"shard-{shard_index:05d}.json"
     if done.exists():
         return shard_index, json.loads(done.read_text())["counts"]
-    centroids = torch.from_numpy(np.load(centroids_path))
-    # One read of the shard: the labels come from its embedding column, then the rows are
-    # reordered by label. Memory is one shard, whatever the size of the corpus.
+    tree = ClusterTree.load(tree_path)
+    # One read of the shard: the leaves come from its embedding column, then the rows are
+    # reordered by leaf. Memory is one shard, whatever the size of the corpus.
     table = read_rows(info.path, 0, info.num_rows, columns, row_group_rows=info.row_group_rows)
     feats = features_from_arrow(table.column(feature_col), info.path, feature_col)
-    labels = [
-        assign_clusters(
-            torch.from_numpy(
-                unit_rows(feats[lo : lo + batch_size], info.path, lo).astype(np.float32)
-            ),
-            centroids,
-        )
-        for lo in range(0, len(feats), batch_size)
-    ]
+    labels, projections = [], []
+    for lo in range(0, len(feats), batch_size):
+        x = unit_rows(feats[lo : lo + batch_size], info.path, lo).astype(np.float32)
+        leaf, projection = tree.assign(torch.from_numpy(x))
+        labels.append(leaf)
+        projections.append(projection)
     del feats
-    label = torch.cat(labels).numpy() if labels else np.zeros(0, np.int64)
-    counts = np.bincount(label, minlength=len(centroids))
-    table = table.take(pa.array(np.argsort(label, kind="stable")))
+    label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
+    counts = np.bincount(label, minlength=tree.n_leaves)
+    if tree.ordered:  # by leaf, then along the leaf's axis (ties: input order)
+        order = np.lexsort((-np.concatenate(projections), label))
+    else:
+        order = np.argsort(label, kind="stable")
+    table = table.take(pa.array(order))
     out = folder / f"shard-{shard_index:05d}.parquet"
     with (
         atomic_write(out) as tmp,
@@ -277,33 +495,58 @@ def spill_shard(
 
 
 def plan_by_cluster(
-    spills: Sequence[tuple[str, Sequence[int]]], max_rows: int
+    spills: Sequence[tuple[str, Sequence[int]]], max_rows: int, tree: ClusterTree
 ) -> list[tuple[str, list[Piece]]]:
-    """Groups from the spilled shards: one per non-empty cluster, split above ``max_rows``.
+    """Groups from the spilled shards: the largest subtrees of at most ``max_rows`` rows.
+
+    Walks every k-means cluster of ``tree`` from its root: a node whose leaves hold at
+    most ``max_rows`` rows in all is one group (so a cut the sample asked for and the
+    counts do not need is undone), else its two sides are planned the same way. A leaf
+    still above ``max_rows`` is cut across its axis by :func:`split_across`. Empty nodes
+    make no group.
 
     Parameters
     ----------
     spills : sequence of (path, counts)
-        Each spilled shard file and its per-cluster row counts, in shard order.
+        Each spilled shard file and its per-leaf row counts, in shard order.
     max_rows : int
-        A cluster with more rows is cut into ``ceil(n / max_rows)`` near-equal parts.
+        The largest group.
+    tree : ClusterTree
+        The tree the spills were filed by.
     """
-    n_clusters = max((len(c) for _, c in spills), default=0)
     offsets = [np.concatenate([[0], np.cumsum(c)]) for _, c in spills]
-    plan: list[tuple[str, list[Piece]]] = []
-    for c in range(n_clusters):
-        pieces = [
-            Piece(path, int(off[c]), int(off[c + 1]))
+    per_leaf = np.zeros(tree.n_leaves, dtype=np.int64)
+    for _, c in spills:
+        per_leaf[: len(c)] += np.asarray(c, dtype=np.int64)
+    first_last = tree.leaf_range()
+    leaf_sums = np.concatenate([[0], np.cumsum(per_leaf)])
+
+    def pieces(v: int) -> list[Piece]:
+        a, b = first_last[v]
+        return [
+            Piece(path, int(off[a]), int(off[b + 1]))
             for (path, _), off in zip(spills, offsets, strict=True)
-            if off[c + 1] > off[c]
+            if off[b + 1] > off[a]
         ]
-        n = sum(p.n for p in pieces)
-        if n == 0:
-            continue
-        n_parts = math.ceil(n / max_rows)
-        if n_parts == 1:
-            plan.append((f"cluster {c}", pieces))
-            continue
-        for j, part in enumerate(split_evenly(pieces, n_parts)):
-            plan.append((f"cluster {c} part {j + 1}/{n_parts}", part))
+
+    plan: list[tuple[str, list[Piece]]] = []
+    for c in range(len(tree.centroids)):
+        groups: list[list[Piece]] = []
+        stack = [c]
+        while stack:
+            v = stack.pop()
+            a, b = first_last[v]
+            n = int(leaf_sums[b + 1] - leaf_sums[a])
+            if n == 0:
+                continue
+            if n <= max_rows:
+                groups.append(pieces(v))
+            elif tree.children[v, 0] >= 0:
+                stack += [int(tree.children[v, 1]), int(tree.children[v, 0])]
+            else:  # a leaf the sample put under max_rows: cut across its axis
+                groups += split_across(pieces(v), max_rows)
+        if len(groups) == 1:
+            plan.append((f"cluster {c}", groups[0]))
+        else:
+            plan += [(f"cluster {c} part {j + 1}/{len(groups)}", g) for j, g in enumerate(groups)]
     return plan

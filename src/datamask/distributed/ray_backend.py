@@ -1,27 +1,42 @@
 """Run the steps of a sharded selection as Ray tasks, on a local Ray or a cluster.
 
-Ray is imported lazily, so ``import datamask`` never needs it, and started (or joined) on
-the first step that needs it: :meth:`RayRunner.validation_runner` hands the validation pass
-to a local process pool, so bad input fails before Ray starts. Each step is one task;
-at most ``workers`` are in flight. When the cluster reports GPUs, selection tasks ask for
-``num_gpus=1`` each and the learner's ``device="auto"`` resolves to the GPU Ray assigned
-(Ray sets ``CUDA_VISIBLE_DEVICES`` per task); otherwise each task gets
-``num_cpus = CPUs // workers`` and sets torch's thread count to match, so workers do not
-oversubscribe the cores. Steps are idempotent, so Ray's retries after a lost worker are
-safe.
+Ray is imported lazily, so ``import datamask`` never needs it. A local Ray is started on
+the first step that needs it: :meth:`RayRunner.validation_runner` hands the validation
+pass to a local process pool, so bad input fails before Ray starts; a cluster given by
+``address`` is joined before the validation pass, which then runs on it. Each step is one
+task, spread over the nodes (``SPREAD``); at most ``workers`` are in flight. What a task
+asks for:
+
+- ``num_cpus``: ``CPUs // workers``, but never more than the smallest node with CPUs
+  offers, so every task fits some node (two 1-CPU nodes and ``workers=1``: one CPU, not
+  two). torch's thread count is set to match, so tasks do not oversubscribe the cores.
+- ``memory``: for a group step, its estimate from the group's rows and embedding width
+  (:func:`~datamask.distributed.executors.group_memory_bytes`), capped at the largest
+  node's memory so a task is never unschedulable.
+- ``num_gpus``: when the cluster reports GPUs, group steps ask ``gpus_per_task``
+  (default ``1 / ceil(workers / GPUs)``: the workers share the GPUs; a group needs about
+  1 GB) and the learner's ``device="auto"`` resolves to the GPU Ray assigned (Ray sets
+  ``CUDA_VISIBLE_DEVICES`` per task).
+
+Steps are idempotent, so Ray's retries are safe: a task is retried after a lost worker and
+after an ``OSError`` (storage hiccups), up to ``MAX_RETRIES`` times.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .executors import LocalRunner, available_cpus
 
-__all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S"]
+__all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S", "MAX_RETRIES"]
+
+#: Times Ray runs a task again after its worker died or it raised an ``OSError``.
+MAX_RETRIES = 3
 
 
 def import_ray() -> Any:
@@ -64,11 +79,17 @@ def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
-    """Task body: pin torch's intra-op threads to the task's CPUs, then run the step."""
+    """Task body: pin torch's intra-op threads to the task's CPUs, then run the step; a
+    step's stats (a dict) also say which Ray node ran it (``ray_node``)."""
+    import ray
+
     from .._device import set_threads
 
     set_threads(n_threads)
-    return fn(*args)
+    result = fn(*args)
+    if isinstance(result, dict):
+        result["ray_node"] = ray.get_runtime_context().get_node_id()
+    return result
 
 
 class RayRunner:
@@ -83,8 +104,11 @@ class RayRunner:
         already initialised in this process, else a new local Ray with ``max(workers,
         CPUs)`` CPUs.
     use_gpus : bool, optional
-        Ask one GPU per selection task. Default: when the cluster has GPUs and ``device``
+        Ask GPUs for selection tasks. Default: when the cluster has GPUs and ``device``
         is not ``"cpu"``.
+    gpus_per_task : float, optional
+        GPUs a selection task asks for, in (0, 1]. Default ``1 / ceil(workers / GPUs)``:
+        ``workers`` tasks share the cluster's GPUs.
     device : str, default="auto"
         The learner's device setting, used only to decide ``use_gpus``.
 
@@ -92,6 +116,8 @@ class RayRunner:
     ----------
     n_cpus, n_gpus : int
         Resources of the cluster when the runner started.
+    cpus_per_task : int
+        CPUs a task asks for: ``n_cpus // workers``, at most the smallest node's.
     """
 
     name = "ray"
@@ -102,6 +128,7 @@ class RayRunner:
         address: str | None = None,
         *,
         use_gpus: bool | None = None,
+        gpus_per_task: float | None = None,
         device: str = "auto",
     ) -> None:
         ray = import_ray()
@@ -111,11 +138,14 @@ class RayRunner:
             isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
         ):
             raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+        if gpus_per_task is not None and not 0 < gpus_per_task <= 1:
+            raise ValueError(f"gpus_per_task must be in (0, 1]; got {gpus_per_task!r}.")
         if address and not ray.is_initialized():
             _check_reachable(address)  # a TCP connect: fails fast without starting anything
         self._requested = workers
         self._address = address
         self._use_gpus_arg = use_gpus
+        self._gpus_per_task_arg = gpus_per_task
         self._device = device
         self._connected = False
         if ray.is_initialized():  # a Ray already running in this process: join it now
@@ -130,7 +160,11 @@ class RayRunner:
         return self._requested or available_cpus()
 
     def validation_runner(self) -> Any:
-        """Where the validation pass runs: this runner once Ray is up, else a local pool."""
+        """Where the validation pass runs: this runner once Ray is up or when a cluster
+        address was given (joined here: its nodes read the shards, and an address that
+        does not answer fails before any reading), else a local pool."""
+        if self._address and not self._connected:
+            self._connect()
         if self._connected:
             return self
 
@@ -169,10 +203,19 @@ class RayRunner:
             raise ValueError("use_gpus=True but the Ray cluster reports no GPUs.")
         self.use_gpus = use_gpus
         self._workers = workers or (self.n_gpus if use_gpus else self.n_cpus)
-        self.cpus_per_task = max(1, self.n_cpus // self._workers)
-        # the most CPUs one node offers: what a whole-machine step may ask for
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        self.node_cpus = max([int(r.get("CPU", 0)) for r in nodes] or [self.n_cpus]) or 1
+        node_cpus = [int(r.get("CPU", 0)) for r in nodes if int(r.get("CPU", 0)) > 0]
+        # a task must fit the smallest node with CPUs, not the cluster's average share
+        smallest = min(node_cpus or [self.n_cpus]) or 1
+        self.cpus_per_task = max(1, min(self.n_cpus // self._workers, smallest))
+        # the most CPUs one node offers: what a whole-machine step may ask for
+        self.node_cpus = max(node_cpus or [self.n_cpus]) or 1
+        self.node_memory = max([int(r.get("memory", 0)) for r in nodes] or [0])
+        self.gpus_per_task = 0.0
+        if use_gpus:
+            self.gpus_per_task = self._gpus_per_task_arg or 1 / math.ceil(
+                self._workers / self.n_gpus
+            )
         self._connected = True
 
     def describe(self) -> dict[str, Any]:
@@ -184,8 +227,9 @@ class RayRunner:
             "workers": self.workers,
             "cluster_cpus": self.n_cpus,
             "cluster_gpus": self.n_gpus,
-            "gpus_per_task": 1 if self.use_gpus else 0,
+            "gpus_per_task": self.gpus_per_task,
             "cpus_per_task": self.cpus_per_task,
+            "node_cpus": self.node_cpus,
         }
 
     def map(
@@ -195,27 +239,41 @@ class RayRunner:
         *,
         use_gpu: bool = False,
         whole_machine: bool = False,
+        memory: Sequence[int] | None = None,
     ) -> Iterator[Any]:
         """Run ``fn(*args)`` as a task per item, ``workers`` at a time; yield as they finish.
 
         Starts (or joins) Ray on first use. A ``whole_machine`` task asks for every CPU of
-        the largest node. A step's exception is raised here as itself (a ``ValueError``
-        naming a corrupt shard stays a ``ValueError``); no further task is submitted, and
-        the ones already running are left to finish.
+        the largest node. ``memory``: bytes each item's task asks Ray for (capped at the
+        largest node's memory). A step's exception is raised here as itself (a
+        ``ValueError`` naming a corrupt shard stays a ``ValueError``); no further task is
+        submitted, and the ones already running are left to finish.
         """
         if not self._connected:
             self._connect()
         ray = self._ray
-        gpu = 1 if (use_gpu and self.use_gpus) else 0
+        gpu = self.gpus_per_task if (use_gpu and self.use_gpus) else 0
         cpus = 1 if gpu else (self.node_cpus if whole_machine else self.cpus_per_task)
-        task = ray.remote(_call).options(num_cpus=cpus, num_gpus=gpu, max_retries=2)
-        queue = iter(items)
+        remote = ray.remote(_call)
+        options = {
+            "num_cpus": cpus,
+            "num_gpus": gpu,
+            "max_retries": MAX_RETRIES,
+            "retry_exceptions": [OSError],
+            "scheduling_strategy": "SPREAD",
+        }
+        queue = iter(enumerate(items))
         in_flight: list[Any] = []
 
         def submit() -> bool:
-            args = next(queue, None)
+            i, args = next(queue, (None, None))
             if args is None:
                 return False
+            extra = {}
+            if memory is not None:  # what the group needs, at most what the largest node has
+                want = int(memory[i])
+                extra["memory"] = min(want, self.node_memory) if self.node_memory else want
+            task = remote.options(**options, **extra)
             in_flight.append(task.remote(fn, cpus, *args))
             return True
 

@@ -24,7 +24,7 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/groups/, candidates/, completions/   the steps' files (:mod:`.steps`)
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
-    WORK/clusters/...                 centroids and per-shard cluster spills
+    WORK/clusters/...                 the cluster tree (tree.npz) and per-shard spills
 
 Every step writes atomically, its marker last, so a run killed at any point finishes, when
 rerun with the same arguments, with the selection an uninterrupted run makes and redoes
@@ -33,7 +33,7 @@ only unfinished steps. The executors (:mod:`.executors`, :mod:`.ray_backend`) on
 
 from __future__ import annotations
 
-import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb
@@ -49,7 +51,6 @@ from .._validation import k_from_ratio
 from ..config import SelectSpec
 from ..io.atomic import (
     OutputLock,
-    atomic_write,
     atomic_write_json,
     check_no_overlap,
     check_writable,
@@ -82,11 +83,14 @@ from .allocate import (
 )
 from .cap import cap_across_groups
 from .exchange import exchange_applies, exchange_path, exchange_round
-from .executors import LocalRunner, Runner
+from .executors import LocalRunner, Runner, group_memory_bytes
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
+    ClusterTree,
     GroupSpec,
+    default_clusters,
     fit_centroids,
+    fit_tree,
     make_groups,
     plan_by_chunk,
     plan_by_cluster,
@@ -126,31 +130,45 @@ def _plan(
     if settings.partition.partition == "chunk":
         return plan_by_chunk(infos, settings.partition.chunk_size), {}
     n_total = sum(i.num_rows for i in infos)
-    n_clusters = settings.partition.n_clusters or math.ceil(n_total / settings.partition.chunk_size)
+    n_clusters = settings.partition.n_clusters or default_clusters(
+        n_total, settings.partition.chunk_size
+    )
     folder = work / "clusters"
-    cent_path = folder / "centroids.npy"
-    if not cent_path.exists():
+    tree_path = folder / "tree.npz"
+    if not tree_path.exists():
         # 1. Seeded sample, read row group by row group in every shard that has sampled rows.
         wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
         jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
         parts = dict(_progress_map(runner, read_sample, jobs, "k-means sample", progress))
         sample = np.concatenate([parts[s] for s in sorted(parts)])
         del parts
-        # 2. Centroids on the driver, on CPU: the partition is the same on any cluster.
+        # 2. Centroids, and the cuts of clusters too large for one group, on the driver,
+        #    on CPU, from the same sample: the partition is the same on any cluster.
         centroids = fit_centroids(sample, n_clusters, settings.selector.seed)
+        chunk = settings.partition.chunk_size
+        fit_tree(sample, centroids, n_total, chunk, settings.selector.seed).save(tree_path)
         del sample
-        with atomic_write(cent_path) as tmp, open(tmp, "wb") as fh:
-            np.save(fh, centroids)
-    # 3. One streaming pass filing every row under its nearest centroid (resumable per shard).
+    # 3. One streaming pass filing every row under its leaf (resumable per shard).
     jobs = [
-        (s, info, str(cent_path), str(folder), settings.read_columns, settings.columns.feature_col)
+        (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
     counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
     spills = [(str(folder / f"shard-{s:05d}.parquet"), counts[s]) for s, *_ in jobs]
-    n_used = len(np.load(cent_path))
-    return plan_by_cluster(spills, settings.partition.chunk_size), {"n_clusters": n_used}
+    tree = ClusterTree.load(tree_path)
+    plan = plan_by_cluster(spills, settings.partition.chunk_size, tree)
+    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
+    return plan, facts
+
+
+def _width(path: str, feature_col: str) -> int:
+    """Embedding width in ``path``: its fixed list size, else the first row's length."""
+    parquet = pq.ParquetFile(path)
+    kind = parquet.schema_arrow.field(feature_col).type
+    if pa.types.is_fixed_size_list(kind):
+        return int(kind.list_size)
+    return len(parquet.read_row_group(0, columns=[feature_col]).column(0)[0])
 
 
 def _select_groups(
@@ -193,7 +211,9 @@ def _select_groups(
     )
     try:
         jobs = [(g, settings, str(work), str(out), quality_range, propose, totals) for g in pending]
-        for result in runner.map(select_group, jobs, use_gpu=True):
+        width = _width(pending[0].pieces[0].path, settings.columns.feature_col) if pending else 0
+        memory = [group_memory_bytes(g.n, width) for g in pending]
+        for result in runner.map(select_group, jobs, use_gpu=True, memory=memory):
             stats[result["gid"]] = compact_marker(result)
             done_docs += result["n"]
             elapsed = time.perf_counter() - started
@@ -358,20 +378,22 @@ def run_selection(
     started = time.perf_counter()
     settings = (settings or SelectSpec()).check()
     runner = runner or LocalRunner()
-    out = Path(output)
+    # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
+    # working directories; a relative path would resolve there against another folder.
+    out = Path(os.path.abspath(output))
     if out.exists() and not out.is_dir():
         raise ValueError(
             f"--output {str(out)!r} is a file; sharded selection writes a folder "
             "(selected/ parts and manifest.json)."
         )
-    work = Path(work_dir) if work_dir is not None else out / "_work"
+    work = Path(os.path.abspath(work_dir)) if work_dir is not None else out / "_work"
     check_writable(work, folder=True)
 
     # Output and work dir never overlap the input: not the input folder itself, and no
     # input shard inside them (folders inside the input folder are skipped when listing).
     if isinstance(source, str | Path) and literal_or_glob(str(source)) == "literal":
         check_no_overlap([out, work], [source])
-    files = list_shards(source, exclude=[out, work])
+    files = [Path(os.path.abspath(f)) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
     # Claim the output (and a work dir outside it) before any computation: a second run
     # writing the same folder is refused here, and an unwritable folder fails here.
