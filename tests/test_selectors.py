@@ -313,3 +313,38 @@ def test_an_explicit_k_is_the_count_and_wins_over_the_ratio(method):
     sel = _build(method, k=37, select_ratio=0.5, seed=1).fit(corpus)
     assert sel.k_ == 37 and len(sel.selected_) == 37 == len(np.unique(sel.selected_))
     assert sel.fit_stats()["k"] == 37
+
+
+# --- random: one file and sharded draw the same documents -------------------------------------
+@pytest.mark.parametrize("partition", ["shard", "cluster"])
+def test_random_keeps_the_same_documents_on_one_file_and_sharded(tmp_path, partition):
+    """``--method random`` draws per id and seed: the one-file run, the sharded run (any
+    partition, global budget) and ``RandomSelector.fit`` on the rows in another order keep
+    the same documents; another seed keeps others."""
+    import pyarrow.parquet as pq
+
+    import datamask
+    from datamask.ranking import RandomSelector
+    from tests._data import write_corpus_shards, write_reference_layout
+
+    corpus = make_clustered(600, 8, 4, seed=0)
+    write_corpus_shards(tmp_path / "shards", corpus, 3)
+    write_reference_layout(tmp_path / "one.parquet", corpus)
+    common = dict(method="random", select_ratio=0.1, seed=5, device="cpu", progress=False)
+    datamask.select(tmp_path / "one.parquet", tmp_path / "one-sel.parquet", **common)
+    datamask.select(
+        tmp_path / "shards", tmp_path / "sharded", partition=partition, workers=1, **common
+    )
+    one = pq.read_table(tmp_path / "one-sel.parquet")
+    one_ids = sorted(one.filter(one["selected"])["chunk_id"].to_pylist())
+    sharded_ids = sorted(pq.read_table(tmp_path / "sharded" / "selected")["chunk_id"].to_pylist())
+    assert len(one_ids) == 60 and one_ids == sharded_ids
+
+    order = np.random.default_rng(1).permutation(corpus.n_docs)
+    shuffled = Corpus(
+        ids=corpus.ids[order], quality=corpus.quality[order], features=corpus.features[order]
+    )
+    fitted = RandomSelector(select_ratio=0.1, seed=5, device="cpu").fit(shuffled)
+    assert sorted(shuffled.ids[fitted.selected_].tolist()) == one_ids
+    other = RandomSelector(select_ratio=0.1, seed=6, device="cpu").fit(corpus)
+    assert sorted(corpus.ids[other.selected_].tolist()) != one_ids
