@@ -56,3 +56,20 @@ def demo_table() -> pa.Table:
         pytest.skip("examples/demo/demo_docs.parquet not present")
     columns = ["chunk_id", "text", "quality_score", "feature_arr"]
     return pq.read_table(SHIPPED_DEMO, columns=columns).slice(0, DEMO_ROWS)
+
+
+#: Fixtures that start something slow, and what: a test that uses one is marked ``slow``
+#: at collection (:func:`pytest_collection_modifyitems`), so a test added later with them
+#: leaves the fast loop (``python -m pytest -m "not slow"``) without being marked by hand.
+SLOW_FIXTURES = {
+    "ray_runner": "starts a local Ray",
+    "s3": "starts a moto S3 server",
+    "sentence_embeddings": "loads the MiniLM model",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ()))
+        if used:
+            item.add_marker(pytest.mark.slow(reason=SLOW_FIXTURES[min(used)]))

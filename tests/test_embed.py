@@ -51,6 +51,7 @@ def test_embed_texts_is_deterministic_and_batch_independent(sentence_embeddings)
     np.testing.assert_allclose(again, sentence_embeddings, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_embed_texts_runs_offline():
     embed_texts(["offline"], progress=False)
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -128,6 +129,7 @@ def test_embed_file_jsonl_adds_ids_and_keeps_columns(tmp_path, sentence_embeddin
     np.testing.assert_allclose(_check_embedded(table, n), sentence_embeddings, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_embed_file_jsonl_output_and_existing_ids(tmp_path):
     src = tmp_path / "docs.json"
     rows = [{"id": "a", "text": SENTENCES[0]}, {"id": "b", "text": SENTENCES[2], "extra": 1}]
@@ -192,6 +194,7 @@ def test_embed_file_bad_inputs(tmp_path):
 DEMO = str(SHIPPED_DEMO)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(DEMO), reason="examples/demo/demo_docs.parquet not present")
 def test_demo_file_schema_and_embeddings_match_embed_texts():
     table = pq.read_table(DEMO)

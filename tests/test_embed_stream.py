@@ -48,6 +48,7 @@ def test_heuristic_quality_is_the_demo_score(demo):
     assert heuristic_quality("The cat sat on matting.") == round((5 + 0.023) / 6, 6)
 
 
+@pytest.mark.slow
 def test_embed_keeps_ids_streams_a_gz_folder_then_select_needs_no_flags(tmp_path, demo):
     # short docs keep the model's work small: 36 documents from the demo, in three files
     rows = [

@@ -24,6 +24,7 @@ def kit():
     return module
 
 
+@pytest.mark.slow
 def test_smoke_runs_every_figure_and_writes_the_report(kit, tmp_path, capsys):
     results, work = tmp_path / "results", tmp_path / "work"
     argv = ["--all", "--smoke", "--in-process", "--device", "cpu"]
@@ -106,6 +107,7 @@ def test_asking_for_cuda_without_it_stops_before_any_figure(kit, tmp_path, capsy
     assert not list(tmp_path.glob("*.json"))
 
 
+@pytest.mark.slow
 def test_the_gpu_correctness_run_selects_every_cuda_test(kit):
     import subprocess
 

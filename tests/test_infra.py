@@ -50,6 +50,7 @@ print(json.dumps({"value": float(value), **memory}))
 """
 
 
+@pytest.mark.slow
 def test_memory_figures():
     # In a fresh process, as bench measures every method: in this one, threads left by
     # earlier tests (Ray's, a moto server's) may free memory during the call and hide it
@@ -79,6 +80,7 @@ print(json.dumps({"bounded": bounded, "grew_mb": rss_mb() - before}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_a_bounded_heap_gives_freed_blocks_back():
     def grew(mode: str) -> dict:

@@ -110,6 +110,7 @@ def test_sampled_recall_measures_the_graph():
     assert 0.0 < sampled_recall(x, ivf) <= 1.0
 
 
+@pytest.mark.slow
 def test_select_summary_reports_the_graph_and_threads(tmp_path, reference_parquet):
     out = tmp_path / "sel.parquet"
     cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", str(reference_parquet)]
@@ -129,6 +130,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.path.abspath(src)}
 
 
+@pytest.mark.slow
 def test_threads_default_to_the_available_cores_and_are_applied():
     assert resolve_threads() == available_cores() == len(os.sched_getaffinity(0))
     code = (
@@ -148,6 +150,7 @@ def test_threads_default_to_the_available_cores_and_are_applied():
         resolve_threads(1.5)
 
 
+@pytest.mark.slow
 def test_bad_threads_flag_is_one_line_exit_2(tmp_path, reference_parquet):
     cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", str(reference_parquet)]
     cmd += ["--output", str(tmp_path / "s.parquet"), "--threads", "0"]

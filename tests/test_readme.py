@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 CLI_REFERENCE = ROOT / "docs" / "cli.md"
@@ -40,6 +42,7 @@ def _table_flags(text: str) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_cli_reference_lists_every_select_flag_and_no_other():
     text = CLI_REFERENCE.read_text()
     start = text.index("## `datamask select` flags")

@@ -34,6 +34,7 @@ def bc():
     )
 
 
+@pytest.mark.slow
 def test_script_imports_its_modules_from_its_folder():
     out = subprocess.run(
         [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True

@@ -14,11 +14,14 @@ import pickle
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from datamask import make_clustered, select_table
 from datamask.base import Selector
 from datamask.data import Corpus
 from datamask.greedy import GreedyDiSF, LazyGreedy, StochasticGreedy
+from datamask.neighbors import exact_graph
+from datamask.objectives import FacilityLocation, Objective
 from datamask.ranking import TopKQuality
 from datamask.selectors import SELECTORS, Method, make_selector
 
@@ -114,6 +117,68 @@ def test_every_method_is_a_selector_with_every_parameter_declared_once():
         assert takes - {"kwargs"} <= shared | own, name
         assert own <= takes | set(inspect.signature(Selector).parameters), name
     assert [n for n, c in SELECTORS.items() if c.modular] == ["topk", "random"]
+
+
+# --- the scikit-learn contract: get_params, set_params, clone ---------------------------------
+@pytest.mark.parametrize("method", METHODS)
+def test_get_params_names_every_constructor_argument_and_clone_round_trips(method):
+    """``get_params`` returns every constructor argument (the objective's included), so
+    ``sklearn.base.clone`` builds an equal unfitted selector, and ``set_params`` sets what
+    ``get_params`` then returns; the clone selects what the original selects."""
+    from sklearn.base import clone
+
+    cls = SELECTORS[method]
+    own = set(inspect.signature(cls).parameters) - {"kwargs"}
+    params = _build(method, select_ratio=0.1, seed=7, lamb=0.3).get_params(deep=True)
+    assert own | set(inspect.signature(Selector).parameters) == set(params)
+    assert params["lamb"] == 0.3 and params["algorithm"] is None and params["objective"] is None
+
+    original = _build(method, select_ratio=0.1, seed=7, lamb=0.3)
+    copy = clone(original)
+    assert type(copy) is cls and copy is not original
+    assert copy.get_params(deep=False) == original.get_params(deep=False)
+    corpus = make_clustered(150, 8, 4, seed=2)
+    np.testing.assert_array_equal(copy.fit(corpus).selected_, original.fit(corpus).selected_)
+    assert not hasattr(clone(original), "selected_")  # a clone is unfitted
+
+    changed = clone(original).set_params(seed=11, select_ratio=0.2, algorithm="Pair_simi")
+    assert (changed.seed, changed.select_ratio, changed.algorithm) == (11, 0.2, "Pair_simi")
+    assert clone(changed).get_params(deep=False) == changed.get_params(deep=False)
+    with pytest.raises(ValueError, match=f"Invalid parameter 'ratio' for {cls.__name__}"):
+        original.set_params(ratio=0.2)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_clone_keeps_a_given_objective_and_fit_leaves_it_unbound(method):
+    """A selector given an ``Objective`` clones with a copy of it, and ``fit`` binds its own
+    copy: the caller's objective is left unbound, so one objective serves many selectors."""
+    from sklearn.base import clone
+
+    objective = Objective([FacilityLocation(n_neighbors=8)], lamb=0.25)
+    selector = _build(method, objective=objective, select_ratio=0.1, seed=1)
+    twin = clone(selector)
+    assert isinstance(twin.objective, Objective) and twin.objective is not objective
+    assert twin.objective.lamb == 0.25
+    corpus = make_clustered(150, 8, 4, seed=2)
+    selector.fit(corpus)
+    assert selector.objective is objective and selector.objective_ is not objective
+    assert not hasattr(objective, "features_")
+    assert not any(hasattr(term, "features_") for _, term in objective.terms)
+    np.testing.assert_array_equal(twin.fit(corpus).selected_, selector.selected_)
+
+
+def test_fit_shares_a_given_graph_with_the_callers_objective_instead_of_copying_it():
+    """The copy ``fit`` binds shares the tensors the caller's objective holds (a given
+    neighbour graph can be gigabytes) and leaves them unchanged."""
+    corpus = make_clustered(150, 8, 4, seed=2)
+    idx, sim = exact_graph(torch.as_tensor(corpus.features), 8)
+    before = sim.clone()
+    objective = Objective([FacilityLocation(n_neighbors=8, graph=(idx, sim))], lamb=0.5)
+    selector = LazyGreedy(objective, select_ratio=0.1, device="cpu").fit(corpus)
+    fitted_term = selector.objective_.diversity[0]
+    assert fitted_term is not objective.diversity[0]
+    assert fitted_term.graph[0] is idx and fitted_term.graph[1] is sim
+    assert torch.equal(sim, before) and not hasattr(objective.diversity[0], "graph_")
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -248,3 +313,38 @@ def test_an_explicit_k_is_the_count_and_wins_over_the_ratio(method):
     sel = _build(method, k=37, select_ratio=0.5, seed=1).fit(corpus)
     assert sel.k_ == 37 and len(sel.selected_) == 37 == len(np.unique(sel.selected_))
     assert sel.fit_stats()["k"] == 37
+
+
+# --- random: one file and sharded draw the same documents -------------------------------------
+@pytest.mark.parametrize("partition", ["shard", "cluster"])
+def test_random_keeps_the_same_documents_on_one_file_and_sharded(tmp_path, partition):
+    """``--method random`` draws per id and seed: the one-file run, the sharded run (any
+    partition, global budget) and ``RandomSelector.fit`` on the rows in another order keep
+    the same documents; another seed keeps others."""
+    import pyarrow.parquet as pq
+
+    import datamask
+    from datamask.ranking import RandomSelector
+    from tests._data import write_corpus_shards, write_reference_layout
+
+    corpus = make_clustered(600, 8, 4, seed=0)
+    write_corpus_shards(tmp_path / "shards", corpus, 3)
+    write_reference_layout(tmp_path / "one.parquet", corpus)
+    common = dict(method="random", select_ratio=0.1, seed=5, device="cpu", progress=False)
+    datamask.select(tmp_path / "one.parquet", tmp_path / "one-sel.parquet", **common)
+    datamask.select(
+        tmp_path / "shards", tmp_path / "sharded", partition=partition, workers=1, **common
+    )
+    one = pq.read_table(tmp_path / "one-sel.parquet")
+    one_ids = sorted(one.filter(one["selected"])["chunk_id"].to_pylist())
+    sharded_ids = sorted(pq.read_table(tmp_path / "sharded" / "selected")["chunk_id"].to_pylist())
+    assert len(one_ids) == 60 and one_ids == sharded_ids
+
+    order = np.random.default_rng(1).permutation(corpus.n_docs)
+    shuffled = Corpus(
+        ids=corpus.ids[order], quality=corpus.quality[order], features=corpus.features[order]
+    )
+    fitted = RandomSelector(select_ratio=0.1, seed=5, device="cpu").fit(shuffled)
+    assert sorted(shuffled.ids[fitted.selected_].tolist()) == one_ids
+    other = RandomSelector(select_ratio=0.1, seed=6, device="cpu").fit(corpus)
+    assert sorted(corpus.ids[other.selected_].tolist()) != one_ids

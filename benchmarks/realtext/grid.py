@@ -83,3 +83,12 @@ def load_set(name: str, corpus_path: Path, clustered_n: int) -> Corpus | None:
     corpus = make_clustered(clustered_n, 384, 50, seed=0)
     corpus.source = f"make_clustered({clustered_n}, 384, 50, seed=0)"
     return corpus
+
+
+def unit_features(corpus: Corpus) -> Corpus:
+    """Scale the embeddings to unit length in place (norms in float64), as every fit does:
+    the graphs built here, outside a fit, need them so. Returns the corpus."""
+    x = np.asarray(corpus.features)
+    norms = np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    corpus.features = np.ascontiguousarray(x / norms, dtype=np.float32)
+    return corpus

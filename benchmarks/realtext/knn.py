@@ -1,6 +1,6 @@
 """recall@K against cost of the neighbour searches, on real embeddings.
 
-    python benchmarks/realtext/knn.py                     # the 50k real-text corpus
+    python benchmarks/realtext/knn.py                     # the 56k real-text corpus
     python benchmarks/realtext/knn.py --corpus other.parquet --k 128 1600
 
 For each K: ``exact`` (blocked all-pairs), our torch ``ivf`` and faiss ``IndexIVFFlat``
@@ -22,14 +22,13 @@ import time
 from pathlib import Path
 
 import torch
+from grid import DEFAULT_CORPUS, unit_features
 
-from datamask._device import set_threads
-from datamask.evaluate.bench import _cpu_seconds
 from datamask.io.parquet import read_corpus
+from datamask.measure import cpu_seconds, set_threads
 from datamask.neighbors import faiss_available, knn_graph, sampled_recall
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CORPUS = HERE / "data" / "realtext.parquet"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,10 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=HERE / "KNN.md")
     args = p.parse_args(argv)
     threads = set_threads(args.threads)
-    corpus = read_corpus(args.corpus)
-    from datamask._validation import check_corpus
-
-    check_corpus(corpus)
+    corpus = unit_features(read_corpus(args.corpus))
     x = torch.as_tensor(corpus.features)
     n, d = x.shape
     methods = ["exact", "ivf"] + (["faiss"] if faiss_available() else [])
@@ -68,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             for f in args.fractions
         ]
         for method, lists, probe in settings:
-            cpu0, t0 = _cpu_seconds(), time.perf_counter()
+            cpu0, t0 = cpu_seconds(), time.perf_counter()
             idx, _ = knn_graph(x, kk, method=method, n_probe=probe, n_lists=lists)
-            wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+            wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
             recall = sampled_recall(x, idx, n_rows=args.rows)
             load = os.getloadavg()[0]
             row = (

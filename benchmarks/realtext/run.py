@@ -43,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from grid import DEFAULT_CORPUS, HERE, OBJECTIVES, SET_NAMES, load_set
+from grid import DEFAULT_CORPUS, HERE, OBJECTIVES, SET_NAMES, load_set, unit_features
 from result_tables import write_markdown, write_speed_markdown
 
-from datamask._device import set_threads
-from datamask._memory import cpu_seconds, measure_peak_rss
 from datamask.data import Corpus
+from datamask.measure import cpu_seconds, measure_peak_rss, set_threads
 from datamask.neighbors import knn_graph, resolve_knn, sampled_recall
 from datamask.objectives import Objective, make_term
 from datamask.objectives.facility_location import LEARNER_MAX_NEIGHBORS, neighbors_for_ratio
@@ -185,10 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:  # a fresh process for one memory figure (run_memory)
         set_threads(args.threads[0])
         name, ratio, method = args.probe
-        corpus = load_set(name, args.corpus, args.clustered_n)
-        from datamask._validation import check_corpus
-
-        check_corpus(corpus)
+        corpus = unit_features(load_set(name, args.corpus, args.clustered_n))
         print(json.dumps(probe_memory(corpus, method, float(ratio), args.seed)))
         return 0
     if args.sets is None:
@@ -217,9 +213,7 @@ def run_set(name: str, args: argparse.Namespace, threads: int) -> None:
     corpus = load_set(name, args.corpus, args.clustered_n)
     if corpus is None:
         return
-    from datamask._validation import check_corpus
-
-    check_corpus(corpus)
+    unit_features(corpus)
     path = args.out / f"{name}.jsonl"
     done = set()
     if path.exists():

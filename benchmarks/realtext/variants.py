@@ -13,15 +13,15 @@ swap rounding, 100 steps), K fixed at 128, no swap rounding (top-k of the logits
 import datamask  # noqa: F401  (first: it makes idle OpenMP threads sleep before torch loads)
 
 # isort: on
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from datamask import Columns, MaskLearner
-from datamask._device import set_threads
 from datamask.io.parquet import read_corpus
+from datamask.measure import set_threads
 from datamask.objectives import FacilityLocation, Objective
 from datamask.selectors import make_selector
 
@@ -76,9 +76,13 @@ def markdown(path: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--markdown":
-        markdown(sys.argv[2])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sets", nargs="*", help=f"sets to run ({', '.join(SETS)}), a JSON line each")
+    p.add_argument("--markdown", metavar="JSONL", help="print the table of a finished run")
+    args = p.parse_args()
+    if args.markdown:
+        markdown(args.markdown)
     else:
         set_threads(2)
-        for s in sys.argv[1:]:
+        for s in args.sets:
             run(s)

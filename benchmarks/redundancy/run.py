@@ -33,6 +33,7 @@ peak resident memory.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -416,10 +417,13 @@ def markdown() -> str:
 
 
 def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="?", default="markdown", choices=["quality", "scale", "markdown"])
+    p.add_argument("only", nargs="?", help="with quality: the one set to (re)run")
+    args = p.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    what = argv[0] if argv else "markdown"
+    what, only = args.what, args.only
     if what == "quality":
-        only = argv[1] if len(argv) > 1 else None
         (RESULTS / "quality.json").write_text(json.dumps(run_quality(only), indent=1))
     elif what == "scale":
         (RESULTS / "scale.json").write_text(json.dumps(run_scale(), indent=1))

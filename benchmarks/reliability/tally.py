@@ -11,6 +11,7 @@ broken thing named), no traceback, no file written, the input untouched. One JSO
 case, then the count.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -24,9 +25,13 @@ import tests.cli.test_reliability as T  # noqa: E402
 
 
 def main() -> None:
-    src = sys.argv[1]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("src", help="the datamask source tree to run (its src/ folder)")
+    p.add_argument("cases", nargs="*", help="case names of CASES (default: every case)")
+    args = p.parse_args()
+    src = args.src
     os.environ["DATAMASK_BATTERY_SRC"] = src  # a case's own earlier steps run that tree too
-    only = sys.argv[2:] or list(T.CASES)
+    only = args.cases or list(T.CASES)
     rows = []
     for name in only:
         with tempfile.TemporaryDirectory() as d:

@@ -25,9 +25,9 @@ import tracemalloc
 
 import numpy as np
 
-from datamask._memory import measure_peak_rss, peak_rss_mb
 from datamask.distributed.allocate import allocate_counts, compact_marker, gain_knots
 from datamask.distributed.exchange import exchange_neighbors
+from datamask.measure import measure_peak_rss, peak_rss_mb
 
 
 def hold_markers(n_groups: int, knots: list, centroids: np.ndarray) -> dict:

@@ -3,9 +3,9 @@
 Every ``--method`` is a :class:`Selector`, the learner included. As in scikit-learn,
 ``__init__`` only stores; :meth:`Selector.fit` checks every parameter against the class'
 constraint tables (:attr:`Selector._shared_constraints`, what every method takes, and
-:attr:`Selector._parameter_constraints`, the method's own), binds the objective and calls
-:meth:`Selector._select`; the tail (exact cap check, timings, ``terms_``) is shared.
-Results end in ``_``.
+:attr:`Selector._parameter_constraints`, the method's own), binds a copy of the objective
+(the caller's is left as given) and calls :meth:`Selector._select`; the tail (exact cap
+check, timings, ``terms_``) is shared. Results end in ``_``.
 
 What a caller may assume about a method is a class flag, not a name it compares:
 :attr:`Selector.modular` (a document's score does not depend on the others).
@@ -13,11 +13,13 @@ What a caller may assume about a method is a class flag, not a name it compares:
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import torch
 from tqdm.auto import tqdm
 
 from ._device import make_generators, resolve_device, seed_streams
@@ -34,6 +36,21 @@ from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, resolve_objective
 
 __all__ = ["Selector"]
+
+
+def _copy_to_bind(objective: Objective) -> Objective:
+    """A copy of the caller's ``objective`` for one fit to bind. The tensors and arrays it
+    and its terms hold (a given neighbour graph, an earlier bind's state) are shared, not
+    copied: binding reads them and replaces the attributes, never writes into them."""
+    owners = [objective, *(term for _, term in objective.terms)]
+    owners += [vars(o)["ctx_"] for o in owners[1:] if "ctx_" in vars(o)]
+    shared: dict[int, Any] = {}
+    for owner in owners:
+        for value in vars(owner).values():
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, torch.Tensor | np.ndarray):
+                    shared[id(item)] = item
+    return copy.deepcopy(objective, shared)
 
 
 class Selector:
@@ -138,10 +155,46 @@ class Selector:
         return f"{type(self).__name__}(select_ratio={self.select_ratio}, seed={self.seed})"
 
     # --- parameters ------------------------------------------------------------------------
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters declared in the constraint tables, as set."""
-        names = [*self._shared_constraints, *self._parameter_constraints]
-        return {name: getattr(self, name) for name in names}
+    #: The constructor parameters that choose the objective (checked by
+    #: :func:`~datamask.objectives.combined.resolve_objective`, not by the tables).
+    _objective_params: ClassVar[tuple[str, ...]] = ("objective", "algorithm", "lamb")
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Every constructor parameter, as set (scikit-learn's contract).
+
+        ``type(self)(**self.get_params(deep=False))`` builds an equal, unfitted selector,
+        which is what ``sklearn.base.clone`` does. ``deep=True`` adds, as scikit-learn
+        does, ``name__param`` for each parameter value that has its own ``get_params``.
+        """
+        names = [*self._objective_params, *self._shared_constraints, *self._parameter_constraints]
+        out = {name: getattr(self, name) for name in names}
+        if deep:
+            for name, value in list(out.items()):
+                if hasattr(value, "get_params") and not isinstance(value, type):
+                    out.update({f"{name}__{k}": v for k, v in value.get_params().items()})
+        return out
+
+    def set_params(self, **params: Any) -> Selector:
+        """Set constructor parameters by name (``name__param`` for a nested one). Returns
+        self. Nothing is checked until :meth:`fit`, as in scikit-learn.
+
+        >>> from datamask.ranking import TopKQuality
+        >>> TopKQuality().set_params(select_ratio=0.2, seed=3).get_params()["select_ratio"]
+        0.2
+        """
+        valid = self.get_params(deep=False)
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
+            if name not in valid:
+                raise ValueError(
+                    f"Invalid parameter {name!r} for {type(self).__name__}; valid parameters: "
+                    f"{list(valid)}."
+                )
+            if sub:
+                getattr(self, name).set_params(**{sub: value})
+            else:
+                setattr(self, name, value)
+        return self
 
     def check_params(self) -> None:
         """Check every parameter against its table, then the rules between parameters.
@@ -149,7 +202,7 @@ class Selector:
         Raises ValueError or TypeError naming the parameter, before any work.
         """
         table = {**self._shared_constraints, **self._parameter_constraints}
-        validate_params(type(self).__name__, table, self.get_params())
+        validate_params(type(self).__name__, table, {name: getattr(self, name) for name in table})
         self._check_param_rules()
 
     def _check_param_rules(self) -> None:
@@ -194,6 +247,8 @@ class Selector:
         objective = resolve_objective(
             self.objective, self.algorithm, self.lamb, default_algorithm=self.default_algorithm
         )
+        if objective is self.objective:  # fit leaves the caller's objective as given
+            objective = _copy_to_bind(objective)
         check_corpus(corpus)
         self.device_ = resolve_device(self.device)
         self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)

@@ -38,7 +38,7 @@ AUTO_EXACT_MAX = 20_000
 
 #: The approximate searches probe this fraction of their lists by default: on real MiniLM
 #: embeddings (13k documents, 115 to 316 lists) recall@160 was 0.958-0.962 for ivf at 0.3
-#: and 0.958 for faiss at 0.2 (README "The neighbour graph").
+#: and 0.958 for faiss at 0.2 (docs/method.md "The neighbour graph").
 PROBE_FRACTION = {"ivf": 0.3, "faiss": 0.2}
 
 

@@ -4,7 +4,8 @@ Neither looks at the other documents, so both are ``modular`` (a sharded run mer
 scores exactly, :meth:`~datamask.base.Selector.comparable_scores`):
 
 - :class:`TopKQuality`, the quality-only baseline (what FineWeb-Edu-style filtering does);
-- :class:`RandomSelector`, a uniform draw: the floor every other method must clear.
+- :class:`RandomSelector`, a uniform draw keyed by each id and the seed: the floor every
+  other method must clear.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class TopKQuality(Selector):
 class RandomSelector(Selector):
     """Keep k documents drawn uniformly without replacement (seeded).
 
+    A document's draw depends only on its id and ``seed`` (:meth:`comparable_scores`), so
+    one file and the same documents in shards (any partition, ``--budget global``) keep
+    the same documents for the same seed, and reordering the rows changes nothing.
+
     Attributes
     ----------
     selected_ : ndarray of int64, shape (k,)
@@ -100,8 +105,21 @@ class RandomSelector(Selector):
         return (mixed >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
-        # numpy's generator, not torch's: the same seed gives the same rows on any device.
-        scores = self._np_rng.random(corpus.n_docs)
-        if self.max_similarity is not None:  # walk the random order, skipping conflicts
-            return self._top_k(scores, corpus.ids), scores
-        return np.argsort(-scores, kind="stable")[: self.k_], scores
+        # The draw a sharded run merges (keyed by each id and the seed, not by row position),
+        # so one file and its shards keep the same documents for the same seed, on any
+        # device and in any row order. Under a cap: walk that order, skipping conflicts.
+        scores = self.comparable_scores(corpus, _hashable_ids(corpus.ids), self.seed)
+        return self._top_k(scores, corpus.ids), scores
+
+
+def _hashable_ids(ids: np.ndarray) -> pa.Array:
+    """``ids`` as the Arrow array :func:`~datamask.io.shards.hash_ids` takes: integers and
+    strings as they are (they hash as the same ids read from parquet do), anything else
+    (ids built in memory, e.g. floats) by its text."""
+    try:
+        arrow = pa.array(ids)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types
+        arrow = pa.array([], pa.null())
+    if pa.types.is_integer(arrow.type) or pa.types.is_string(arrow.type):
+        return arrow
+    return pa.array([str(i) for i in np.asarray(ids).tolist()])

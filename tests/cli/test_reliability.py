@@ -596,7 +596,25 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+#: Cases that start other processes (a sharded run's process pool, or a first run in a
+#: subprocess), each several seconds: marked ``slow``, out of the fast loop.
+SLOW_CASES = {
+    "apply-other-input-same-output",
+    "apply-unfinished-sharded",
+    "corrupt-page-with-checksum",
+    "duplicate-ids-across-shards",
+    "mixed-id-types",
+    "nan-in-last-shard",
+    "quality-1e308-across-shards",
+    "width-mismatch-chunk",
+    "width-mismatch-cluster",
+    "width-mismatch-shard",
+}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in CASES]
+)
 def test_bad_input_exits_2_one_line_nothing_written(case, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))  # user term modules a case writes there
     argv, match = CASES[case](tmp_path)
@@ -627,6 +645,7 @@ def test_second_writer_of_a_folder_output_is_refused(tmp_path, capsys):
         check_refused(argv, tmp_path, capsys, "being written by another datamask run")
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused(tmp_path):
     docs = write_docs(tmp_path / "docs.parquet")
     out = tmp_path / "out" / "sel.parquet"
@@ -692,6 +711,7 @@ def test_full_disk_keeps_the_previous_pair(tmp_path, tmpfs, capsys):
     assert names == ["filler", "sel.keep", "sel.parquet", "sel.summary.json"]
 
 
+@pytest.mark.slow
 def test_kill_9_never_leaves_a_mismatched_pair_and_temporaries_are_cleaned(tmp_path):
     docs = write_docs(tmp_path / "docs.parquet", n=3000, dim=32)
     out = tmp_path / "sel.parquet"
@@ -725,6 +745,7 @@ def test_kill_9_never_leaves_a_mismatched_pair_and_temporaries_are_cleaned(tmp_p
     live.unlink()
 
 
+@pytest.mark.slow
 def test_two_writers_at_once_never_corrupt_the_output(tmp_path):
     docs = write_docs(tmp_path / "docs.parquet", n=1500, dim=16)
     out = tmp_path / "sel.parquet"
@@ -806,7 +827,7 @@ def _fit_21k(corpus) -> tuple[MaskLearner, tuple]:
         device="cpu",
         progress=False,
     ).fit(corpus)
-    return learner, facility.graph_
+    return learner, learner.objective_.diversity[0].graph_  # fit binds a copy of facility
 
 
 @pytest.fixture(scope="module")
@@ -946,6 +967,7 @@ def _pipe_closes(proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_driver_takes_its_workers(tmp_path):
     _sharded_corpus(tmp_path / "in")
     proc = _start_sharded(tmp_path)
@@ -961,6 +983,7 @@ def test_kill_9_of_the_driver_takes_its_workers(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_ends_a_sharded_run_cleanly_and_the_rerun_resumes(tmp_path, sig, status):
     _sharded_corpus(tmp_path / "in")
@@ -990,6 +1013,7 @@ def test_signal_ends_a_sharded_run_cleanly_and_the_rerun_resumes(tmp_path, sig, 
     assert manifest["complete"] and manifest["totals"]["groups_reused"] >= kept
 
 
+@pytest.mark.slow
 def test_sigint_of_apply_names_the_finished_shards_and_the_rerun_skips_them(tmp_path):
     root = tmp_path / "in"
     for s in range(8):
@@ -1042,6 +1066,7 @@ def test_one_file_output_without_parquet_suffix_and_a_240_char_name(tmp_path, ca
         assert pq.read_table(kept / "docs.parquet").num_rows == 60
 
 
+@pytest.mark.slow
 def test_output_inside_the_input_folder_is_not_read_back_as_input(tmp_path, capsys):
     root = _shards(tmp_path)
     sel = root / "sel"  # inside the input folder
@@ -1052,6 +1077,7 @@ def test_output_inside_the_input_folder_is_not_read_back_as_input(tmp_path, caps
     assert "kept 120 of 400 rows from 2 shards" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_upper_case_and_pq_shards_are_read(tmp_path):
     from datamask.io.shards import list_shards
 
@@ -1094,6 +1120,7 @@ def test_pair_simi_with_one_pick_takes_the_best_document(tmp_path):
     assert picked == [f"d0-{int(np.argmax(q))}"]  # no pair exists: quality decides
 
 
+@pytest.mark.slow
 def test_bench_with_the_default_device_writes_its_report(tmp_path, capsys):
     docs = write_docs(tmp_path / "docs.parquet")
     argv = ["bench", "--input", str(docs), "--out-dir", str(tmp_path / "b"), "--no-plots"]
@@ -1109,6 +1136,7 @@ def test_gcs_filesystem_is_built():
     assert isinstance(_gcs(), pafs.GcsFileSystem)  # no gs:// path worked before
 
 
+@pytest.mark.slow
 def test_corrupt_completion_marker_is_redone_with_a_warning_naming_it(tmp_path, capsys):
     root = _shards(tmp_path)
     argv = ["select", "--input", str(root), "--output", str(tmp_path / "out"), "--runner"]

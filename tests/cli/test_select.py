@@ -269,6 +269,7 @@ def test_unknown_algorithm_is_an_argparse_error(tmp_path, reference_parquet, cap
     assert "invalid choice: 'Facilty'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_prints_no_traceback(tmp_path):
     proc = subprocess.run(
         [

@@ -737,6 +737,7 @@ RAY_AFTER_CHECKS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_bad_input_fails_before_ray_starts(shard_dir, tmp_path):
     root = tmp_path / "in"
     shutil.copytree(shard_dir, root)

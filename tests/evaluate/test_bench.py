@@ -72,6 +72,7 @@ def test_bench_writes_table_json_and_plots(tmp_path: Path):
     assert runs["mask"]["history"]  # the learner's curve is recorded
 
 
+@pytest.mark.slow
 def test_bench_isolated_runs_measure_memory(tmp_path: Path):
     corpus = make_clustered(150, 8, 3, seed=1)
     result = bench(

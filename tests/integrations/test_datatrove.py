@@ -94,6 +94,7 @@ def test_example_pipeline_end_to_end_on_the_demo(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in (work / "output").glob("*.parquet")} == before
 
 
+@pytest.mark.slow
 def test_features_computed_from_text_and_documents_pass_through(tmp_path):
     from datamask.embed import embed_texts
     from datamask.quality import heuristic_quality_batch

@@ -94,6 +94,7 @@ def test_save_to_disk_folder_made_by_datasets(tmp_path, demo_table, capsys):
     assert "a save_to_disk folder is selected in one process" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_hub_parquet_layout_needs_a_split_and_reads_its_files(tmp_path, demo_table, capsys):
     table = preset_layouts(demo_table)["fineweb-edu"]
     data = tmp_path / "repo" / "data"

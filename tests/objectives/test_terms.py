@@ -234,7 +234,7 @@ def _hand_greedy(objective: Objective, n: int, k: int) -> list[int]:
 def test_value_only_term_through_greedy_equals_a_greedy_by_hand(small):
     objective = Objective(make_term("TestMeanQualitySquared"), lamb=0.5)
     sel = NaiveGreedy(objective, select_ratio=0.15, device="cpu").fit(small)
-    want = _hand_greedy(objective, small.n_docs, sel.k_)
+    want = _hand_greedy(sel.objective_, small.n_docs, sel.k_)
     assert sel.order_.tolist() == want
     q = small.normalized_quality()
     assert sel.terms_["quality_sq"] == pytest.approx(float(np.mean(q[sel.selected_] ** 2)))

@@ -79,6 +79,7 @@ def _j(corpus, rows: np.ndarray, power: float, lamb: float = 0.5) -> dict[str, f
     return obj.term_values(np.sort(rows))
 
 
+@pytest.mark.slow
 def test_select_uses_the_user_term_and_its_flag(tmp_path):
     docs = _write(tmp_path / "docs.parquet")
     out = tmp_path / "sel.parquet"
@@ -106,6 +107,7 @@ def test_select_uses_the_user_term_and_its_flag(tmp_path):
     assert done.returncode == 2 and "invalid choice: 'Spread'" in done.stderr
 
 
+@pytest.mark.slow
 def test_bench_runs_the_user_term_in_spawned_processes(tmp_path):
     docs = _write(tmp_path / "docs.parquet")
     out = tmp_path / "bench"
@@ -124,6 +126,7 @@ def test_bench_runs_the_user_term_in_spawned_processes(tmp_path):
     assert runs["topk"]["terms"]["J"] == pytest.approx(_j(corpus, topk, 1.0)["J"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_sharded_run_uses_the_user_term_in_spawned_workers(tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()

@@ -1,5 +1,5 @@
 """``datamask select``: flags and config file -> one :class:`~datamask.config.SelectSpec` ->
-:func:`datamask.pipeline.select`.
+:func:`datamask.api.select`.
 
     datamask select --input docs.parquet --output out/selection.parquet
     datamask select --input 'data/*.parquet' --output out/sel --select-ratio 0.1

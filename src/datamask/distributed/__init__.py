@@ -1,6 +1,6 @@
 """Corpus-scale selection over parquet shards: partition, run per group, merge, resume.
 
-``datamask.pipeline.select(DIR, OUT, spec)`` (``datamask select --input DIR_OR_GLOB``) plans
+``datamask.select(DIR, OUT, spec=spec)`` (``datamask select --input DIR_OR_GLOB``) plans
 shards here; ``run_selection(source, output, spec, runner=RayRunner())`` is the sharded
 run itself. See :mod:`.runner` for the layout of a run and :mod:`.partition` for the groups
 and the exact global budget.

@@ -50,7 +50,6 @@ __all__ = [
     "Location",
     "resolve",
     "is_uri",
-    "is_remote",
     "check_reachable",
     "cache_dir",
 ]
@@ -68,12 +67,6 @@ def is_uri(text: str) -> bool:
     # "C:/x" style drive letters do not exist on the platforms datamask runs on; a bare
     # "name:thing" with no slash is a local file name.
     return bool(m and m["slashes"])
-
-
-def is_remote(text: str | Path) -> bool:
-    """Whether ``text`` names object storage (``s3://``, ``gs://``, ``hf://``)."""
-    m = _URI_RE.match(str(text))
-    return bool(m and m["slashes"] and m["scheme"].lower() in REMOTE_SCHEMES)
 
 
 def cache_dir() -> Path:

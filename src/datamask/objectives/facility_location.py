@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: With ``n_neighbors=None`` K is chosen so that a document expects this many kept
-#: neighbours in its list (K * k / n); README "The learner and its estimator".
+#: neighbours in its list (K * k / n); docs/method.md "The learner and its estimator".
 KEPT_NEIGHBORS = 16
 #: ... and K is never below this (nor above n) ...
 MIN_NEIGHBORS = 64
@@ -86,8 +86,9 @@ class FacilityLocation(Term):
     independent keep-probabilities is ``sum_r s_r p_r prod_{t<r} (1 - p_t)`` plus
     ``s_K prod_{t<=K} (1 - p_t)``: when no neighbour is kept, the K-th similarity stands
     in for the unseen rest (an upper bound; with K=128 it beat both 0 and 0.5-0.9 s_K on
-    the benchmarks, see README "Estimators"). When K covers every document there is no
-    unseen rest and that term is dropped, so the value is the exact expectation.
+    the benchmarks, see docs/method.md "Estimators, measured"). When K covers every
+    document there is no unseen rest and that term is dropped, so the value is the exact
+    expectation.
 
     Greedy gains come in two kinds (:meth:`init_state`): on the graph, the exact gain of
     the graph objective ``mean_i max(0, max_{j in S and N(i)} sim_ij)`` (O(K) per

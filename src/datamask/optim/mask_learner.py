@@ -18,13 +18,13 @@ the default estimator is the second one:
   probabilities are ``sigmoid(theta - tau)`` with ``tau`` set each step so that they sum
   to k: the policy keeps k documents in expectation, which is the budget of the final
   top-k. Steps use the gradient scaled to unit RMS, so ``lr`` is in logit units.
-  Measured in ``benchmarks/`` (README "Estimators"): it reaches the greedy objective where
-  the reference estimator stalls far below.
+  Measured in ``benchmarks/estimators`` (docs/method.md "Estimators, measured"): it
+  reaches the greedy objective where the reference estimator stalls far below.
 
 The k highest final logits are then improved by a swap local search on the exact graph
 objective (``refine="swap"``, :mod:`datamask.optim.local_search`), which never lowers it:
-on real text it is what puts the learner above the sparse greedy (README "The learner's
-variants, measured on real text").
+on real text it is what puts the learner above the sparse greedy (docs/method.md "The
+learner's variants, measured on real text").
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class MaskLearner(Selector):
     refine : {"swap", "none"}, default="swap"
         Rounding of the logits: ``none`` keeps their top k; ``swap`` improves that top k
         by swap local search on the graph objective (:func:`~datamask.optim.local_search.
-        swap_search`), which never lowers it. README "The learner and its estimator".
+        swap_search`), which never lowers it. docs/method.md "The learner and its estimator".
     max_swap_rounds : int, default=200
         Rounds of the swap search.
     max_similarity : float, optional

@@ -1,7 +1,7 @@
 """Replay select steps of a finished sharded run in one process and sample its RSS.
 
-    python benchmarks/scale/heap_probe.py --run /tmp/dm/run-1m-exchange --gids 7 13
-    MALLOC_MMAP_THRESHOLD_=4194304 python benchmarks/scale/heap_probe.py ... --no-bound
+    python benchmarks/archive/scale/heap_probe.py --run /tmp/dm/run-1m-exchange --gids 7 13
+    MALLOC_MMAP_THRESHOLD_=4194304 python benchmarks/archive/scale/heap_probe.py ... --no-bound
 
 A worker of a sharded run runs one group after another. This replays groups (of a
 ``--partition cluster`` run, read as the run read them) in that order, with the

@@ -6,11 +6,12 @@ generators with the same number. This measures whether that moved the results be
 their spread over seeds. Run it on the current code and on the commit before the change
 (09fb092), each from the repository root::
 
-    PYTHONPATH=$PWD/src python benchmarks/seeds/run.py --label streams --out benchmarks/seeds
+    S=benchmarks/archive/seeds
+    PYTHONPATH=$PWD/src python $S/run.py --label streams --out $S
     git archive 09fb092 src | tar -x -C /tmp/old
-    PYTHONPATH=/tmp/old/src python benchmarks/seeds/run.py --label same-seed --out benchmarks/seeds
+    PYTHONPATH=/tmp/old/src python $S/run.py --label same-seed --out $S
 
-and ``python benchmarks/seeds/run.py --table benchmarks/seeds`` writes ``SEEDS.md`` from
+and ``python $S/run.py --table $S`` writes ``SEEDS.md`` from
 the two JSON files. CPU, 1 thread, select_ratio 0.3, lamb 0.5, each method's default
 objective as ``make_selector`` builds it (Facility; DiSF for disf-greedy).
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 METHODS = ("mask", "stochastic-greedy", "disf-greedy", "random")
 SEEDS = range(10)
-DEMO = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "demo_docs.parquet"
+DEMO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "demo_docs.parquet"
 
 
 def measure(label: str, out: Path) -> None:
@@ -52,7 +53,8 @@ def table(out: Path) -> None:
         "# J over seeds 0-9 before and after spawned streams (issue 21, point 5)",
         "",
         "Demo (2,077 documents), select_ratio 0.3, Facility, lamb 0.5, CPU, 1 thread;",
-        "`python benchmarks/seeds/run.py` (its docstring has the commands). `same-seed`: every",
+        "`python benchmarks/archive/seeds/run.py` (its docstring has the commands).",
+        "`same-seed`: every "
         "generator seeded with the seed itself (commit 09fb092); `streams`: the selector and",
         "each term on their own child of `SeedSequence(seed)`. J of quality + Facility, except",
         "disf-greedy: quality + DiSF, its default objective.",

@@ -1,7 +1,7 @@
 """Issue 21's before/after identity check: every selection on the demo sets, before and after.
 
-    python benchmarks/identity/run.py                       # before 09fb092, after HEAD
-    python benchmarks/identity/run.py --before 09fb092 --after HEAD --jobs 2
+    python benchmarks/archive/identity/run.py                       # before 09fb092, after HEAD
+    python benchmarks/archive/identity/run.py --before 09fb092 --after HEAD --jobs 2
 
 Checks out ``--before`` and ``--after`` into temporary git worktrees under /tmp and, for
 every registered selection method on every input, runs the user's command,
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHARED_DEMO = REPO.parent / "shared" / "data" / "demo_docs.parquet"
 EXAMPLES_DEMO = REPO / "examples" / "demo" / "demo_docs.parquet"
 N_SHARDS = 4
@@ -355,7 +355,7 @@ def write_results(args, inputs, rows, before_sha, after_sha, total, load0, load1
     lines = [
         "# Issue 21: selections before and after, bit for bit",
         "",
-        "`python benchmarks/identity/run.py` (its docstring says how). Before: "
+        "`python benchmarks/archive/identity/run.py` (its docstring says how). Before: "
         f"`{before_sha[:7]}` (the last commit before issue 21's work); after: `{after_sha[:7]}`. "
         f"Every run: `python -m datamask.cli select --select-ratio {args.select_ratio} "
         f"--seed {args.seed} --lamb 0.5 --device cpu --threads 1` with the column flags "

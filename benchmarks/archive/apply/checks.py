@@ -1,7 +1,7 @@
 """What apply's provenance checks cost by themselves, on the 1M-row benchmark selection.
 
     python benchmarks/apply/run.py ... --compare ...     # makes WORK/sel-1M (see run.py)
-    python benchmarks/apply/checks.py --data /tmp/datamask-apply/1m \
+    python benchmarks/archive/apply/checks.py --data /tmp/datamask-apply/1m \
         --selection /tmp/datamask-apply/runs/sel-1M --repeat 5
 
 Times, in this process, the checks ``apply`` runs before writing (docs/provenance.md):
