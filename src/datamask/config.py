@@ -19,6 +19,7 @@ runs, what is fingerprinted for resume, and what crosses process boundaries (it 
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
@@ -134,14 +135,14 @@ class SelectorSpec:
     )
     given: str | None = option_field(
         None,
-        (str, None),
+        (str, os.PathLike, None),
         "documents already kept (a parquet file, a folder or glob of shards, a save_to_disk "
         "folder or a URI): k documents are selected from --input only, counting the coverage "
         "they add above what these give; docs/incremental.md",
     )
     given_selection: str | None = option_field(
         None,
-        (str, None),
+        (str, os.PathLike, None),
         "a selection of --given (datamask select output, parquet or text file of ids): only "
         "its selected rows are the documents already kept",
     )
@@ -156,6 +157,12 @@ class SelectorSpec:
     )
     #: The method's own parameters (its ``_parameter_constraints``), by name.
     params: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("given", "given_selection"):  # a Path is held as its text (it pickles,
+            value = getattr(self, name)  # prints and fingerprints as the flag's value)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
 
     def make(
         self,

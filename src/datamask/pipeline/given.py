@@ -35,7 +35,7 @@ import torch
 
 from .._validation import check_corpus, first_duplicate
 from ..columns import Columns
-from ..config import SelectSpec
+from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
 from ..io.datasets import input_files, read_input_corpus
 from ..io.parquet import corpus_from_tables, read_table
@@ -46,6 +46,8 @@ from ..objectives.combined import group_lamb
 
 __all__ = [
     "Given",
+    "check_given_terms",
+    "evaluate_given",
     "given_floor",
     "given_spec",
     "given_terms",
@@ -194,18 +196,37 @@ def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any
     }
 
 
+def check_given_terms(objective: ObjectiveSpec) -> None:
+    """Refuse diversity terms that have no floor (only facility location has one)."""
+    other = [t.name for t in objective.make().diversity if not t.takes_floor]
+    if other:
+        raise ValueError(
+            f"--given counts coverage above the documents already kept, which only facility "
+            f"location has; got --algorithm {list(objective.algorithm)}. Use "
+            "--algorithm Facility."
+        )
+
+
+def evaluate_given(
+    corpus: Corpus, given: Given, selected: np.ndarray, objective: ObjectiveSpec, *, id_col: str
+) -> dict[str, Any]:
+    """``datamask evaluate --given``: the new rows ``selected`` scored given KEPT, as
+    ``select --given`` scores them (:func:`prepare_given`, then :func:`given_terms`; sets
+    the floor and the union's quality scale on ``corpus``). Returns the ``given`` block:
+    KEPT, the floor, the scale, ``terms`` (J given, at ``objective.lamb``) and
+    ``terms_union``."""
+    check_given_terms(objective)
+    info = prepare_given(corpus, given, id_col=id_col)
+    info.pop("floor_index")
+    scored = given_terms(corpus, given.corpus, selected, objective.lamb)
+    return {**info, "terms": scored["given"], "terms_union": scored["union"]}
+
+
 def given_spec(spec: SelectSpec, k: int, n_new: int, n_kept: int) -> SelectSpec:
     """The spec the new documents are selected with: the objective at the union's rate
     (:func:`~datamask.objectives.combined.group_lamb` of ``k`` of ``n_new`` against
     ``n_kept + k`` of ``n_kept + n_new``). Refuses terms other than facility location."""
-    objective = spec.objective.make()
-    other = [t.name for t in objective.diversity if not t.takes_floor]
-    if other:
-        raise ValueError(
-            f"--given counts coverage above the documents already kept, which only facility "
-            f"location has; got --algorithm {list(spec.objective.algorithm)}. Use "
-            "--algorithm Facility."
-        )
+    check_given_terms(spec.objective)
     lamb = group_lamb(spec.objective.lamb, k, n_new, n_kept + k, n_kept + n_new)
     checked = spec.__dict__.get("_checked")
     out = replace(spec, objective=replace(spec.objective, lamb=lamb))
