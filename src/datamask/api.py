@@ -261,7 +261,7 @@ def _select_file(
     meta = selection.meta
     terms = meta["terms"]
     if kept is not None:
-        scored = given_terms(corpus, kept.corpus, selection.selected, spec.objective.lamb)
+        scored = given_terms(corpus, kept, selection.selected, spec.objective.lamb)
         terms, given_info["terms_union"] = scored["given"], scored["union"]
     summary = {
         **run_record(spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=terms),
@@ -326,7 +326,7 @@ def _budget_and_given(
     info = prepare_given(corpus, kept, id_col=cols.id_col)
     info.pop("floor_index")  # the KEPT row of each floor, for covered_by; not a summary field
     k = k_from_ratio(spec.selector.select_ratio, corpus.n_docs) if k is None else k
-    fit_spec = given_spec(spec, k, corpus.n_docs, kept.n_docs)
+    fit_spec = given_spec(spec, k, corpus.n_docs, kept)
     info["lamb_optimised"] = fit_spec.objective.lamb
     return k, fit_spec, kept, info
 

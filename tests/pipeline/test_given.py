@@ -21,7 +21,7 @@ from datamask.evaluate.report import evaluate_selection
 from datamask.neighbors import best_match
 from datamask.objectives import FacilityLocation, PairwiseSimilarity, TermContext
 from datamask.objectives.combined import Objective
-from datamask.pipeline.given import given_floor, given_spec
+from datamask.pipeline.given import Given, given_floor, given_spec
 from tests._data import reference_table, write, write_columns
 
 LAMB = 0.5
@@ -41,12 +41,14 @@ def _pair(tmp_path: Path, n_kept: int = 6, n_new: int = 10, dim: int = 6, seed: 
     return kept, new, (xk, qk), (xn, qn)
 
 
-def _union_j(xk, qk, xn, qn, chosen) -> float:
-    """J of KEPT ∪ chosen over every document of both, by brute force."""
+def _union_j(xk, qk, xn, qn, chosen, kept_rows=None) -> float:
+    """J of KEPT ∪ chosen over every document of --given and the input, by brute force
+    (``kept_rows``: the rows of --given kept; default all)."""
     x = np.concatenate([xk, xn]).astype(np.float64)
     q = np.concatenate([qk, qn])
     q = (q - q.min()) / (q.max() - q.min())
-    sel = list(range(len(xk))) + [len(xk) + j for j in chosen]
+    kept = list(range(len(xk))) if kept_rows is None else list(kept_rows)
+    sel = kept + [len(xk) + j for j in chosen]
     cover = np.clip((x @ x[sel].T).max(1), 0, None).mean()
     return LAMB * q[sel].mean() + (1 - LAMB) * cover
 
@@ -119,7 +121,8 @@ def test_j_given_at_the_union_rate_ranks_every_subset_as_the_union(tmp_path):
     corpus = Corpus(ids=np.arange(len(xn)), quality=qn, features=xn.copy())
     corpus.quality_range = (q.min(keepdims=True), q.max(keepdims=True))
     corpus.floor = np.clip((xn @ xk.T).max(1), 0, None)
-    spec = given_spec(SelectSpec(), k, len(xn), len(xk))
+    kept = Corpus(ids=np.arange(100, 100 + len(xk)), quality=qk, features=xk)
+    spec = given_spec(SelectSpec(), k, len(xn), Given(kept, np.arange(len(xk)), [], "kept"))
     objective = spec.objective.make().bind(corpus, k)
     subsets = list(itertools.combinations(range(len(xn)), k))
     ours = np.array([objective.term_values(np.array(s))["J"] for s in subsets])
@@ -175,18 +178,22 @@ def test_summary_and_evaluate_report_j_given_and_the_union_j(tmp_path, capsys):
     assert "KEPT + selection: J" in capsys.readouterr().out
 
 
-def test_given_selection_keeps_only_the_selected_rows_of_kept(tmp_path):
+def test_given_selection_keeps_only_its_rows_and_scores_the_whole_given_corpus(tmp_path):
+    """--given DOCS --given-selection SEL: SEL's rows are kept, and the union J is over
+    every row of DOCS (the dropped ones covered by KEPT ∪ S) and of the input."""
     kept, new, (xk, qk), (xn, qn) = _pair(tmp_path)
     sel = write_columns(tmp_path / "kept_sel.parquet", chunk_id=[1001, 1004])
     out = tmp_path / "sel.parquet"
     s = datamask.select(
         new, out, given=kept, given_selection=sel, k=2, method="greedy-dense", progress=False
     )
-    assert s["given"]["n_docs"] == 2
-    # the same as a KEPT file of those two rows alone
-    only = write(reference_table([1001, 1004], qk[[1, 4]], xk[[1, 4]]), tmp_path / "two.parquet")
-    t = datamask.select(new, tmp_path / "b.parquet", given=only, k=2, method="greedy-dense")
-    assert s["terms_union"] == pytest.approx(t["terms_union"])
+    assert (s["given"]["n_docs"], s["given"]["n_kept"]) == (6, 2)
+    table = pq.read_table(out)
+    chosen = table.filter(table["selected"])["chunk_id"].to_pylist()
+    want = _union_j(xk, qk, xn, qn, chosen, kept_rows=[1, 4])
+    assert s["terms_union"]["J"] == pytest.approx(want, abs=1e-5)
+    floor = np.clip((xn @ xk[[1, 4]].T).max(1), 0, None)
+    assert s["given"]["floor"]["mean"] == pytest.approx(floor.mean(), abs=1e-6)
 
 
 def _bad(tmp_path: Path, name: str, **columns) -> Path:

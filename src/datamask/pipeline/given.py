@@ -1,26 +1,30 @@
 """Selecting given documents already kept (``datamask select --given KEPT``).
 
-KEPT is a corpus already selected (the last dump's selection, an existing source); the
-run selects ``k`` documents from the new input only and never changes KEPT. What is
-maximised is the objective of the union, ``J(KEPT ∪ S)`` scored over every document of
-KEPT and of the input, as ``datamask evaluate`` scores it, with S chosen among the new
-documents:
+KEPT is a corpus already selected from: ``--given DOCS`` (every row of it kept) or
+``--given DOCS --given-selection SEL`` (the rows of DOCS that SEL keeps; the others were
+dropped). The run selects ``k`` documents S from the new input only and never changes
+KEPT. What is maximised is the objective of the two corpora together, ``J`` of the
+selection ``KEPT ∪ S`` over every document of DOCS and of the input, as
+``datamask evaluate`` scores their concatenation:
 
-- **Coverage.** A kept document covers itself (cosine 1), so only the new documents
-  gain: new document i is already covered up to its floor, ``floor_i = max(0,
-  max_{j in KEPT} <x_i, x_j>)`` (:func:`given_floor`), and S adds
-  ``max(0, max_{j in S} <x_i, x_j> - floor_i)``. Facility location counts only that
-  (:attr:`datamask.data.Corpus.floor`).
-- **Quality** is min-max scaled over KEPT ∪ input, one scale for both.
+- **Coverage.** A kept document covers itself (cosine 1). New document i is already
+  covered up to its floor, ``floor_i = max(0, max_{j in KEPT} <x_i, x_j>)``
+  (:func:`given_floor`), and S adds ``max(0, max_{j in S} <x_i, x_j> - floor_i)``.
+  Facility location counts only that (:attr:`datamask.data.Corpus.floor`). What S adds
+  to the documents of DOCS that KEPT dropped is not counted while selecting (they are not
+  candidates and are not read for it; only the new documents' floors are); it is counted
+  in the reported union ``J``.
+- **Quality** is min-max scaled over DOCS ∪ input, one scale for both.
 - **The rate.** The union's quality is a mean over ``n_kept + k`` documents and its
-  coverage a mean over ``n_kept + n_new``, so the new documents' objective is run at
-  :func:`~datamask.objectives.combined.group_lamb` of those counts: then ``J`` of the new
-  documents given KEPT (at that ``lamb``) is an increasing affine function of the union's
-  ``J``, and both rank every S alike.
+  coverage a mean over ``n_docs + n_new`` (``n_docs``: the rows of DOCS), so the new
+  documents' objective is run at :func:`~datamask.objectives.combined.group_lamb` of those
+  counts: ``J`` of the new documents given KEPT at that ``lamb`` is then an increasing
+  affine function of the union's ``J`` (up to the dropped documents' gains), and both rank
+  every S alike.
 
 The summary reports ``terms`` (``J_given`` at the run's ``lamb``: quality of S, mean
 coverage the new documents gain above their floors) and ``terms_union`` (``J`` of
-KEPT ∪ S over every document of both). docs/incremental.md.
+KEPT ∪ S over every document of DOCS and of the input). docs/incremental.md.
 """
 
 from __future__ import annotations
@@ -58,38 +62,49 @@ __all__ = [
 
 @dataclass
 class Given:
-    """Documents already kept: the rows of KEPT, their files and how they were chosen.
+    """Documents already kept: the corpus they were kept from, which rows, and its files.
 
     Attributes
     ----------
     corpus : Corpus
-        The kept rows (features unit rows once :func:`prepare_given` checked them).
+        Every row of ``--given`` (features unit rows once :func:`prepare_given` checked
+        them).
+    rows : ndarray of int64
+        The kept rows of ``corpus``, sorted: those ``--given-selection`` keeps, else all.
     files : list of str
         The parquet files read (empty for a ``save_to_disk`` folder), for provenance.
     source : str
         ``--given`` as given.
     selection : str or None
-        ``--given-selection``: only the rows of KEPT that selection keeps.
+        ``--given-selection`` as given.
     """
 
     corpus: Corpus
+    rows: np.ndarray
     files: list[str]
     source: str
     selection: str | None = None
 
     @property
+    def n_kept(self) -> int:
+        return len(self.rows)
+
+    @property
     def n_docs(self) -> int:
         return self.corpus.n_docs
+
+    def kept_features(self) -> torch.Tensor:
+        return torch.from_numpy(self.corpus.features[self.rows])
 
 
 def read_given(
     source: str | Path, columns: Columns, *, selection: str | Path | None = None
 ) -> Given:
-    """KEPT read with the run's columns: a parquet file, a folder or glob of parquet
-    shards, or a ``save_to_disk`` folder; with ``selection`` (a ``datamask select``
-    output, a parquet or text file of ids) only the rows it keeps.
+    """``--given`` read with the run's columns: a parquet file, a folder or glob of
+    parquet shards, or a ``save_to_disk`` folder; with ``selection`` (a ``datamask
+    select`` output, a parquet or text file of ids) only the rows it keeps are kept.
 
-    The whole of KEPT is held in memory (``n_kept x dim`` floats)."""
+    The whole of ``--given`` is held in memory (``n_docs x dim`` floats)."""
     where = str(source)
     kind, files = input_files(where)
     if kind == "arrow":
@@ -101,18 +116,12 @@ def read_given(
         tables = [(read_table(f, columns=columns.read), str(f)) for f in files]
         corpus, _ = corpus_from_tables(tables, columns, source=f"--given {where}")
         names = [str(f) for f in files]
+    rows = np.arange(corpus.n_docs, dtype=np.int64)
     if selection is not None:
         ids = read_selection_ids(selection, id_col=columns.id_col).to_pylist()
-        rows = rows_from_ids(corpus.ids, ids, f"--given-selection {selection}")
-        rows.sort()
-        corpus = replace(
-            corpus,
-            ids=corpus.ids[rows],
-            quality=corpus.quality[rows],
-            features=corpus.features[rows],
-        )
+        rows = np.sort(rows_from_ids(corpus.ids, ids, f"--given-selection {selection}"))
     corpus.source = f"--given {where}"
-    return Given(corpus, names, where, None if selection is None else str(selection))
+    return Given(corpus, rows, names, where, None if selection is None else str(selection))
 
 
 def _check_pair(new: Corpus, kept: Corpus, id_col: str) -> None:
@@ -166,25 +175,27 @@ def given_floor(
 
 
 def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any]:
-    """Check KEPT against the input, put both on one quality scale and set the input's
-    floor (in place on ``corpus`` and ``given.corpus``). Returns what the summary records:
-    counts, the floor's method, mean and seconds, and the quality scale."""
+    """Check ``--given`` against the input, put both on one quality scale and set the
+    input's floor (in place on ``corpus`` and ``given.corpus``). Returns what the summary
+    records: counts, the floor's method, mean and seconds, the quality scale, and
+    ``floor_index`` (the row of ``given.corpus`` giving each floor; not JSON)."""
     started = time.perf_counter()
-    kept = given.corpus
-    check_corpus(kept)  # NaN, empty, duplicate ids inside KEPT; unit rows
+    docs = given.corpus
+    check_corpus(docs)  # NaN, empty, duplicate ids inside --given; unit rows
     check_corpus(corpus)
-    _check_pair(corpus, kept, id_col)
-    q = np.concatenate([kept.quality, corpus.quality])
+    _check_pair(corpus, docs, id_col)
+    q = np.concatenate([docs.quality, corpus.quality])
     scale = (q.min(axis=0), q.max(axis=0))
-    corpus.quality_range = kept.quality_range = scale
-    floor, index, how = given_floor(
-        torch.from_numpy(corpus.features), torch.from_numpy(kept.features)
-    )
+    corpus.quality_range = docs.quality_range = scale
+    new = torch.from_numpy(corpus.features)
+    floor, index, how = given_floor(new, given.kept_features())
+    index = torch.where(index >= 0, torch.from_numpy(given.rows)[index.clamp_min(0)], -1)
     corpus.floor = floor.numpy().astype(np.float32)
     return {
         "source": given.source,
         "selection": given.selection,
-        "n_docs": kept.n_docs,
+        "n_docs": docs.n_docs,
+        "n_kept": given.n_kept,
         "quality_scale": "min-max over --given and --input together",
         "quality_range": [scale[0].tolist(), scale[1].tolist()],
         "floor": {
@@ -192,7 +203,7 @@ def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any
             "mean": float(floor.double().mean()),
             "seconds": time.perf_counter() - started,
         },
-        "floor_index": index.numpy(),  # not JSON: popped by the caller
+        "floor_index": index.numpy(),
     }
 
 
@@ -218,16 +229,17 @@ def evaluate_given(
     check_given_terms(objective)
     info = prepare_given(corpus, given, id_col=id_col)
     info.pop("floor_index")
-    scored = given_terms(corpus, given.corpus, selected, objective.lamb)
+    scored = given_terms(corpus, given, selected, objective.lamb)
     return {**info, "terms": scored["given"], "terms_union": scored["union"]}
 
 
-def given_spec(spec: SelectSpec, k: int, n_new: int, n_kept: int) -> SelectSpec:
+def given_spec(spec: SelectSpec, k: int, n_new: int, given: Given) -> SelectSpec:
     """The spec the new documents are selected with: the objective at the union's rate
     (:func:`~datamask.objectives.combined.group_lamb` of ``k`` of ``n_new`` against
-    ``n_kept + k`` of ``n_kept + n_new``). Refuses terms other than facility location."""
+    ``n_kept + k`` of ``n_docs + n_new``). Refuses terms other than facility location."""
     check_given_terms(spec.objective)
-    lamb = group_lamb(spec.objective.lamb, k, n_new, n_kept + k, n_kept + n_new)
+    n_kept, n_docs = given.n_kept, given.n_docs
+    lamb = group_lamb(spec.objective.lamb, k, n_new, n_kept + k, n_docs + n_new)
     checked = spec.__dict__.get("_checked")
     out = replace(spec, objective=replace(spec.objective, lamb=lamb))
     if checked:
@@ -236,29 +248,38 @@ def given_spec(spec: SelectSpec, k: int, n_new: int, n_kept: int) -> SelectSpec:
 
 
 def given_terms(
-    corpus: Corpus, kept: Corpus, selected: np.ndarray, lamb: float
+    corpus: Corpus, given: Given, selected: np.ndarray, lamb: float
 ) -> dict[str, dict[str, float]]:
-    """``J`` of the new rows ``selected`` given KEPT, exact (dense, in blocks; the floor as
-    :func:`prepare_given` set it).
+    """``J`` of the new rows ``selected`` given KEPT (the floor as :func:`prepare_given`
+    set it), exact where the floor is (dense, in blocks).
 
     Returns ``{"given": {"quality", "facility", "J"}, "union": {...}}``: ``given`` is
     ``lamb * mean_{S} q + (1 - lamb) * mean_{i new} max(0, cover_S(i) - floor_i)``;
-    ``union`` is ``J(KEPT ∪ S)`` over every document of both (kept ones cover themselves
-    at 1), what ``datamask evaluate`` of the union reports.
+    ``union`` is ``J(KEPT ∪ S)`` over every document of ``--given`` and of the input (a
+    kept document covers itself at 1; a dropped one by its best cosine to KEPT ∪ S), what
+    ``datamask evaluate`` of the two files together reports.
     """
-    sel = torch.as_tensor(np.asarray(selected, dtype=np.int64))
+    sel = np.asarray(selected, dtype=np.int64)
     x = torch.from_numpy(corpus.features)
     floor = None if corpus.floor is None else torch.from_numpy(corpus.floor).to(x.dtype)
     term = FacilityLocation().bind(TermContext.create(x, None, max(len(sel), 1), floor=floor))
-    above = term.coverage(sel).double()
+    above = term.coverage(torch.from_numpy(sel)).double()
     q_new = corpus.normalized_quality()
-    q_kept = kept.normalized_quality()
-    k, nk, nn = len(sel), kept.n_docs, corpus.n_docs
-    quality = float(q_new[sel.numpy()].mean()) if k else 0.0
+    q_docs = given.corpus.normalized_quality()
+    k, nk, nn = len(sel), given.n_kept, corpus.n_docs
+    quality = float(q_new[sel].mean()) if k else 0.0
     facility = float(above.mean())
-    base = 0.0 if floor is None else float(floor.double().sum())
-    union_quality = float((q_kept.sum() + q_new[sel.numpy()].sum()) / max(nk + k, 1))
-    union_facility = (nk + base + float(above.sum())) / (nk + nn)
+    new_cover = float(above.sum()) + (0.0 if floor is None else float(floor.double().sum()))
+    # --given's own documents: kept ones at 1, dropped ones by their best cosine to KEPT ∪ S
+    dropped = np.setdiff1d(np.arange(given.n_docs), given.rows)
+    docs_cover = float(nk)
+    if len(dropped):
+        xd = torch.from_numpy(given.corpus.features[dropped])
+        by_kept, _, _ = best_match(xd, given.kept_features())
+        by_new, _, _ = best_match(xd, x[torch.from_numpy(sel)])
+        docs_cover += float(torch.maximum(by_kept, by_new).clamp_min(0.0).double().sum())
+    union_quality = float((q_docs[given.rows].sum() + q_new[sel].sum()) / max(nk + k, 1))
+    union_facility = (docs_cover + new_cover) / (given.n_docs + nn)
     return {
         "given": {
             "quality": quality,
