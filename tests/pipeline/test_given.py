@@ -243,3 +243,11 @@ def test_objective_refuses_a_floor_for_terms_without_one():
     corpus.floor = np.zeros(5, np.float32)
     with pytest.raises(ValueError, match="only facility location has a floor"):
         Objective([PairwiseSimilarity()]).bind(corpus, 2)
+
+
+def test_select_table_takes_given_as_select_does(tmp_path):
+    kept, new, _, _ = _pair(tmp_path)
+    out = tmp_path / "sel.parquet"
+    datamask.select(new, out, given=kept, k=3, method="greedy-dense", progress=False)
+    table = datamask.select_table(pq.read_table(new), given=kept, k=3, method="greedy-dense")
+    assert table["selected"].to_pylist() == pq.read_table(out)["selected"].to_pylist()
