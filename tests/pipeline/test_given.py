@@ -251,3 +251,24 @@ def test_select_table_takes_given_as_select_does(tmp_path):
     datamask.select(new, out, given=kept, k=3, method="greedy-dense", progress=False)
     table = datamask.select_table(pq.read_table(new), given=kept, k=3, method="greedy-dense")
     assert table["selected"].to_pylist() == pq.read_table(out)["selected"].to_pylist()
+
+
+def test_cli_select_given_and_its_errors(tmp_path, capsys):
+    """The flags are the options: --given and --k select; bad input exits 2 with one line
+    and writes nothing."""
+    kept, new, _, _ = _pair(tmp_path)
+    out = tmp_path / "cli.parquet"
+    argv = ["select", "--input", str(new), "--given", str(kept), "--no-progress"]
+    assert main([*argv, "--output", str(out), "--k", "3", "--method", "greedy-dense"]) == 0
+    summary = json.loads((tmp_path / "cli.summary.json").read_text())
+    assert summary["k"] == 3 and summary["settings"]["given"] == str(kept)
+    assert "terms_union" in summary
+    capsys.readouterr()
+    bad = tmp_path / "bad.parquet"
+    assert main([*argv, "--output", str(bad), "--k", "3", "--select-ratio", "0.2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "datamask: error: give the budget either as select_ratio or as k, not both; "
+        "got select_ratio=0.2 and k=3."
+    ]
+    assert not bad.exists() and not (tmp_path / "bad.summary.json").exists()
