@@ -110,7 +110,9 @@ def select(
         the one the ``runner`` setting names, :func:`make_runner`).
     **settings
         Any setting of ``datamask select`` by its key, instead of ``spec``: ``select_ratio``,
-        ``method``, ``seed``, ``preset``, ``id_col``, ``quality_col``, ``n_epochs``, ...
+        ``method``, ``seed``, ``preset``, ``id_col``, ``quality_col``, ``n_epochs``, ...;
+        ``k`` (instead of ``select_ratio``) and ``given`` / ``given_selection`` (documents
+        already kept: select from ``source`` only, :mod:`datamask.pipeline.given`).
 
     Returns
     -------
