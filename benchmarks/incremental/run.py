@@ -256,6 +256,9 @@ def markdown() -> None:
         "with old's selection and S kept, as `evaluate` of the two files together would: it",
         "should equal the incremental row's exact J above.",
         "",
+        "Not measured: sharded incremental (the 20% in 4 shards, 2 workers). `--given` takes",
+        'one parquet file as `--input` and refuses shards (docs/incremental.md, "Not yet").',
+        "",
     ]
     MARKDOWN.write_text("\n".join(out))
 

@@ -253,7 +253,15 @@ def _select_file(
     )
     read_seconds = time.perf_counter() - started
     k, fit_spec, kept, given_info = _budget_and_given(corpus, spec, given)
-    selection = fit_group(corpus, k, fit_spec, progress=spec.run.progress, describe_graph=True)
+    given_seconds = time.perf_counter() - started - read_seconds
+    selection = fit_group(
+        corpus,
+        k,
+        fit_spec,
+        progress=spec.run.progress,
+        describe_graph=True,
+        evaluate=kept is None,  # given KEPT, the terms are scored below instead
+    )
     table = selection_table(
         selection,
         id_col=cols.id_col,
@@ -263,8 +271,13 @@ def _select_file(
     meta = selection.meta
     terms = meta["terms"]
     if kept is not None:
+        scoring = time.perf_counter()
         scored = given_terms(corpus, kept, selection.selected, spec.objective.lamb)
         terms, given_info["terms_union"] = scored["given"], scored["union"]
+        given_info["seconds"] = {  # read --given and the floors; score J given and union J
+            "read_and_floors": given_seconds,
+            "score": time.perf_counter() - scoring,
+        }
     summary = {
         **run_record(spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=terms),
         "dim": corpus.dim,
