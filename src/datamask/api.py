@@ -25,7 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from ._device import set_threads
+from ._validation import k_from_ratio
 from .config import SelectSpec
+from .data import Corpus
 from .distributed.executors import LocalRunner, available_cpus
 from .distributed.runner import run_selection
 from .io.atomic import OutputLock, check_no_overlap, check_writable
@@ -35,6 +37,7 @@ from .io.parquet import corpus_from_table, summary_path, write_selection
 from .io.provenance import record_inputs
 from .io.remote import staged_paths
 from .io.shards import literal_or_glob
+from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
 from .pipeline.step import fit_group
 from .pipeline.writer import run_record, selection_table
 
@@ -112,7 +115,9 @@ def select(
         the one the ``runner`` setting names, :func:`make_runner`).
     **settings
         Any setting of ``datamask select`` by its key, instead of ``spec``: ``select_ratio``,
-        ``method``, ``seed``, ``preset``, ``id_col``, ``quality_col``, ``n_epochs``, ...
+        ``method``, ``seed``, ``preset``, ``id_col``, ``quality_col``, ``n_epochs``, ...;
+        ``k`` (instead of ``select_ratio``) and ``given`` / ``given_selection`` (documents
+        already kept: select from ``source`` only, :mod:`datamask.pipeline.given`).
 
     Returns
     -------
@@ -120,11 +125,20 @@ def select(
         The summary (one file) or manifest (shards) also written beside the output.
     """
     spec = _spec_of(spec, settings, "select's arguments")
-    paths = {"input": source, "output": output, "work_dir": spec.run.work_dir}
-    with staged_paths(paths, inputs=("input",), suffixes=(".parquet",)) as local:
+    chosen = spec.selector
+    paths = {
+        "input": source,
+        "output": output,
+        "work_dir": spec.run.work_dir,
+        "given": chosen.given,
+        "given_selection": chosen.given_selection,
+    }
+    inputs = ("input", "given", "given_selection")
+    with staged_paths(paths, inputs=inputs, suffixes=(".parquet",)) as local:
         if local["work_dir"] != spec.run.work_dir:
             spec = spec.evolve(run=replace(spec.run, work_dir=local["work_dir"]))
-        return _select(local["input"], local["output"], spec, shards, split, scheduler)
+        given = (local["given"], local["given_selection"])
+        return _select(local["input"], local["output"], spec, shards, split, scheduler, given)
 
 
 def _select(
@@ -134,8 +148,10 @@ def _select(
     shards: bool | None,
     split: str | None,
     runner: Any,
+    given: tuple[Any, Any] = (None, None),
 ) -> dict[str, Any]:
-    """:func:`select` on local paths: columns resolved, the spec checked once, then run."""
+    """:func:`select` on local paths: columns resolved, the spec checked once, then run.
+    ``given``: the local paths of ``--given`` and ``--given-selection``."""
     if isinstance(source, str | Path):
         source = resolve_input(str(source), split=split)
     names = input_column_names(source, split=split)
@@ -148,6 +164,13 @@ def _select(
             "parquet shards first (Dataset.to_parquet)."
         )
     if shards or (shards is None and is_sharded(source)):
+        for key in ("given", "k"):
+            if getattr(spec.selector, key) is not None:
+                raise ValueError(
+                    f"--{key} selects from one parquet file (or a save_to_disk folder) for "
+                    f"now; got the shards {source!r}. Select the new shards with "
+                    "--select-ratio, or merge them into one file first."
+                )
         own = runner is None
         runner = make_runner(spec) if own else runner
         try:
@@ -166,10 +189,16 @@ def _select(
     # writable place, and no other run writing it at the same time.
     check_file_output(output)
     check_writable(output)
-    check_no_overlap([output, summary_path(output)], [source])
+    check_no_overlap([output, summary_path(output)], [source, *(g for g in given if g)])
     with OutputLock(output):
         return _select_file(
-            str(source), output, spec, split=split, keep_lists=not in_memory, threads=threads
+            str(source),
+            output,
+            spec,
+            split=split,
+            keep_lists=not in_memory,
+            threads=threads,
+            given=given,
         )
 
 
@@ -207,8 +236,11 @@ def _select_file(
     split: str | None,
     keep_lists: bool,
     threads: int,
+    given: tuple[Any, Any] = (None, None),
 ) -> dict[str, Any]:
-    """One file: a plan with one group, once the output is claimed."""
+    """One file: a plan with one group, once the output is claimed; with ``given``
+    (``--given`` and ``--given-selection``), the new documents' floors and the union's
+    rate first (:mod:`datamask.pipeline.given`)."""
     started = time.perf_counter()
     cols = spec.columns
     names = input_column_names(source, split=split)
@@ -225,7 +257,16 @@ def _select_file(
         extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
     )
     read_seconds = time.perf_counter() - started
-    selection = fit_group(corpus, None, spec, progress=spec.run.progress, describe_graph=True)
+    k, fit_spec, kept, given_info = _budget_and_given(corpus, spec, given)
+    given_seconds = time.perf_counter() - started - read_seconds
+    selection = fit_group(
+        corpus,
+        k,
+        fit_spec,
+        progress=spec.run.progress,
+        describe_graph=True,
+        evaluate=kept is None,  # given KEPT, the terms are scored below instead
+    )
     table = selection_table(
         selection,
         id_col=cols.id_col,
@@ -233,8 +274,17 @@ def _select_file(
         logit=not spec.run.selected_only,
     )
     meta = selection.meta
+    terms = meta["terms"]
+    if kept is not None:
+        scoring = time.perf_counter()
+        scored = given_terms(corpus, kept, selection.selected, spec.objective.lamb)
+        terms, given_info["terms_union"] = scored["given"], scored["union"]
+        given_info["seconds"] = {  # read --given and the floors; score J given and union J
+            "read_and_floors": given_seconds,
+            "score": time.perf_counter() - scoring,
+        }
     summary = {
-        **run_record(spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=meta["terms"]),
+        **run_record(spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=terms),
         "dim": corpus.dim,
         "input": source,
         "output": str(output),
@@ -250,6 +300,9 @@ def _select_file(
         "history": meta["history"],
     }
     summary["settings"]["threads"] = threads  # the count used, not None
+    if given_info is not None:
+        summary["given"] = given_info
+        summary["terms_union"] = given_info.pop("terms_union")
     if keep_lists:  # a parquet file: what `apply` and `evaluate` check their input against
         summary["provenance"] = record_inputs(
             [source],
@@ -257,6 +310,13 @@ def _select_file(
             [c for c in spec.read_columns if c in names],
             id_col=cols.id_col,
         )
+        if kept is not None and kept.files:  # KEPT, recorded like the input
+            summary["provenance"]["given"] = record_inputs(
+                kept.files,
+                input_names(kept.source, kept.files),
+                [c for c in spec.read_columns if c in names],
+                id_col=cols.id_col,
+            )
     kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
     summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
     write_selection(output, table, summary)  # parquet and summary as one unit
@@ -266,6 +326,30 @@ def _select_file(
         keep_lists_for_output(output, source, [source], id_col=cols.id_col, selected_ids=kept_ids)
     summary["keep_lists"] = keep_lists
     return summary
+
+
+def _budget_and_given(
+    corpus: Corpus, spec: SelectSpec, given: tuple[Any, Any]
+) -> tuple[int | None, SelectSpec, Given | None, dict[str, Any] | None]:
+    """``k`` (None: from select_ratio), the spec to fit with, KEPT and what the summary
+    records of it: with ``given`` (the paths of ``--given`` and ``--given-selection``)
+    KEPT is read and checked, the input's floors set and the objective put at the union's
+    rate (:mod:`datamask.pipeline.given`)."""
+    k = spec.selector.k
+    if k is not None and k > corpus.n_docs:
+        raise ValueError(
+            f"k must be at most the {corpus.n_docs} documents of {corpus.source}; got k={k}."
+        )
+    if given[0] is None:
+        return k, spec, None, None
+    cols = spec.columns
+    kept = read_given(given[0], cols, selection=given[1])
+    info = prepare_given(corpus, kept, id_col=cols.id_col)
+    info.pop("floor_index")  # the KEPT row of each floor, for covered_by; not a summary field
+    k = k_from_ratio(spec.selector.select_ratio, corpus.n_docs) if k is None else k
+    fit_spec = given_spec(spec, k, corpus.n_docs, kept)
+    info["lamb_optimised"] = fit_spec.objective.lamb
+    return k, fit_spec, kept, info
 
 
 # --- an in-memory table -------------------------------------------------------------------
@@ -363,7 +447,9 @@ def select_table(
     if numbered:
         table = table.append_column("row", pa.array(rows))
     corpus = corpus_from_table(table, "data", cols)
-    selection = fit_group(corpus, None, spec, progress=progress)
+    given = (spec.selector.given, spec.selector.given_selection)
+    k, fit_spec, _, _ = _budget_and_given(corpus, spec, given)
+    selection = fit_group(corpus, k, fit_spec, progress=progress)
     out = selection_table(selection, id_col=cols.id_col)
     if numbered:
         return out

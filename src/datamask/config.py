@@ -19,6 +19,7 @@ runs, what is fingerprinted for resume, and what crosses process boundaries (it 
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
@@ -126,6 +127,25 @@ class SelectorSpec:
     select_ratio: float = option_field(
         DEFAULT_SELECT_RATIO, (_RATIO,), "fraction of documents kept, in (0, 1)"
     )
+    k: int | None = option_field(
+        None,
+        (_COUNT, None),
+        "documents kept, instead of --select-ratio (with --given: of the new documents; "
+        "one parquet file or a table only)",
+    )
+    given: str | None = option_field(
+        None,
+        (str, os.PathLike, None),
+        "documents already kept (a parquet file, a folder or glob of shards, a save_to_disk "
+        "folder or a URI): k documents are selected from --input only, counting the coverage "
+        "they add above what these give; docs/incremental.md",
+    )
+    given_selection: str | None = option_field(
+        None,
+        (str, os.PathLike, None),
+        "a selection of --given (datamask select output, parquet or text file of ids): only "
+        "its selected rows are the documents already kept",
+    )
     seed: int = option_field(
         0, (Interval(int, 0, 2**63 - 1, closed="both"),), "seed of every random draw"
     )
@@ -137,6 +157,12 @@ class SelectorSpec:
     )
     #: The method's own parameters (its ``_parameter_constraints``), by name.
     params: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("given", "given_selection"):  # a Path is held as its text (it pickles,
+            value = getattr(self, name)  # prints and fingerprints as the flag's value)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
 
     def make(
         self,
@@ -152,7 +178,7 @@ class SelectorSpec:
         return cls(
             objective,
             select_ratio=self.select_ratio,
-            k=k,
+            k=self.k if k is None else k,
             seed=self.seed if seed is None else seed,
             device=device or self.device,
             progress=progress,
@@ -342,6 +368,11 @@ class SelectSpec:
         resolves them against the input (:meth:`~datamask.columns.Columns.resolve`).
         """
         checked = check_settings(values, where=where)
+        if "k" in checked and "select_ratio" in checked:
+            raise ValueError(
+                "give the budget either as select_ratio or as k, not both; got select_ratio="
+                f"{checked['select_ratio'][1]} and k={checked['k'][1]}."
+            )
         parts: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
         selector_params: dict[str, Any] = {}
         term_values: dict[str, Any] = {}
@@ -408,6 +439,11 @@ class SelectSpec:
             raise ValueError(
                 f"max_similarity with --method {method} needs --budget group (the global "
                 f"round of {method} merges scores, not documents); got --budget global."
+            )
+        if self.selector.given_selection is not None and self.selector.given is None:
+            raise ValueError(
+                "given_selection needs given, the documents it selects from; got "
+                f"given_selection={self.selector.given_selection!r} alone."
             )
         if self.run.ray_address and self.run.runner == "local":
             raise ValueError("--ray-address needs --runner ray; got --runner local.")

@@ -35,6 +35,11 @@ class Corpus:
         ``(low, high)`` of each quality column over a larger corpus this one is part of
         (a sharded run passes the corpus-wide range, so every group scales alike).
         Default: the range of these rows.
+    floor : ndarray of shape (n_docs,), optional
+        Coverage each document already has from documents kept before, outside this
+        corpus: its best cosine to them, clipped at 0 (``datamask select --given``,
+        :mod:`datamask.pipeline.given`). Facility location then counts only what a
+        selection adds above it. Default: none.
     """
 
     ids: np.ndarray
@@ -45,6 +50,7 @@ class Corpus:
     source: str = "<memory>"
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     quality_range: tuple[np.ndarray, np.ndarray] | None = None
+    floor: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.quality = np.asarray(self.quality, dtype=np.float64)

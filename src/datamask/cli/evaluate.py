@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from .._device import set_threads
-from ..config import ObjectiveSpec
+from ..config import ObjectiveSpec, SelectorSpec
 from ..evaluate.report import evaluate_selection, format_report, read_selection
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
 from ..io.provenance import verify_selection_file
+from ..options import options
+from ..pipeline.given import evaluate_given, read_given
+from .args import add_options
 from .common import (
     add_data_arguments,
     add_redundancy_arguments,
@@ -62,6 +65,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "recorded content fingerprint), e.g. for the same rows re-encoded; see "
         "docs/provenance.md (default: check)",
     )
+    add_options(p, [o for o in options(SelectorSpec) if o.name in ("given", "given_selection")])
     add_scoring_arguments(p)
     add_data_arguments(p)
     add_redundancy_arguments(p)
@@ -80,7 +84,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )
     # Before any computation: the report never overwrites the data or the selection.
     check_writable(output)
-    check_no_overlap([output], [args.input, args.selection])
+    read = [args.input, args.selection, args.given, args.given_selection]
+    check_no_overlap([output], [path for path in read if path is not None])
     # The selection was made from this input (docs/provenance.md); the report says so.
     verified = 0 if args.trust_selection else verify_selection_file(args.selection, args.input)
     with OutputLock(output):
@@ -109,4 +114,12 @@ def _evaluate(args: argparse.Namespace, objective: ObjectiveSpec) -> dict[str, A
         dup_search=args.dup_search,
     )
     report["selection"] = str(args.selection)
+    if args.given is not None:  # scored given KEPT, as `select --given` scores it
+        kept = read_given(args.given, columns, selection=args.given_selection)
+        report["given"] = evaluate_given(corpus, kept, rows, objective, id_col=columns.id_col)
+    elif args.given_selection is not None:
+        raise ValueError(
+            "--given-selection needs --given, the documents it selects from; got "
+            f"--given-selection {args.given_selection!r} alone."
+        )
     return report

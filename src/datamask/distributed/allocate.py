@@ -40,6 +40,7 @@ from .._memory import peak_rss_mb
 from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
+from ..objectives.combined import group_lamb
 from ..pipeline.step import MODULAR
 from .lifecycle import read_marker
 
@@ -76,30 +77,6 @@ def allocates_by_gains(settings: SelectSpec) -> bool:
         and settings.selector.max_similarity is None
         and all(t.per_document for t in terms)
     )
-
-
-def group_lamb(lamb: float, c_group: int, n_group: int, k_total: int, n_total: int) -> float:
-    """The ``lamb`` at which a group selecting ``c_group`` of its ``n_group`` rows trades
-    quality against coverage at the corpus' rate.
-
-    Quality is a mean over the selection and coverage over the documents, so a unit of
-    quality is worth ``lamb / k`` and a unit of coverage ``(1 - lamb) / N`` in the corpus'
-    ``J``, and ``lamb_g / c_g`` against ``(1 - lamb_g) / n_g`` in the group's. Equal ratios
-    give ``lamb_g / (1 - lamb_g) = lamb / (1 - lamb) * (N / k) * (c_g / n_g)``.
-
-    Examples
-    --------
-    A group proposing twice its proportional share counts quality twice as much:
-
-    >>> round(group_lamb(0.5, 200, 1000, 1000, 10_000), 4)
-    0.6667
-    >>> group_lamb(0.5, 100, 1000, 1000, 10_000)
-    0.5
-    """
-    if lamb in (0.0, 1.0):
-        return float(lamb)
-    odds = lamb / (1.0 - lamb) * (n_total / k_total) * (c_group / n_group)
-    return odds / (1.0 + odds)
 
 
 def gains_in_j_units(

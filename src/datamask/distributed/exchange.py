@@ -12,7 +12,7 @@ SHARDED.md``). After the first allocation every group re-prices its candidates o
    orientation is a Gauss-Seidel sweep done in parallel).
 2. **Floors.** A document's floor is its best cosine to the neighbours' kept documents
    (the first ``m`` rows of their candidates, which carry their embeddings), found by the
-   ivf search (:data:`FLOOR_PROBE_FRACTION`).
+   ivf search (:func:`~datamask.neighbors.best_match`, ``method="ivf"``).
 3. **Re-price.** On the group's graph (the one its select step saved,
    ``WORK/graphs/NNNNN.npz``, else built again), coverage is counted above the floor
    (:meth:`~datamask.objectives.facility_location.FacilityLocation.raise_floor`) and the
@@ -44,7 +44,7 @@ from ..config import SelectSpec
 from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
-from ..neighbors import ivf_search
+from ..neighbors import best_match, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
 from ..selectors import SELECTORS
 from .allocate import (
@@ -138,29 +138,14 @@ def exchange_neighbors(
     return out
 
 
-#: The floors' search probes this fraction of its lists (:func:`~datamask.neighbors.
-#: ivf_search`, sqrt(kept) lists). A floor the search misses is a little low, so the group
-#: buys a little more coverage than it needs, never less. Measured against all pairs
-#: (benchmarks/scale/SHARDED.md): on real MiniLM rows 0.2 found the exact best cosine for
-#: 97.8% of rows (mean shortfall 0.001) at a fifth of the pairs.
-FLOOR_PROBE_FRACTION = 0.2
-
-
 def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
     """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search."""
     blocks = [b for b in kept if len(b)]
     if not blocks:
         return torch.zeros(x.shape[0], dtype=x.dtype)
     base = torch.from_numpy(np.concatenate(blocks).astype(np.float32, copy=False))
-    n_lists = max(1, int(math.sqrt(len(base))))
-    _, sims = ivf_search(
-        x,
-        base.to(x.dtype),
-        1,
-        n_probe=max(1, math.ceil(FLOOR_PROBE_FRACTION * n_lists)),
-        n_lists=n_lists,
-    )
-    return sims[:, 0].clamp_min_(0.0)
+    sims, _, _ = best_match(x, base, method="ivf")
+    return sims.clamp_min_(0.0)
 
 
 def _saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -288,6 +288,11 @@ def format_report(report: dict[str, Any]) -> str:
         sel, every = report["length"]["selected"], report["length"]["all"]
         for key in ("mean", "p10", "p50", "p90"):
             rows.append((f"{col} {key}", f"{sel[key]:.0f}", f"{every[key]:.0f}"))
+    given = report.get("given")
+    if given is not None:  # evaluate --given: J given KEPT and J of the union
+        for part, label in (("terms", "given KEPT"), ("terms_union", "KEPT + selection")):
+            for name, value in given[part].items():
+                rows.append((f"{label}: {'J' if name == 'J' else name}", f"{value:.4f}", ""))
     header = ("metric", "selection", "all documents")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
     lines = [

@@ -66,6 +66,11 @@ class TermContext:
     max_neighbors : int, optional
         Cap on the default K of a graph term (facility location): the learner binds with
         ``LEARNER_MAX_NEIGHBORS``, the greedy with none (its own default K).
+    floor : float tensor of shape (n_docs,), optional
+        Coverage every document already has from documents outside the corpus, in [0, 1]
+        (``Corpus.floor``: its best cosine to documents already kept, ``--given``).
+        Facility location counts only what a selection adds above it; terms that cannot
+        are refused a floor (:mod:`datamask.pipeline.given`).
     """
 
     features: torch.Tensor
@@ -77,6 +82,7 @@ class TermContext:
     rng: np.random.Generator
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)
     max_neighbors: int | None = None
+    floor: torch.Tensor | None = None
 
     @classmethod
     def create(
@@ -89,6 +95,7 @@ class TermContext:
         stream: np.random.SeedSequence | None = None,
         columns: Mapping[str, np.ndarray] | None = None,
         max_neighbors: int | None = None,
+        floor: torch.Tensor | None = None,
     ) -> TermContext:
         """A context with fresh generators on the device of ``features``, from ``stream``
         (the term's child of the run's seed; :meth:`Objective.bind` passes it), by default
@@ -107,6 +114,7 @@ class TermContext:
             rng=rng,
             columns=dict(columns or {}),
             max_neighbors=max_neighbors,
+            floor=floor,
         )
 
 
@@ -143,6 +151,10 @@ class Term(ABC):
     has_expected : bool
         The term implements :meth:`expected` (set automatically when a subclass defines
         ``expected``).
+    takes_floor : bool, default=False
+        The term means something given documents kept before (``TermContext.floor``,
+        ``--given``): facility location counts coverage above the floor, quality is a mean
+        over the selection. A term without it is refused a floor at :meth:`bind`.
     requires_columns : tuple of str, default=()
         Extra corpus columns the term reads from ``ctx.columns``.
     _parameter_constraints : dict
@@ -157,6 +169,7 @@ class Term(ABC):
     has_graph: ClassVar[bool] = False
     per_document: ClassVar[bool] = False
     has_expected: ClassVar[bool] = False
+    takes_floor: ClassVar[bool] = False
     requires_columns: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, list]] = {}
 
@@ -185,6 +198,11 @@ class Term(ABC):
             raise ValueError(
                 f"{type(self).__name__} requires the column(s) {missing}; the context holds "
                 f"{sorted(ctx.columns)}."
+            )
+        if ctx.floor is not None and not self.takes_floor:
+            raise ValueError(
+                f"term {type(self).__name__} cannot be counted given documents already kept "
+                "(--given): only facility location has a floor; use --algorithm Facility."
             )
         self.ctx_ = ctx
         self.features_ = ctx.features

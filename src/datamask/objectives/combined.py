@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_ALGORITHM",
     "DEFAULT_LAMB",
     "Objective",
+    "group_lamb",
     "resolve_objective",
 ]
 
@@ -120,6 +121,11 @@ class Objective:
         )
         available = dict(getattr(corpus, "extra", None) or {}) if columns is None else columns
         n = self.features_.shape[0]
+        given = getattr(corpus, "floor", None)  # coverage from documents already kept
+        floor = None
+        if given is not None:
+            floor = torch.as_tensor(np.asarray(given), device=self.device_)
+            floor = floor.to(self.features_.dtype).clamp_min(0.0)
         streams = seed_streams(self.seed_, 1 + len(self.terms))
         for i, (_, term) in enumerate(self.terms):
             wanted = {}
@@ -144,6 +150,7 @@ class Objective:
                 stream=streams[1 + i],
                 columns=wanted,
                 max_neighbors=max_neighbors,
+                floor=floor,
             )
             term.bind(ctx)
         return self
@@ -251,3 +258,29 @@ def resolve_objective(
         declared = term_class(name, what="algorithm")._parameter_constraints
         terms.append(make_term(name, **{k: v for k, v in params.items() if k in declared}))
     return Objective(terms, lamb=DEFAULT_LAMB if lamb is None else lamb)
+
+
+def group_lamb(lamb: float, c_group: int, n_group: int, k_total: int, n_total: int) -> float:
+    """The ``lamb`` at which a group selecting ``c_group`` of its ``n_group`` rows trades
+    quality against coverage at the corpus' rate: the rate of a sharded run's groups
+    (:mod:`datamask.distributed.allocate`) and of a selection given documents already kept
+    (:mod:`datamask.pipeline.given`), whose corpus is the kept and the new documents.
+
+    Quality is a mean over the selection and coverage over the documents, so a unit of
+    quality is worth ``lamb / k`` and a unit of coverage ``(1 - lamb) / N`` in the corpus'
+    ``J``, and ``lamb_g / c_g`` against ``(1 - lamb_g) / n_g`` in the group's. Equal ratios
+    give ``lamb_g / (1 - lamb_g) = lamb / (1 - lamb) * (N / k) * (c_g / n_g)``.
+
+    Examples
+    --------
+    A group proposing twice its proportional share counts quality twice as much:
+
+    >>> round(group_lamb(0.5, 200, 1000, 1000, 10_000), 4)
+    0.6667
+    >>> group_lamb(0.5, 100, 1000, 1000, 10_000)
+    0.5
+    """
+    if lamb in (0.0, 1.0):
+        return float(lamb)
+    odds = lamb / (1.0 - lamb) * (n_total / k_total) * (c_group / n_group)
+    return odds / (1.0 + odds)

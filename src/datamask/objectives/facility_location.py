@@ -90,6 +90,12 @@ class FacilityLocation(Term):
     document there is no unseen rest and that term is dropped, so the value is the exact
     expectation.
 
+    Given a floor (``TermContext.floor``: each document's best cosine to documents kept
+    before, ``--given``), every part counts coverage above it,
+    ``mean_i max(0, max_{j in S} <x_i, x_j> - floor_i)``: the value, the graph (raised as
+    :meth:`raise_floor` raises it), the dense and sparse gains, the exact covers of the
+    swap rounding and the batch rewards.
+
     Greedy gains come in two kinds (:meth:`init_state`): on the graph, the exact gain of
     the graph objective ``mean_i max(0, max_{j in S and N(i)} sim_ij)`` (O(K) per
     candidate, what ``--method greedy`` maximises), or dense, the exact gain of the full
@@ -130,6 +136,7 @@ class FacilityLocation(Term):
     submodular = True
     has_graph = True
     per_document = True
+    takes_floor = True
     _parameter_constraints = {
         "n_neighbors": [Interval(int, 0, None, closed="neither"), None],  # "> 0"
         "knn": [Options(str, tuple(KNN_METHODS))],
@@ -175,6 +182,8 @@ class FacilityLocation(Term):
             if self.n_neighbors < 1:
                 raise ValueError(f"n_neighbors must be >= 1; got {self.n_neighbors}.")
             self.n_neighbors_ = min(self.n_neighbors, n)
+        self.floor_ = self.ctx_.floor  # coverage from documents kept before (--given)
+        self.graph_floor_: torch.Tensor | None = None  # what the graph is raised by
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
         self.graph_seconds_ = 0.0
         self.graph_method_ = "given" if self.graph is not None else ""
@@ -188,6 +197,7 @@ class FacilityLocation(Term):
             kk = self.n_neighbors_
             dev = features.device
             self.graph_ = (idx[:, :kk].to(dev), sim[:, :kk].to(dev, features.dtype).clamp_min(0))
+            self._raise_to_given()
         self.reverse_: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.dense_: torch.Tensor | None = None
         # Fewer than KEPT_NEIGHBORS kept rows expected in a list: the graph misses much of
@@ -232,8 +242,13 @@ class FacilityLocation(Term):
                 generator=self.ctx_.generator if generator is None else generator,
             )
             self.graph_ = (idx, sim.clamp_min_(0.0))  # its own tensor: clipped in place
+            self._raise_to_given()
             self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
+
+    def _raise_to_given(self) -> None:
+        if self.floor_ is not None:
+            self.raise_floor(self.floor_)
 
     def raise_floor(self, floor: torch.Tensor) -> None:
         """Count coverage on the graph only above a per-document ``floor``: each document's
@@ -249,7 +264,14 @@ class FacilityLocation(Term):
         if floor.shape != (self.n_docs,):
             raise ValueError(f"floor must have shape ({self.n_docs},); got {tuple(floor.shape)}.")
         _, sim = self.knn_graph()
-        sim.sub_(floor.to(sim.device, sim.dtype)[:, None]).clamp_min_(0.0)
+        floor = floor.to(sim.device, sim.dtype).clamp_min(0.0)
+        # Raised twice (a given floor, then the exchange round's), by the larger of the two:
+        # max(0, max(0, s - a) - (b - a)) = max(0, s - b) for b >= a.
+        before = self.graph_floor_
+        total = floor if before is None else torch.maximum(before, floor)
+        step = total if before is None else total - before
+        sim.sub_(step[:, None]).clamp_min_(0.0)
+        self.graph_floor_ = total
         self.reverse_ = None  # rebuilt from the raised graph on first use
 
     def build_graph(self) -> None:
@@ -292,15 +314,19 @@ class FacilityLocation(Term):
         return float(self.graph_coverage(selected).double().mean())
 
     def coverage(self, selected: torch.Tensor) -> torch.Tensor:
-        """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks."""
+        """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks; above
+        the floor when there is one, ``max(0, max_{j in S} sim - floor_i)``."""
         xs = self.features_[selected]
+        if len(selected) == 0:
+            return torch.zeros(self.n_docs, dtype=self.features_.dtype, device=xs.device)
         step = _block_rows(len(selected), budget=1 << 22)  # 16 MB blocks: O(1) memory
-        return torch.cat(
+        cover = torch.cat(
             [
                 (self.features_[lo : lo + step] @ xs.T).amax(1).clamp_min(0.0)
                 for lo in range(0, self.n_docs, step)
             ]
         )
+        return cover if self.floor_ is None else (cover - self.floor_).clamp_min_(0.0)
 
     def value(self, selected: torch.Tensor) -> float:
         return float(self.coverage(selected).double().mean())
@@ -318,6 +344,8 @@ class FacilityLocation(Term):
         step = _block_rows(len(sel), budget=1 << 22)
         for lo in range(0, len(docs), step):
             v, i = (x[docs[lo : lo + step]] @ xs.T).topk(m, dim=1)
+            if self.floor_ is not None:  # coverage above what was kept before
+                v = v - self.floor_[docs[lo : lo + step], None]
             vals[lo : lo + step, :m] = v.clamp_min(0.0)
             rows[lo : lo + step, :m] = torch.where(v > 0, sel[i], n)
         return vals, rows
@@ -378,7 +406,10 @@ class FacilityLocation(Term):
                 step = _block_rows(len(adds) + 2, budget=1 << 22)
                 for lo in range(0, len(inc), step):
                     r = inc[lo : lo + step]
-                    s = (self.features_[r] @ xa.T).clamp_min(0.0)
+                    s = self.features_[r] @ xa.T
+                    if self.floor_ is not None:
+                        s = s - self.floor_[r, None]
+                    s = s.clamp_min(0.0)
                     v = torch.cat([vals[r], s], 1)
                     ids = torch.cat([rows[r], adds.expand(len(r), -1)], 1)
                     top_v, top_i = v.topk(2, dim=1)
@@ -390,7 +421,10 @@ class FacilityLocation(Term):
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]
-        sims = (xb @ xb.T).clamp_min(0.0)  # (b, b): coverage measured inside the batch
+        sims = xb @ xb.T  # (b, b): coverage measured inside the batch
+        if self.floor_ is not None:
+            sims = sims - self.floor_[batch, None]  # row i: document i, above its floor
+        sims = sims.clamp_min(0.0)
         b = len(batch)
         chunk = max(1, (1 << 27) // (b * b))  # keep (chunk, b, b) near 128M elements
         out = [(sims[None] * m[:, None, :]).amax(2).mean(1) for m in masks.split(chunk)]
@@ -411,7 +445,11 @@ class FacilityLocation(Term):
         return cover.mean()
 
     def init_state(self, graph: bool = False) -> CoverState:
+        """No coverage yet: zeros on the graph (raised by any floor), the floor itself for
+        dense gains, which read the raw similarities."""
         zeros = torch.zeros(self.n_docs, dtype=self.features_.dtype, device=self.features_.device)
+        if not graph and self.floor_ is not None:
+            return CoverState(self.floor_.clone(), graph)
         return CoverState(zeros, graph)
 
     def gains(self, state: CoverState, candidates: torch.Tensor) -> torch.Tensor:

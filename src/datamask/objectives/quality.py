@@ -19,6 +19,7 @@ class Quality(Term):
     name = "quality"
     submodular = True
     modular = True
+    takes_floor = True  # a mean over the selection: documents kept before do not enter it
 
     def value(self, selected: torch.Tensor) -> float:
         return float(self.quality_[selected].mean())
