@@ -36,7 +36,7 @@ from .io.provenance import record_inputs
 from .io.remote import staged_paths
 from .io.shards import literal_or_glob
 from .pipeline.step import fit_group
-from .pipeline.writer import run_record, selection_table
+from .pipeline.writer import cover_summary, run_record, selection_table
 
 __all__ = ["is_sharded", "make_runner", "select", "select_table"]
 
@@ -220,7 +220,14 @@ def _select_file(
         extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
     )
     read_seconds = time.perf_counter() - started
-    selection = fit_group(corpus, None, spec, progress=spec.run.progress, describe_graph=True)
+    selection = fit_group(
+        corpus,
+        None,
+        spec,
+        progress=spec.run.progress,
+        describe_graph=True,
+        cover=not spec.run.selected_only,  # the kept rows alone: each covers itself
+    )
     table = selection_table(
         selection,
         id_col=cols.id_col,
@@ -235,10 +242,13 @@ def _select_file(
         "output": str(output),
         "seconds": {
             "read": read_seconds,
-            **{key: meta["seconds"][key] for key in ("fit", "graph", "optimise")},
+            **{key: meta["seconds"].get(key) for key in ("fit", "graph", "optimise", "cover")},
             "total": time.perf_counter() - started,
         },
         "graph": meta["graph"],
+        "cover": cover_summary(meta["cover"], meta["seconds"]["cover"])
+        if "cover" in meta
+        else None,
         "device": meta["device"],
         "resolved": meta["resolved"],
         "history": meta["history"],
@@ -328,7 +338,10 @@ def select_table(
     pyarrow.Table
         One row per input row, in input order: the id column (or ``row`` alone),
         ``row`` (int64 position in ``data``), ``selected`` (bool), ``logit``,
-        ``probability`` (mask learner only) and ``rank`` (1 = best).
+        ``probability`` (mask learner only), ``rank`` (1 = best), and the nearest kept
+        row of every row: ``covered_by`` (its id, or its row number without an id
+        column), ``covered_sim`` (float32 cosine; 1.0 for a kept row, which covers
+        itself) and ``covered_exact`` (docs/incremental.md).
         ``data.select(table.filter(table["selected"])["row"].to_pylist())`` keeps the
         selection.
 
@@ -357,7 +370,7 @@ def select_table(
     if numbered:
         table = table.append_column("row", pa.array(rows))
     corpus = corpus_from_table(table, "data", cols)
-    selection = fit_group(corpus, None, spec, progress=progress)
+    selection = fit_group(corpus, None, spec, progress=progress, cover=True)
     out = selection_table(selection, id_col=cols.id_col)
     if numbered:
         return out

@@ -44,7 +44,7 @@ from ..config import SelectSpec
 from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
-from ..neighbors import ivf_search
+from ..neighbors import FLOOR_PROBE_FRACTION, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
 from ..selectors import SELECTORS
 from .allocate import (
@@ -138,16 +138,11 @@ def exchange_neighbors(
     return out
 
 
-#: The floors' search probes this fraction of its lists (:func:`~datamask.neighbors.
-#: ivf_search`, sqrt(kept) lists). A floor the search misses is a little low, so the group
-#: buys a little more coverage than it needs, never less. Measured against all pairs
-#: (benchmarks/scale/SHARDED.md): on real MiniLM rows 0.2 found the exact best cosine for
-#: 97.8% of rows (mean shortfall 0.001) at a fifth of the pairs.
-FLOOR_PROBE_FRACTION = 0.2
-
-
 def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
-    """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search."""
+    """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search
+    (:data:`~datamask.neighbors.FLOOR_PROBE_FRACTION` of its lists probed). A floor the
+    search misses is a little low, so the group buys a little more coverage than it
+    needs, never less."""
     blocks = [b for b in kept if len(b)]
     if not blocks:
         return torch.zeros(x.shape[0], dtype=x.dtype)

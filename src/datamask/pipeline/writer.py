@@ -2,8 +2,10 @@
 
 Every table a selection is written as comes from :func:`selection_table`, which owns the
 ranking (:meth:`Selection.rank`) and the column order: the id as stored, then ``group``
-(sharded runs), ``selected``, ``logit``, ``probability``, ``rank``. ``kept_only`` writes
-the kept rows alone, best first (id, group, rank, logit). :func:`run_record` is the part
+(sharded runs), ``selected``, ``logit``, ``probability``, ``rank``, and where the
+selection found every row's nearest kept row (``meta["cover"]``) ``covered_by``,
+``covered_sim`` and ``covered_exact`` (:func:`cover_columns`). ``kept_only`` writes the
+kept rows alone, best first (id, group, rank, logit). :func:`run_record` is the part
 every summary and manifest shares: settings, method, counts, terms, versions.
 """
 
@@ -14,12 +16,56 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._version import __version__
 from ..config import SelectSpec
 from ..data import Selection
+from ..neighbors import Cover
 
-__all__ = ["run_record", "selection_table", "versions"]
+__all__ = [
+    "COVER_COLUMNS",
+    "cover_columns",
+    "cover_summary",
+    "run_record",
+    "selection_table",
+    "versions",
+]
+
+#: The traceability columns every selection output carries (docs/incremental.md).
+COVER_COLUMNS = ("covered_by", "covered_sim", "covered_exact")
+
+
+def cover_columns(cover: Cover, kept_ids: pa.Array) -> dict[str, pa.Array]:
+    """``covered_by`` (the nearest kept row's id, typed as ``kept_ids``; null where
+    nothing is kept), ``covered_sim`` (float32 cosine) and ``covered_exact`` (bool) of a
+    :class:`~datamask.neighbors.Cover` whose ``index`` points into ``kept_ids``."""
+    index = np.asarray(cover.index, dtype=np.int64)
+    none = index < 0
+    taken = kept_ids.take(pa.array(np.where(none, 0, index))) if len(kept_ids) else None
+    if taken is None:
+        by = pa.nulls(len(index), type=kept_ids.type)
+    elif none.any():
+        by = pc.if_else(pa.array(none), pa.scalar(None, type=kept_ids.type), taken)
+    else:
+        by = taken
+    return {
+        "covered_by": by,
+        "covered_sim": pa.array(np.asarray(cover.sim, dtype=np.float32)),
+        "covered_exact": pa.array(np.asarray(cover.exact, dtype=bool)),
+    }
+
+
+def cover_summary(cover: Cover, seconds: float | None = None) -> dict[str, Any]:
+    """What a summary or manifest says of the cover: rows per route, how many are exact."""
+    return {
+        "columns": list(COVER_COLUMNS),
+        "rows": len(cover.index),
+        "exact": int(np.count_nonzero(cover.exact)),
+        "approximate": int(len(cover.exact) - np.count_nonzero(cover.exact)),
+        "routes": dict(cover.counts),
+        "seconds": seconds,
+    }
 
 
 def selection_table(
@@ -86,7 +132,11 @@ def selection_table(
         if probability:
             cols["probability"] = pa.array(np.asarray(probabilities, dtype=np.float32))
         cols["rank"] = pa.array(rank)
-    for name, values in (extra or {}).items():
+    cover = None if kept_only else selection.meta.get("cover")  # kept rows cover themselves
+    for name, values in {
+        **(cover_columns(cover, ids) if cover is not None else {}),
+        **(extra or {}),
+    }.items():
         cols[name] = values if rows is None else _take(values, rows)
     return pa.table(cols)
 
