@@ -403,20 +403,20 @@ def nearest_kept(
     --------
     >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]], dtype=np.float32)
     >>> c = nearest_kept(x, np.array([0, 2]))
-    >>> c.index.tolist(), c.sim.round(2).tolist()
+    >>> c.index.tolist(), [round(float(s), 2) for s in c.sim]
     ([0, 0, 2], [1.0, 0.8, 1.0])
     """
     if (kept is None) == (kept_features is None):
         raise ValueError("give exactly one of kept (rows of features) and kept_features.")
     if graph is not None and kept is None:
         raise ValueError("graph lists rows of features; it needs kept, not kept_features.")
-    x = torch.as_tensor(features)
+    x = _as_tensor(features)
     n = x.shape[0]
     if kept is not None:
         kept = np.unique(np.asarray(kept, dtype=np.int64))  # sorted: ties to the lowest row
         base = x[torch.from_numpy(kept)] if len(kept) else x[:0]
     else:
-        base = torch.as_tensor(kept_features).to(x.dtype)
+        base = _as_tensor(kept_features).to(x.dtype)
         if base.ndim != 2 or (len(base) and base.shape[1] != x.shape[1]):
             raise ValueError(
                 f"kept_features must have shape (m, {x.shape[1]}); got {tuple(base.shape)}."
@@ -498,6 +498,13 @@ def nearest_kept(
     exact[none] = True
     counts["none"] = int(none.sum())
     return Cover(index, sim, exact, external, counts)
+
+
+def _as_tensor(a: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """A tensor over ``a``'s memory; a copy only of a read-only array (arrow's buffers)."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        a = a.copy()
+    return torch.as_tensor(a)
 
 
 def _exact_nearest(q: torch.Tensor, base: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,19 +36,22 @@ __all__ = [
 COVER_COLUMNS = ("covered_by", "covered_sim", "covered_exact")
 
 
-def cover_columns(cover: Cover, kept_ids: pa.Array) -> dict[str, pa.Array]:
+def cover_columns(
+    cover: Cover, kept_ids: pa.Array, external_ids: pa.Array | None = None
+) -> dict[str, pa.Array]:
     """``covered_by`` (the nearest kept row's id, typed as ``kept_ids``; null where
     nothing is kept), ``covered_sim`` (float32 cosine) and ``covered_exact`` (bool) of a
-    :class:`~datamask.neighbors.Cover` whose ``index`` points into ``kept_ids``."""
+    :class:`~datamask.neighbors.Cover` whose ``index`` points into ``kept_ids``, or into
+    ``external_ids`` where ``cover.external`` (the floor won)."""
     index = np.asarray(cover.index, dtype=np.int64)
-    none = index < 0
-    taken = kept_ids.take(pa.array(np.where(none, 0, index))) if len(kept_ids) else None
-    if taken is None:
-        by = pa.nulls(len(index), type=kept_ids.type)
-    elif none.any():
-        by = pc.if_else(pa.array(none), pa.scalar(None, type=kept_ids.type), taken)
-    else:
-        by = taken
+    external = np.asarray(cover.external, dtype=bool)
+    if external_ids is None and external.any():
+        raise ValueError("the cover names rows held elsewhere; give their external_ids.")
+    by = pa.nulls(len(index), type=kept_ids.type)
+    for source, rows in ((kept_ids, ~external & (index >= 0)), (external_ids, external)):
+        if rows.any():
+            taken = source.take(pa.array(np.where(rows, index, 0))).cast(kept_ids.type)
+            by = pc.if_else(pa.array(rows), taken, by)
     return {
         "covered_by": by,
         "covered_sim": pa.array(np.asarray(cover.sim, dtype=np.float32)),
