@@ -151,3 +151,19 @@ def test_select_table_records_the_cover_by_id_and_by_row(demo_table):
         demo_table.drop_columns(["chunk_id"]), select_ratio=0.1, method="greedy"
     )
     assert numbered["covered_by"].to_pylist() == index.tolist()
+
+
+def test_the_cover_changes_no_selected_row(tmp_path):
+    corpus = make_clustered(500, 16, 8, seed=4)
+    path = write_reference_layout(tmp_path / "docs.parquet", corpus)
+    a = datamask.select(path, tmp_path / "a.parquet", select_ratio=0.1, progress=False)
+    b = datamask.select(
+        path, tmp_path / "b.parquet", select_ratio=0.1, selected_only=True, progress=False
+    )
+    assert b["cover"] is None and a["cover"]["rows"] == 500
+    assert a["selection_digest"] == b["selection_digest"]
+    table = pq.read_table(tmp_path / "a.parquet")
+    kept = table.filter(table["selected"])
+    assert sorted(kept["chunk_id"].to_pylist()) == sorted(
+        pq.read_table(tmp_path / "b.parquet")["chunk_id"].to_pylist()
+    )

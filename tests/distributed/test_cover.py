@@ -125,3 +125,16 @@ def test_sharded_cover_on_ray(corpus, tmp_path):
     finally:
         if started:
             ray.shutdown()
+
+
+def test_the_cover_changes_no_selected_row(corpus, tmp_path):
+    with_cover, _, out = run(corpus, tmp_path / "a", 3)
+    without = run_selection(
+        tmp_path / "a" / "in",
+        tmp_path / "b",
+        SelectSpec.from_mapping({"partition": "shard", "selected_only": True, **FAST}),
+        runner=LocalRunner(workers=1),
+        progress=False,
+    )
+    assert without["cover"] is None and not (tmp_path / "b" / "covered").exists()
+    assert with_cover["selection_digest"] == without["selection_digest"]
