@@ -219,8 +219,10 @@ def cover_round(
     """Both passes over every group (:mod:`.cover`); returns the manifest's ``cover``."""
     started = time.perf_counter()
     jobs = [(g, settings, str(work), str(out), quality_range) for g in groups]
+    # Centroids as float32 arrays on arrival, not JSON's Python floats (compact_marker's
+    # reason: at 10^5 groups of 384-d the lists alone would take over 1 GB).
     kept = {
-        r["gid"]: r
+        r["gid"]: {**r, "centroid": np.asarray(r["centroid"], dtype=np.float32)}
         for r in tqdm(
             runner.map(write_kept_rows, jobs),
             total=len(jobs),
@@ -231,7 +233,7 @@ def cover_round(
     }
     kept_s = time.perf_counter() - started
     near = exchange_neighbors(
-        [np.asarray(kept[g.gid]["centroid"], dtype=np.float32) for g in groups],
+        [kept[g.gid]["centroid"] for g in groups],
         COVER_NEIGHBORS,
         lower_only=False,
     )
