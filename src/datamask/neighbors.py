@@ -433,7 +433,9 @@ def nearest_kept(
         pos = torch.full((n,), -1, dtype=torch.long)  # a row's place among the kept, or -1
         pos[torch.from_numpy(kept)] = torch.arange(m)
         g_idx, g_sim = graph
-        step = _block_rows(g_idx.shape[1], budget=1 << 22)
+        # Row blocks of about 2^20 graph entries: the (rows, K) copies and the pairs' rows
+        # stay a few MB (whole-graph temporaries added 200 MB of peak at 56k x K=160).
+        step = _block_rows(g_idx.shape[1], budget=1 << 20)
         for lo in range(0, n, step):
             at = pos[g_idx[lo : lo + step].cpu()]
             s = g_sim[lo : lo + step].cpu().float().masked_fill(at < 0, -math.inf)
@@ -442,14 +444,16 @@ def nearest_kept(
             tie = torch.where(s == best[:, None], at, m).min(1).values  # lowest kept row
             ok = torch.isfinite(best).numpy() & todo[lo : lo + step]
             rows = np.flatnonzero(ok) + lo
+            if not len(rows):
+                continue
             index[rows] = tie.numpy()[ok]
+            # the cosine of the pair named, not the graph's (clipped) copy
+            r = torch.from_numpy(rows)
+            pair = (x[r] * base[torch.from_numpy(index[rows])]).sum(1)
+            sim[rows] = pair.float().numpy()
             exact[rows] = graph_exact
             todo[rows] = False
             counts["graph"] += len(rows)
-        found = np.flatnonzero(index >= 0)
-        if len(found):  # the cosine of the pair named, not the graph's (clipped) copy
-            f = torch.from_numpy(found)
-            sim[found] = (x[f] * base[torch.from_numpy(index[found])]).sum(1).float().numpy()
     rest = np.flatnonzero(todo)
     if m and len(rest):
         q = x[torch.from_numpy(rest)]
