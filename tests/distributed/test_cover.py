@@ -101,10 +101,17 @@ def test_more_groups_than_neighbours_are_flagged(corpus, tmp_path):
     assert manifest["cover"]["approximate"] == ROWS and not manifest["cover"]["searched_all_groups"]
 
 
-def test_a_rerun_reuses_the_cover(corpus, tmp_path):
+def test_a_rerun_reuses_the_cover_and_redoes_a_lost_part(corpus, tmp_path):
     first, table, out = run(corpus, tmp_path, 3, budget="group")
+    cover_dir = out / "_work" / "cover"
+    assert not list(cover_dir.glob("rows-*")) and not list(cover_dir.glob("ids-*"))  # used
     again, table2, _ = run(corpus, tmp_path, 3, budget="group")
     assert table2.equals(table)
+    # a part lost after its rows were deleted: pass 2 reads the group again
+    (out / "covered" / "part-00001.parquet").unlink()
+    (cover_dir / "00001.json").unlink()
+    _, table3, _ = run(corpus, tmp_path, 3, budget="group")
+    assert table3.sort_by("chunk_id").equals(table.sort_by("chunk_id"))
 
 
 @pytest.mark.slow

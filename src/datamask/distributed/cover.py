@@ -6,8 +6,10 @@ round or the similarity cap), in two passes of pure, resumable steps:
 
 1. **Kept rows.** Every group reads its rows, finds the ones the output keeps
    (``OUT/selected/``) and writes their ids and unit embeddings to
-   ``WORK/cover/kept-NNNNN.parquet``; its marker (the group's centroid) last.
-2. **Cover.** Every group reads its rows again and, with
+   ``WORK/cover/kept-NNNNN.parquet`` (and all its unit rows to ``rows-NNNNN.npy``, its
+   ids to ``ids-NNNNN.parquet``, so pass 2 reads no parquet input again); its marker
+   (the group's centroid) last.
+2. **Cover.** Every group loads its rows and, with
    :func:`~datamask.neighbors.nearest_kept`, finds each row's nearest kept row of its own
    group (a kept row covers itself) and, as the floor, its nearest kept row of its
    :data:`COVER_NEIGHBORS` nearest groups by centroid (both directions:
@@ -42,7 +44,7 @@ from tqdm.auto import tqdm
 from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
-from ..io.atomic import atomic_write_json
+from ..io.atomic import atomic_write, atomic_write_json
 from ..io.parquet import atomic_write_table, read_table
 from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
@@ -74,6 +76,16 @@ def cover_part_path(out_dir: str | Path, gid: int) -> Path:
 def kept_rows_path(work_dir: str | Path, gid: int) -> Path:
     """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
     return Path(work_dir) / "cover" / f"kept-{gid:05d}.parquet"
+
+
+def _rows_path(work_dir: str | Path, gid: int) -> Path:
+    """The group's unit rows as pass 1 read them (float32 ``.npy``), for pass 2, which
+    deletes them once its part is written: one read of the input per group, not two."""
+    return Path(work_dir) / "cover" / f"rows-{gid:05d}.npy"
+
+
+def _ids_path(work_dir: str | Path, gid: int) -> Path:
+    return Path(work_dir) / "cover" / f"ids-{gid:05d}.parquet"
 
 
 def _kept_marker(work_dir: str | Path, gid: int) -> Path:
@@ -117,6 +129,9 @@ def write_kept_rows(
     started = time.perf_counter()
     id_col = settings.columns.id_col
     x, ids = _read_unit_rows(spec, settings, quality_range)
+    with atomic_write(_rows_path(work_dir, spec.gid)) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(x, dtype=np.float32))
+    atomic_write_table(pa.table({id_col: ids}), _ids_path(work_dir, spec.gid))
     rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(out_dir, spec.gid, id_col)))
     feats = np.ascontiguousarray(x[rows], dtype=np.float32)
     table = pa.table(
@@ -156,7 +171,12 @@ def cover_group(
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     id_col = settings.columns.id_col
-    x, ids = _read_unit_rows(spec, settings, quality_range)
+    cached = _rows_path(work_dir, spec.gid)
+    if cached.exists() and _ids_path(work_dir, spec.gid).exists():
+        x = np.load(cached)
+        ids = read_table(_ids_path(work_dir, spec.gid)).column(0).combine_chunks()
+    else:  # pass 1 was reused from a run whose pass 2 had deleted them: read again
+        x, ids = _read_unit_rows(spec, settings, quality_range)
     own = read_table(kept_rows_path(work_dir, spec.gid), columns=[id_col])
     kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
     read_s = time.perf_counter() - started
@@ -189,11 +209,13 @@ def cover_group(
     )
     atomic_write_table(table, out)
     routes = dict(cover.counts)
+    floor_routes = {k: int(v) for k, v in far.counts.items() if v} if tables else {}
     stats = {
         "gid": spec.gid,
         "rows": len(ids),
         "exact": int(exact.sum()),
         "routes": routes,
+        "floor_routes": floor_routes,  # how the neighbours' kept rows were searched
         "neighbors": list(neighbors),
         "seconds": {
             "read": read_s,
@@ -203,6 +225,8 @@ def cover_group(
         "peak_rss_mb": peak_rss_mb(),
     }
     atomic_write_json(stats, marker)
+    cached.unlink(missing_ok=True)  # used: the disk goes back
+    _ids_path(work_dir, spec.gid).unlink(missing_ok=True)
     release_heap()
     return {**stats, "reused": False}
 
@@ -253,9 +277,11 @@ def cover_round(
         )
     )
     routes: dict[str, int] = {}
+    floor_routes: dict[str, int] = {}
     for r in done:
-        for key, v in r["routes"].items():
-            routes[key] = routes.get(key, 0) + int(v)
+        for into, got in ((routes, r["routes"]), (floor_routes, r.get("floor_routes", {}))):
+            for key, v in got.items():
+                into[key] = into.get(key, 0) + int(v)
     rows = sum(r["rows"] for r in done)
     exact = sum(r["exact"] for r in done)
     rss = [r["peak_rss_mb"] for r in [*kept.values(), *done] if r.get("peak_rss_mb")]
@@ -266,6 +292,7 @@ def cover_round(
         "exact": exact,
         "approximate": rows - exact,
         "routes": routes,
+        "floor_routes": floor_routes,
         "neighbors": COVER_NEIGHBORS,
         "searched_all_groups": searched_all,
         "seconds": {
