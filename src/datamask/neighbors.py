@@ -42,9 +42,12 @@ PROBE_FRACTION = {"ivf": 0.3, "faiss": 0.2}
 FLOOR_PROBE_FRACTION = 0.2
 
 #: :func:`nearest_kept` compares rows with every kept row (blocked matmul, exact) when
-#: rows x kept is at most this many pairs; above it, it runs the ivf search. 2^25 pairs
-#: at d=384 took about 1 s on 2 busy CPU cores.
-COVER_EXACT_PAIRS = 1 << 25
+#: rows x kept is at most this many pairs; above it, it runs the ivf search (about a
+#: fifth of the pairs, :data:`FLOOR_PROBE_FRACTION`, plus its k-means). 2^22 pairs at
+#: d=384 are 3.2 GFLOP, a fraction of a second of one CPU core; at 2^25 a sharded group
+#: of 10,000 rows keeping 1,000 compared every pair and the cover step of the 200k
+#: benchmark took longer (benchmarks/covered/).
+COVER_EXACT_PAIRS = 1 << 22
 
 
 def default_n_probe(n_lists: int, method: str = "ivf") -> int:
