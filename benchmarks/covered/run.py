@@ -158,7 +158,7 @@ def run_sharded(args: argparse.Namespace) -> dict[str, Any]:
     from datamask.distributed import LocalRunner, run_selection
 
     given = {"select_ratio": args.select_ratio, "seed": args.seed}
-    for key in ("partition", "budget", "chunk_size"):
+    for key in ("partition", "budget", "chunk_size", "method"):
         if getattr(args, key) is not None:
             given[key] = getattr(args, key)
     settings = SelectSpec.from_mapping(given)
@@ -186,6 +186,9 @@ def run_sharded(args: argparse.Namespace) -> dict[str, Any]:
         "cover": cover,
         "cover_share_of_selection": cover["seconds"]["total"] / (wall - cover["seconds"]["total"]),
         "peak_rss_mb_per_worker": m["summary"]["peak_rss_mb_per_worker"],
+        # the select steps' seconds summed over groups, against the cover steps' (CPU-bound
+        # steps of one thread each: the per-group cost, free of the pool's scheduling)
+        "select_group_seconds_sum": m["summary"]["group_seconds"]["sum"],
         "driver_peak_rss_mb": m["totals"]["driver_peak_rss_mb"],
         "load_before": load_before,
         "load_after": load_after,
@@ -226,7 +229,12 @@ def report(folder: Path) -> str:
         "(equal-cosine duplicates count), and the cosine shortfall.",
         "",
     ]
-    for path in sorted(folder.glob("*.json")):
+
+    def sharded(path: Path) -> bool:
+        return not isinstance(json.loads(path.read_text())["settings"], list)
+
+    paths = sorted(folder.glob("*.json"), key=lambda p: (sharded(p), p.name))
+    for path in paths:
         r = json.loads(path.read_text())
         if "settings" in r and isinstance(r["settings"], list):
             lines += [
@@ -272,25 +280,33 @@ def report(folder: Path) -> str:
         else:
             c = r.get("check")
             cv = r["cover"]
+            sel_sum = r.get("select_group_seconds_sum")
+            g = r["n_groups"]
+            sums = (
+                f"{sel_sum:.1f} / {cv['seconds']['group_sum']:.1f} "
+                f"({100 * cv['seconds']['group_sum'] / sel_sum:.1f}%); per group "
+                f"{sel_sum / g:.2f} / {cv['seconds']['group_sum'] / g:.2f}"
+                if sel_sum
+                else "-"
+            )
             lines += [
                 f"## Sharded: `{r['input']}` ({path.name})",
                 "",
-                f"Settings {json.dumps(r['settings'])}, local pool of {r['workers']} "
-                f"workers; lock: {r.get('lock', 'exclusive')}; load average before "
-                f"{_load(r['load_before'])}, after "
-                f"{_load(r['load_after'])}.",
+                f"Settings {json.dumps(r['settings'])} (the rest: `datamask select`'s "
+                f"defaults), local pool of {r['workers']} workers; lock: "
+                f"{r.get('lock', 'exclusive')}; load average before "
+                f"{_load(r['load_before'])}, after {_load(r['load_after'])}.",
                 "",
-                "| N | k | groups | run wall s | selection s (run without the cover) "
-                "| cover s (kept rows + cover) | cover / selection | cover steps' largest "
-                "worker RSS MB | selection's largest worker RSS MB | exact rows "
-                "| same document | same cosine | mean / max shortfall |",
+                "| N | k | groups | run wall s | selection wall s (the run less the cover) "
+                "| cover wall s (kept rows + cover) | cover / selection | step seconds summed: "
+                "select / cover | largest worker RSS MB | exact rows | same document "
+                "| same cosine | mean / max shortfall |",
                 "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
                 f"| {r['n_docs']:,} | {r['k']:,} | {r['n_groups']} | {r['wall']:.1f} "
                 f"| {r['selection_wall']:.1f} | {cv['seconds']['total']:.1f} "
                 f"({cv['seconds']['kept_rows']:.1f} + {cv['seconds']['cover']:.1f}) "
-                f"| {100 * r['cover_share_of_selection']:.1f}% "
-                f"| {cv['peak_rss_mb_per_worker']:.0f} | {r['peak_rss_mb_per_worker']:.0f} "
-                f"| {cv['exact']:,} "
+                f"| {100 * r['cover_share_of_selection']:.1f}% | {sums} "
+                f"| {r['peak_rss_mb_per_worker']:.0f} | {cv['exact']:,} "
                 + (
                     f"| {100 * c['same_document']:.1f}% | {100 * c['same_cosine']:.1f}% "
                     f"| {c['mean_shortfall']:.4f} / {c['max_shortfall']:.3f} |"
@@ -298,10 +314,22 @@ def report(folder: Path) -> str:
                     else "| - | - | - |"
                 ),
                 "",
-                f"Cover routes: {json.dumps(cv['routes'])}; each group compared with its own "
-                f"kept rows and those of its {cv['neighbors']} nearest groups.",
+                f"Rows by route (own group): {json.dumps(cv['routes'])}; the floor's search "
+                f"over the kept rows of the {cv['neighbors']} nearest groups: "
+                f"{json.dumps(cv.get('floor_routes', {}))}. The largest worker RSS is a "
+                "worker's lifetime peak: the same processes ran the selection first.",
                 "",
             ]
+            if r["settings"].get("method") == "topk":
+                lines += [
+                    "This run's selection is `topk` (a score per row, no optimisation), so "
+                    "its ratio says nothing of a learner's run: it measures the cover step's "
+                    "own seconds on these rows. A group's cover does not depend on the "
+                    "method, only on its rows and kept rows: compare its per-group cover "
+                    "seconds with a learner's per-group select seconds on groups of the same "
+                    "size (the 200k shard run: same generator, 10k-row groups).",
+                    "",
+                ]
     return "\n".join(lines)
 
 
@@ -336,6 +364,7 @@ def main() -> None:
     sh.add_argument("--select-ratio", type=float, default=0.1)
     sh.add_argument("--seed", type=int, default=0)
     sh.add_argument("--partition", default=None)
+    sh.add_argument("--method", default=None)
     sh.add_argument("--budget", default=None)
     sh.add_argument("--chunk-size", type=int, default=None)
     sh.add_argument("--progress", action="store_true")
