@@ -26,7 +26,10 @@ cover must name a row the output keeps.
 every kept row of the corpus: the group was compared with every other group (at most
 :data:`COVER_NEIGHBORS` + 1 groups) and both searches compared every pair (``rows x kept
 <= COVER_EXACT_PAIRS``, :mod:`datamask.neighbors`). Elsewhere the ivf search found it and
-a nearer kept row may exist (measured in ``benchmarks/covered/``).
+a nearer kept row may exist. The nearest groups by centroid are where a row's nearest kept
+row lies when groups are k-means clusters (the default: 99.3% of sampled rows exact at
+200k); with ``--partition shard`` or ``chunk`` beyond 5 groups they often are not (31% at
+20 groups, 14% at 100: ``benchmarks/covered/RESULTS.md``).
 """
 
 from __future__ import annotations
