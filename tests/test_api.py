@@ -145,7 +145,16 @@ def test_select_table_feeds_dataset_select(demo_table):
     # shuffled: an indices mapping
     ds = datasets.Dataset(preset_layouts(demo_table)["fineweb-edu"]).shuffle(seed=3)
     sel = select_table(ds, preset="fineweb-edu", select_ratio=0.1, method="greedy")
-    assert sel.column_names == ["id", "row", "selected", "logit", "rank"]
+    assert sel.column_names == [
+        "id",
+        "row",
+        "selected",
+        "logit",
+        "rank",
+        "covered_by",
+        "covered_sim",
+        "covered_exact",
+    ]
     assert sel["id"].to_pylist() == ds["id"]  # the dataset's (shuffled) order
     subset = ds.select(sel.filter(sel["selected"])["row"].to_pylist())
     assert len(subset) == N // 10

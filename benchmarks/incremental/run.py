@@ -93,8 +93,8 @@ def prepare(corpus: Path, work: Path, how: str) -> dict:
 
 def one(argv: list[str]) -> None:
     """Child mode: one ``datamask select`` in this process; prints its own measurements."""
-    from datamask.measure import cpu_seconds, peak_rss_mb
     from datamask.cli import main
+    from datamask.measure import cpu_seconds, peak_rss_mb
 
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     code = main(["select", *argv, "--threads", "2", "--no-progress"])

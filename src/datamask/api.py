@@ -39,7 +39,7 @@ from .io.remote import staged_paths
 from .io.shards import literal_or_glob
 from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
 from .pipeline.step import fit_group
-from .pipeline.writer import run_record, selection_table
+from .pipeline.writer import cover_summary, run_record, selection_table
 
 __all__ = ["is_sharded", "make_runner", "select", "select_table"]
 
@@ -257,7 +257,7 @@ def _select_file(
         extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
     )
     read_seconds = time.perf_counter() - started
-    k, fit_spec, kept, given_info = _budget_and_given(corpus, spec, given)
+    k, fit_spec, kept, given_info, kept_cover = _budget_and_given(corpus, spec, given)
     given_seconds = time.perf_counter() - started - read_seconds
     selection = fit_group(
         corpus,
@@ -266,10 +266,13 @@ def _select_file(
         progress=spec.run.progress,
         describe_graph=True,
         evaluate=kept is None,  # given KEPT, the terms are scored below instead
+        cover=not spec.run.selected_only,  # the kept rows alone: each covers itself
+        cover_floor=kept_cover,
     )
     table = selection_table(
         selection,
         id_col=cols.id_col,
+        cover_external_ids=None if kept is None else pa.array(kept.corpus.ids),
         kept_only=spec.run.selected_only,
         logit=not spec.run.selected_only,
     )
@@ -290,10 +293,13 @@ def _select_file(
         "output": str(output),
         "seconds": {
             "read": read_seconds,
-            **{key: meta["seconds"][key] for key in ("fit", "graph", "optimise")},
+            **{key: meta["seconds"].get(key) for key in ("fit", "graph", "optimise", "cover")},
             "total": time.perf_counter() - started,
         },
         "graph": meta["graph"],
+        "cover": cover_summary(meta["cover"], meta["seconds"]["cover"])
+        if "cover" in meta
+        else None,
         "device": meta["device"],
         "resolved": meta["resolved"],
         "stats": meta["stats"],  # the selector's own counts and times (the swap rounding's)
@@ -330,10 +336,16 @@ def _select_file(
 
 def _budget_and_given(
     corpus: Corpus, spec: SelectSpec, given: tuple[Any, Any]
-) -> tuple[int | None, SelectSpec, Given | None, dict[str, Any] | None]:
-    """``k`` (None: from select_ratio), the spec to fit with, KEPT and what the summary
-    records of it: with ``given`` (the paths of ``--given`` and ``--given-selection``)
-    KEPT is read and checked, the input's floors set and the objective put at the union's
+) -> tuple[
+    int | None,
+    SelectSpec,
+    Given | None,
+    dict[str, Any] | None,
+    tuple[np.ndarray, np.ndarray, bool] | None,
+]:
+    """``k`` (None: from select_ratio), the spec to fit with, KEPT, what the summary
+    records of it and the cover's floor (``(floor, row of KEPT's corpus, exact)``): with
+    ``given`` (the paths of ``--given`` and ``--given-selection``) KEPT is read and checked, the input's floors set and the objective put at the union's
     rate (:mod:`datamask.pipeline.given`)."""
     k = spec.selector.k
     if k is not None and k > corpus.n_docs:
@@ -341,15 +353,17 @@ def _budget_and_given(
             f"k must be at most the {corpus.n_docs} documents of {corpus.source}; got k={k}."
         )
     if given[0] is None:
-        return k, spec, None, None
+        return k, spec, None, None, None
     cols = spec.columns
     kept = read_given(given[0], cols, selection=given[1])
     info = prepare_given(corpus, kept, id_col=cols.id_col)
-    info.pop("floor_index")  # the KEPT row of each floor, for covered_by; not a summary field
+    # each new document's floor and the row of KEPT's corpus giving it: what covered_by
+    # names where KEPT covers a document better than the selection does
+    cover_floor = (corpus.floor, info.pop("floor_index"), info["floor"]["method"] == "exact")
     k = k_from_ratio(spec.selector.select_ratio, corpus.n_docs) if k is None else k
     fit_spec = given_spec(spec, k, corpus.n_docs, kept)
     info["lamb_optimised"] = fit_spec.objective.lamb
-    return k, fit_spec, kept, info
+    return k, fit_spec, kept, info, cover_floor
 
 
 # --- an in-memory table -------------------------------------------------------------------
@@ -418,7 +432,10 @@ def select_table(
     pyarrow.Table
         One row per input row, in input order: the id column (or ``row`` alone),
         ``row`` (int64 position in ``data``), ``selected`` (bool), ``logit``,
-        ``probability`` (mask learner only) and ``rank`` (1 = best).
+        ``probability`` (mask learner only), ``rank`` (1 = best), and the nearest kept
+        row of every row: ``covered_by`` (its id, or its row number without an id
+        column), ``covered_sim`` (float32 cosine; 1.0 for a kept row, which covers
+        itself) and ``covered_exact`` (docs/incremental.md).
         ``data.select(table.filter(table["selected"])["row"].to_pylist())`` keeps the
         selection.
 
@@ -448,9 +465,15 @@ def select_table(
         table = table.append_column("row", pa.array(rows))
     corpus = corpus_from_table(table, "data", cols)
     given = (spec.selector.given, spec.selector.given_selection)
-    k, fit_spec, _, _ = _budget_and_given(corpus, spec, given)
-    selection = fit_group(corpus, k, fit_spec, progress=progress)
-    out = selection_table(selection, id_col=cols.id_col)
+    k, fit_spec, kept, _, kept_cover = _budget_and_given(corpus, spec, given)
+    selection = fit_group(
+        corpus, k, fit_spec, progress=progress, cover=True, cover_floor=kept_cover
+    )
+    out = selection_table(
+        selection,
+        id_col=cols.id_col,
+        cover_external_ids=None if kept is None else pa.array(kept.corpus.ids),
+    )
     if numbered:
         return out
     return out.add_column(1, "row", pa.array(rows))

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = [
     "AUTO_EXACT_MAX",
+    "COVER_EXACT_PAIRS",
+    "Cover",
     "FLOOR_PROBE_FRACTION",
+    "nearest_kept",
     "PROBE_FRACTION",
     "best_match",
     "default_n_probe",
@@ -42,6 +47,24 @@ AUTO_EXACT_MAX = 20_000
 #: embeddings (13k documents, 115 to 316 lists) recall@160 was 0.958-0.962 for ivf at 0.3
 #: and 0.958 for faiss at 0.2 (docs/method.md "The neighbour graph").
 PROBE_FRACTION = {"ivf": 0.3, "faiss": 0.2}
+
+
+#: A search against kept rows (:func:`best_match`: the exchange round's floors, the floors
+#: of ``--given``, :func:`nearest_kept`) probes this fraction of its lists when it is
+#: approximate (:func:`ivf_search`, sqrt(kept) lists). A best cosine the search misses is a
+#: little low, so a floor made from it makes a selection buy a little more coverage than it
+#: needs, never less. Measured against all pairs (benchmarks/scale/SHARDED.md): on real
+#: MiniLM rows 0.2 found the exact best cosine for 97.8% of rows (mean shortfall 0.001) at
+#: a fifth of the pairs.
+FLOOR_PROBE_FRACTION = 0.2
+
+#: :func:`nearest_kept` compares rows with every kept row (blocked matmul, exact) when
+#: rows x kept is at most this many pairs; above it, it runs the ivf search (about a
+#: fifth of the pairs, :data:`FLOOR_PROBE_FRACTION`, plus its k-means). 2^22 pairs at
+#: d=384 are 3.2 GFLOP, a fraction of a second of one CPU core; at 2^25 a sharded group
+#: of 10,000 rows keeping 1,000 compared every pair and the cover step of the 200k
+#: benchmark took longer (benchmarks/covered/).
+COVER_EXACT_PAIRS = 1 << 22
 
 
 def default_n_probe(n_lists: int, method: str = "ivf") -> int:
@@ -84,23 +107,20 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-#: The best-match search probes this fraction of its lists when it is approximate
-#: (:func:`best_match`, sqrt(base) lists). A best cosine the search misses is a little low,
-#: so a floor made from it makes a selection buy a little more coverage than it needs,
-#: never less. Measured against all pairs (benchmarks/scale/SHARDED.md): on real MiniLM
-#: rows 0.2 found the exact best cosine for 97.8% of rows (mean shortfall 0.001) at a
-#: fifth of the pairs.
-FLOOR_PROBE_FRACTION = 0.2
-
-
 def best_match(
-    queries: torch.Tensor, base: torch.Tensor, *, method: str = "auto"
+    queries: torch.Tensor,
+    base: torch.Tensor,
+    *,
+    method: str = "auto",
+    probe_fraction: float = FLOOR_PROBE_FRACTION,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """Each query's most similar row of ``base`` (unit rows): ``(sims, index, method)``.
 
     ``exact`` compares every pair, in blocks of about 16M similarities (memory bounded by
-    the block, not by ``len(queries) * len(base)``); ``ivf`` is :func:`ivf_search` with one
-    neighbour, sqrt(len(base)) lists and :data:`FLOOR_PROBE_FRACTION` of them probed.
+    the block, not by ``len(queries) * len(base)``; ties to the lowest row); ``ivf`` is
+    :func:`ivf_search` with one neighbour, sqrt(len(base)) lists and ``probe_fraction`` of
+    them probed (its k-means drawn from ``generator``).
     ``auto``: exact up to ``AUTO_EXACT_MAX ** 2`` pairs (the graph's own limit) or on CUDA,
     else ivf. ``sims`` is not clipped; ``index`` is -1 where no row was found (empty
     ``base``, or a query whose probed lists were empty: its sim is then -1). The method run
@@ -127,8 +147,9 @@ def best_match(
             queries,
             base.to(queries.dtype),
             1,
-            n_probe=max(1, math.ceil(FLOOR_PROBE_FRACTION * n_lists)),
+            n_probe=max(1, math.ceil(probe_fraction * n_lists)),
             n_lists=n_lists,
+            generator=generator,
         )
         hit = found[:, 0] > -1.0  # padding: no row in the probed lists
         sims[hit], index[hit] = found[hit, 0], idx[hit, 0]
@@ -439,3 +460,198 @@ def sampled_recall(
     sims = (x[rows][:, None, :] * x[listed]).sum(-1)
     hits = ((sims >= kth - 1e-6) & unique).sum(1).clamp_max(k)
     return float(hits.double().mean() / k)
+
+
+@dataclass(frozen=True)
+class Cover:
+    """Each row's nearest kept row (:func:`nearest_kept`).
+
+    Attributes
+    ----------
+    index : ndarray of int64, shape (n,)
+        The nearest kept row: a row of ``features`` (``kept`` given), a row of
+        ``kept_features``, or ``floor_index[i]`` where ``external[i]``; -1 where there is
+        nothing kept at all.
+    sim : ndarray of float32, shape (n,)
+        Its cosine (1.0 for a kept row; NaN where ``index`` is -1).
+    exact : ndarray of bool, shape (n,)
+        True where ``index`` is the exact argmax by construction: read from an exact
+        K-NN graph, or found by comparing with every kept row. False where it came from an
+        approximate graph or the ivf search (a nearer kept row may exist).
+    external : ndarray of bool, shape (n,)
+        True where the floor won: ``index`` is then ``floor_index``.
+    counts : dict
+        Rows resolved by each route: ``kept``, ``graph``, ``exact_search``,
+        ``ivf_search``, ``floor``, ``none``.
+    """
+
+    index: np.ndarray
+    sim: np.ndarray
+    exact: np.ndarray
+    external: np.ndarray
+    counts: dict[str, int]
+
+
+def nearest_kept(
+    features: torch.Tensor | np.ndarray,
+    kept: np.ndarray | None = None,
+    *,
+    kept_features: torch.Tensor | np.ndarray | None = None,
+    graph: tuple[torch.Tensor, torch.Tensor] | None = None,
+    graph_exact: bool = False,
+    floor: np.ndarray | None = None,
+    floor_index: np.ndarray | None = None,
+    floor_exact: bool | np.ndarray = False,
+    exact_pairs: int = COVER_EXACT_PAIRS,
+    probe_fraction: float = FLOOR_PROBE_FRACTION,
+    generator: torch.Generator | None = None,
+) -> Cover:
+    """Every row's nearest kept row by cosine: the id ``covered_by`` and ``covered_sim``
+    are written from.
+
+    The kept rows are either rows of ``features`` (``kept``: each points to itself) or a
+    separate matrix ``kept_features`` (a kept set held elsewhere: other groups' kept rows,
+    an existing corpus). The rule, row by row:
+
+    1. A kept row of ``features`` covers itself (sim 1.0).
+    2. With ``graph`` (the K-NN graph over ``features`` the selection used, sims clipped
+       at 0), the most similar listed neighbour that is kept, at a positive similarity.
+    3. Rows the graph does not resolve are compared with every kept row when
+       ``rows x kept <= exact_pairs`` (blocked matmul, exact), else found by
+       :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed).
+    4. Where ``floor[i]`` (the best cosine to kept rows held elsewhere, e.g. another
+       group's) is strictly above the cosine found, the floor wins: ``floor_index[i]``.
+
+    Ties between equal float32 cosines go to the lowest kept row (row order of
+    ``features``, or of ``kept_features``); between a found row and the floor, to the
+    found row. Similarities of rows chosen from the graph are recomputed as the dot
+    product, so every ``sim`` is the cosine of the pair named.
+
+    Parameters
+    ----------
+    features : tensor or ndarray of shape (n, d)
+        Unit rows to cover.
+    kept : ndarray of int, optional
+        Rows of ``features`` that are kept. Exactly one of ``kept`` and ``kept_features``.
+    kept_features : tensor or ndarray of shape (m, d), optional
+        Unit kept rows held apart from ``features``.
+    graph : (indices, sims), optional
+        K-NN graph over ``features`` (only with ``kept``), most similar first.
+    graph_exact : bool, default=False
+        Whether ``graph`` lists the exact K nearest (then a listed kept row is exact).
+    floor, floor_index : ndarray of shape (n,), optional
+        Best cosine to kept rows elsewhere, and which row that is (any numbering).
+    floor_exact : bool or ndarray of bool, default=False
+        Whether each floor is exact.
+    exact_pairs : int, default=COVER_EXACT_PAIRS
+        Largest ``rows x kept`` compared exactly.
+    probe_fraction : float, default=FLOOR_PROBE_FRACTION
+        Lists the ivf search probes.
+    generator : torch.Generator, optional
+        The ivf search's k-means draws (default: seeded with 0).
+
+    Returns
+    -------
+    Cover
+
+    Examples
+    --------
+    >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]], dtype=np.float32)
+    >>> c = nearest_kept(x, np.array([0, 2]))
+    >>> c.index.tolist(), [round(float(s), 2) for s in c.sim]
+    ([0, 0, 2], [1.0, 0.8, 1.0])
+    """
+    if (kept is None) == (kept_features is None):
+        raise ValueError("give exactly one of kept (rows of features) and kept_features.")
+    if graph is not None and kept is None:
+        raise ValueError("graph lists rows of features; it needs kept, not kept_features.")
+    x = _as_tensor(features)
+    n = x.shape[0]
+    if kept is not None:
+        kept = np.unique(np.asarray(kept, dtype=np.int64))  # sorted: ties to the lowest row
+        base = x[torch.from_numpy(kept)] if len(kept) else x[:0]
+    else:
+        base = _as_tensor(kept_features).to(x.dtype)
+        if base.ndim != 2 or (len(base) and base.shape[1] != x.shape[1]):
+            raise ValueError(
+                f"kept_features must have shape (m, {x.shape[1]}); got {tuple(base.shape)}."
+            )
+    m = base.shape[0]
+    index = np.full(n, -1, dtype=np.int64)  # into base's rows until the end
+    sim = np.full(n, -np.inf, dtype=np.float32)
+    exact = np.zeros(n, dtype=bool)
+    todo = np.ones(n, dtype=bool)
+    counts = dict.fromkeys(("kept", "graph", "exact_search", "ivf_search", "floor", "none"), 0)
+    if kept is not None and m:
+        todo[kept] = False
+    if graph is not None and m and todo.any():
+        pos = torch.full((n,), -1, dtype=torch.long)  # a row's place among the kept, or -1
+        pos[torch.from_numpy(kept)] = torch.arange(m)
+        g_idx, g_sim = graph
+        # Row blocks of about 2^20 graph entries: the (rows, K) copies and the pairs' rows
+        # stay a few MB (whole-graph temporaries added 200 MB of peak at 56k x K=160).
+        step = _block_rows(g_idx.shape[1], budget=1 << 20)
+        for lo in range(0, n, step):
+            at = pos[g_idx[lo : lo + step].cpu()]
+            s = g_sim[lo : lo + step].cpu().float().masked_fill(at < 0, -math.inf)
+            s = s.masked_fill(s <= 0, -math.inf)  # clipped: the true cosine is unknown
+            best = s.max(1).values
+            tie = torch.where(s == best[:, None], at, m).min(1).values  # lowest kept row
+            ok = torch.isfinite(best).numpy() & todo[lo : lo + step]
+            rows = np.flatnonzero(ok) + lo
+            if not len(rows):
+                continue
+            index[rows] = tie.numpy()[ok]
+            # the cosine of the pair named, not the graph's (clipped) copy
+            r = torch.from_numpy(rows)
+            pair = (x[r] * base[torch.from_numpy(index[rows])]).sum(1)
+            sim[rows] = pair.float().numpy()
+            exact[rows] = graph_exact
+            todo[rows] = False
+            counts["graph"] += len(rows)
+    rest = np.flatnonzero(todo)
+    if m and len(rest):
+        q = x[torch.from_numpy(rest)]
+        how = "exact" if len(rest) * m <= exact_pairs else "ivf"
+        s, i, _ = best_match(
+            q, base, method=how, probe_fraction=probe_fraction, generator=generator
+        )
+        counts[f"{how}_search"] += len(rest)
+        if how == "exact":
+            exact[rest] = True
+        else:
+            padded = i < 0  # empty probed lists: compare those rows with every kept row
+            if bool(padded.any()):
+                s[padded], i[padded], _ = best_match(q[padded], base, method="exact")
+        index[rest], sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
+    if kept is not None and m:
+        index[kept] = np.arange(m)
+        sim[kept] = 1.0
+        exact[kept] = True
+        counts["kept"] = m
+    if kept is not None:  # into rows of features
+        index = np.where(index >= 0, kept[np.maximum(index, 0)] if m else -1, -1)
+    external = np.zeros(n, dtype=bool)
+    if floor is not None:
+        floor = np.asarray(floor, dtype=np.float32)
+        if floor.shape != (n,) or floor_index is None or np.shape(floor_index) != (n,):
+            raise ValueError(f"floor and floor_index must have shape ({n},).")
+        external = floor > sim
+        if kept is not None and m:
+            external[kept] = False
+        index = np.where(external, np.asarray(floor_index, dtype=np.int64), index)
+        sim = np.where(external, floor, sim).astype(np.float32)
+        exact = np.where(external, floor_exact, exact)
+        counts["floor"] = int(external.sum())
+    none = index < 0
+    sim[none] = np.nan
+    exact[none] = True
+    counts["none"] = int(none.sum())
+    return Cover(index, sim, exact, external, counts)
+
+
+def _as_tensor(a: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """A tensor over ``a``'s memory; a copy only of a read-only array (arrow's buffers)."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        a = a.copy()
+    return torch.as_tensor(a)

@@ -93,6 +93,45 @@ def test_one_file_select_writes_keep_list_beside_it(tmp_path, selected):
     assert result["mode"] == "keep" and result["kept"] == len(chosen) == 50
     kept = pq.read_table(tmp_path / "kept" / "part-0.parquet")
     assert kept.column("chunk_id").to_pylist() == keep.column("chunk_id").to_pylist()
+    # --removed carries the one file's covered_by / covered_sim of each dropped row
+    apply_selection(files[0], sel, tmp_path / "k2", removed=tmp_path / "gone", progress=False)
+    gone = pq.read_table(tmp_path / "gone" / "part-0.parquet")
+    dropped = table.filter(pa.compute.invert(table.column("selected")))
+    assert gone.equals(dropped.select(["chunk_id", "covered_by", "covered_sim"]))
+
+
+@pytest.mark.parametrize("layout", ["ids", "rows"])
+def test_removed_carries_the_cover_of_every_dropped_row(selected, tmp_path, layout):
+    root, files, out, ids = selected
+    covered = pq.read_table(out / "covered")
+    want = {
+        i: (by, sim)
+        for i, by, sim in zip(
+            covered.column("chunk_id").to_pylist(),
+            covered.column("covered_by").to_pylist(),
+            covered.column("covered_sim").to_pylist(),
+            strict=True,
+        )
+    }
+    apply_selection(
+        root / "data", out, tmp_path / "kept", removed=tmp_path / "gone",
+        removed_format=layout, progress=False,
+    )  # fmt: skip
+    for f in files:
+        gone = pq.read_table(tmp_path / "gone" / f.relative_to(root / "data"))
+        if layout == "rows":  # every input column, then the two
+            assert gone.column_names == [*_rows(f).column_names, "covered_by", "covered_sim"]
+        else:
+            assert gone.column_names == ["chunk_id", "covered_by", "covered_sim"]
+        assert gone.schema.field("covered_sim").type == pa.float32()
+        got = zip(
+            gone.column("chunk_id").to_pylist(),
+            gone.column("covered_by").to_pylist(),
+            gone.column("covered_sim").to_pylist(),
+            strict=True,
+        )
+        for i, by, sim in got:
+            assert i not in ids and by in ids and (by, sim) == want[i]
 
 
 def test_jsonl_gz_falls_back_to_selected_ids_and_writes_rows(selected, tmp_path):

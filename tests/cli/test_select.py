@@ -25,7 +25,16 @@ def test_reference_layout_needs_no_flags(tmp_path, reference_parquet, capsys):
     out = tmp_path / "out" / "sel.parquet"
     assert run_cli("select", "--input", reference_parquet, "--output", out, *FAST) == 0
     table = pq.read_table(out)
-    assert table.column_names == ["chunk_id", "selected", "logit", "probability", "rank"]
+    assert table.column_names == [
+        "chunk_id",
+        "selected",
+        "logit",
+        "probability",
+        "rank",
+        "covered_by",
+        "covered_sim",
+        "covered_exact",
+    ]
     assert table.num_rows == 400
     assert sum(table.column("selected").to_pylist()) == round(0.3 * 400)
     assert sorted(table.column("rank").to_pylist()) == list(range(1, 401))

@@ -72,14 +72,21 @@ def data(tmp_path_factory):
     rand = np.sort(rng.choice(N, 90, replace=False))
     ids = np.asarray(table.column("chunk_id").to_pylist())
     # the two forms a selection comes in: select's output (a flag per row) and a list of ids
+    # and select's cover columns: each row's nearest kept row by brute force
+    x = np.stack(table.column("feature_arr").to_numpy(zero_copy_only=False)).astype(np.float64)
+    sims = x @ x[top].T
+    cover = top[sims.argmax(1)]
+    cover[top] = top
     write_columns(
         root / "topk.parquet",
         chunk_id=ids,
         selected=np.isin(np.arange(N), top),
+        covered_by=ids[cover],
+        covered_sim=pa.array(np.where(np.isin(np.arange(N), top), 1.0, sims.max(1)), pa.float32()),
         metadata={"datamask.summary": '{"method": "topk", "terms": {"J": 0.5}}'},
     )
     (root / "random.txt").write_text("\n".join(ids[rand]) + "\n")
-    return {"root": root, "table": table, "rows": [top, rand]}
+    return {"root": root, "table": table, "rows": [top, rand], "cover": cover}
 
 
 def _build(data, source=None, **kw):
@@ -140,6 +147,27 @@ def test_closest_pair_is_the_planted_duplicate(data):
         assert sel["examples"][0]["cosine"] > 0.999
     cos = [e["cosine"] for e in sel["examples"]]
     assert cos == sorted(cos, reverse=True) and len(cos) <= 3
+
+
+def test_dropped_documents_beside_the_kept_one_covering_them(data):
+    from datamask.evaluate.browse import COVER_HIGH, COVER_LOW, _truncate
+
+    report = _build(data)
+    top, cover = data["rows"][0], data["cover"]
+    texts = data["table"].column("text").to_pylist()
+    x = np.stack(data["table"].column("feature_arr").to_numpy(zero_copy_only=False))
+    dropped = np.setdiff1d(np.arange(N), top)
+    sims = (x[dropped] * x[cover[dropped]]).sum(1)
+    order = dropped[np.argsort(-sims, kind="stable")]
+    shown = np.concatenate([order[:COVER_HIGH], order[-COVER_LOW:]])
+    got = report["selections"][0]["covers"]
+    assert [c["dropped"] for c in got] == [_truncate(texts[r]) for r in shown]
+    assert [c["kept"] for c in got] == [_truncate(texts[cover[r]]) for r in shown]
+    cos = [c["cosine"] for c in got]
+    np.testing.assert_allclose(cos, [float(x[r] @ x[cover[r]]) for r in shown], atol=1e-5)
+    assert report["selections"][1]["covers"] is None  # an id list names no cover
+    page = render_html(report)
+    assert "Dropped and what covers them" in page and "names no covering documents" in page
 
 
 def test_same_seed_same_page_whatever_the_batches_and_shards(data):

@@ -18,8 +18,11 @@ id against the selection's selected ids (held once, 8 bytes per id plus the ids)
 
 ``removed`` writes what was dropped, one file per input shard, in one of three layouts:
 
-- ``ids``: ``REMOVED/<name>.parquet``, the id column of the dropped rows;
-- ``rows``: ``REMOVED/<name>``, the dropped rows with every column, in the input's format;
+- ``ids``: ``REMOVED/<name>.parquet``, the id column of the dropped rows, with the kept
+  document that covers each (``covered_by``, ``covered_sim``: docs/incremental.md);
+- ``rows``: ``REMOVED/<name>``, the dropped rows with every column, in the input's format
+  (parquet shards also get ``covered_by`` and ``covered_sim``; JSON lines are copied
+  byte for byte);
 - ``curator``: ``REMOVED/part.<i>.parquet``, one column ``id`` sorted ascending, the
   layout NeMo Curator's ``TextDuplicatesRemovalWorkflow(ids_to_remove_path=REMOVED,
   duplicate_id_field="id", id_field=<your id column>)`` reads (its removal stage loads the
@@ -51,7 +54,15 @@ from ..io.keep import keep_file_name, relative_names
 from ..io.parquet import parquet_num_rows
 from ..io.provenance import verify_inputs
 from .inputs import SHARD_SUFFIXES, _format, _input_shards
-from .plan import _KeepList, _Plan, _plan, _probe_ids, _read_json, _selection_meta
+from .plan import (
+    _KeepList,
+    _Plan,
+    _plan,
+    _probe_ids,
+    _read_cover,
+    _read_json,
+    _selection_meta,
+)
 from .write import _apply_jsonl, _apply_parquet, _write_removed_ids
 
 __all__ = ["REMOVED_FORMATS", "SHARD_SUFFIXES", "apply_selection"]
@@ -174,6 +185,8 @@ def apply_selection(
         verify_inputs((meta or {}).get("provenance"), list(zip(names, shards, strict=True)),
                       selection=sel.uri)  # fmt: skip
     plan = _plan(sel, is_dir, meta, names, id_col)
+    if rem is not None and removed_format != "curator":  # what --removed carries
+        plan.cover = _read_cover(sel, is_dir, id_col)
     if plan.mode == "ids" and not trust_selection:
         _probe_ids(shards, formats, plan, id_col, batch_size, sel.uri)
     state = {
@@ -302,7 +315,9 @@ def _run(
                 )
             if rem_target is not None and removed_format != "rows":
                 id_type = removed_ids[0].type if removed_ids else None
-                _write_removed_ids(removed_ids, rem_target, id_col, removed_format, id_type)
+                _write_removed_ids(
+                    removed_ids, rem_target, id_col, removed_format, id_type, plan.cover
+                )
             stats = {"shard": name, "rows": n, "kept": k, "removed": n - k, "index": i}
             record_state()
             marker.write_text(to_json({**stats, "source": source}))

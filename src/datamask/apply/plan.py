@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..io.fs import Location
@@ -26,6 +27,55 @@ class _Plan:
     selection_id: str
     keep_dir: Location | None = None
     ids: IdSet | None = None
+    cover: _Cover | None = None  # what --removed carries: each dropped row's cover
+
+
+#: The columns ``--removed`` carries for every dropped row (docs/incremental.md).
+CARRIED = ("covered_by", "covered_sim")
+
+
+class _Cover:
+    """The cover of the dropped rows, read once from the selection (one file's
+    ``covered_by``/``covered_sim`` columns, or a sharded run's ``covered/`` dataset):
+    their ids (an :class:`IdSet`) and the two columns, about the ids twice plus 12 bytes
+    per dropped row."""
+
+    def __init__(self, table: pa.Table, id_col: str) -> None:
+        self.set = IdSet(table.column(id_col))
+        self.columns = {c: table.column(c).combine_chunks() for c in CARRIED}
+
+    def columns_for(self, ids: pa.Array | pa.ChunkedArray) -> dict[str, pa.Array]:
+        """``covered_by`` and ``covered_sim`` of ``ids`` (null where the selection has no
+        cover for a row)."""
+        rows, members = self.set.find(ids)
+        at = np.full(len(ids), -1, dtype=np.int64)
+        at[rows] = members
+        index = pa.array(np.where(at >= 0, at, 0))
+        missing = pa.array(at < 0)
+        return {
+            c: pc.if_else(missing, pa.scalar(None, col.type), col.take(index))
+            if len(col)
+            else pa.nulls(len(ids), col.type)
+            for c, col in self.columns.items()
+        }
+
+
+def _read_cover(sel: Location, is_dir: bool, id_col: str) -> _Cover | None:
+    """The dropped rows' cover of a selection, or None where it has none (made before
+    covered_by, or with --selected-only)."""
+    if is_dir:
+        files = [f for f in sel.join("covered").walk() if f.path.endswith(".parquet")]
+    else:
+        files = [sel]
+    tables = []
+    for f in files:
+        with f.open_input_file() as fh:
+            pf = pq.ParquetFile(fh)
+            if not {id_col, "selected", *CARRIED} <= set(pf.schema_arrow.names):
+                return None
+            t = pf.read(columns=[id_col, "selected", *CARRIED])
+        tables.append(t.filter(pc.invert(t.column("selected"))))
+    return _Cover(pa.concat_tables(tables), id_col) if tables else None
 
 
 def _read_json(loc: Location) -> dict[str, Any] | None:

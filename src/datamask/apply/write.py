@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from ..io.fs import Location
 from ..io.parquet import parquet_batches
 from .inputs import _ids_of_lines, _json_lines
-from .plan import _KeepList, _Plan
+from .plan import _Cover, _KeepList, _Plan
 
 
 def _check_ids(
@@ -79,9 +79,16 @@ def _apply_parquet(
         )
         stack.callback(writer.close)  # closed (idempotent) before its file, even on errors
         rem_writer = None
+        cover = plan.cover if id_col in schema.names else None
         if rem is not None and removed_format == "rows":
+            rem_schema = schema
+            if cover is not None:  # the dropped rows carry their cover
+                for name, col in cover.columns.items():
+                    if name in rem_schema.names:
+                        rem_schema = rem_schema.remove(rem_schema.get_field_index(name))
+                    rem_schema = rem_schema.append(pa.field(name, col.type))
             rem_writer = pq.ParquetWriter(
-                stack.enter_context(rem.open_atomic()), schema, compression="zstd"
+                stack.enter_context(rem.open_atomic()), rem_schema, compression="zstd"
             )
             stack.callback(rem_writer.close)
         for batch in batches:
@@ -92,7 +99,16 @@ def _apply_parquet(
                 _check_ids(ids, expected, src.uri, n_rows, rows)
             writer.write_batch(batch.filter(pa.array(mask)))
             if rem_writer is not None:
-                rem_writer.write_batch(batch.filter(pa.array(~mask)))
+                dropped = batch.filter(pa.array(~mask))
+                if cover is not None:
+                    table = pa.Table.from_batches([dropped])
+                    for name, col in cover.columns_for(dropped.column(id_col)).items():
+                        if name in table.column_names:
+                            table = table.drop_columns([name])
+                        table = table.append_column(name, col)
+                    rem_writer.write_table(table)
+                else:
+                    rem_writer.write_batch(dropped)
             elif rem is not None:
                 removed_ids.append(ids.filter(pa.array(~mask)))
             n_rows += n
@@ -150,7 +166,12 @@ def _apply_jsonl(
 
 
 def _write_removed_ids(
-    parts: list[pa.Array], loc: Location, id_col: str, removed_format: str, id_type: Any
+    parts: list[pa.Array],
+    loc: Location,
+    id_col: str,
+    removed_format: str,
+    id_type: Any,
+    cover: _Cover | None = None,
 ) -> None:
     chunks = [c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
     ids = pa.concat_arrays(chunks) if chunks else pa.array([], id_type or pa.string())
@@ -159,7 +180,7 @@ def _write_removed_ids(
         table = pa.table({"id": ids})
         row_group = _curator_row_group(len(ids))
     else:
-        table = pa.table({id_col: ids})
+        table = pa.table({id_col: ids, **(cover.columns_for(ids) if cover is not None else {})})
         row_group = None
     with loc.open_atomic() as fh:
         pq.write_table(table, fh, compression="zstd", row_group_size=row_group)

@@ -93,15 +93,18 @@ APPROX_NEIGHBORS_PROBES = 8
 
 
 def exchange_neighbors(
-    centroids: np.ndarray | Sequence[np.ndarray], n_neighbors: int
+    centroids: np.ndarray | Sequence[np.ndarray], n_neighbors: int, *, lower_only: bool = True
 ) -> list[list[int]]:
-    """For every group, up to ``n_neighbors`` groups of lower index, nearest first by the
-    cosine of their centroids (rows of ``centroids``, or one array per group); exact up to
+    """For every group, up to ``n_neighbors`` groups of lower index (any other index with
+    ``lower_only=False``: the cover step's), nearest first by the cosine of their
+    centroids (rows of ``centroids``, or one array per group); exact up to
     :data:`EXACT_NEIGHBORS_MAX` groups, approximate above (a group may then get fewer).
 
     >>> c = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.2]])
     >>> exchange_neighbors(c, 2)
     [[], [0], [1, 0], [1, 0]]
+    >>> exchange_neighbors(c, 2, lower_only=False)
+    [[1, 3], [0, 3], [3, 1], [1, 0]]
     """
     c = np.array(centroids, dtype=np.float32)  # our own copy, scaled in place
     norms = np.linalg.norm(c, axis=1, keepdims=True)
@@ -118,7 +121,8 @@ def exchange_neighbors(
             n_lists=int(math.sqrt(len(c))),
         )
         near, ok = idx.numpy(), sims.numpy() > -1.0
-        ok &= near < np.arange(len(c))[:, None]  # lower groups only, no padding
+        own = np.arange(len(c))[:, None]
+        ok &= (near < own) if lower_only else (near != own)  # no padding, never itself
         # most similar first, as the search sorts them; row by row, not as Python lists of
         # every candidate (those took 440 MB at 10^5 groups)
         return [row[keep][:n_neighbors].tolist() for row, keep in zip(near, ok, strict=True)]
@@ -128,18 +132,22 @@ def exchange_neighbors(
         sims = c[lo : lo + step] @ c.T
         for r, row in enumerate(sims):
             g = lo + r
-            lower = row[:g]
-            take = min(n_neighbors, g)
+            others = np.arange(g) if lower_only else np.delete(np.arange(len(c)), g)
+            near = row[others]
+            take = min(n_neighbors, len(others))
             if take == 0:
                 out.append([])
                 continue
-            best = np.argpartition(-lower, take - 1)[:take]
-            out.append([int(h) for h in best[np.argsort(-lower[best], kind="stable")]])
+            best = np.argpartition(-near, take - 1)[:take]
+            out.append([int(others[h]) for h in best[np.argsort(-near[best], kind="stable")]])
     return out
 
 
 def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
-    """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search."""
+    """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search
+    (:data:`~datamask.neighbors.FLOOR_PROBE_FRACTION` of its lists probed). A floor the
+    search misses is a little low, so the group buys a little more coverage than it
+    needs, never less."""
     blocks = [b for b in kept if len(b)]
     if not blocks:
         return torch.zeros(x.shape[0], dtype=x.dtype)

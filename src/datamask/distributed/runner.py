@@ -13,12 +13,15 @@
    their own candidates propose again); otherwise one more round over the union of the
    candidates (:func:`~.steps.select_global`).
 5. **Merge.** The parts are the output dataset; the similarity cap across groups
-   (:mod:`.cap`), keep lists for ``apply``, then the manifest.
+   (:mod:`.cap`), every row's nearest kept row (:mod:`.cover`, ``OUT/covered/``), keep
+   lists for ``apply``, then the manifest.
 
 Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``OUT/_work``)::
 
     OUT/selected/part-NNNNN.parquet   the kept ids of group NNNNN (budget group, or gains)
     OUT/selected/part-global.parquet  the central round's selection (id, group, rank, logit)
+    OUT/covered/part-NNNNN.parquet    every row of group NNNNN: id, group, selected,
+                                      covered_by, covered_sim, covered_exact (:mod:`.cover`)
     OUT/manifest.json                 settings, budget, per-group n / k / seconds / memory
     WORK/settings.json                the settings and input fingerprint this work dir holds
     WORK/groups/, candidates/, completions/   the steps' files (:mod:`.steps`)
@@ -82,6 +85,7 @@ from .allocate import (
     write_allocated,
 )
 from .cap import cap_across_groups
+from .cover import cover_round
 from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner, group_memory_bytes
 from .lifecycle import claim, fingerprint, read_marker
@@ -545,6 +549,11 @@ def _run_claimed(
     k_selected = global_stats["k"] if global_stats else int(sum(s["k"] for s in ordered))
     if k_selected != k_total:  # every path guarantees it; check before marking complete
         raise RuntimeError(f"selected {k_selected} documents, not {k_total}; please report this.")
+    # 6. Cover: every row's nearest kept row, written by the groups (OUT/covered/).
+    cover_facts = None
+    if not settings.run.selected_only:
+        clean_stale_temporaries(out / "covered")
+        cover_facts = cover_round(groups, settings, work, out, quality_range, runner, progress)
     keep = keep_lists_for_output(
         out, source, files, id_col=settings.columns.id_col, progress=progress
     )
@@ -585,6 +594,7 @@ def _run_claimed(
             "selected": str(out / "selected"),
             "parts": 1 if two_rounds and not allocating else len(groups),
             "k": k_total,
+            "covered": None if cover_facts is None else cover_facts["dataset"],
         },
         "totals": {
             "n_docs": n_total,
@@ -597,6 +607,7 @@ def _run_claimed(
                 "plan": plan_s,
                 "select": select_s,
                 "global": global_s,
+                "cover": None if cover_facts is None else cover_facts["seconds"]["total"],
                 "total": total_s,
             },
             "docs_per_second": n_total / total_s,
@@ -604,6 +615,7 @@ def _run_claimed(
             "driver_peak_rss_mb": peak_rss_mb(),
         },
         "max_similarity": cap_facts,
+        "cover": cover_facts,
         "selection_digest": keep["selection"],
         "provenance": record_inputs(  # what `apply` and `evaluate` check their input against
             [i.path for i in infos],

@@ -9,8 +9,9 @@ documents in, kept, share kept and mean quality kept against dropped; the qualit
 length distributions of the kept, the dropped and the whole corpus; a 2-D map of a sample
 with the kept documents marked; the near-duplicate figures of ``evaluate`` (the same
 :func:`~datamask.evaluate.redundancy.redundancy`) with the closest kept pairs; text
-samples kept and dropped per topic; the objective terms and settings of each selection's
-summary.
+samples kept and dropped per topic; dropped documents next to the kept document that
+covers them (the selection's ``covered_by``, text side by side: the most similar pairs and
+the least); the objective terms and settings of each selection's summary.
 
 The input is streamed twice, batch by batch (any input ``select`` takes: a parquet file,
 folder or glob, a save_to_disk folder). Memory holds one batch, a seeded sample of
@@ -59,6 +60,30 @@ def _sample_keys(ids: pa.Array, seed: int) -> np.ndarray:
     """A seeded pseudo-random 64-bit key per id: the sample is the ``size`` smallest keys."""
     h = hash_ids(ids) + np.uint64(seed & 0xFFFFFFFF)
     return hash_ids(pa.array(h.view(np.int64)))
+
+
+#: Dropped documents shown beside their cover per selection: the most similar pairs (the
+#: drops a reader should agree with) and the least (the drops worth a second look).
+COVER_HIGH, COVER_LOW = 4, 2
+
+
+def _cover_pairs(path: str, id_col: str) -> tuple[pa.Array, pa.Array, np.ndarray] | None:
+    """``(dropped ids, their covered_by, covered_sim)`` shown for a selection file: the
+    :data:`COVER_HIGH` highest ``covered_sim`` and the :data:`COVER_LOW` lowest, ties by
+    row order; None when the file has no cover (ids only, or made before covered_by)."""
+    if not path.endswith(".parquet"):
+        return None
+    wanted = [id_col, "selected", "covered_by", "covered_sim"]
+    if not set(wanted) <= set(pq.read_schema(path).names):
+        return None
+    t = pq.read_table(path, columns=wanted)
+    t = t.filter(pc.and_(pc.invert(t.column("selected")), pc.is_valid(t.column("covered_by"))))
+    sims = t.column("covered_sim").to_numpy()
+    order = np.argsort(-sims, kind="stable")
+    n_high = min(COVER_HIGH, len(order))
+    rows = np.concatenate([order[:n_high], order[n_high:][::-1][:COVER_LOW][::-1]])
+    pick = pa.array(rows.astype(np.int64))
+    return t.column(id_col).take(pick), t.column("covered_by").take(pick), sims[rows]
 
 
 def _label(path: str, summary: dict[str, Any] | None, taken: set[str]) -> str:
@@ -194,6 +219,19 @@ def build_report(
             }
         )
     n_sel = len(sels)
+    # Dropped documents and the kept ones covering them: their rows are found in pass 1,
+    # their texts read in pass 2 with the samples'.
+    covers = [_cover_pairs(sel["path"], id_col) for sel in sels]
+    pair_ids = [a for c in covers if c is not None for a in (c[0], c[1])]
+    pair_set = pair_of = None
+    if pair_ids:  # a kept document may cover several shown: each id once in the set
+        every = pa.chunked_array(pair_ids).combine_chunks()
+        unique = pc.unique(every)
+        pair_set = IdSet(unique)
+        pair_of = np.empty(len(every), dtype=np.int64)
+        at, members = pair_set.find(every)
+        pair_of[at] = members
+        unique_row = np.full(len(unique), -1, dtype=np.int64)
     read_cols = [id_col, *quality_cols, feature_col]
     if length_col is not None:
         read_cols.append(length_col)
@@ -247,6 +285,9 @@ def build_report(
             len_lo, len_hi = min(len_lo, float(lengths.min())), max(len_hi, float(lengths.max()))
         masks = kept_masks(ids)
         rows = np.arange(n, n + m, dtype=np.int64)
+        if pair_set is not None:
+            at, members = pair_set.find(ids)
+            unique_row[members] = rows[at]
         for s, mask in enumerate(masks):
             found[s] += int(mask.sum())
             kept_feats[s].append(feats[mask])
@@ -320,6 +361,8 @@ def build_report(
     q_kept = np.zeros((n_sel, n_topics))
     sums = {"q_all": 0.0, "q_kept": np.zeros(n_sel), "l_all": 0.0, "l_kept": np.zeros(n_sel)}
     want = np.union1d(samp["row"], np.fromiter(pair_rows, np.int64, len(pair_rows)))
+    pair_row = unique_row[pair_of] if pair_set is not None else np.zeros(0, np.int64)
+    want = np.union1d(want, pair_row[pair_row >= 0])
     texts: dict[int, str] = {}
     cols2 = [id_col, *quality_cols, feature_col]
     if length_col is not None:
@@ -399,6 +442,20 @@ def build_report(
                 }
             )
         summary = sel["summary"] or {}
+        cover_shown = None
+        if covers[s] is not None:
+            start = sum(len(c[0]) * 2 for c in covers[:s] if c is not None)
+            n_pairs = len(covers[s][0])
+            dropped_rows = pair_row[start : start + n_pairs]
+            kept_rows_ = pair_row[start + n_pairs : start + 2 * n_pairs]
+            cover_shown = [
+                {
+                    "dropped": texts.get(int(d), ""),
+                    "kept": texts.get(int(c), ""),
+                    "cosine": float(sim),
+                }
+                for d, c, sim in zip(dropped_rows, kept_rows_, covers[s][2], strict=True)
+            ]
         out_sel.append(
             {
                 "label": sel["label"],
@@ -416,6 +473,7 @@ def build_report(
                 else None,
                 "topics": per_topic,
                 "samples": samples,
+                "covers": cover_shown,
                 "duplicates": dups[s]["figures"],
                 "examples": [
                     {"a": texts.get(i, ""), "b": texts.get(j, ""), "cosine": float(sim)}

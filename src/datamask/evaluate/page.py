@@ -29,6 +29,7 @@ REPORT_SECTIONS = (
     "map",
     "duplicates",
     "samples",
+    "covered",
     "settings",
 )
 
@@ -154,6 +155,7 @@ table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 8px
 .muted{color:#777}.bad{background:#fdecea}.doc{font-size:12px;white-space:pre-wrap;
 background:#fafafa;border:1px solid #eee;padding:5px;margin:3px 0;overflow-wrap:anywhere}
 .grid{display:grid;grid-template-columns:repeat($ncols,minmax(0,1fr));gap:10px}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:6px}
 img{max-width:100%}details{margin:4px 0}summary{cursor:pointer}
 nav a{margin-right:12px}pre{font-size:12px;background:#fafafa;padding:6px;overflow:auto}
 </style></head><body>
@@ -359,6 +361,34 @@ def render_html(report: dict[str, Any]) -> str:
             + "".join(parts)
         )
 
+    # dropped documents beside the kept document that covers them
+    if report["text_col"] is None:
+        covered_html = '<p class="muted">The input has no text column.</p>'
+    else:
+        cols = []
+        for s in sels:
+            if s["covers"] is None:
+                cols.append(
+                    f'<div><h3>{_e(s["label"])}</h3><p class="muted">This selection names '
+                    "no covering documents (an id list, or made before covered_by).</p></div>"
+                )
+                continue
+            items = (
+                "".join(
+                    f"<h3>cosine {c['cosine']:.4f}</h3>"
+                    f'<div class="pair"><div class="doc">dropped: {_e(c["dropped"])}</div>'
+                    f'<div class="doc">kept: {_e(c["kept"])}</div></div>'
+                    for c in s["covers"]
+                )
+                or '<p class="muted">nothing dropped.</p>'
+            )
+            cols.append(f"<div><h3>{_e(s['label'])}</h3>{items}</div>")
+        covered_html = (
+            "<p>Each dropped document beside the kept document nearest to it "
+            "(<code>covered_by</code>, by cosine): the most similar pairs first, then the "
+            "least similar ones.</p>" + f'<div class="grid">{"".join(cols)}</div>'
+        )
+
     # settings
     parts = []
     for s in sels:
@@ -377,6 +407,7 @@ def render_html(report: dict[str, Any]) -> str:
         "map": ("Map", map_html),
         "duplicates": ("Near-duplicates", dup_html),
         "samples": ("Text samples", samples_html),
+        "covered": ("Dropped and what covers them", covered_html),
         "settings": ("Settings", settings_html),
     }
     nav = "".join(f'<a href="#{sid}">{_e(sections[sid][0])}</a>' for sid in REPORT_SECTIONS)

@@ -112,6 +112,7 @@ class IdSet:
         h = hash_ids(ids) if len(ids) else np.zeros(0, np.uint64)
         order = np.argsort(h, kind="stable")
         self._hash = h[order]
+        self._order = order
         self._ids = ids.take(pa.array(order, type=pa.int64()))
         self.type = ids.type
         self.digest = hashlib.blake2b(self._hash.tobytes(), digest_size=16).hexdigest()
@@ -121,16 +122,26 @@ class IdSet:
 
     def positions(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Sorted positions (int64) of the members of ``ids``."""
+        return self.find(ids)[0]
+
+    def find(self, ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, members)``: the sorted positions of the members of ``ids``, and
+        for each its row in the array the set was built from.
+
+        >>> IdSet(pa.array(["b", "d"])).find(pa.array(["d", "x", "b"]))[1].tolist()
+        [1, 0]
+        """
+        none = np.zeros(0, np.int64)
         if isinstance(ids, pa.ChunkedArray):
             ids = ids.combine_chunks()
         if not len(ids) or not len(self._hash):
-            return np.zeros(0, np.int64)
+            return none, none
         h = hash_ids(ids)
         lo = np.searchsorted(self._hash, h, side="left")
         hi = np.searchsorted(self._hash, h, side="right")
         cand = np.flatnonzero(hi > lo)
         if not len(cand):
-            return cand.astype(np.int64)
+            return none, none
         try:
             same = pc.equal(ids.take(pa.array(cand)), self._ids.take(pa.array(lo[cand])))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -139,12 +150,15 @@ class IdSet:
                 f"{self._ids.type}; use the id column the selection was made with."
             ) from None
         ok = same.to_numpy(zero_copy_only=False).astype(bool)
+        at = lo[cand].copy()
         # A hash shared by several selected ids (rare): compare with every one of them.
         for j in np.flatnonzero(~ok & (hi[cand] - lo[cand] > 1)):
             c = int(cand[j])
             value = ids[c]
-            ok[j] = any(self._ids[int(p)] == value for p in range(lo[c], hi[c]))
-        return cand[ok].astype(np.int64)
+            match = [p for p in range(lo[c], hi[c]) if self._ids[int(p)] == value]
+            if match:
+                ok[j], at[j] = True, match[0]
+        return cand[ok].astype(np.int64), self._order[at[ok]].astype(np.int64)
 
 
 def write_keep_lists(

@@ -7,6 +7,7 @@ global budget, one more round over their candidates. Every one of them runs
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,18 @@ from .._validation import check_corpus, k_from_ratio
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..greedy.lazy import gain_order
-from ..neighbors import sampled_recall
+from ..neighbors import Cover, nearest_kept, sampled_recall
 from ..objectives.facility_location import facility_term
 from ..selectors import SELECTORS
 
-__all__ = ["MODULAR", "facility_graph", "fit_group", "graph_summary", "modular_scores"]
+__all__ = [
+    "MODULAR",
+    "cover_rows",
+    "facility_graph",
+    "fit_group",
+    "graph_summary",
+    "modular_scores",
+]
 
 #: The methods whose selectors declare ``modular = True`` (a document's score does not
 #: depend on the others: a global round merges their scores exactly). Derived from the
@@ -64,6 +72,30 @@ def facility_graph(objective: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     return None if term is None else term.graph_
 
 
+def cover_rows(
+    corpus: Corpus,
+    selected: np.ndarray,
+    objective: Any = None,
+    floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
+) -> Cover:
+    """Every row's nearest kept row (:func:`~datamask.neighbors.nearest_kept`), read from
+    the facility-location graph of the bound ``objective`` where it has one (exact when
+    that graph is), searched otherwise. ``corpus.features`` must be unit rows. ``floor``
+    is ``(best cosine, row, exact)`` to documents kept elsewhere (``--given``): where it
+    is higher, the cover names that row (``Cover.external``)."""
+    term = None if objective is None else facility_term(objective)
+    graph = None if term is None else term.graph_
+    names = ("floor", "floor_index", "floor_exact")
+    ext = {} if floor is None else dict(zip(names, floor, strict=True))
+    return nearest_kept(
+        corpus.features,
+        np.asarray(selected, dtype=np.int64),
+        graph=graph,
+        graph_exact=graph is not None and term.graph_method_ == "exact",
+        **ext,
+    )
+
+
 def fit_group(
     corpus: Corpus,
     k: int | None,
@@ -75,6 +107,8 @@ def fit_group(
     describe_graph: bool = False,
     gain_curve: bool = False,
     evaluate: bool = True,
+    cover: bool = False,
+    cover_floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
 ) -> Selection:
     """Select exactly ``k`` rows of ``corpus`` (None: ``round(select_ratio * n)``).
 
@@ -104,6 +138,14 @@ def fit_group(
     evaluate : bool, default=True
         Score the selection with the exact objective (``meta["terms"]``, an ``n x k``
         pass); False leaves ``meta["terms"]`` empty (a sharded run's group step).
+    cover : bool, default=False
+        Also find every row's nearest kept row (:func:`cover_rows`, on the selection's
+        own graph): ``meta["cover"]`` (a :class:`~datamask.neighbors.Cover`), written by
+        the writer as ``covered_by``/``covered_sim``/``covered_exact``, and its time in
+        ``meta["seconds"]["cover"]``.
+    cover_floor : (floor, rows, exact), optional
+        With ``cover``: each row's best cosine to documents kept outside ``corpus`` and
+        which row of theirs (``--given``), for :func:`cover_rows`.
 
     Returns
     -------
@@ -113,6 +155,31 @@ def fit_group(
         (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
         counts and times) and ``graph``.
     """
+    sel, objective = _fit(
+        corpus, k, spec, seed, stored_ids, progress, describe_graph, gain_curve, evaluate
+    )
+    if cover:
+        started = time.perf_counter()
+        if objective is None:  # no selector ran: its fit did not scale the rows
+            check_corpus(corpus)
+        sel.meta["cover"] = cover_rows(corpus, sel.selected, objective, cover_floor)
+        sel.meta.setdefault("seconds", {})["cover"] = time.perf_counter() - started
+    return sel
+
+
+def _fit(
+    corpus: Corpus,
+    k: int | None,
+    spec: SelectSpec,
+    seed: int | None,
+    stored_ids: pa.Array | None,
+    progress: bool,
+    describe_graph: bool,
+    gain_curve: bool,
+    evaluate: bool,
+) -> tuple[Selection, Any]:
+    """:func:`fit_group` without the cover: the selection and its bound objective (None
+    where no selector ran)."""
     bound_heap()  # a worker runs group after group: keep its heap from ratcheting up
     n = corpus.n_docs
     method = spec.selector.method
@@ -133,7 +200,8 @@ def fit_group(
         scores = modular_scores(corpus, stored_ids, spec)
         selected = np.sort(rank_order(scores, corpus.ids)[:k])
         meta["device"] = "cpu"
-        return Selection(selected, scores, meta, ids=corpus.ids, logits=scores.astype(np.float32))
+        logits = scores.astype(np.float32)
+        return Selection(selected, scores, meta, ids=corpus.ids, logits=logits), None
     if k is not None and not 0 < k < n:  # nothing to learn: every score ties
         scores = np.zeros(n)
         selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
@@ -146,7 +214,8 @@ def fit_group(
                 seed=spec.selector.seed if seed is None else seed,
             )
             meta["gain_order"] = gain_order(objective, selected)
-        return Selection(selected, scores, meta, ids=corpus.ids, logits=scores.astype(np.float32))
+        logits = scores.astype(np.float32)
+        return Selection(selected, scores, meta, ids=corpus.ids, logits=logits), None
     selector = spec.make_selector(k=k, seed=seed, progress=progress)
     dev = resolve_device(selector.device)
     if dev.type == "cuda":
@@ -172,7 +241,7 @@ def fit_group(
     if gain_curve:
         meta["gain_order"] = gain_order(selector.objective_, np.asarray(result.selected))
         meta["neighbor_graph"] = facility_graph(selector.objective_)  # the exchange round's
-    return Selection(
+    selection = Selection(
         np.asarray(result.selected, dtype=np.int64),
         np.asarray(result.scores, dtype=np.float64),
         {**result.meta, **meta},
@@ -182,3 +251,4 @@ def fit_group(
         if result.probabilities is None
         else np.asarray(result.probabilities, np.float32),
     )
+    return selection, selector.objective_

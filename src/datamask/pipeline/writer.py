@@ -2,8 +2,10 @@
 
 Every table a selection is written as comes from :func:`selection_table`, which owns the
 ranking (:meth:`Selection.rank`) and the column order: the id as stored, then ``group``
-(sharded runs), ``selected``, ``logit``, ``probability``, ``rank``. ``kept_only`` writes
-the kept rows alone, best first (id, group, rank, logit). :func:`run_record` is the part
+(sharded runs), ``selected``, ``logit``, ``probability``, ``rank``, and where the
+selection found every row's nearest kept row (``meta["cover"]``) ``covered_by``,
+``covered_sim`` and ``covered_exact`` (:func:`cover_columns`). ``kept_only`` writes the
+kept rows alone, best first (id, group, rank, logit). :func:`run_record` is the part
 every summary and manifest shares: settings, method, counts, terms, versions.
 """
 
@@ -14,12 +16,59 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._version import __version__
 from ..config import SelectSpec
 from ..data import Selection
+from ..neighbors import Cover
 
-__all__ = ["run_record", "selection_table", "versions"]
+__all__ = [
+    "COVER_COLUMNS",
+    "cover_columns",
+    "cover_summary",
+    "run_record",
+    "selection_table",
+    "versions",
+]
+
+#: The traceability columns every selection output carries (docs/incremental.md).
+COVER_COLUMNS = ("covered_by", "covered_sim", "covered_exact")
+
+
+def cover_columns(
+    cover: Cover, kept_ids: pa.Array, external_ids: pa.Array | None = None
+) -> dict[str, pa.Array]:
+    """``covered_by`` (the nearest kept row's id, typed as ``kept_ids``; null where
+    nothing is kept), ``covered_sim`` (float32 cosine) and ``covered_exact`` (bool) of a
+    :class:`~datamask.neighbors.Cover` whose ``index`` points into ``kept_ids``, or into
+    ``external_ids`` where ``cover.external`` (the floor won)."""
+    index = np.asarray(cover.index, dtype=np.int64)
+    external = np.asarray(cover.external, dtype=bool)
+    if external_ids is None and external.any():
+        raise ValueError("the cover names rows held elsewhere; give their external_ids.")
+    by = pa.nulls(len(index), type=kept_ids.type)
+    for source, rows in ((kept_ids, ~external & (index >= 0)), (external_ids, external)):
+        if rows.any():
+            taken = source.take(pa.array(np.where(rows, index, 0))).cast(kept_ids.type)
+            by = pc.if_else(pa.array(rows), taken, by)
+    return {
+        "covered_by": by,
+        "covered_sim": pa.array(np.asarray(cover.sim, dtype=np.float32)),
+        "covered_exact": pa.array(np.asarray(cover.exact, dtype=bool)),
+    }
+
+
+def cover_summary(cover: Cover, seconds: float | None = None) -> dict[str, Any]:
+    """What a summary or manifest says of the cover: rows per route, how many are exact."""
+    return {
+        "columns": list(COVER_COLUMNS),
+        "rows": len(cover.index),
+        "exact": int(np.count_nonzero(cover.exact)),
+        "approximate": int(len(cover.exact) - np.count_nonzero(cover.exact)),
+        "routes": dict(cover.counts),
+        "seconds": seconds,
+    }
 
 
 def selection_table(
@@ -32,6 +81,7 @@ def selection_table(
     logit: bool = True,
     probability: bool | None = None,
     extra: dict[str, Any] | None = None,
+    cover_external_ids: pa.Array | None = None,
 ) -> pa.Table:
     """The rows of a selection as a table.
 
@@ -54,6 +104,9 @@ def selection_table(
         Default: when the method has probabilities.
     extra : dict, optional
         More columns over every row, taken like the others (``kept_only`` picks rows).
+    cover_external_ids : pyarrow.Array, optional
+        The ids of the rows a cover's floor names (``--given``: KEPT's corpus), for
+        :func:`cover_columns`.
     """
     ids = stored_ids if stored_ids is not None else pa.array(selection.ids)
     mask = selection.mask()
@@ -86,7 +139,11 @@ def selection_table(
         if probability:
             cols["probability"] = pa.array(np.asarray(probabilities, dtype=np.float32))
         cols["rank"] = pa.array(rank)
-    for name, values in (extra or {}).items():
+    cover = None if kept_only else selection.meta.get("cover")  # kept rows cover themselves
+    for name, values in {
+        **(cover_columns(cover, ids, cover_external_ids) if cover is not None else {}),
+        **(extra or {}),
+    }.items():
         cols[name] = values if rows is None else _take(values, rows)
     return pa.table(cols)
 

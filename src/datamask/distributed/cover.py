@@ -1,0 +1,309 @@
+"""The cover step of a sharded run: every document's nearest kept document, written by the
+groups as a dataset of their own (``OUT/covered/``), never through the driver.
+
+It runs once the selection is final (after the allocation, the exchange round, the central
+round or the similarity cap), in two passes of pure, resumable steps:
+
+1. **Kept rows.** Every group reads its rows, finds the ones the output keeps
+   (``OUT/selected/``) and writes their ids and unit embeddings to
+   ``WORK/cover/kept-NNNNN.parquet`` (and all its unit rows to ``rows-NNNNN.npy``, its
+   ids to ``ids-NNNNN.parquet``, so pass 2 reads no parquet input again); its marker
+   (the group's centroid) last.
+2. **Cover.** Every group loads its rows and, with
+   :func:`~datamask.neighbors.nearest_kept`, finds each row's nearest kept row of its own
+   group (a kept row covers itself) and, as the floor, its nearest kept row of its
+   :data:`COVER_NEIGHBORS` nearest groups by centroid (both directions:
+   :func:`~.exchange.exchange_neighbors` with ``lower_only=False``); the nearer wins, the
+   own group's on a tie. It writes ``OUT/covered/part-NNNNN.parquet``: the id, ``group``,
+   ``selected``, ``covered_by``, ``covered_sim`` (float32), ``covered_exact``; then its
+   marker ``WORK/cover/NNNNN.json``.
+
+Why not the exchange round's floors: they are taken against the neighbours' kept prefixes
+of the *first* allocation (the final one differs) and only from groups of lower id; the
+cover must name a row the output keeps.
+
+``covered_exact`` is True only where the row is guaranteed to be the exact argmax over
+every kept row of the corpus: the group was compared with every other group (at most
+:data:`COVER_NEIGHBORS` + 1 groups) and both searches compared every pair (``rows x kept
+<= COVER_EXACT_PAIRS``, :mod:`datamask.neighbors`). Elsewhere the ivf search found it and
+a nearer kept row may exist. The nearest groups by centroid are where a row's nearest kept
+row lies when groups are k-means clusters (the default: 99.3% of sampled rows exact at
+200k); with ``--partition shard`` or ``chunk`` beyond 5 groups they often are not (31% at
+20 groups, 14% at 100: ``benchmarks/covered/RESULTS.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from .._memory import peak_rss_mb, release_heap
+from .._validation import check_corpus
+from ..config import SelectSpec
+from ..io.atomic import atomic_write, atomic_write_json
+from ..io.parquet import atomic_write_table, read_table
+from ..neighbors import nearest_kept
+from ..pipeline.writer import COVER_COLUMNS, cover_columns
+from .exchange import exchange_neighbors
+from .executors import Runner
+from .partition import GroupSpec
+from .steps import GLOBAL_PART, part_path, read_group
+from .validate import QualityRange
+
+__all__ = [
+    "COVER_NEIGHBORS",
+    "cover_group",
+    "cover_part_path",
+    "cover_round",
+    "kept_rows_path",
+    "write_kept_rows",
+]
+
+#: A group's rows are compared with the kept rows of this many nearest groups (by the
+#: cosine of their centroids), besides its own.
+COVER_NEIGHBORS = 4
+
+
+def cover_part_path(out_dir: str | Path, gid: int) -> Path:
+    """One group's part of the cover dataset."""
+    return Path(out_dir) / "covered" / f"part-{gid:05d}.parquet"
+
+
+def kept_rows_path(work_dir: str | Path, gid: int) -> Path:
+    """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
+    return Path(work_dir) / "cover" / f"kept-{gid:05d}.parquet"
+
+
+def _rows_path(work_dir: str | Path, gid: int) -> Path:
+    """The group's unit rows as pass 1 read them (float32 ``.npy``), for pass 2, which
+    deletes them once its part is written: one read of the input per group, not two."""
+    return Path(work_dir) / "cover" / f"rows-{gid:05d}.npy"
+
+
+def _ids_path(work_dir: str | Path, gid: int) -> Path:
+    return Path(work_dir) / "cover" / f"ids-{gid:05d}.parquet"
+
+
+def _kept_marker(work_dir: str | Path, gid: int) -> Path:
+    return Path(work_dir) / "cover" / f"kept-{gid:05d}.json"
+
+
+def _cover_marker(work_dir: str | Path, gid: int) -> Path:
+    return Path(work_dir) / "cover" / f"{gid:05d}.json"
+
+
+def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
+    """The ids the output keeps in group ``gid``: its part, or its rows of the central
+    round's part."""
+    own = part_path(out_dir, gid)
+    if own.exists():
+        return read_table(own, columns=[id_col]).column(0).combine_chunks()
+    table = read_table(Path(out_dir) / "selected" / GLOBAL_PART, columns=[id_col, "group"])
+    return table.filter(pc.equal(table.column("group"), gid)).column(0).combine_chunks()
+
+
+def _read_unit_rows(
+    spec: GroupSpec, settings: SelectSpec, quality_range: QualityRange
+) -> tuple[np.ndarray, pa.Array]:
+    """The group's unit embeddings and ids as stored."""
+    corpus, ids = read_group(spec, settings, quality_range)
+    check_corpus(corpus)  # L2-normalised in place, as the selection saw them
+    return corpus.features, ids
+
+
+def write_kept_rows(
+    spec: GroupSpec,
+    settings: SelectSpec,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    quality_range: QualityRange,
+) -> dict[str, Any]:
+    """Pass 1: write the group's kept rows (id, unit embedding) and return its centroid."""
+    marker = _kept_marker(work_dir, spec.gid)
+    if marker.exists() and kept_rows_path(work_dir, spec.gid).exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    id_col = settings.columns.id_col
+    x, ids = _read_unit_rows(spec, settings, quality_range)
+    with atomic_write(_rows_path(work_dir, spec.gid)) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(x, dtype=np.float32))
+    atomic_write_table(pa.table({id_col: ids}), _ids_path(work_dir, spec.gid))
+    rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(out_dir, spec.gid, id_col)))
+    feats = np.ascontiguousarray(x[rows], dtype=np.float32)
+    table = pa.table(
+        {
+            id_col: ids.take(pa.array(rows)),
+            "features": pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), x.shape[1]),
+        }
+    )
+    atomic_write_table(table, kept_rows_path(work_dir, spec.gid))
+    stats = {
+        "gid": spec.gid,
+        "kept": len(rows),
+        "centroid": x.mean(0).tolist() if len(x) else [0.0] * x.shape[1],
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    atomic_write_json(stats, marker)
+    release_heap()
+    return {**stats, "reused": False}
+
+
+def cover_group(
+    spec: GroupSpec,
+    neighbors: list[int],
+    searched_all: bool,
+    settings: SelectSpec,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    quality_range: QualityRange,
+) -> dict[str, Any]:
+    """Pass 2: every row's nearest kept row, of its own group or of ``neighbors`` (gids),
+    written as the group's part of ``OUT/covered/``; ``searched_all``: the neighbours are
+    every other group (then an exact search is exact over the whole corpus)."""
+    marker = _cover_marker(work_dir, spec.gid)
+    out = cover_part_path(out_dir, spec.gid)
+    if marker.exists() and out.exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    id_col = settings.columns.id_col
+    cached = _rows_path(work_dir, spec.gid)
+    if cached.exists() and _ids_path(work_dir, spec.gid).exists():
+        x = np.load(cached)
+        ids = read_table(_ids_path(work_dir, spec.gid)).column(0).combine_chunks()
+    else:  # pass 1 was reused from a run whose pass 2 had deleted them: read again
+        x, ids = _read_unit_rows(spec, settings, quality_range)
+    own = read_table(kept_rows_path(work_dir, spec.gid), columns=[id_col])
+    kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
+    read_s = time.perf_counter() - started
+    # The neighbours' kept rows: the floor, and which of their rows it is.
+    tables = [read_table(kept_rows_path(work_dir, h)) for h in neighbors]
+    tables = [t for t in tables if t.num_rows]
+    floor = floor_index = None
+    other_ids = pa.array([], type=ids.type)
+    floor_exact: np.ndarray | bool = False
+    if tables:
+        other = pa.concat_tables(tables)
+        other_ids = other.column(id_col).combine_chunks()
+        flat = other.column("features").combine_chunks().values.to_numpy()
+        far = nearest_kept(x, kept_features=flat.reshape(other.num_rows, x.shape[1]))
+        floor, floor_index, floor_exact = far.sim, far.index, far.exact
+        floor = np.nan_to_num(floor, nan=-np.inf)
+    cover = nearest_kept(x, kept, floor=floor, floor_index=floor_index, floor_exact=floor_exact)
+    cols = cover_columns(cover, ids, other_ids)
+    exact = cover.exact & searched_all  # exact over the whole corpus, not just these groups
+    mask = np.zeros(len(ids), dtype=bool)
+    mask[kept] = True
+    table = pa.table(
+        {
+            id_col: ids,
+            "group": pa.array(np.full(len(ids), spec.gid, dtype=np.int32)),
+            "selected": pa.array(mask),
+            **cols,
+            "covered_exact": pa.array(exact),
+        }
+    )
+    atomic_write_table(table, out)
+    routes = dict(cover.counts)
+    floor_routes = {k: int(v) for k, v in far.counts.items() if v} if tables else {}
+    stats = {
+        "gid": spec.gid,
+        "rows": len(ids),
+        "exact": int(exact.sum()),
+        "routes": routes,
+        "floor_routes": floor_routes,  # how the neighbours' kept rows were searched
+        "neighbors": list(neighbors),
+        "seconds": {
+            "read": read_s,
+            "search": time.perf_counter() - started - read_s,
+            "total": time.perf_counter() - started,
+        },
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    atomic_write_json(stats, marker)
+    cached.unlink(missing_ok=True)  # used: the disk goes back
+    _ids_path(work_dir, spec.gid).unlink(missing_ok=True)
+    release_heap()
+    return {**stats, "reused": False}
+
+
+def cover_round(
+    groups: list[GroupSpec],
+    settings: SelectSpec,
+    work: Path,
+    out: Path,
+    quality_range: QualityRange,
+    runner: Runner,
+    progress: bool,
+) -> dict[str, Any]:
+    """Both passes over every group (:mod:`.cover`); returns the manifest's ``cover``."""
+    started = time.perf_counter()
+    jobs = [(g, settings, str(work), str(out), quality_range) for g in groups]
+    # Centroids as float32 arrays on arrival, not JSON's Python floats (compact_marker's
+    # reason: at 10^5 groups of 384-d the lists alone would take over 1 GB).
+    kept = {
+        r["gid"]: {**r, "centroid": np.asarray(r["centroid"], dtype=np.float32)}
+        for r in tqdm(
+            runner.map(write_kept_rows, jobs),
+            total=len(jobs),
+            desc="cover: kept rows",
+            unit="group",
+            disable=not progress,
+        )
+    }
+    kept_s = time.perf_counter() - started
+    near = exchange_neighbors(
+        [kept[g.gid]["centroid"] for g in groups],
+        COVER_NEIGHBORS,
+        lower_only=False,
+    )
+    searched_all = len(groups) - 1 <= COVER_NEIGHBORS
+    jobs = [
+        (g, [groups[h].gid for h in near[i]], searched_all, settings, str(work), str(out))
+        + (quality_range,)
+        for i, g in enumerate(groups)
+    ]
+    done = list(
+        tqdm(
+            runner.map(cover_group, jobs),
+            total=len(jobs),
+            desc="cover",
+            unit="group",
+            disable=not progress,
+        )
+    )
+    routes: dict[str, int] = {}
+    floor_routes: dict[str, int] = {}
+    for r in done:
+        for into, got in ((routes, r["routes"]), (floor_routes, r.get("floor_routes", {}))):
+            for key, v in got.items():
+                into[key] = into.get(key, 0) + int(v)
+    rows = sum(r["rows"] for r in done)
+    exact = sum(r["exact"] for r in done)
+    rss = [r["peak_rss_mb"] for r in [*kept.values(), *done] if r.get("peak_rss_mb")]
+    return {
+        "dataset": str(out / "covered"),
+        "columns": list(COVER_COLUMNS),
+        "rows": rows,
+        "exact": exact,
+        "approximate": rows - exact,
+        "routes": routes,
+        "floor_routes": floor_routes,
+        "neighbors": COVER_NEIGHBORS,
+        "searched_all_groups": searched_all,
+        "seconds": {
+            "kept_rows": kept_s,
+            "cover": time.perf_counter() - started - kept_s,
+            "total": time.perf_counter() - started,
+            "group_sum": float(sum(r["seconds"]["total"] for r in done))
+            + float(sum(r["seconds"] for r in kept.values())),
+        },
+        "peak_rss_mb_per_worker": max(rss) if rss else None,
+    }

@@ -1,0 +1,147 @@
+"""The cover dataset of sharded runs (``OUT/covered/``) against brute force over the whole
+corpus: groups that split every cluster, so a row's nearest kept row often sits in another
+group; every combine path (groups keep their share, gains with the exchange round, the
+central round) on the local pool, and Ray (slow)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from datamask import make_clustered
+from datamask.config import SelectSpec
+from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed.cover import COVER_NEIGHBORS
+from tests._data import write_corpus_shards
+from tests.test_cover import check_against_brute
+
+ROWS = 480
+FAST = dict(n_epochs=20, select_ratio=0.1, n_neighbors=16)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return make_clustered(ROWS, 12, 6, seed=5)  # clusters spread over every shard
+
+
+def run(corpus, tmp_path: Path, n_shards: int, runner=None, workers=1, **settings):
+    root = tmp_path / "in"
+    write_corpus_shards(root, corpus, n_shards)
+    spec = SelectSpec.from_mapping({"partition": "shard", **FAST, **settings})
+    out = tmp_path / "out"
+    runner = runner or LocalRunner(workers=workers)
+    manifest = run_selection(root, out, spec, runner=runner, progress=False)
+    return manifest, pq.read_table(out / "covered"), out
+
+
+def against_brute(corpus, table, out: Path):
+    """The cover rows in the corpus' order, checked against the exact argmax over every
+    row the output keeps; returns whether each row's cover sits in another group."""
+    ids = np.asarray(corpus.ids)
+    row_of = {v: i for i, v in enumerate(ids.tolist())}
+    kept_ids = pq.read_table(out / "selected").column("chunk_id").to_pylist()
+    kept = np.sort([row_of[v] for v in kept_ids])
+    assert table.num_rows == len(ids)
+    order = np.argsort([row_of[v] for v in table.column("chunk_id").to_pylist()])
+    t = table.take(order)
+    assert np.array_equal(np.flatnonzero(t.column("selected").to_numpy()), kept)
+    index = np.asarray([row_of[v] for v in t.column("covered_by").to_pylist()])
+    x = np.asarray(corpus.features, dtype=np.float64)
+    exact = t.column("covered_exact").to_numpy()
+    if exact.all():
+        check_against_brute(index, t.column("covered_sim").to_numpy(), x, kept)
+    else:  # every cosine is that of a kept row named, never above the truth
+        assert np.isin(index, kept).all()
+        xu = x / np.linalg.norm(x, axis=1, keepdims=True)
+        named = (xu * xu[index]).sum(1)
+        np.testing.assert_allclose(t.column("covered_sim").to_numpy(), named, atol=1e-5)
+    group = t.column("group").to_numpy()
+    group_of = dict(zip(t.column("chunk_id").to_pylist(), group.tolist(), strict=True))
+    return np.asarray([group_of[v] for v in t.column("covered_by").to_pylist()]) != group
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"budget": "group"},
+        {},  # global budget, allocated by gains, with the exchange round
+        {"algorithm": "Pair_simi"},  # the central round (part-global.parquet)
+    ],
+    ids=["group", "gains", "central"],
+)
+def test_sharded_cover_equals_brute_force(corpus, tmp_path, settings):
+    # the local pool of two processes once, inline elsewhere (the steps are the same)
+    workers = 2 if not settings else 1
+    manifest, table, out = run(corpus, tmp_path, 3, workers=workers, **settings)
+    assert table.column_names == [
+        "chunk_id",
+        "group",
+        "selected",
+        "covered_by",
+        "covered_sim",
+        "covered_exact",
+    ]
+    assert table.column("covered_exact").to_numpy().all()  # 3 groups: all compared
+    across = against_brute(corpus, table, out)
+    assert across.sum() > ROWS // 10  # many rows are covered from another group
+    cover = manifest["cover"]
+    assert cover["rows"] == ROWS and cover["exact"] == ROWS and cover["searched_all_groups"]
+    assert len(list((out / "covered").glob("part-*.parquet"))) == 3
+
+
+def test_more_groups_than_neighbours_are_flagged(corpus, tmp_path):
+    n_shards = COVER_NEIGHBORS + 2
+    manifest, table, out = run(corpus, tmp_path, n_shards, budget="group")
+    assert not table.column("covered_exact").to_numpy().any()
+    against_brute(corpus, table, out)
+    assert manifest["cover"]["approximate"] == ROWS and not manifest["cover"]["searched_all_groups"]
+
+
+def test_a_rerun_reuses_the_cover_and_redoes_a_lost_part(corpus, tmp_path):
+    first, table, out = run(corpus, tmp_path, 3, budget="group")
+    cover_dir = out / "_work" / "cover"
+    assert not list(cover_dir.glob("rows-*")) and not list(cover_dir.glob("ids-*"))  # used
+    again, table2, _ = run(corpus, tmp_path, 3, budget="group")
+    assert table2.equals(table)
+    # a part lost after its rows were deleted: pass 2 reads the group again
+    (out / "covered" / "part-00001.parquet").unlink()
+    (cover_dir / "00001.json").unlink()
+    _, table3, _ = run(corpus, tmp_path, 3, budget="group")
+    assert table3.sort_by("chunk_id").equals(table.sort_by("chunk_id"))
+
+
+@pytest.mark.slow
+def test_sharded_cover_on_ray(corpus, tmp_path):
+    ray = pytest.importorskip("ray")
+    from datamask.distributed import RayRunner
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    try:
+        runner = RayRunner()
+        _, table, out = run(corpus, tmp_path, 3, runner=runner)
+        runner.close()
+        local = run(corpus, tmp_path / "local", 3)[1]
+        assert table.sort_by("chunk_id").equals(local.sort_by("chunk_id"))
+        against_brute(corpus, table, out)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def test_the_cover_changes_no_selected_row(corpus, tmp_path):
+    with_cover, _, out = run(corpus, tmp_path / "a", 3)
+    without = run_selection(
+        tmp_path / "a" / "in",
+        tmp_path / "b",
+        SelectSpec.from_mapping({"partition": "shard", "selected_only": True, **FAST}),
+        runner=LocalRunner(workers=1),
+        progress=False,
+    )
+    assert without["cover"] is None and not (tmp_path / "b" / "covered").exists()
+    assert with_cover["selection_digest"] == without["selection_digest"]
