@@ -345,8 +345,9 @@ def _budget_and_given(
 ]:
     """``k`` (None: from select_ratio), the spec to fit with, KEPT, what the summary
     records of it and the cover's floor (``(floor, row of KEPT's corpus, exact)``): with
-    ``given`` (the paths of ``--given`` and ``--given-selection``) KEPT is read and checked, the input's floors set and the objective put at the union's
-    rate (:mod:`datamask.pipeline.given`)."""
+    ``given`` (the paths of ``--given`` and ``--given-selection``) KEPT is read and
+    checked, the input's floors set and the objective put at the union's rate
+    (:mod:`datamask.pipeline.given`)."""
     k = spec.selector.k
     if k is not None and k > corpus.n_docs:
         raise ValueError(
