@@ -84,9 +84,9 @@ def _check(x: np.ndarray, kept: np.ndarray, covered: np.ndarray, sims: np.ndarra
 # --- one file -----------------------------------------------------------------------------
 def one_setting(path: str, method: str, ratio: float, threads: int, seed: int) -> dict[str, Any]:
     """One selection and its cover, in this process (the parent starts a fresh one)."""
-    from datamask._device import set_threads
     from datamask.config import SelectSpec
     from datamask.io.datasets import read_input_corpus
+    from datamask.measure import set_threads
     from datamask.pipeline.step import cover_rows
 
     set_threads(threads)
