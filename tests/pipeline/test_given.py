@@ -272,3 +272,28 @@ def test_cli_select_given_and_its_errors(tmp_path, capsys):
         "got select_ratio=0.2 and k=3."
     ]
     assert not bad.exists() and not (tmp_path / "bad.summary.json").exists()
+
+
+@pytest.mark.parametrize("kept_sel", [None, [1001, 1004]])
+def test_covered_by_names_the_nearest_of_kept_and_selected(tmp_path, kept_sel):
+    """With --given, a new document's ``covered_by`` is its nearest document of KEPT ∪ S
+    (brute force over every pair), a KEPT document where KEPT covers it better; select and
+    select_table agree."""
+    kept, new, (xk, _), (xn, _) = _pair(tmp_path, n_kept=8, n_new=30, seed=3)
+    sel = None if kept_sel is None else write_columns(tmp_path / "ks.parquet", chunk_id=kept_sel)
+    kept_rows = list(range(8)) if kept_sel is None else [i - 1000 for i in kept_sel]
+    out = tmp_path / "sel.parquet"
+    args = {"given": kept, "given_selection": sel, "k": 4, "method": "greedy-dense"}
+    datamask.select(new, out, progress=False, **args)
+    table = pq.read_table(out)
+    chosen = table.filter(table["selected"])["chunk_id"].to_pylist()
+    ids = [1000 + r for r in kept_rows] + chosen
+    base = np.concatenate([xk[kept_rows], xn[chosen]]).astype(np.float64)
+    sims = xn.astype(np.float64) @ base.T
+    want = [ids[j] for j in sims.argmax(1)]
+    assert table["covered_by"].to_pylist() == want
+    np.testing.assert_allclose(table["covered_sim"].to_numpy(), sims.max(1), atol=1e-5)
+    assert any(w >= 1000 for w in want)  # KEPT covers some new documents best
+    assert all(table["covered_exact"].to_pylist())
+    in_memory = datamask.select_table(pq.read_table(new), **args)
+    assert in_memory["covered_by"].to_pylist() == want
