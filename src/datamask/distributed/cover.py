@@ -53,6 +53,7 @@ from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .exchange import exchange_neighbors
 from .executors import Runner
+from .given import kept_table
 from .partition import GroupSpec
 from .steps import GLOBAL_PART, part_path, read_group
 from .validate import QualityRange
@@ -185,6 +186,9 @@ def cover_group(
     read_s = time.perf_counter() - started
     # The neighbours' kept rows: the floor, and which of their rows it is.
     tables = [read_table(kept_rows_path(work_dir, h)) for h in neighbors]
+    if settings.selector.given is not None:  # KEPT's rows cover too, where they are nearer
+        given = kept_table(work_dir)
+        tables.append(given.set_column(0, id_col, given.column(0).cast(ids.type)))
     tables = [t for t in tables if t.num_rows]
     floor = floor_index = None
     other_ids = pa.array([], type=ids.type)
