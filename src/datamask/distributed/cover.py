@@ -18,6 +18,10 @@ round or the similarity cap), in two passes of pure, resumable steps:
    ``selected``, ``covered_by``, ``covered_sim`` (float32), ``covered_exact``; then its
    marker ``WORK/cover/NNNNN.json``.
 
+Given documents already kept (``--given``), pass 2 adds KEPT's rows
+(:func:`~.given.kept_table`) to the neighbours' kept rows: a dropped document names the
+KEPT document where that one is nearer, as the one-file output does.
+
 Why not the exchange round's floors: they are taken against the neighbours' kept prefixes
 of the *first* allocation (the final one differs) and only from groups of lower id; the
 cover must name a row the output keeps.

@@ -5,7 +5,7 @@
    lock and its fingerprint, per-shard checksums included, recorded
    (:func:`~.lifecycle.claim`): a shard changed in place is refused on resume.
 2. **Plan.** Groups (:mod:`.partition`: k-means clusters by default, or shards, or
-   chunks), each one's share of ``k = round(select_ratio * N)`` and its seed.
+   chunks), each one's share of ``k = round(select_ratio * N)`` (or ``--k``) and its seed.
 3. **Select.** :func:`~.steps.select_group` on every group without a finished result.
    Under the global budget a group proposes candidates instead of keeping its share.
 4. **Combine.** Where the objective allows it, the budget is allocated by the groups'
