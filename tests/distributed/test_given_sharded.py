@@ -248,3 +248,21 @@ def test_a_killed_given_run_resumes_to_the_same_selection(data, tmp_path):
     assert resumed["totals"]["groups_reused"] >= 1
     assert _chosen_dir(out) == _chosen_dir(tmp_path / "clean")
     assert resumed["given"]["floor"]["mean"] == pytest.approx(clean["given"]["floor"]["mean"])
+
+
+def test_cli_select_given_on_shards_and_its_one_line_error(data, tmp_path, capsys):
+    from datamask.cli import main
+
+    argv = ["select", "--input", str(data["shards"]), "--given", str(data["kept"])]
+    argv += ["--k", "7", "--method", "greedy-dense", "--no-progress", "--workers", "2"]
+    assert main([*argv, "--output", str(tmp_path / "sel")]) == 0
+    manifest = json.loads((tmp_path / "sel" / "manifest.json").read_text())
+    assert manifest["totals"]["k"] == 7 and manifest["given"]["n_kept"] == N_KEPT
+    assert manifest["terms_union"] is None
+    capsys.readouterr()
+    overlap = write(reference_table([3], [1.0], data["xk"][:1]), tmp_path / "o.parquet")
+    bad = ["select", "--input", str(data["shards"]), "--given", str(overlap), "--k", "7"]
+    assert main([*bad, "--no-progress", "--output", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unique across --given and --input" in err[0]
+    assert not (tmp_path / "bad").exists()

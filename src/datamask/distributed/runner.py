@@ -89,7 +89,13 @@ from .cap import cap_across_groups
 from .cover import cover_round
 from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner, group_memory_bytes
-from .given import check_given_selection, given_files, prepare_kept, rate_totals
+from .given import (
+    check_given_selection,
+    given_files,
+    kept_counts,
+    prepare_kept,
+    rate_totals,
+)
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
     ClusterTree,
@@ -222,7 +228,9 @@ def _select_groups(
             for g in pending
         ]
         width = _width(pending[0].pieces[0].path, settings.columns.feature_col) if pending else 0
-        memory = [group_memory_bytes(g.n, width) for g in pending]
+        # given KEPT, every step also reads its kept rows (float32, and a copy for torch)
+        kept = kept_counts(work)["n_kept"] if settings.selector.given is not None else 0
+        memory = [group_memory_bytes(g.n, width) + 8 * kept * width for g in pending]
         for result in runner.map(select_group, jobs, use_gpu=True, memory=memory):
             stats[result["gid"]] = compact_marker(result)
             done_docs += result["n"]
