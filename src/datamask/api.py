@@ -164,13 +164,6 @@ def _select(
             "parquet shards first (Dataset.to_parquet)."
         )
     if shards or (shards is None and is_sharded(source)):
-        for key in ("given", "k"):
-            if getattr(spec.selector, key) is not None:
-                raise ValueError(
-                    f"--{key} selects from one parquet file (or a save_to_disk folder) for "
-                    f"now; got the shards {source!r}. Select the new shards with "
-                    "--select-ratio, or merge them into one file first."
-                )
         own = runner is None
         runner = make_runner(spec) if own else runner
         try:
@@ -181,6 +174,7 @@ def _select(
                 runner=runner,
                 work_dir=spec.run.work_dir,
                 progress=spec.run.progress,
+                given=given if given[0] is not None else None,
             )
         finally:
             if own:

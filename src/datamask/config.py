@@ -130,8 +130,7 @@ class SelectorSpec:
     k: int | None = option_field(
         None,
         (_COUNT, None),
-        "documents kept, instead of --select-ratio (with --given: of the new documents; "
-        "one parquet file or a table only)",
+        "documents kept, instead of --select-ratio (with --given: of the new documents)",
     )
     given: str | None = option_field(
         None,

@@ -220,11 +220,7 @@ def test_bad_given_is_refused_with_nothing_written(tmp_path):
         assert not out.parent.exists() or not any(out.parent.iterdir())
     with pytest.raises(ValueError, match="either as select_ratio or as k"):
         SelectSpec.from_mapping({"select_ratio": 0.2, "k": 3})
-    shards = tmp_path / "shards"
-    write(reference_table(np.arange(50, 56), qk, xk), shards / "a.parquet")
-    with pytest.raises(ValueError, match="--given selects from one parquet file"):
-        datamask.select(shards, tmp_path / "sharded", given=kept, progress=False)
-    assert not (tmp_path / "sharded").exists()
+    # sharded input: tests/distributed/test_given_sharded.py
 
 
 def test_given_changes_nothing_for_quality_only_methods(tmp_path):

@@ -18,6 +18,10 @@ round or the similarity cap), in two passes of pure, resumable steps:
    ``selected``, ``covered_by``, ``covered_sim`` (float32), ``covered_exact``; then its
    marker ``WORK/cover/NNNNN.json``.
 
+Given documents already kept (``--given``), pass 2 adds KEPT's rows
+(:func:`~.given.kept_table`) to the neighbours' kept rows: a dropped document names the
+KEPT document where that one is nearer, as the one-file output does.
+
 Why not the exchange round's floors: they are taken against the neighbours' kept prefixes
 of the *first* allocation (the final one differs) and only from groups of lower id; the
 cover must name a row the output keeps.
@@ -53,6 +57,7 @@ from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .exchange import exchange_neighbors
 from .executors import Runner
+from .given import kept_table
 from .partition import GroupSpec
 from .steps import GLOBAL_PART, part_path, read_group
 from .validate import QualityRange
@@ -185,6 +190,9 @@ def cover_group(
     read_s = time.perf_counter() - started
     # The neighbours' kept rows: the floor, and which of their rows it is.
     tables = [read_table(kept_rows_path(work_dir, h)) for h in neighbors]
+    if settings.selector.given is not None:  # KEPT's rows cover too, where they are nearer
+        given = kept_table(work_dir)
+        tables.append(given.set_column(0, id_col, given.column(0).cast(ids.type)))
     tables = [t for t in tables if t.num_rows]
     floor = floor_index = None
     other_ids = pa.array([], type=ids.type)

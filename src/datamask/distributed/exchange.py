@@ -56,6 +56,7 @@ from .allocate import (
     monotone,
 )
 from .executors import Runner
+from .given import group_floor
 from .partition import GroupSpec
 from .steps import candidates_path, gain_table, graph_path, read_group
 from .validate import QualityRange
@@ -196,6 +197,7 @@ def exchange_group(
         # 1. The group's rows, and its candidates' positions among them.
         corpus, ids = read_group(spec, settings, quality_range)
         check_corpus(corpus)
+        group_floor(corpus, settings, work_dir)  # given KEPT: raise_floor keeps the larger
         n = corpus.n_docs
         row_of = {v: i for i, v in enumerate(ids.to_pylist())}
         rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
@@ -271,9 +273,12 @@ def exchange_round(
     totals: tuple[int, int],
     runner: Runner,
     progress: bool,
+    k_total: int | None = None,
 ) -> np.ndarray:
     """The exchange round (:mod:`.exchange`): every group re-orders its candidates above
-    the cover of its nearest lower groups' kept rows, then the budget is allocated again."""
+    the cover of its nearest lower groups' kept rows, then the budget is allocated again.
+    ``totals`` is the ``(k, N)`` of the rate (:func:`~.given.rate_totals`); ``k_total`` the
+    budget (default ``totals[0]``)."""
     near = exchange_neighbors(  # it stacks them into its own copy: no second one here
         [centroids[g.gid] for g in groups], settings.partition.exchange_neighbors
     )
@@ -305,7 +310,7 @@ def exchange_round(
             .column(0)
             .to_numpy()[lo:hi]
         ),
-        totals[0],
+        totals[0] if k_total is None else k_total,
     )
 
 

@@ -5,7 +5,7 @@
    lock and its fingerprint, per-shard checksums included, recorded
    (:func:`~.lifecycle.claim`): a shard changed in place is refused on resume.
 2. **Plan.** Groups (:mod:`.partition`: k-means clusters by default, or shards, or
-   chunks), each one's share of ``k = round(select_ratio * N)`` and its seed.
+   chunks), each one's share of ``k = round(select_ratio * N)`` (or ``--k``) and its seed.
 3. **Select.** :func:`~.steps.select_group` on every group without a finished result.
    Under the global budget a group proposes candidates instead of keeping its share.
 4. **Combine.** Where the objective allows it, the budget is allocated by the groups'
@@ -70,6 +70,7 @@ from ..io.shards import (
     literal_or_glob,
     scan_shard,
 )
+from ..pipeline.given import check_given_terms
 from ..pipeline.step import MODULAR
 from ..pipeline.writer import run_record
 from .allocate import (
@@ -88,6 +89,13 @@ from .cap import cap_across_groups
 from .cover import cover_round
 from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner, group_memory_bytes
+from .given import (
+    check_given_selection,
+    given_files,
+    kept_counts,
+    prepare_kept,
+    rate_totals,
+)
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
     ClusterTree,
@@ -187,6 +195,7 @@ def _select_groups(
     stats: dict[int, dict[str, Any]],
     desc: str,
     progress: bool,
+    rate: tuple[int, int] | None = None,
 ) -> int:
     """Run :func:`select_group` for every group without a finished result (a marker for
     its candidate count and its file); fills ``stats``, returns the documents computed."""
@@ -214,9 +223,14 @@ def _select_groups(
         dynamic_ncols=True,
     )
     try:
-        jobs = [(g, settings, str(work), str(out), quality_range, propose, totals) for g in pending]
+        jobs = [
+            (g, settings, str(work), str(out), quality_range, propose, totals, rate)
+            for g in pending
+        ]
         width = _width(pending[0].pieces[0].path, settings.columns.feature_col) if pending else 0
-        memory = [group_memory_bytes(g.n, width) for g in pending]
+        # given KEPT, every step also reads its kept rows (float32, and a copy for torch)
+        kept = kept_counts(work)["n_kept"] if settings.selector.given is not None else 0
+        memory = [group_memory_bytes(g.n, width) + 8 * kept * width for g in pending]
         for result in runner.map(select_group, jobs, use_gpu=True, memory=memory):
             stats[result["gid"]] = compact_marker(result)
             done_docs += result["n"]
@@ -241,16 +255,18 @@ def _allocate(
     runner: Runner,
     stats: dict[int, dict[str, Any]],
     progress: bool,
+    k_total: int,
 ) -> tuple[dict[str, Any], list[GroupSpec]]:
     """Round 2 of a budget allocated by gains (:mod:`.allocate`): the threshold from every
     group's knots, then again for groups whose whole curve was kept (they propose twice as
-    many), then every group's kept prefix written as its part; the marker last."""
+    many), then every group's kept prefix written as its part; the marker last.
+    ``totals``: the ``(k, N)`` of the gains' units (:func:`~.given.rate_totals`);
+    ``k_total``: the budget."""
     knots = {g: knots_of(s) for g, s in stats.items()}  # read once, not into the manifest
     centroids = {g: s.pop("centroid", None) for g, s in stats.items()}
     done = read_marker(global_marker(work))
     if done is not None:
         return {**done, "reused": True}, groups
-    k_total = totals[0]
     started = time.perf_counter()
     rounds = 1
     while True:
@@ -295,7 +311,16 @@ def _allocate(
     source, exchange_started = candidates_path, time.perf_counter()
     if exchange_applies(settings):  # every group re-prices above its neighbours' cover
         counts = exchange_round(
-            groups, counts, centroids, settings, work, quality_range, totals, runner, progress
+            groups,
+            counts,
+            centroids,
+            settings,
+            work,
+            quality_range,
+            totals,
+            runner,
+            progress,
+            k_total=k_total,
         )
         source = exchange_path
     exchange_s = time.perf_counter() - exchange_started
@@ -350,8 +375,11 @@ def run_selection(
     runner: Runner | None = None,
     work_dir: str | Path | None = None,
     progress: bool = True,
+    given: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
-    """Select ``round(select_ratio * N)`` documents from a sharded corpus, resumably.
+    """Select ``round(select_ratio * N)`` (or ``k``) documents from a sharded corpus,
+    resumably; given documents already kept (``settings.selector.given``), from the input
+    only, counting coverage above them (:mod:`.given`).
 
     Parameters
     ----------
@@ -367,6 +395,9 @@ def run_selection(
         Where per-group results and completion markers go (default ``output/_work``).
     progress : bool, default=True
         Progress bars over shards and groups.
+    given : (str, str or None), optional
+        Where the steps read ``--given`` and ``--given-selection`` (default: the
+        settings' ``given`` and ``given_selection``).
 
     Returns
     -------
@@ -399,13 +430,18 @@ def run_selection(
         check_no_overlap([out, work], [source])
     files = [Path(os.path.abspath(f)) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
+    if given is not None and given[0] is not None:  # --given is read, never written
+        check_no_overlap([out, work], [g for g in given if g])
     # Claim the output (and a work dir outside it) before any computation: a second run
     # writing the same folder is refused here, and an unwritable folder fails here.
     with ExitStack() as claims:  # released in reverse; on an error, made folders go too
         claims.enter_context(OutputLock(out, folder=True))
         if not work.resolve().is_relative_to(out.resolve()):
             claims.enter_context(OutputLock(work, folder=True))
-        return _run_claimed(source, files, out, work, settings, runner, progress, started)
+        if given is None:
+            given = (settings.selector.given, settings.selector.given_selection)
+        run = _Run(source, files, out, work, settings, runner, progress, given)
+        return _run_claimed(run, started)
 
 
 @dataclass
@@ -419,25 +455,38 @@ class _Run:
     settings: SelectSpec
     runner: Runner
     progress: bool
+    given: tuple[Any, Any] = (None, None)  # --given and --given-selection, as steps read them
 
 
-def _check_inputs(run: _Run) -> tuple[list[ShardInfo], list[Any], QualityRange]:
-    """Phase 1: footers (row counts, columns), then every row of every shard; nothing is
-    written for a run whose input is bad, and no group starts before all are checked."""
+def _check_inputs(
+    run: _Run,
+) -> tuple[list[ShardInfo], list[ShardInfo], dict[str, str], QualityRange]:
+    """Phase 1: footers (row counts, columns), then every row of every shard, and of
+    ``--given``'s with them (one width, one id type, no id in both, one quality range);
+    nothing is written for a run whose input is bad, and no group starts before all are
+    checked. Returns the input's shards, ``--given``'s, the checksums and the range."""
     infos = inspect_shards(run.files, columns=run.settings.read_columns)
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
+    docs: list[ShardInfo] = []
+    if run.given[0] is not None:
+        check_given_terms(run.settings.objective)
+        docs = inspect_shards(given_files(run.given[0]), columns=run.settings.columns.read)
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
     try:
-        jobs = scan_jobs(infos, run.settings)
+        jobs = scan_jobs(infos + docs, run.settings)
         scans = _progress_map(checker, scan_shard, jobs, "check inputs", run.progress)
-        checksums, quality_range = check_scans(scans, infos, run.settings)
+        checksums, quality_range = check_scans(
+            scans, infos + docs, run.settings, n_input=len(infos) if docs else None
+        )
+        if run.given[1] is not None:  # every id of --given-selection is in --given
+            list(checker.map(check_given_selection, [(run.given, run.settings.columns)]))
     finally:
         if checker is not run.runner:
             checker.close()
-    return infos, checksums, quality_range
+    return infos, docs, checksums, quality_range
 
 
 def _plan_groups(
@@ -483,28 +532,40 @@ def _central_round(
     return stats
 
 
-def _run_claimed(
-    source: ShardSource,
-    files: list[Path],
-    out: Path,
-    work: Path,
-    settings: SelectSpec,
-    runner: Runner,
-    progress: bool,
-    started: float,
-) -> dict[str, Any]:
+def _budget(settings: SelectSpec, n_total: int) -> int:
+    """``k``: the settings' own, else ``round(select_ratio * N)``."""
+    k = settings.selector.k
+    if k is None:
+        return k_from_ratio(settings.selector.select_ratio, n_total)
+    if k > n_total:
+        raise ValueError(
+            f"k must be at most the {n_total} documents of the input shards; got k={k}."
+        )
+    return k
+
+
+def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
     """:func:`run_selection` once the output is claimed: five phases."""
-    run = _Run(source, files, out, work, settings, runner, progress)
-    # 1. Check every row, then claim the work dir for these inputs and settings.
-    infos, checksums, quality_range = _check_inputs(run)
+    source, files, out, work = run.source, run.files, run.out, run.work
+    settings, runner, progress = run.settings, run.runner, run.progress
+    # 1. Check every row (and --given's), then claim the work dir for these inputs and
+    #    settings (--given's files in the fingerprint too: changed, a resume is refused).
+    infos, docs, checksums, quality_range = _check_inputs(run)
     n_total = sum(i.num_rows for i in infos)
-    k_total = k_from_ratio(settings.selector.select_ratio, n_total)
-    record = fingerprint(settings, infos, checksums)
+    k_total = _budget(settings, n_total)
+    record = fingerprint(settings, infos + docs, checksums)
     resumed = claim(work, out, record)
+    #    Given KEPT: its kept rows written once for the groups.
+    kept = None
+    if docs:
+        with tqdm(total=1, desc="given: kept rows", disable=not progress) as bar:
+            kept = list(runner.map(prepare_kept, [(settings, str(work), run.given)]))[0]
+            bar.update(1)
+    rate = rate_totals(k_total, n_total, kept)
     # 2. Plan the groups.
     groups, shares, plan_facts, combine = _plan_groups(run, infos, k_total)
     two_rounds = combine != "group"
-    totals = (k_total, n_total) if combine == "gains" else None
+    totals = rate if combine == "gains" else None
     plan_s = time.perf_counter() - started
 
     # 3. Select every group, or let it propose candidates (round 1).
@@ -523,6 +584,7 @@ def _run_claimed(
         stats,
         desc,
         progress,
+        rate,
     )
     select_s = time.perf_counter() - select_started
 
@@ -531,7 +593,7 @@ def _run_claimed(
     global_stats = None
     if combine == "gains":
         global_stats, groups = _allocate(
-            groups, settings, work, out, quality_range, totals, runner, stats, progress
+            groups, settings, work, out, quality_range, totals, runner, stats, progress, k_total
         )
     elif combine == "central":
         global_stats = _central_round(run, groups, k_total, quality_range)
@@ -631,5 +693,47 @@ def _run_claimed(
         "summary_computed": _summary(computed) if computed else None,
         "groups": ordered,
     }
+    if kept is not None:
+        manifest["given"] = _given_block(run, kept, ordered, n_total, rate, quality_range)
+        manifest["terms_union"] = None  # not computed in a sharded run: the block says why
+        manifest["provenance"]["given"] = record_inputs(
+            [i.path for i in docs],
+            input_names(run.given[0], [i.path for i in docs]),
+            settings.columns.read,
+            id_col=settings.columns.id_col,
+            checksums=checksums,
+        )
     atomic_write_json(manifest, out / "manifest.json")
     return manifest
+
+
+def _given_block(
+    run: _Run,
+    kept: dict[str, Any],
+    ordered: list[dict[str, Any]],
+    n_total: int,
+    rate: tuple[int, int],
+    quality_range: QualityRange,
+) -> dict[str, Any]:
+    """The manifest's ``given``, as the one-file summary's: KEPT, its counts, the quality
+    scale and the floors (mean over the input, methods, from the groups' stats)."""
+    floors = [s["floor"] for s in ordered if s.get("floor")]
+    return {
+        "source": str(run.settings.selector.given),
+        "selection": run.settings.selector.given_selection,
+        "n_docs": kept["n_docs"],
+        "n_kept": kept["n_kept"],
+        "quality_scale": "min-max over --given and --input together",
+        "quality_range": [list(quality_range[0]), list(quality_range[1])],
+        "floor": {
+            "method": sorted({f["method"] for f in floors}),
+            "mean": sum(f["sum"] for f in floors) / n_total,
+            "seconds": sum(f["seconds"] for f in floors),
+        },
+        "rate_totals": {"k": rate[0], "n_docs": rate[1]},
+        "kept_rows": {"seconds": kept["seconds"], "peak_rss_mb": kept.get("peak_rss_mb")},
+        "terms_union": (
+            "not computed in a sharded run: it needs every row of --given and of the input "
+            "against KEPT ∪ S; score it with datamask evaluate --given"
+        ),
+    }

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from .._memory import peak_rss_mb, release_heap
 from ..config import SelectSpec
@@ -48,6 +49,7 @@ from .allocate import (
     group_spec,
     monotone,
 )
+from .given import group_floor, kept_counts
 from .partition import (
     GroupSpec,
 )
@@ -201,6 +203,7 @@ def select_group(
     quality_range: QualityRange | None = None,
     propose: bool = False,
     totals: tuple[int, int] | None = None,
+    rate: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Select ``spec.k`` documents of one group and write its files; a pure, resumable step.
 
@@ -214,8 +217,12 @@ def select_group(
     corpus' ``(k, N)``, the group proposes for a budget allocated by gains instead
     (:mod:`datamask.distributed.allocate`): it selects at the corpus' exchange rate between
     quality and coverage and writes its candidates in greedy order with their marginal
-    gains in ``J`` units (id, group, rank, gain). When the marker exists already the step
-    returns its stats without recomputing.
+    gains in ``J`` units (id, group, rank, gain). Given KEPT (``settings.selector.given``)
+    the group's rows get their floors against KEPT's kept rows
+    (:func:`~datamask.distributed.given.group_floor`) and, with a budget per group, the
+    objective runs at the rate of ``rate``, the union's ``(k, N)``
+    (:func:`~datamask.distributed.given.rate_totals`). When the marker exists already the
+    step returns its stats without recomputing.
 
     Returns
     -------
@@ -232,11 +239,15 @@ def select_group(
     # 1. Read only this group's rows (row groups overlapping each piece).
     corpus, ids = read_group(spec, settings, quality_range)
     n = corpus.n_docs
+    floor = group_floor(corpus, settings, work_dir)  # given KEPT: each row's floor
     read_s = time.perf_counter() - started
 
     # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
     #    Proposing for an allocated budget: at the corpus' exchange rate, with the gain curve.
+    #    Given KEPT with a budget per group: at the union's rate (as the one-file run).
     fit_settings = settings if totals is None else group_spec(settings, spec.k, n, *totals)
+    if totals is None and floor is not None and rate is not None and n:
+        fit_settings = group_spec(settings, spec.k, n, *rate)
     #    Not scored exactly: a group's own J is not the corpus' (an n x k pass saved).
     sel = fit_group(
         corpus,
@@ -268,6 +279,11 @@ def select_group(
         atomic_write_table(table, candidates_path(work_dir, spec.gid))
         graph = sel.meta.pop("neighbor_graph", None)
         if graph is not None and settings.partition.exchange_neighbors > 0:
+            if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in
+                # place; store max(sim, floor), which the exchange round, binding it with
+                # the same floor, raises back to max(0, sim - floor) (not twice)
+                idx, sim = graph
+                graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
             save_graph(graph, graph_path(work_dir, spec.gid))
         knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
         centroid = corpus.features.mean(0)  # where the exchange round looks
@@ -306,6 +322,8 @@ def select_group(
         "docs_per_second": n / total_s if total_s > 0 else None,
         **_where_it_ran(sel),
     }
+    if floor is not None:
+        stats["floor"] = floor
     if knots is not None:
         stats["gain_knots"] = knots
         stats["centroid"] = centroid.tolist()
@@ -369,7 +387,14 @@ def select_global(
             },
         )
         table = table.drop_columns(["features"])
-        sel = fit_group(corpus, k_total, settings, seed=int(settings.selector.seed))
+        fit_settings = settings
+        if group_floor(corpus, settings, work_dir) is not None:  # given KEPT
+            # the candidates stand for the new documents, as in the one-file run
+            counts = kept_counts(work_dir)
+            fit_settings = group_spec(
+                settings, k_total, n, counts["n_kept"] + k_total, counts["n_docs"] + n
+            )
+        sel = fit_group(corpus, k_total, fit_settings, seed=int(settings.selector.seed))
         del corpus
     fit_s = time.perf_counter() - started - read_s
     out = selection_table(

@@ -92,7 +92,11 @@ class _IdBuckets:
 
 
 def _raise_first_duplicate(
-    total: int, candidates: list[tuple], infos: Sequence[ShardInfo], id_col: str
+    total: int,
+    candidates: list[tuple],
+    infos: Sequence[ShardInfo],
+    id_col: str,
+    n_input: int | None = None,
 ) -> None:
     for (s2, r2), (s1, r1) in sorted(candidates):
         first, again = _read_id(infos[s1], r1, id_col), _read_id(infos[s2], r2, id_col)
@@ -102,9 +106,16 @@ def _raise_first_duplicate(
                 if s1 == s2
                 else f"row {r1} of {infos[s1].path} and row {r2} of {infos[s2].path}"
             )
+            if n_input is not None and max(s1, s2) >= n_input:  # a shard of --given
+                rule = (
+                    "ids must be unique across --given and --input: drop the documents "
+                    "already kept from the input."
+                )
+            else:
+                rule = "ids must be unique across shards."
             raise ValueError(
                 f"{id_col} {again!r} occurs more than once ({where}; {total} repeated ids "
-                "in all); ids must be unique across shards."
+                f"in all); {rule}"
             )
 
 
@@ -123,7 +134,10 @@ QualityRange = tuple[tuple[float, ...], tuple[float, ...]]
 
 
 def check_scans(
-    scans: Iterable[ShardScan], infos: Sequence[ShardInfo], settings: Any
+    scans: Iterable[ShardScan],
+    infos: Sequence[ShardInfo],
+    settings: Any,
+    n_input: int | None = None,
 ) -> tuple[dict[str, str], QualityRange]:
     """What only the whole corpus shows.
 
@@ -136,9 +150,13 @@ def check_scans(
         The results of the :func:`scan_jobs` steps, in any order; consumed one at a time
         (each one's id hashes are filed and dropped).
     infos : sequence of ShardInfo
-        The shards, in the run's order.
+        The shards, in the run's order; given KEPT, the input's then ``--given``'s (one
+        width, one id type, no id in both, and one quality range over all of them).
     settings : SelectSpec
         Columns checked (``id_col``, ``quality_cols``).
+    n_input : int, optional
+        How many of ``infos`` are the input's (the rest are ``--given``'s), for the
+        messages.
 
     Raises
     ------
@@ -151,11 +169,16 @@ def check_scans(
         for scan in scans:
             buckets.add(scan)
             kept.append(replace(scan, id_hashes=None))
-        return _check_corpus_wide(sorted(kept, key=lambda sc: sc.index), buckets, infos, settings)
+        ordered = sorted(kept, key=lambda sc: sc.index)
+        return _check_corpus_wide(ordered, buckets, infos, settings, n_input)
 
 
 def _check_corpus_wide(
-    scans: list[ShardScan], buckets: _IdBuckets, infos: Sequence[ShardInfo], settings: Any
+    scans: list[ShardScan],
+    buckets: _IdBuckets,
+    infos: Sequence[ShardInfo],
+    settings: Any,
+    n_input: int | None = None,
 ) -> tuple[dict[str, str], QualityRange]:
     if not scans:
         return {}, ((), ())
@@ -175,8 +198,9 @@ def _check_corpus_wide(
     for j, name in enumerate(settings.columns.quality_cols):
         lo = min(sc.quality_min[j] for sc in scans)
         hi = max(sc.quality_max[j] for sc in scans)
-        check_quality_span(np.asarray([lo, hi]), name, "the input shards")
+        where = "the input shards" if n_input is None else "the input and --given shards"
+        check_quality_span(np.asarray([lo, hi]), name, where)
         lows.append(float(lo))
         highs.append(float(hi))
-    _raise_first_duplicate(*buckets.duplicates(), infos, settings.columns.id_col)
+    _raise_first_duplicate(*buckets.duplicates(), infos, settings.columns.id_col, n_input)
     return {sc.path: sc.checksum for sc in scans}, (tuple(lows), tuple(highs))

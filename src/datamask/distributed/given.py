@@ -1,0 +1,168 @@
+"""A sharded run given documents already kept (``datamask select --given KEPT``).
+
+The one-file rules (:mod:`datamask.pipeline.given`) carried over to the groups:
+
+- **Checked with the input.** Every parquet file of ``--given`` is scanned in the run's
+  validation pass (:func:`given_files`, then the scans of :mod:`.validate`): one
+  embedding width and one id type over the input and ``--given``, no id in both, and the
+  quality range taken over both (one min-max scale, by which every group scales).
+- **Written once.** :func:`prepare_kept`, one step, reads ``--given`` (and
+  ``--given-selection``) and writes the kept rows' ids and unit embeddings to
+  ``WORK/given/kept.parquet``, its marker last (the counts the rate needs). The driver
+  holds only those counts.
+- **Read by every group.** Each group step reads that file and sets its rows' floors,
+  their best cosine to KEPT (:func:`group_floor`, :func:`~datamask.pipeline.given.
+  given_floor`): ``n_kept x dim`` float32 in each step's memory besides its own rows.
+  The exchange round's step does the same and raises the floor further by the
+  neighbours' kept rows (:meth:`~datamask.objectives.FacilityLocation.raise_floor`); the
+  cover step adds KEPT's rows to the rows a document may be covered by.
+- **The rate.** Groups trade quality against coverage at the union's rate, quality a mean
+  over ``n_kept + k`` and coverage over ``n_docs + N`` (:func:`rate_totals`), so the
+  gains of every group are in the union's ``J`` units and the allocation compares them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from .._memory import peak_rss_mb
+from .._validation import check_corpus
+from ..columns import Columns
+from ..config import SelectSpec
+from ..data import Corpus
+from ..io.atomic import atomic_write_json
+from ..io.datasets import input_files
+from ..io.parquet import atomic_write_table, read_table
+from ..io.selection import read_selection_ids, rows_from_ids
+from ..pipeline.given import given_floor, read_given
+
+__all__ = [
+    "check_given_selection",
+    "given_files",
+    "group_floor",
+    "kept_path",
+    "kept_counts",
+    "kept_table",
+    "prepare_kept",
+    "rate_totals",
+]
+
+
+def kept_path(work_dir: str | Path) -> Path:
+    """KEPT's kept rows: id and unit embedding, what every group's floor is taken against."""
+    return Path(work_dir) / "given" / "kept.parquet"
+
+
+def _marker(work_dir: str | Path) -> Path:
+    return Path(work_dir) / "completions" / "given"
+
+
+def given_files(given: str) -> list[str]:
+    """The parquet files of ``--given`` (a file, a folder or glob of shards, a URI), in a
+    fixed order; a ``save_to_disk`` folder is refused (a sharded run scans parquet)."""
+    kind, files = input_files(str(given))
+    if kind == "arrow":
+        raise ValueError(
+            f"--given {given!r} is a save_to_disk folder; a sharded run reads --given as "
+            "parquet: write it as parquet shards first (Dataset.to_parquet)."
+        )
+    if not files:
+        raise ValueError(f"--given {given!r} holds no parquet files.")
+    return [str(f) for f in files]
+
+
+def check_given_selection(given: tuple[Any, Any], columns: Columns) -> int:
+    """Refuse a ``--given-selection`` id that is not in ``--given``, before anything is
+    written; a step of the validation pass. Reads ``--given``'s id column only (and the
+    selection's ids). Returns the number of kept rows (all of ``--given`` without one)."""
+    files = given_files(given[0])
+    ids = np.concatenate(
+        [
+            read_table(f, columns=[columns.id_col]).column(0).to_numpy(zero_copy_only=False)
+            for f in files
+        ]
+    )
+    if given[1] is None:
+        return len(ids)
+    chosen = read_selection_ids(given[1], id_col=columns.id_col).to_pylist()
+    return len(rows_from_ids(ids, chosen, f"--given-selection {given[1]}"))
+
+
+def prepare_kept(settings: SelectSpec, work_dir: str | Path, given: tuple[Any, Any]) -> dict:
+    """Write KEPT's kept rows (id, unit embedding) to :func:`kept_path`, then the marker;
+    a pure, resumable step. ``given``: the paths of ``--given`` and ``--given-selection``.
+
+    Holds all of ``--given`` once (``n_docs x dim`` floats), in this one step. Returns
+    ``n_docs``, ``n_kept``, the files read and the seconds."""
+    marker = _marker(work_dir)
+    if marker.exists() and kept_path(work_dir).exists():
+        return {**json.loads(marker.read_text()), "reused": True}
+    started = time.perf_counter()
+    cols = settings.columns
+    kept = read_given(given[0], cols, selection=given[1])
+    check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
+    feats = np.ascontiguousarray(kept.corpus.features[kept.rows], dtype=np.float32)
+    ids = pa.array(np.asarray(kept.corpus.ids)[kept.rows])
+    table = pa.table(
+        {
+            cols.id_col: ids,
+            "features": pa.FixedSizeListArray.from_arrays(
+                pa.array(feats.reshape(-1)), kept.corpus.dim
+            ),
+        }
+    )
+    atomic_write_table(table, kept_path(work_dir))
+    stats = {
+        "n_docs": kept.n_docs,
+        "n_kept": kept.n_kept,
+        "files": kept.files,
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    atomic_write_json(stats, marker)
+    return {**stats, "reused": False}
+
+
+def kept_counts(work_dir: str | Path) -> dict[str, Any]:
+    """What :func:`prepare_kept` recorded: ``n_docs``, ``n_kept``, the files read."""
+    return json.loads(_marker(work_dir).read_text())
+
+
+def kept_table(work_dir: str | Path) -> pa.Table:
+    """KEPT's kept rows as :func:`prepare_kept` wrote them (id, features)."""
+    return read_table(kept_path(work_dir))
+
+
+def group_floor(corpus: Corpus, settings: SelectSpec, work_dir: str | Path) -> dict | None:
+    """Set ``corpus.floor`` to each row's best cosine to KEPT (clipped at 0) when the run
+    is given KEPT; returns what the group's stats record (sum, method), else None.
+
+    ``corpus`` is checked (unit rows, in place) first."""
+    if settings.selector.given is None:
+        return None
+    started = time.perf_counter()
+    check_corpus(corpus)
+    col = kept_table(work_dir).column("features").combine_chunks()
+    kept = torch.from_numpy(col.values.to_numpy().reshape(len(col), -1).copy())
+    floor, _, how = given_floor(torch.from_numpy(corpus.features), kept)
+    corpus.floor = floor.numpy().astype(np.float32)
+    return {
+        "sum": float(floor.double().sum()),
+        "method": how,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def rate_totals(k_total: int, n_total: int, kept: dict[str, Any] | None) -> tuple[int, int]:
+    """``(k, N)`` of the ``J`` the groups' rate and gains are taken in: the input's, or,
+    given KEPT, the union's (``n_kept + k`` kept of ``n_docs + N`` documents)."""
+    if kept is None:
+        return k_total, n_total
+    return kept["n_kept"] + k_total, kept["n_docs"] + n_total
