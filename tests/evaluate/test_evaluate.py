@@ -138,6 +138,20 @@ def test_read_selection_errors(tmp_path: Path):
         read_selection(tmp_path / "empty.txt", ids)
 
 
+def test_a_folder_given_as_a_selection_file_is_named_a_folder(tmp_path: Path):
+    """A folder where a selection file is expected (a sharded select output, a keep-list
+    folder, any folder) is said to be a folder, not "not to exist"."""
+    ids = np.array(["a", "b", "c"], dtype=object)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ValueError, match=r"'.*plain' is a folder, not a file; give one"):
+        read_selection(tmp_path / "plain", ids)
+    sharded = tmp_path / "sharded"
+    (sharded / "selected").mkdir(parents=True)
+    write_columns(sharded / "selected" / "part-00000.parquet", chunk_id=["a"], selected=[True])
+    with pytest.raises(ValueError, match=r"is a folder, not a file \(a sharded `datamask sel"):
+        read_selection(sharded, ids)
+
+
 # --- the command ----------------------------------------------------------------------------
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()

@@ -53,6 +53,14 @@ def read_selection_ids(path: str | Path, *, id_col: str = "chunk_id") -> pa.Arra
     """
     p = Path(path)
     where = str(p)
+    if p.is_dir():
+        sharded = (p / "manifest.json").is_file() or (p / "selected").is_dir()
+        raise ValueError(
+            f"selection {where!r} is a folder, not a file"
+            + (" (a sharded `datamask select` output)" if sharded else "")
+            + "; give one selection file: the parquet `datamask select` writes for one input "
+            "file, a parquet of ids, or a text file of ids (one per line)."
+        )
     if not p.is_file():
         raise ValueError(f"selection file {where!r} does not exist.")
     if p.suffix.lower() in (".txt", ".ids", ".csv", ".tsv"):
