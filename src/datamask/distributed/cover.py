@@ -52,7 +52,7 @@ from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..io.atomic import atomic_write, atomic_write_json
-from ..io.parquet import atomic_write_table, read_table
+from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .exchange import exchange_neighbors
@@ -141,13 +141,7 @@ def write_kept_rows(
         np.save(fh, np.ascontiguousarray(x, dtype=np.float32))
     atomic_write_table(pa.table({id_col: ids}), _ids_path(work_dir, spec.gid))
     rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(out_dir, spec.gid, id_col)))
-    feats = np.ascontiguousarray(x[rows], dtype=np.float32)
-    table = pa.table(
-        {
-            id_col: ids.take(pa.array(rows)),
-            "features": pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), x.shape[1]),
-        }
-    )
+    table = pa.table({id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])})
     atomic_write_table(table, kept_rows_path(work_dir, spec.gid))
     stats = {
         "gid": spec.gid,
@@ -200,8 +194,7 @@ def cover_group(
     if tables:
         other = pa.concat_tables(tables)
         other_ids = other.column(id_col).combine_chunks()
-        flat = other.column("features").combine_chunks().values.to_numpy()
-        far = nearest_kept(x, kept_features=flat.reshape(other.num_rows, x.shape[1]))
+        far = nearest_kept(x, kept_features=features_matrix(other.column("features")))
         floor, floor_index, floor_exact = far.sim, far.index, far.exact
         floor = np.nan_to_num(floor, nan=-np.inf)
     cover = nearest_kept(x, kept, floor=floor, floor_index=floor_index, floor_exact=floor_exact)

@@ -43,7 +43,7 @@ from .._validation import check_corpus
 from ..config import SelectSpec
 from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
-from ..io.parquet import atomic_write_table, read_table
+from ..io.parquet import atomic_write_table, features_matrix, read_table
 from ..neighbors import best_match, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
 from ..selectors import SELECTORS
@@ -207,8 +207,7 @@ def exchange_group(
         for gid, m in neighbors:
             if m > 0:
                 t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
-                col = t.column(0).combine_chunks()
-                kept.append(col.values.to_numpy().reshape(len(col), -1))
+                kept.append(features_matrix(t.column(0)))
         x = torch.from_numpy(corpus.features)  # unit rows: check_corpus scaled them in place
         floor = _floors(x, kept)
         floors_s = time.perf_counter() - started - read_s

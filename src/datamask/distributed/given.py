@@ -39,7 +39,7 @@ from ..config import SelectSpec
 from ..data import Corpus
 from ..io.atomic import atomic_write_json
 from ..io.datasets import input_files
-from ..io.parquet import atomic_write_table, read_table
+from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.selection import read_selection_ids, rows_from_ids
 from ..pipeline.given import given_floor, read_given
 
@@ -108,15 +108,9 @@ def prepare_kept(settings: SelectSpec, work_dir: str | Path, given: tuple[Any, A
     cols = settings.columns
     kept = read_given(given[0], cols, selection=given[1])
     check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
-    feats = np.ascontiguousarray(kept.corpus.features[kept.rows], dtype=np.float32)
     ids = pa.array(np.asarray(kept.corpus.ids)[kept.rows])
     table = pa.table(
-        {
-            cols.id_col: ids,
-            "features": pa.FixedSizeListArray.from_arrays(
-                pa.array(feats.reshape(-1)), kept.corpus.dim
-            ),
-        }
+        {cols.id_col: ids, "features": features_column(kept.corpus.features[kept.rows])}
     )
     atomic_write_table(table, kept_path(work_dir))
     stats = {
@@ -149,8 +143,7 @@ def group_floor(corpus: Corpus, settings: SelectSpec, work_dir: str | Path) -> d
         return None
     started = time.perf_counter()
     check_corpus(corpus)
-    col = kept_table(work_dir).column("features").combine_chunks()
-    kept = torch.from_numpy(col.values.to_numpy().reshape(len(col), -1).copy())
+    kept = torch.from_numpy(features_matrix(kept_table(work_dir).column("features")).copy())
     floor, _, how = given_floor(torch.from_numpy(corpus.features), kept)
     corpus.floor = floor.numpy().astype(np.float32)
     return {

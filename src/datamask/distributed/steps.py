@@ -35,7 +35,7 @@ from .._memory import peak_rss_mb, release_heap
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write, atomic_write_json
-from ..io.parquet import atomic_write_table, read_table
+from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.shards import (
     corpus_from_tables,
     read_rows,
@@ -122,7 +122,6 @@ def gain_table(
     """A group's candidates in pick order: id, group, rank, logit, gain in J units, and the
     embedding (``features``: the group's rows, unit length once ``check_corpus`` has run;
     what the exchange round's neighbours read of the kept prefix)."""
-    feats = np.ascontiguousarray(features[order], dtype=np.float32)
     return pa.table(
         {
             id_col: ids.take(pa.array(order)),
@@ -130,9 +129,7 @@ def gain_table(
             "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
             "logit": pa.array(np.asarray(logits, np.float32)[order]),
             "gain": pa.array(np.asarray(gains, dtype=np.float64)),
-            "features": pa.FixedSizeListArray.from_arrays(
-                pa.array(feats.reshape(-1)), features.shape[1]
-            ),
+            "features": features_column(features[order]),
         }
     )
 
@@ -292,10 +289,7 @@ def select_group(
         if settings.selector.method not in MODULAR:  # what the global round selects from
             for j in range(len(settings.columns.quality_cols)):
                 extra[f"quality_{j}"] = corpus.quality[:, j]
-            feats = np.ascontiguousarray(corpus.features, dtype=np.float32)
-            extra["features"] = pa.FixedSizeListArray.from_arrays(
-                pa.array(feats.reshape(-1)), corpus.dim
-            )
+            extra["features"] = features_column(corpus.features)
             for name in settings.objective.columns:  # the terms' columns, for round 2
                 extra[f"extra_{name}"] = corpus.extra[name]
         table = selection_table(
@@ -366,15 +360,13 @@ def select_global(
         sel = Selection(np.sort(rank_order(scores, ids_np)[:k_total]), scores, ids=ids_np)
         sel.meta.update(terms={}, term_labels=[], device="none", gpu_peak_mb=None)
     else:
-        width = table.schema.field("features").type.list_size
-        flat = table.column("features").combine_chunks().values.to_numpy()
         corpus = Corpus(
             ids=ids_np,
             quality=np.stack(
                 [table.column(f"quality_{j}").to_numpy() for j in range(len(quality_range[0]))],
                 axis=1,
             ),
-            features=flat.reshape(n, width),
+            features=features_matrix(table.column("features")),
             quality_names=list(settings.columns.quality_cols),
             quality_weights=None
             if settings.columns.quality_weights is None

@@ -25,6 +25,8 @@ __all__ = [
     "parquet_batches",
     "parquet_num_rows",
     "features_from_arrow",
+    "features_column",
+    "features_matrix",
     "write_selection",
     "atomic_write_table",
     "atomic_write_json",
@@ -168,6 +170,20 @@ def features_from_arrow(
             f"of {where}; float32 holds up to 3.4e38); drop or fix them before selecting."
         )
     return feats
+
+
+def features_column(features: np.ndarray) -> pa.FixedSizeListArray:
+    """Rows of a float matrix as one fixed-size-list column of float32: how a run's own
+    work files (candidates, kept rows, KEPT's rows) hold unit embeddings."""
+    feats = np.ascontiguousarray(features, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), feats.shape[1])
+
+
+def features_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A column :func:`features_column` wrote, as an ``(n, d)`` float32 array (over the
+    column's memory: read-only)."""
+    col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return col.flatten().to_numpy().reshape(len(col), col.type.list_size)
 
 
 def check_id_type(typ: pa.DataType, id_col: str, where: str) -> None:
