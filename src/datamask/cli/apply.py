@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..apply.core import REMOVED_FORMATS, apply_selection
+from .common import add_trust_argument
 
 __all__ = ["add_apply_parser", "run_apply"]
 
@@ -63,14 +64,10 @@ def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         default=65_536,
         help="rows per streamed batch (default: 65536)",
     )
-    add(
-        "--trust-selection",
-        "--trust_selection",
-        dest="trust_selection",
-        action="store_true",
-        help="skip the provenance checks (the input's fingerprints against the selection's "
-        "record, the id type, that some id is selected), e.g. for the same rows re-encoded; "
-        "see docs/provenance.md (default: check)",
+    add_trust_argument(
+        p,
+        "the input's fingerprints against the selection's record, the id type, that some "
+        "id is selected",
     )
     add("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     return p

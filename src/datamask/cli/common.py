@@ -20,10 +20,24 @@ __all__ = [
     "add_dup_thresholds_argument",
     "add_objective_arguments",
     "add_redundancy_arguments",
+    "add_trust_argument",
     "columns_from_args",
     "objective_from",
     "read_corpus_arg",
 ]
+
+
+def add_trust_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup, checks: str) -> None:
+    """``--trust-selection``: skip the provenance checks ``checks`` (docs/provenance.md),
+    the one escape hatch ``apply``, ``evaluate`` and ``report`` share."""
+    p.add_argument(
+        "--trust-selection",
+        "--trust_selection",
+        dest="trust_selection",
+        action="store_true",
+        help=f"skip the provenance checks ({checks}), e.g. for the same rows re-encoded; see "
+        "docs/provenance.md (default: check)",
+    )
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from .common import (
     add_data_arguments,
     add_redundancy_arguments,
     add_scoring_arguments,
+    add_trust_argument,
     objective_from,
     read_corpus_arg,
 )
@@ -56,14 +57,8 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         default="table",
         help="what is printed on stdout (default: table)",
     )
-    p.add_argument(
-        "--trust-selection",
-        "--trust_selection",
-        dest="trust_selection",
-        action="store_true",
-        help="skip the check that --input is the file the selection was made from (its "
-        "recorded content fingerprint), e.g. for the same rows re-encoded; see "
-        "docs/provenance.md (default: check)",
+    add_trust_argument(
+        p, "that --input is the file the selection was made from: its recorded fingerprint"
     )
     add_options(p, [o for o in options(SelectorSpec) if o.name in ("given", "given_selection")])
     add_scoring_arguments(p)
@@ -87,7 +82,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     read = [args.input, args.selection, args.given, args.given_selection]
     check_no_overlap([output], [path for path in read if path is not None])
     # The selection was made from this input (docs/provenance.md); the report says so.
-    verified = 0 if args.trust_selection else verify_selection_file(args.selection, args.input)
+    verified = 0 if args.trust_selection else verify_selection_file(
+        args.selection, args.input, split=getattr(args, "split", None)
+    )
     with OutputLock(output):
         report = _evaluate(args, objective)
         report["provenance"] = {"trusted": args.trust_selection, "verified_files": verified}

@@ -16,7 +16,12 @@ from .._device import set_threads
 from ..evaluate.browse import build_report, write_report
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from .args import add_threads_argument
-from .common import add_data_arguments, add_dup_thresholds_argument, columns_from_args
+from .common import (
+    add_data_arguments,
+    add_dup_thresholds_argument,
+    add_trust_argument,
+    columns_from_args,
+)
 
 __all__ = ["add_report_parser", "run_report"]
 
@@ -113,6 +118,7 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", help="hide progress bars"
     )
+    add_trust_argument(p, "that --input is what each selection was made from: its fingerprints")
     add_dup_thresholds_argument(p)
     add_data_arguments(p.add_argument_group("columns"))  # as evaluate and bench: --length-col too
     add_threads_argument(p)
@@ -139,6 +145,7 @@ def run_report(args: argparse.Namespace) -> int:
             dup_thresholds=args.dup_thresholds,
             seed=args.seed,
             progress=args.progress,
+            trust_selection=args.trust_selection,
             **given,
         )
         path = write_report(report, output)

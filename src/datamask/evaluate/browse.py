@@ -43,6 +43,7 @@ from ..columns import Columns
 from ..io.datasets import input_batches, input_column_names, input_files
 from ..io.keep import IdSet
 from ..io.parquet import features_from_arrow, read_summary
+from ..io.provenance import verify_selection_file
 from ..io.selection import read_selection_ids
 from ..io.shards import hash_ids, inspect_shards
 from ..neighbors import assign_clusters
@@ -116,6 +117,7 @@ def build_report(
     seed: int = 0,
     batch_size: int = 16384,
     progress: bool = False,
+    trust_selection: bool = False,
 ) -> dict[str, Any]:
     """Everything the page shows, computed in two streaming passes over ``source``.
 
@@ -153,6 +155,9 @@ def build_report(
         Rows read at a time.
     progress : bool, default=False
         Show progress bars (stderr).
+    trust_selection : bool, default=False
+        Skip the check that ``source`` is what each selection was made from (its recorded
+        fingerprints, ``docs/provenance.md``), as ``evaluate`` and ``apply`` check it.
     """
     thresholds = check_thresholds(dup_thresholds)
     if not selections:
@@ -203,6 +208,8 @@ def build_report(
     sels = []
     taken: set[str] = set()
     for path in selections:
+        if not trust_selection:  # before the passes: is this what it was made from?
+            verify_selection_file(path, source, split=split)
         summary = read_summary(path) if str(path).endswith(".parquet") else None
         ids = read_selection_ids(path, id_col=id_col)
         if len(ids) == 0:

@@ -7,7 +7,7 @@ count, size, modification time and content checksum. The checksum is the resume 
 :func:`~datamask.io.shards.content_checksum` (BLAKE2b of the stored bytes of the columns
 read); a sharded run passes the checksums its validation pass already computed.
 
-:func:`verify_inputs` is what ``apply`` and ``evaluate`` run before writing anything. An
+:func:`verify_inputs` is what ``apply``, ``evaluate`` and ``report`` run before writing anything. An
 input parquet is *the* recorded file when its size matches and either it is the same path
 with the same modification time (the stat shortcut ``make`` and ``rsync`` use: no bytes
 are read) or its checksum is equal. A parquet input that holds every recorded column but
@@ -28,7 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .datasets import input_files
 from .fs import resolve
+from .keep import input_names
 from .parquet import SUMMARY_KEY
 from .shards import content_checksum
 
@@ -37,6 +39,7 @@ __all__ = [
     "TRUST_FLAG",
     "id_kind",
     "record_inputs",
+    "selection_record",
     "verify_inputs",
     "verify_selection_file",
 ]
@@ -205,19 +208,35 @@ def verify_inputs(
     return matched
 
 
-def verify_selection_file(selection: str | Path, input: str | Path) -> int:
-    """``evaluate``'s check: a selection parquet's record against the parquet ``input``.
-
-    A selection that is not parquet (a text file of ids) or holds no record, and an input
-    that is not a local parquet file (a ``save_to_disk`` folder), are not checked.
-    """
-    sel, src = Path(selection), Path(input)
-    if not (sel.is_file() and src.is_file()) or src.suffix.lower() not in (".parquet", ".pq"):
-        return 0
+def selection_record(selection: str | Path) -> dict[str, Any] | None:
+    """The ``provenance`` block of a selection parquet's summary; None for a selection
+    without one (a text file of ids, a hand-made parquet of ids, a file made before)."""
+    sel = Path(selection)
+    if not sel.is_file():
+        return None
     try:
         meta = pq.read_schema(sel).metadata or {}
     except (pa.ArrowException, OSError):
-        return 0  # not parquet: read_selection reads it as a list of ids
+        return None  # not parquet: read_selection reads it as a list of ids
     text = meta.get(SUMMARY_KEY)
-    record = json.loads(text).get("provenance") if text is not None else None
-    return verify_inputs(record, [(src.name, resolve(str(src)))], selection=str(sel))
+    return json.loads(text).get("provenance") if text is not None else None
+
+
+def verify_selection_file(
+    selection: str | Path, input: str | Path, *, split: str | None = None
+) -> int:
+    """``evaluate``'s and ``report``'s check: a selection parquet's record against the
+    input it is scored on (any input ``select`` takes: a parquet file, folder or glob).
+
+    A selection that is not parquet (a text file of ids) or holds no record, and input
+    files that are not parquet (a ``save_to_disk`` folder's Arrow files), are not checked.
+    """
+    record = selection_record(selection)
+    if not record or not record.get("files"):
+        return 0
+    kind, files = input_files(str(input), split=split)
+    if kind != "parquet" or not files:
+        return 0
+    names = input_names(str(input), files)
+    inputs = [(name, resolve(str(f))) for name, f in zip(names, files, strict=True)]
+    return verify_inputs(record, inputs, selection=str(selection))
