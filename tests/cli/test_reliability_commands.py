@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from datamask.cli import main
-from tests.cli.test_reliability import _row_n_corpus, _select, check_refused
+from tests.cli.test_reliability import _row_n_corpus, _select, check_refused, write_docs
 
 NO_PROGRESS = ["--no-progress"]
 
@@ -45,3 +45,67 @@ def test_report_and_evaluate_refuse_alike_and_trust_skips(tmp_path, capsys):
     assert err_e == err_r  # one check, one message
     assert main([str(a) for a in _report(other, sel, tmp_path / "rep", "--trust-selection")]) == 0
     assert (tmp_path / "rep" / "index.html").is_file()
+
+
+# --- class 5: a folder where a file is expected is named a folder, with what is accepted ----
+def _folders(t: Path) -> dict[str, tuple[Path, str]]:
+    """Folders a user hands over by mistake, each with what the refusal calls it."""
+    docs = write_docs(t / "in" / "docs.parquet")
+    _select(docs, t / "sel.parquet")  # writes its keep lists to sel.keep/
+    plain = t / "plain"
+    plain.mkdir()
+    sharded = t / "sharded"  # the layout a sharded select leaves (tested for real below)
+    (sharded / "selected").mkdir(parents=True)
+    return {
+        "keep-lists": (t / "sel.keep", "the keep lists of a `datamask select` output"),
+        "plain": (plain, "is a folder"),
+        "sharded": (sharded, "a sharded `datamask select` output"),
+    }
+
+
+def _file_arguments(t: Path, folder: Path) -> dict[str, list]:
+    """Every command's file argument given ``folder``."""
+    docs, sel = t / "in" / "docs.parquet", t / "sel.parquet"
+    out = ["--output", t / "out"]
+    return {
+        "report --selection": ["report", "--input", docs, "--selection", folder, *out],
+        "report --compare": ["report", "--input", docs, "--selection", sel, "--compare", folder]
+        + out,
+        "evaluate --selection": ["evaluate", "--input", docs, "--selection", folder]
+        + ["--output", t / "e.json"],
+        "evaluate --given-selection": ["evaluate", "--input", docs, "--selection", sel]
+        + ["--given", docs, "--given-selection", folder, "--output", t / "e.json"],
+        "select --given-selection": ["select", "--input", docs, "--output", t / "s.parquet"]
+        + ["--given", docs, "--given-selection", folder, "--n-epochs", "5"],
+        "select --config": ["select", "--config", folder, "--input", docs, *out],
+    }
+
+
+@pytest.mark.parametrize("kind", ["keep-lists", "plain", "sharded"])
+@pytest.mark.parametrize("argument", list(_file_arguments(Path("."), Path("."))))
+def test_a_folder_given_for_a_file_is_named_a_folder(tmp_path, capsys, kind, argument):
+    folder, called = _folders(tmp_path)[kind]
+    argv = _file_arguments(tmp_path, folder)[argument]
+    err = check_refused(argv, tmp_path, capsys, "is a folder")
+    assert "does not exist" not in err
+    if argument != "select --config":  # a config folder is named a folder, and why
+        assert called in err and "give one selection file" in err, err
+
+
+@pytest.mark.parametrize("kind", ["keep-lists", "plain"])
+def test_apply_names_a_folder_that_is_not_a_sharded_selection(tmp_path, capsys, kind):
+    folder, called = _folders(tmp_path)[kind]
+    argv = ["apply", "--input", tmp_path / "in", "--selection", folder, "--output"]
+    err = check_refused([*argv, tmp_path / "kept"], tmp_path, capsys, "is a folder")
+    assert "sharded `datamask select` output folder" in err  # what it accepts
+    assert kind != "keep-lists" or "its selection file is" in err
+
+
+@pytest.mark.slow  # a real sharded select starts a process pool
+def test_a_real_sharded_selection_is_named_as_one_by_report(tmp_path, capsys):
+    root = tmp_path / "in"
+    for s in range(2):
+        write_docs(root / f"s{s}.parquet", n=100, seed=s)
+    out = _select(root, tmp_path / "sel", partition="shard", budget="group", runner="local")
+    argv = _report(root, out, tmp_path / "rep")
+    check_refused(argv, tmp_path, capsys, "a sharded `datamask select` output); give one")

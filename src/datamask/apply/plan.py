@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..io.fs import Location
+from ..io.fs import Location, folder_kind
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
 from ..io.parquet import SUMMARY_KEY, read_table
 from ..io.provenance import TRUST_FLAG, id_kind
@@ -29,6 +29,12 @@ class _Plan:
     ids: IdSet | None = None
     cover: _Cover | None = None  # what --removed carries: each dropped row's cover
 
+
+#: What ``apply --selection`` accepts, as refusals say it.
+SELECTIONS = (
+    "the parquet `datamask select` writes for one input file, a parquet of selected ids, "
+    "or a sharded `datamask select` output folder"
+)
 
 #: The columns ``--removed`` carries for every dropped row (docs/incremental.md).
 CARRIED = ("covered_by", "covered_sim")
@@ -94,6 +100,12 @@ def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
         raise ValueError(f"--selection {sel.uri!r} does not exist.")
     if info.type.name == "Directory":
         manifest_loc = sel.join("manifest.json")
+        if not (manifest_loc.is_file() or sel.join("selected").is_dir()):
+            found = folder_kind(sel)
+            raise ValueError(
+                f"--selection {sel.uri!r} is a folder ({found or 'no manifest.json'}), not a "
+                f"sharded `datamask select` output; give {SELECTIONS}."
+            )
         manifest = _read_json(manifest_loc)
         if manifest is None and manifest_loc.is_file():
             raise ValueError(

@@ -8,16 +8,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..io.fs import expect_file
+
 __all__ = ["load_config"]
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """The flat settings of a YAML or TOML file; keys may use ``-`` or ``_``."""
     p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"config file {str(path)!r} is a folder; give a YAML or TOML file.")
-    if not p.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist.")
+    expect_file(p, what="config file", accepted="a YAML or TOML file")
     raw = p.read_bytes()
     try:
         text = raw.decode("utf-8")

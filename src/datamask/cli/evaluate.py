@@ -14,7 +14,9 @@ from .._device import set_threads
 from ..config import ObjectiveSpec, SelectorSpec
 from ..evaluate.report import evaluate_selection, format_report, read_selection
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
+from ..io.fs import expect_file
 from ..io.provenance import verify_selection_file
+from ..io.selection import SELECTION_FILES
 from ..options import options
 from ..pipeline.given import evaluate_given, read_given
 from .args import add_options
@@ -81,9 +83,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
     check_writable(output)
     read = [args.input, args.selection, args.given, args.given_selection]
     check_no_overlap([output], [path for path in read if path is not None])
+    for path, what in (
+        (args.selection, "--selection"),
+        (args.given_selection, "--given-selection"),
+    ):
+        if path is not None:  # a folder is named one, before the corpus is read
+            expect_file(path, what=what, accepted=SELECTION_FILES)
     # The selection was made from this input (docs/provenance.md); the report says so.
-    verified = 0 if args.trust_selection else verify_selection_file(
-        args.selection, args.input, split=getattr(args, "split", None)
+    verified = (
+        0
+        if args.trust_selection
+        else verify_selection_file(args.selection, args.input, split=getattr(args, "split", None))
     )
     with OutputLock(output):
         report = _evaluate(args, objective)

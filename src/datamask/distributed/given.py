@@ -91,7 +91,9 @@ def check_given_selection(given: tuple[Any, Any], columns: Columns) -> int:
     )
     if given[1] is None:
         return len(ids)
-    chosen = read_selection_ids(given[1], id_col=columns.id_col).to_pylist()
+    chosen = read_selection_ids(
+        given[1], id_col=columns.id_col, what="--given-selection"
+    ).to_pylist()
     return len(rows_from_ids(ids, chosen, f"--given-selection {given[1]}"))
 
 

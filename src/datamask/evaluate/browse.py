@@ -41,10 +41,11 @@ from tqdm.auto import tqdm
 
 from ..columns import Columns
 from ..io.datasets import input_batches, input_column_names, input_files
+from ..io.fs import expect_file
 from ..io.keep import IdSet
 from ..io.parquet import features_from_arrow, read_summary
 from ..io.provenance import verify_selection_file
-from ..io.selection import read_selection_ids
+from ..io.selection import SELECTION_FILES, read_selection_ids
 from ..io.shards import hash_ids, inspect_shards
 from ..neighbors import assign_clusters
 from .histogram import Histogram, bin_edges
@@ -207,11 +208,13 @@ def build_report(
 
     sels = []
     taken: set[str] = set()
-    for path in selections:
+    for i, path in enumerate(selections):
+        what = "selection" if i == 0 else "compared selection"
+        expect_file(path, what=what, accepted=SELECTION_FILES)  # before its provenance
         if not trust_selection:  # before the passes: is this what it was made from?
             verify_selection_file(path, source, split=split)
         summary = read_summary(path) if str(path).endswith(".parquet") else None
-        ids = read_selection_ids(path, id_col=id_col)
+        ids = read_selection_ids(path, id_col=id_col, what=what)
         if len(ids) == 0:
             raise ValueError(f"{path} selects no documents.")
         sels.append(

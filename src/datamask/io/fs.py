@@ -52,6 +52,8 @@ __all__ = [
     "is_uri",
     "check_reachable",
     "cache_dir",
+    "expect_file",
+    "folder_kind",
 ]
 
 #: Schemes datamask reads and writes (``gcs`` is an alias of ``gs``).
@@ -67,6 +69,50 @@ def is_uri(text: str) -> bool:
     # "C:/x" style drive letters do not exist on the platforms datamask runs on; a bare
     # "name:thing" with no slash is a local file name.
     return bool(m and m["slashes"])
+
+
+def folder_kind(loc: Location) -> str:
+    """What a folder is, as a message names it: a sharded ``datamask select`` output (its
+    ``manifest.json`` or ``selected/``), the keep lists of one (``<stem>.keep/`` or
+    ``OUT/keep/``, holding ``_index.json``), a ``datamask apply`` output; else ``""``."""
+    if loc.join("manifest.json").is_file() or loc.join("selected").is_dir():
+        return "a sharded `datamask select` output"
+    if loc.join("_index.json").is_file() or loc.path.rstrip("/").endswith((".keep", "/keep")):
+        stem = loc.uri.rstrip("/").removesuffix(".keep")
+        own = (
+            f"; its selection file is {stem}.parquet"
+            if loc.uri.rstrip("/").endswith(".keep")
+            else ""
+        )
+        return f"the keep lists of a `datamask select` output{own}"
+    if loc.join("_datamask_apply").is_dir():
+        return "a `datamask apply` output"
+    return ""
+
+
+def expect_file(path: str | Path | Location, *, what: str, accepted: str) -> Location:
+    """The one check of a file argument: ``path`` names a file (local or remote).
+
+    A folder is named a folder, with what it is (:func:`folder_kind`) and what ``what``
+    accepts; never said not to exist.
+
+    Raises
+    ------
+    ValueError
+        ``path`` is a folder, or does not exist.
+    """
+    loc = path if isinstance(path, Location) else resolve(str(path), what=what)
+    kind = loc.info().type
+    if kind == pafs.FileType.Directory:
+        found = folder_kind(loc)
+        raise ValueError(
+            f"{what} {loc.uri!r} is a folder, not a file"
+            + (f" ({found})" if found else "")
+            + f"; give {accepted}."
+        )
+    if kind == pafs.FileType.NotFound:
+        raise ValueError(f"{what} {loc.uri!r} does not exist.")
+    return loc
 
 
 def cache_dir() -> Path:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
-from .fs import Location
+from .fs import Location, expect_file
 
 __all__ = [
     "read_corpus",
@@ -40,10 +40,7 @@ __all__ = [
 
 def _open(path: str | Path) -> pq.ParquetFile:
     p = Path(path)
-    if not p.exists():
-        raise ValueError(f"input file {str(p)!r} does not exist.")
-    if p.is_dir():
-        raise ValueError(f"input {str(p)!r} is a directory; give one parquet file.")
+    expect_file(p, what="input file", accepted="one parquet file")
     try:
         return pq.ParquetFile(p, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad file

@@ -11,7 +11,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["read_selection", "read_selection_ids", "rows_from_ids"]
+from .fs import expect_file
+
+__all__ = ["SELECTION_FILES", "read_selection", "read_selection_ids", "rows_from_ids"]
+
+#: What a one-file selection argument accepts, as refusals say it.
+SELECTION_FILES = (
+    "one selection file: the parquet `datamask select` writes for one input file, a "
+    "parquet of ids, or a text file of ids (one per line)"
+)
 
 
 def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np.ndarray:
@@ -43,26 +51,19 @@ def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np
     return np.asarray(rows, dtype=np.int64)
 
 
-def read_selection_ids(path: str | Path, *, id_col: str = "chunk_id") -> pa.Array:
+def read_selection_ids(
+    path: str | Path, *, id_col: str = "chunk_id", what: str = "selection"
+) -> pa.Array:
     """The ids a selection file keeps, as stored (strings for a text file).
 
     Accepts the output of ``datamask select`` (parquet with the id column and a boolean
     ``selected`` column: the ids where it is true), a parquet of ids only (every id listed
     is kept; a single-column file may name its column anything), or a text file with one
-    id per line.
+    id per line. A folder is refused, named a folder (``what`` names the argument).
     """
     p = Path(path)
     where = str(p)
-    if p.is_dir():
-        sharded = (p / "manifest.json").is_file() or (p / "selected").is_dir()
-        raise ValueError(
-            f"selection {where!r} is a folder, not a file"
-            + (" (a sharded `datamask select` output)" if sharded else "")
-            + "; give one selection file: the parquet `datamask select` writes for one input "
-            "file, a parquet of ids, or a text file of ids (one per line)."
-        )
-    if not p.is_file():
-        raise ValueError(f"selection file {where!r} does not exist.")
+    expect_file(p, what=what, accepted=SELECTION_FILES)
     if p.suffix.lower() in (".txt", ".ids", ".csv", ".tsv"):
         chosen = [line.strip() for line in p.read_text().splitlines() if line.strip()]
         if chosen and p.suffix.lower() in (".csv", ".tsv") and chosen[0] == id_col:

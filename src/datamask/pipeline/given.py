@@ -118,7 +118,9 @@ def read_given(
         names = [str(f) for f in files]
     rows = np.arange(corpus.n_docs, dtype=np.int64)
     if selection is not None:
-        ids = read_selection_ids(selection, id_col=columns.id_col).to_pylist()
+        ids = read_selection_ids(
+            selection, id_col=columns.id_col, what="--given-selection"
+        ).to_pylist()
         rows = np.sort(rows_from_ids(corpus.ids, ids, f"--given-selection {selection}"))
     corpus.source = f"--given {where}"
     return Given(corpus, rows, names, where, None if selection is None else str(selection))
