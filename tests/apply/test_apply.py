@@ -230,17 +230,24 @@ def test_bad_arguments_exit_2_before_writing(
 
 
 def test_keep_lists_of_another_selection_are_not_used(selected, tmp_path):
-    """Keep lists left by an earlier run (digest differs from the manifest's) are ignored:
-    rows are matched by id against the selection itself."""
+    """Keep lists left by an earlier run (their digest is not that of the selection's rows)
+    are ignored: rows are matched by id against the selection itself. Keep lists that are
+    those of the rows are used whatever the manifest says (the rows decide, issue 34)."""
     import shutil
 
     root, files, out, ids = selected
     sel = tmp_path / "sel"
     shutil.copytree(out, sel, ignore=shutil.ignore_patterns("_work"))
-    manifest = json.loads((sel / "manifest.json").read_text())
-    (sel / "manifest.json").write_text(json.dumps({**manifest, "selection_digest": "0" * 32}))
+    index = json.loads((sel / "keep" / "_index.json").read_text())
+    (sel / "keep" / "_index.json").write_text(json.dumps({**index, "selection": "0" * 32}))
     result = apply_selection(root / "data", sel, tmp_path / "kept", progress=False)
     assert result["mode"] == "ids" and result["kept"] == len(ids)
+    (sel / "keep" / "_index.json").write_text(json.dumps(index))
+    manifest = json.loads((sel / "manifest.json").read_text())
+    (sel / "manifest.json").write_text(json.dumps({**manifest, "selection_digest": "0" * 32}))
+    with pytest.warns(UserWarning, match="was edited after `datamask select` wrote it"):
+        result = apply_selection(root / "data", sel, tmp_path / "kept2", progress=False)
+    assert result["mode"] == "keep" and result["kept"] == len(ids)
 
 
 def test_relative_names():

@@ -3,11 +3,18 @@ classes of the second audit, each tested as a class through the real commands.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from datamask.apply.core import apply_selection
 from datamask.cli import main
+from datamask.evaluate.browse import build_report
+from datamask.io.parquet import read_summary
 from tests.cli.test_reliability import _row_n_corpus, _select, check_refused, write_docs
 
 NO_PROGRESS = ["--no-progress"]
@@ -109,3 +116,55 @@ def test_a_real_sharded_selection_is_named_as_one_by_report(tmp_path, capsys):
     out = _select(root, tmp_path / "sel", partition="shard", budget="group", runner="local")
     argv = _report(root, out, tmp_path / "rep")
     check_refused(argv, tmp_path, capsys, "a sharded `datamask select` output); give one")
+
+
+# --- class 2: a selection is read by its rows, never by its summary -------------------------
+def _edited(t: Path, how: str) -> tuple[Path, Path, set]:
+    """A one-file selection edited after select wrote it (schema metadata, i.e. the
+    summary, kept as an editor with pyarrow keeps it): the ids its rows now select."""
+    docs = write_docs(t / "in" / "docs.parquet")
+    sel = _select(docs, t / "sel.parquet")
+    table = pq.read_table(sel)
+    flags = np.asarray(table.column("selected").to_pylist())
+    if how == "rows-removed":  # the first five selected rows deleted
+        drop = np.flatnonzero(flags)[:5]
+        table = table.take(np.setdiff1d(np.arange(len(flags)), drop))
+    else:  # five dropped rows flipped to selected
+        flags[np.flatnonzero(~flags)[:5]] = True
+        table = table.set_column(1, "selected", pa.array(flags))
+    pq.write_table(table, sel)
+    now = table.filter(table.column("selected")).column("chunk_id").to_pylist()
+    return docs, sel, set(now)
+
+
+@pytest.mark.parametrize("how", ["rows-removed", "rows-added"])
+def test_apply_evaluate_report_read_an_edited_selection_as_its_rows(tmp_path, capsys, how):
+    docs, sel, kept = _edited(tmp_path, how)
+    assert read_summary(sel)["selection_digest"]  # the stale summary is still there
+    assert main(["apply", "--input", str(docs.parent), "--selection", str(sel), "--output",
+                 str(tmp_path / "kept"), "--no-progress"]) == 0  # fmt: skip
+    assert "was edited after `datamask select` wrote it" in capsys.readouterr().err
+    applied = pq.read_table(tmp_path / "kept" / "docs.parquet").column("chunk_id").to_pylist()
+    assert set(applied) == kept and len(applied) == len(kept)
+    assert main(["evaluate", "--input", str(docs), "--selection", str(sel), "--output",
+                 str(tmp_path / "e.json"), "--format", "json"]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "e.json").read_text())["k"] == len(kept)
+    with pytest.warns(UserWarning, match="was edited"):
+        report = build_report(str(docs), [str(sel)], n_topics=2, sample_size=50)
+    assert report["selections"][0]["k"] == len(kept)
+
+
+def test_apply_of_an_unedited_selection_uses_its_keep_lists_silently(tmp_path, recwarn):
+    docs = write_docs(tmp_path / "in" / "docs.parquet")
+    sel = _select(docs, tmp_path / "sel.parquet")
+    result = apply_selection(docs.parent, sel, tmp_path / "kept", progress=False)
+    assert result["mode"] == "keep" and result["kept"] == 40
+    assert not [w for w in recwarn if "edited" in str(w.message)]
+
+
+def test_report_shows_no_stale_terms_of_an_edited_selection(tmp_path):
+    docs, sel, kept = _edited(tmp_path, "rows-removed")
+    with pytest.warns(UserWarning, match="selection '.*sel.parquet' was edited"):
+        report = build_report(str(docs), [str(sel)], n_topics=2, sample_size=50)
+    assert report["selections"][0]["terms"] is None  # the summary's terms are of other rows
+    assert report["selections"][0]["method"] == read_summary(sel)["method"]

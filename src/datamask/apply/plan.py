@@ -16,6 +16,7 @@ from ..io.fs import Location, folder_kind
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
 from ..io.parquet import SUMMARY_KEY, read_table
 from ..io.provenance import TRUST_FLAG, id_kind
+from ..io.selection import read_selection_ids, summary_is_current
 from .inputs import _id_batches
 
 
@@ -129,46 +130,26 @@ def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
     return False, None if text is None else json.loads(text)
 
 
-def _selected_ids(sel: Location, is_dir: bool, id_col: str) -> pa.Array:
-    """Every selected id of a selection file or folder (the fallback without keep lists)."""
-    files = (
-        [f for f in sel.join("selected").walk() if f.path.endswith(".parquet")] if is_dir else [sel]
-    )
-    if not files:
-        raise ValueError(f"--selection {sel.uri!r} holds no selected/*.parquet parts.")
-    chunks = []
-    for f in files:
-        with f.open_input_file() as fh:
-            pf = pq.ParquetFile(fh)
-            names = pf.schema_arrow.names
-            if id_col not in names:
-                raise ValueError(
-                    f"column {id_col!r} not found in {f.uri}; available columns: {names}; "
-                    "pass the id column with --id-col."
-                )
-            cols = [id_col, "selected"] if "selected" in names else [id_col]
-            table = pf.read(columns=cols)
-        if "selected" in cols:
-            table = table.filter(table.column("selected"))
-        chunks.extend(table.column(id_col).chunks)
-    return pa.chunked_array(chunks).combine_chunks() if chunks else pa.array([], pa.string())
-
-
 def _plan(
     sel: Location, is_dir: bool, meta: dict[str, Any] | None, names: list[str], id_col: str
 ) -> _Plan:
-    digest = (meta or {}).get("selection_digest")
+    """Keep lists when they are the lists of the selection's rows as they are now, else its
+    selected ids. The rows decide, never the summary: a selection edited after it was
+    written (rows removed or added) no longer has the digest its keep lists were made for,
+    and is applied as its rows say (as ``evaluate`` reads it)."""
+    ids = IdSet(read_selection_ids(sel, id_col=id_col, what="--selection", folder=is_dir))
+    summary_is_current(meta, ids.digest, f"--selection {sel.uri!r}")  # warns when not
     keep = Location(
         keep_dir_for(sel.uri, folder=is_dir),
         sel.scheme,
         sel.fs,
         keep_dir_for(sel.path, folder=is_dir),
     )
-    index = _read_json(keep.join(KEEP_INDEX)) if digest else None
-    if index is not None and index.get("selection") == digest:
+    index = _read_json(keep.join(KEEP_INDEX))  # the lists of these rows, or of others
+    if index is not None and index.get("selection") == ids.digest:
         listed = [n for n in names if n in index["files"]]
         if len(listed) == len(names):
-            return _Plan("keep", digest, keep_dir=keep)
+            return _Plan("keep", ids.digest, keep_dir=keep)
         if listed:
             missing = next(n for n in names if n not in index["files"])
             raise ValueError(
@@ -176,7 +157,6 @@ def _plan(
                 f"{len(listed)} other input shards have one; give the --input the selection "
                 "was made from."
             )
-    ids = IdSet(_selected_ids(sel, is_dir, id_col))
     return _Plan("ids", ids.digest, ids=ids)
 
 

@@ -42,10 +42,10 @@ from tqdm.auto import tqdm
 from ..columns import Columns
 from ..io.datasets import input_batches, input_column_names, input_files
 from ..io.fs import expect_file
-from ..io.keep import IdSet
+from ..io.keep import IdSet, selection_digest
 from ..io.parquet import features_from_arrow, read_summary
 from ..io.provenance import verify_selection_file
-from ..io.selection import SELECTION_FILES, read_selection_ids
+from ..io.selection import SELECTION_FILES, read_selection_ids, summary_is_current
 from ..io.shards import hash_ids, inspect_shards
 from ..neighbors import assign_clusters
 from .histogram import Histogram, bin_edges
@@ -217,6 +217,8 @@ def build_report(
         ids = read_selection_ids(path, id_col=id_col, what=what)
         if len(ids) == 0:
             raise ValueError(f"{path} selects no documents.")
+        if not summary_is_current(summary, selection_digest(ids), f"{what} {str(path)!r}"):
+            summary = {**summary, "terms": None}  # the terms of other rows: not shown
         sels.append(
             {
                 "path": str(path),

@@ -19,7 +19,6 @@ their ids instead.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +30,7 @@ import pyarrow.parquet as pq
 from .datasets import input_files
 from .fs import resolve
 from .keep import input_names
-from .parquet import SUMMARY_KEY
+from .parquet import read_summary
 from .shards import content_checksum
 
 __all__ = [
@@ -211,15 +210,13 @@ def verify_inputs(
 def selection_record(selection: str | Path) -> dict[str, Any] | None:
     """The ``provenance`` block of a selection parquet's summary; None for a selection
     without one (a text file of ids, a hand-made parquet of ids, a file made before)."""
-    sel = Path(selection)
-    if not sel.is_file():
+    if not Path(selection).is_file():
         return None
     try:
-        meta = pq.read_schema(sel).metadata or {}
-    except (pa.ArrowException, OSError):
+        summary = read_summary(selection)
+    except ValueError:
         return None  # not parquet: read_selection reads it as a list of ids
-    text = meta.get(SUMMARY_KEY)
-    return json.loads(text).get("provenance") if text is not None else None
+    return (summary or {}).get("provenance")
 
 
 def verify_selection_file(

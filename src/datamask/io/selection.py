@@ -3,6 +3,7 @@ of ids, as rows of the corpus it was made from (``datamask evaluate``)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,15 +12,39 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .fs import expect_file
+from .fs import Location, expect_file, resolve
 
-__all__ = ["SELECTION_FILES", "read_selection", "read_selection_ids", "rows_from_ids"]
+__all__ = [
+    "SELECTION_FILES",
+    "read_selection",
+    "read_selection_ids",
+    "rows_from_ids",
+    "summary_is_current",
+]
 
 #: What a one-file selection argument accepts, as refusals say it.
 SELECTION_FILES = (
     "one selection file: the parquet `datamask select` writes for one input file, a "
     "parquet of ids, or a text file of ids (one per line)"
 )
+
+
+def summary_is_current(summary: dict[str, Any] | None, rows_digest: str, where: str) -> bool:
+    """Whether a selection's summary (or manifest) describes its rows as they are now: its
+    ``selection_digest`` is the digest of the selected ids read from the rows. A selection
+    edited after ``datamask select`` wrote it (rows removed, added or flipped) is not: a
+    warning says so, and callers use its rows, never the summary's keep lists or terms.
+    A summary without a digest (made before it was recorded, or none) counts as current."""
+    recorded = (summary or {}).get("selection_digest")
+    if recorded is None or recorded == rows_digest:
+        return True
+    warnings.warn(
+        f"{where} was edited after `datamask select` wrote it: its selected rows are not "
+        "those its summary (and keep lists) describe; it is read as its rows say now.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np.ndarray:
@@ -52,41 +77,61 @@ def rows_from_ids(data_ids: np.ndarray, chosen: Sequence[Any], where: str) -> np
 
 
 def read_selection_ids(
-    path: str | Path, *, id_col: str = "chunk_id", what: str = "selection"
+    path: str | Path | Location,
+    *,
+    id_col: str = "chunk_id",
+    what: str = "selection",
+    folder: bool = False,
 ) -> pa.Array:
-    """The ids a selection file keeps, as stored (strings for a text file).
+    """The ids a selection keeps, read from its rows (never from its summary), as stored
+    (strings for a text file). The one reader of a selection's rows: ``evaluate``,
+    ``report``, ``apply`` and ``--given-selection`` all read through it.
 
     Accepts the output of ``datamask select`` (parquet with the id column and a boolean
     ``selected`` column: the ids where it is true), a parquet of ids only (every id listed
     is kept; a single-column file may name its column anything), or a text file with one
-    id per line. A folder is refused, named a folder (``what`` names the argument).
+    id per line; with ``folder``, a sharded ``datamask select`` output too (its
+    ``selected/*.parquet`` parts). Another folder is refused, named a folder (``what``
+    names the argument). Local or remote (a :class:`~datamask.io.fs.Location`).
     """
-    p = Path(path)
-    where = str(p)
-    expect_file(p, what=what, accepted=SELECTION_FILES)
-    if p.suffix.lower() in (".txt", ".ids", ".csv", ".tsv"):
-        chosen = [line.strip() for line in p.read_text().splitlines() if line.strip()]
-        if chosen and p.suffix.lower() in (".csv", ".tsv") and chosen[0] == id_col:
+    loc = path if isinstance(path, Location) else resolve(str(path), what=what)
+    if folder and loc.is_dir():
+        parts = [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
+        if not parts:
+            raise ValueError(f"{what} {loc.uri!r} holds no selected/*.parquet parts.")
+        return pa.concat_arrays([_parquet_ids(f, id_col) for f in parts])
+    expect_file(loc, what=what, accepted=SELECTION_FILES)
+    suffix = Path(loc.path).suffix.lower()
+    if suffix in (".txt", ".ids", ".csv", ".tsv"):
+        chosen = [line.strip() for line in loc.read_text().splitlines() if line.strip()]
+        if chosen and suffix in (".csv", ".tsv") and chosen[0] == id_col:
             chosen = chosen[1:]  # header line
         return pa.array(chosen, type=pa.string())
+    return _parquet_ids(loc, id_col)
+
+
+def _parquet_ids(loc: Location, id_col: str) -> pa.Array:
+    """The selected ids of one selection parquet: only its id and ``selected`` columns are
+    read."""
+    where = loc.uri
     try:
-        table = pq.read_table(p)
-    except Exception as exc:  # pyarrow raises several types for a bad file
+        with loc.open_input_file() as fh:
+            pf = pq.ParquetFile(fh)
+            names = pf.schema_arrow.names
+            col = id_col if id_col in names else names[0] if len(names) == 1 else None
+            if col is None:
+                raise ValueError(
+                    f"column {id_col!r} not found in {where}; available columns: {names}. "
+                    "Pass the id column with --id-col."
+                )
+            table = pf.read(columns=[col, "selected"] if "selected" in names else [col])
+    except (pa.ArrowException, OSError) as exc:  # pyarrow raises several types for a bad file
         raise ValueError(f"cannot read selection {where!r} as parquet: {exc}") from None
-    names = table.column_names
-    if id_col in names:
-        ids_col = table.column(id_col)
-    elif len(names) == 1:
-        ids_col = table.column(names[0])
-    else:
-        raise ValueError(
-            f"column {id_col!r} not found in {where}; available columns: {names}. "
-            "Pass the id column with --id-col."
-        )
+    ids_col = table.column(col)
     if ids_col.null_count:
         raise ValueError(f"selection {where} has {ids_col.null_count} null ids.")
     ids = ids_col.combine_chunks()
-    if "selected" in names:
+    if "selected" in table.column_names:
         flags = table.column("selected")
         if not pa.types.is_boolean(flags.type):
             raise ValueError(f"column 'selected' in {where} must be boolean; got {flags.type}.")
