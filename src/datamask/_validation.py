@@ -15,6 +15,7 @@ __all__ = [
     "option_field",
     "Interval",
     "Options",
+    "SEED",
     "describe",
     "describe_constraint",
     "satisfies",
@@ -268,6 +269,10 @@ class Interval:
             return "a number" if self.type is float else "an integer"
         left, right = "[" if low else "(", "]" if high else ")"
         return f"in {left}{_num(self.left)}, {_num(self.right)}{right}"
+
+
+#: What a ``seed`` accepts, everywhere one is taken (``select``, every selector, ``report``).
+SEED = Interval(int, 0, 2**63 - 1, closed="both")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from ._device import make_generators, resolve_device, seed_streams
 from ._validation import (
     DEFAULT_SELECT_RATIO,
+    SEED,
     Interval,
     check_corpus,
     resolve_k,
@@ -119,7 +120,7 @@ class Selector:
     _shared_constraints: ClassVar[dict[str, list]] = {
         "select_ratio": [Interval(float, 0, 1, closed="neither")],
         "k": [Interval(int, 0, None, closed="neither"), None],
-        "seed": [Interval(int, 0, 2**63 - 1, closed="both")],
+        "seed": [SEED],
         "device": "no_validation",  # resolve_device names every wrong form
         "progress": [bool],
         "max_similarity": [Interval(float, -1, 1, closed="right"), None],

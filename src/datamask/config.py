@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ._device import check_device_name
-from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, option_field
+from ._validation import DEFAULT_SELECT_RATIO, SEED, Interval, Options, option_field
 from .columns import Columns
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
@@ -146,7 +146,7 @@ class SelectorSpec:
         "its selected rows are the documents already kept",
     )
     seed: int = option_field(
-        0, (Interval(int, 0, 2**63 - 1, closed="both"),), "seed of every random draw"
+        0, (SEED,), "seed of every random draw"
     )
     device: str = option_field("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = option_field(

@@ -3,6 +3,7 @@ classes of the second audit, each tested as a class through the real commands.""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datamask._validation import Interval, Options
 from datamask.apply.core import apply_selection
-from datamask.cli import main
-from datamask.evaluate.browse import build_report
+from datamask.cli import build_parser, main
+from datamask.evaluate.browse import REPORT_CONSTRAINTS, build_report, write_report
 from datamask.io.parquet import read_summary
+from tests._data import reference_table, write
 from tests.cli.test_reliability import _row_n_corpus, _select, check_refused, write_docs
 
 NO_PROGRESS = ["--no-progress"]
@@ -168,3 +171,97 @@ def test_report_shows_no_stale_terms_of_an_edited_selection(tmp_path):
         report = build_report(str(docs), [str(sel)], n_topics=2, sample_size=50)
     assert report["selections"][0]["terms"] is None  # the summary's terms are of other rows
     assert report["selections"][0]["method"] == read_summary(sel)["method"]
+
+
+# --- class 3: report takes every input select accepts and every value its options allow -----
+def _tiny(t: Path, n: int, *, quality: str = "spread", feats: str = "spread") -> Path:
+    """``n`` documents with text; quality and embeddings spread out or all equal."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, 8)) if feats == "spread" else np.ones((n, 8))
+    q = rng.random(n) if quality == "spread" else np.full(n, 0.5)
+    table = reference_table([f"d{i}" for i in range(n)], q, x)
+    table = table.append_column("text", pa.array([f"word{i} text {i}" for i in range(n)]))
+    return write(table, t / "docs.parquet")
+
+
+def _ids(t: Path, n: int, k: int) -> Path:
+    path = t / f"first{k}.txt"
+    path.write_text("".join(f"d{i}\n" for i in range(k)))
+    return path
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("data", ["spread", "equal-quality", "equal-embeddings"])
+@pytest.mark.parametrize("map_method", REPORT_CONSTRAINTS["map_method"][0].ordered)
+def test_report_on_the_smallest_corpora_select_accepts(tmp_path, n, data, map_method):
+    docs = _tiny(
+        tmp_path,
+        n,
+        quality="equal" if data == "equal-quality" else "spread",
+        feats="equal" if data == "equal-embeddings" else "spread",
+    )
+    sels = [str(_ids(tmp_path, n, k)) for k in sorted({1, n})]  # k = 1 and k = n
+    report = build_report(str(docs), sels, map_method=map_method, sample_size=2)
+    page = write_report(report, tmp_path / "rep")
+    assert report["n_docs"] == n and [s["k"] for s in report["selections"]] == sorted({1, n})
+    assert report["_map"]["xy"].shape == (min(n, 2), 2) and np.isfinite(report["_map"]["xy"]).all()
+    assert page.stat().st_size > 0
+
+
+def _bounds(constraints: list) -> list:
+    """The values at the documented bounds of one setting's declaration (and the first
+    value beyond each closed bound, refused)."""
+    out = []
+    for c in constraints:
+        if isinstance(c, Interval):
+            low, high = c.closed in ("both", "left"), c.closed in ("both", "right")
+            if c.left is not None and low:
+                out += [(c.left, True), (c.left - 1, False)]
+            if c.right is not None and high:
+                out += [(c.right, True), (c.right + 1, False)]
+        elif isinstance(c, Options):
+            out += [(v, True) for v in c.ordered] + [("no-such-" + str(c.ordered[0]), False)]
+    return out
+
+
+def _report_flags() -> dict[str, str]:
+    """``build_report`` setting -> the report command's flag for it (from the parser)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if getattr(a, "choices", None) and "report" in a.choices)
+    report = sub.choices["report"]
+    return {a.dest: a.option_strings[0] for a in report._actions if a.option_strings}
+
+
+BOUNDS = [(name, v, ok) for name, cs in REPORT_CONSTRAINTS.items() for v, ok in _bounds(cs)]
+
+
+@pytest.mark.parametrize(("name", "value", "accepted"), BOUNDS)
+def test_report_at_every_documented_bound(tmp_path, capsys, name, value, accepted):
+    docs = _tiny(tmp_path, 5)
+    sel = _ids(tmp_path, 5, 2)
+    flag = _report_flags().get(name)
+    if flag is None:  # a library-only setting: the function's door
+        if accepted:
+            build_report(str(docs), [str(sel)], **{name: value})
+        else:
+            with pytest.raises((ValueError, TypeError), match=f"{name} must be"):
+                build_report(str(docs), [str(sel)], **{name: value})
+        return
+    argv = _report(docs, sel, tmp_path / "rep", flag, str(value))
+    if accepted:
+        assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+        assert (tmp_path / "rep" / "index.html").is_file()
+    elif isinstance(value, str):  # a choice: argparse refuses it, with the usage
+        with pytest.raises(SystemExit) as exit_:
+            main([str(a) for a in argv])
+        assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    else:
+        check_refused(argv, tmp_path, capsys, f"{name} must be")
+
+
+def test_every_report_setting_with_a_flag_is_declared():
+    """The bounds above come from the declarations: each flag's setting has one."""
+    flags = _report_flags()
+    settings = {p for p in inspect.signature(build_report).parameters if p in flags}
+    assert settings - {"text_col", "length_col", "dup_thresholds", "progress", "split",
+                       "trust_selection"} <= set(REPORT_CONSTRAINTS)  # fmt: skip

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._device import set_threads
-from ..evaluate.browse import build_report, write_report
+from ..evaluate.browse import REPORT_CONSTRAINTS, build_report, write_report
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from .args import add_threads_argument
 from .common import (
@@ -98,7 +98,7 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument(
         "--map",
         dest="map_method",
-        choices=["pca", "tsne"],
+        choices=REPORT_CONSTRAINTS["map_method"][0].ordered,
         default=None,
         help=f"projection of the 2-D map (tsne: slower, needs scikit-learn) {_d('map_method')}",
     )

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
+from .._validation import SEED, Interval, Options, validate_params
 from ..columns import Columns
 from ..io.datasets import input_batches, input_column_names, input_files
 from ..io.fs import expect_file
@@ -55,7 +56,25 @@ from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import LENGTH_COLUMNS
 from .topics import fit_topics, topic_words
 
-__all__ = ["REPORT_SECTIONS", "build_report", "render_html", "write_report"]
+__all__ = [
+    "REPORT_CONSTRAINTS",
+    "REPORT_SECTIONS",
+    "build_report",
+    "render_html",
+    "write_report",
+]
+
+
+#: What each setting of :func:`build_report` accepts (the ``report`` command's flags and
+#: their documented bounds; checked once, at the door, by ``validate_params``).
+REPORT_CONSTRAINTS: dict[str, list] = {
+    "n_topics": [Interval(int, 1, None, closed="left")],
+    "sample_size": [Interval(int, 2, None, closed="left")],
+    "map_method": [Options(str, ("pca", "tsne"))],
+    "n_examples": [Interval(int, 0, None, closed="left")],
+    "seed": [SEED],
+    "batch_size": [Interval(int, 1, None, closed="left")],
+}
 
 
 def _sample_keys(ids: pa.Array, seed: int) -> np.ndarray:
@@ -163,14 +182,9 @@ def build_report(
     thresholds = check_thresholds(dup_thresholds)
     if not selections:
         raise ValueError("selections must name at least one selection file; got none.")
-    if n_topics < 1:
-        raise ValueError(f"n_topics must be >= 1; got {n_topics}.")
-    if sample_size < 2:
-        raise ValueError(f"sample_size must be >= 2; got {sample_size}.")
-    if map_method not in ("pca", "tsne"):
-        raise ValueError(f"map_method must be 'pca' or 'tsne'; got {map_method!r}.")
-    if n_examples < 0:
-        raise ValueError(f"n_examples must be >= 0; got {n_examples}.")
+    settings = dict(n_topics=n_topics, sample_size=sample_size, map_method=map_method)
+    settings.update(n_examples=n_examples, seed=seed, batch_size=batch_size)
+    validate_params("build_report", REPORT_CONSTRAINTS, settings)
     require_matplotlib(tsne=map_method == "tsne")  # before the long passes
 
     kind, files = input_files(source, split=split)  # refuses a missing input or split now
@@ -361,7 +375,7 @@ def build_report(
         xk = torch.from_numpy(np.concatenate(kept_feats[s]))
         rk = np.concatenate(kept_rows[s])
         fig = redundancy(xk, thresholds=thresholds, method="exact", closest=n_examples)
-        examples = [(int(rk[i]), int(rk[j]), sim) for i, j, sim in fig.pop("closest")]
+        examples = [(int(rk[i]), int(rk[j]), sim) for i, j, sim in fig.pop("closest", [])]
         pair_rows.update(r for i, j, _ in examples for r in (i, j))
         dups.append({"figures": fig, "examples": examples})
     del kept_feats, kept_rows

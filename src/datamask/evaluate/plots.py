@@ -155,13 +155,18 @@ def plot_objective_vs_time(runs: Sequence[dict[str, Any]], path: str | Path) -> 
 
 
 def project_2d(features: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:
-    """2-D coordinates of ``features`` rows by PCA (SVD) or t-SNE (scikit-learn)."""
+    """2-D coordinates of ``features`` rows by PCA (SVD) or t-SNE (scikit-learn), shape
+    ``(n, 2)`` for any ``n >= 1``.
+
+    Points that do not span a plane get zeros on the missing axes (one point, a width-1
+    embedding, or all points equal: all at the origin). t-SNE needs more points than its
+    perplexity (2 at least): one or two points, and identical points (no distances to
+    fit), are placed by PCA.
+    """
     x = np.asarray(features, dtype=np.float32)
-    if method == "pca":
-        centred = x - x.mean(0)
-        _, _, vt = np.linalg.svd(centred, full_matrices=False)
-        return centred @ vt[:2].T
-    if method == "tsne":
+    centred = x - x.mean(0)
+    spread = bool(len(x) and np.any(centred))
+    if method == "tsne" and len(x) > 2 and spread:
         require_matplotlib(tsne=True)
         from sklearn.manifold import TSNE
 
@@ -169,7 +174,14 @@ def project_2d(features: np.ndarray, method: str = "pca", seed: int = 0) -> np.n
         return TSNE(
             n_components=2, init="pca", random_state=seed, perplexity=perplexity
         ).fit_transform(x)
-    raise ValueError(f"method must be 'pca' or 'tsne'; got {method!r}.")
+    if method not in ("pca", "tsne"):
+        raise ValueError(f"method must be 'pca' or 'tsne'; got {method!r}.")
+    out = np.zeros((len(x), 2), dtype=np.float32)
+    if spread:
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        xy = centred @ vt[:2].T
+        out[:, : xy.shape[1]] = xy
+    return out
 
 
 def plot_selection_map(
