@@ -187,7 +187,7 @@ def test_embed_file_bad_inputs(tmp_path):
         embed_file(bad, tmp_path / "out.parquet", progress=False)
     ints = tmp_path / "ints.jsonl"
     ints.write_text('{"text": 1}\n{"text": 2}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"column 'text' in ints\.jsonl must hold strings"):
+    with pytest.raises(ValueError, match=r"column 'text' in ints\.jsonl holds int64, not text"):
         embed_file(ints, tmp_path / "out.parquet", progress=False)
 
 

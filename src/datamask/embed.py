@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 
 from ._device import check_device_name, resolve_device
 from .io.atomic import atomic_write
-from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files
+from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files, text_array
+from .io.text import raise_nulls as _raise_nulls
 from .quality import heuristic_quality_batch
 
 logger = logging.getLogger("datamask.embed")
@@ -425,13 +426,7 @@ def _checked_texts(table: Any, text_col: str, name: str, start: int) -> list[str
         raise ValueError(
             f"column {text_col!r} not found in {name}; available columns: {table.column_names}."
         )
-    texts_arr = table.column(text_col)
-    if not (pa.types.is_string(texts_arr.type) or pa.types.is_large_string(texts_arr.type)):
-        if pa.types.is_null(texts_arr.type):
-            _raise_nulls(name, text_col, texts_arr, start)
-        raise ValueError(
-            f"column {text_col!r} in {name} must hold strings; it has type {texts_arr.type}."
-        )
+    texts_arr = text_array(table.column(text_col), text_col, name, start)
     if texts_arr.null_count:
         _raise_nulls(name, text_col, texts_arr, start)
     return texts_arr.to_pylist()
@@ -463,19 +458,3 @@ def _conform(table: Any, schema: Any, name: str, start: int, dropped: set[str]) 
                 ) from None
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-# --------------------------------------------------------------------------------------------
-# file helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _raise_nulls(name: str, col: str, arr: Any, start: int = 0) -> None:
-    mask = arr.is_null()
-    mask = mask.combine_chunks() if hasattr(mask, "combine_chunks") else mask
-    flags = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-    first = int(np.flatnonzero(flags)[0]) + start
-    raise ValueError(
-        f"column {col!r} in {name} has {int(flags.sum())} null value(s) (first at row {first}); "
-        "drop or fill them first."
-    )

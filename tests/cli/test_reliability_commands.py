@@ -265,3 +265,79 @@ def test_every_report_setting_with_a_flag_is_declared():
     settings = {p for p in inspect.signature(build_report).parameters if p in flags}
     assert settings - {"text_col", "length_col", "dup_thresholds", "progress", "split",
                        "trust_selection"} <= set(REPORT_CONSTRAINTS)  # fmt: skip
+
+
+# --- class 4: errors name the column, the file and the row; names are drawn literally -------
+N4 = 20
+TEXTS = {  # a text column that is not text, and where it goes wrong
+    "not-utf8": (
+        pa.array([b"fine"] * 5 + [b"\xff bad"] + [b"x"] * (N4 - 6), pa.binary()),
+        "is not UTF-8 text at row 5: byte 0xff",
+    ),
+    "int": (pa.array(range(N4)), "holds int64, not text"),
+    "list": (pa.array([["a", "b"]] * N4), "holds list<"),
+    "struct": (pa.array([{"a": 1}] * N4), "holds struct<a: int64>"),
+}
+
+
+def _with_text(t: Path, column: pa.Array, name: str = "docs.parquet") -> Path:
+    rng = np.random.default_rng(0)
+    table = reference_table([f"d{i}" for i in range(N4)], rng.random(N4), rng.random((N4, 8)))
+    return write(table.append_column("text", column), t / "in" / name)
+
+
+@pytest.mark.parametrize("kind", list(TEXTS))
+@pytest.mark.parametrize("command", ["report", "report --length-col", "evaluate", "embed"])
+def test_a_text_column_that_is_not_text_is_named_with_its_file(tmp_path, capsys, kind, command):
+    column, message = TEXTS[kind]
+    docs = _with_text(tmp_path, column)
+    sel = _ids(tmp_path, N4, 4)
+    argv = {
+        "report": _report(docs, sel, tmp_path / "rep"),
+        "report --length-col": _report(docs, sel, tmp_path / "rep", "--text-col", "chunk_id")
+        + ["--length-col", "text"],
+        "evaluate": ["evaluate", "--input", docs, "--selection", sel, "--length-col", "text"]
+        + ["--output", tmp_path / "e.json", "--device", "cpu"],
+        "embed": ["embed", "--input", docs, "--output", tmp_path / "e.parquet", "--device", "cpu"],
+    }[command]
+    if kind == "int" and command != "embed" and command != "report":
+        assert main([str(a) for a in argv]) == 0  # numbers are lengths: accepted
+        return
+    if kind in ("list", "struct") and command in ("evaluate", "report --length-col"):
+        message = "neither numbers nor text"
+    err = check_refused(argv, tmp_path, capsys, message)
+    assert "'text'" in err and "docs.parquet" in err, err
+
+
+def test_null_text_is_refused_by_embed_with_its_row_and_shown_empty_by_report(tmp_path, capsys):
+    docs = _with_text(tmp_path, pa.array(["a b"] * 3 + [None] + ["c d"] * (N4 - 4)))
+    argv = ["embed", "--input", docs, "--output", tmp_path / "e.parquet", "--device", "cpu"]
+    check_refused(argv, tmp_path, capsys, "column 'text' in docs.parquet has 1 null value(s) "
+                  "(first at row 3)")  # fmt: skip
+    assert main([str(a) for a in _report(docs, _ids(tmp_path, N4, 4), tmp_path / "rep")]) == 0
+
+
+def test_apply_names_the_row_of_a_jsonl_line_that_is_not_utf8(tmp_path, capsys):
+    sel = _select(write_docs(tmp_path / "a" / "docs.parquet"), tmp_path / "sel.parquet")
+    src = tmp_path / "texts" / "docs.jsonl"
+    src.parent.mkdir()
+    good = b"".join(b'{"chunk_id": "x%d", "text": "t"}\n' % i for i in range(3))
+    src.write_bytes(good + b'{"chunk_id": "x3", "text": "\xe9t\xe9"}\n')
+    argv = ["apply", "--input", src, "--selection", sel, "--output", tmp_path / "kept"]
+    err = check_refused(argv, tmp_path, capsys, "row 3 of")
+    assert "docs.jsonl is not UTF-8 text: byte 0xe9 at offset 28" in err, err
+
+
+@pytest.mark.parametrize("name", ["$\\frac{a}$", "$a^$", "$x$", "a_b^c", "\\alpha"])
+def test_names_that_look_like_markup_are_drawn_literally(tmp_path, name, monkeypatch):
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "text.usetex", True)  # no TeX here: literal only
+    docs = _with_text(tmp_path, pa.array(["a b"] * N4), name=f"{name}.parquet")
+    table = pq.read_table(docs).rename_columns(["chunk_id", name, "feature_arr", "text"])
+    pq.write_table(table, docs)  # the quality column (an axis label) named like markup too
+    sel = tmp_path / f"{name}.txt"  # its stem labels the selection's panels
+    sel.write_text("".join(f"d{i}\n" for i in range(5)))
+    argv = _report(docs, sel, tmp_path / "rep", "--quality-col", name)
+    assert main([str(a) for a in argv]) == 0
+    assert matplotlib.rcParams["text.usetex"] is True  # the caller's settings are left alone

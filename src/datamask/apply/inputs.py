@@ -93,6 +93,12 @@ def _ids_of_lines(lines: list[bytes], id_col: str, where: str, first_row: int) -
     for i, line in enumerate(lines):
         try:
             obj = json.loads(line)
+        except UnicodeDecodeError as exc:  # before ValueError: it is one
+            raise ValueError(
+                f"row {first_row + i} of {where} is not UTF-8 text: byte "
+                f"0x{line[exc.start]:02x} at offset {exc.start} cannot be decoded; re-encode "
+                "the file as UTF-8."
+            ) from None
         except ValueError:
             raise ValueError(f"row {first_row + i} of {where} is not valid JSON.") from None
         if not isinstance(obj, dict) or id_col not in obj:

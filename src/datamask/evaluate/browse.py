@@ -48,6 +48,7 @@ from ..io.parquet import features_from_arrow, read_summary
 from ..io.provenance import verify_selection_file
 from ..io.selection import SELECTION_FILES, read_selection_ids, summary_is_current
 from ..io.shards import hash_ids, inspect_shards
+from ..io.text import is_text_type, lengths_from_arrow, text_array
 from ..neighbors import assign_clusters
 from .histogram import Histogram, bin_edges
 from .page import REPORT_SECTIONS, TEXT_CHARS, render_html, write_report
@@ -209,7 +210,14 @@ def build_report(
             )
     else:
         length_col = next((c for c in LENGTH_COLUMNS if c in names), None)
-    length_of_text = length_col is not None and _is_text(files[0], kind, length_col)
+    schema = _schema(files[0], kind)
+    if text_col is not None:  # the one text check: names the column and the file
+        text_array(pa.nulls(0, schema.field(text_col).type), text_col, str(files[0]))
+    length_of_text = False
+    if length_col is not None:
+        length_type = schema.field(length_col).type
+        lengths_from_arrow(pa.nulls(0, length_type), length_col, str(files[0]))
+        length_of_text = is_text_type(length_type)
     weights = np.full(len(quality_cols), 1.0 / len(quality_cols))
     if quality_weights is not None:
         weights = np.asarray(quality_weights, float)
@@ -262,11 +270,15 @@ def build_report(
     if length_col is not None:
         read_cols.append(length_col)
 
-    def batches(cols: list[str], desc: str) -> Iterator[tuple[pa.RecordBatch, str]]:
+    def batches(cols: list[str], desc: str) -> Iterator[tuple[pa.RecordBatch, str, int]]:
+        """Each batch with its file and its first row in that file (named by errors)."""
         bar = tqdm(total=total, desc=desc, unit="doc", disable=not progress, leave=False)
+        last, row = None, 0
         with bar:
             for batch, where in input_batches(source, cols, split=split, batch_size=batch_size):
-                yield batch, where
+                row = row if where == last else 0
+                yield batch, where, row
+                last, row = where, row + batch.num_rows
                 bar.update(batch.num_rows)
 
     def kept_masks(ids: pa.Array) -> list[np.ndarray]:
@@ -278,13 +290,10 @@ def build_report(
             out.append(mask)
         return out
 
-    def lengths_of(batch: pa.RecordBatch) -> np.ndarray | None:
+    def lengths_of(batch: pa.RecordBatch, where: str, row: int) -> np.ndarray | None:
         if length_col is None:
             return None
-        col = batch.column(length_col)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            col = pc.utf8_length(col)
-        return np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float64)
+        return lengths_from_arrow(batch.column(length_col), length_col, where, row)
 
     # --- pass 1: ranges, the seeded sample, each selection's kept embeddings ----------------
     n = 0
@@ -296,7 +305,7 @@ def build_report(
     kept_rows: list[list[np.ndarray]] = [[] for _ in sels]
     samp: dict[str, np.ndarray] | None = None
     width: int | None = None
-    for batch, where in batches(read_cols, "report: pass 1/2"):
+    for batch, where, file_row in batches(read_cols, "report: pass 1/2"):
         m = batch.num_rows
         ids = batch.column(id_col)
         q = _quality(batch, quality_cols, where)
@@ -305,7 +314,7 @@ def build_report(
             width = feats.shape[1]
         elif feats.shape[1] != width:
             raise ValueError(f"embedding width {feats.shape[1]} in {where} does not match {width}.")
-        lengths = lengths_of(batch)
+        lengths = lengths_of(batch, where, file_row)
         q_lo, q_hi = np.minimum(q_lo, q.min(0)), np.maximum(q_hi, q.max(0))
         if lengths is not None:
             len_lo, len_hi = min(len_lo, float(lengths.min())), max(len_hi, float(lengths.max()))
@@ -397,7 +406,7 @@ def build_report(
         cols2.append(text_col)
     row0 = 0
     cent = centroids
-    for batch, where in batches(cols2, "report: pass 2/2"):
+    for batch, where, file_row in batches(cols2, "report: pass 2/2"):
         m = batch.num_rows
         ids = batch.column(id_col)
         q = combined(_quality(batch, quality_cols, where))
@@ -408,7 +417,7 @@ def build_report(
         q_all += np.bincount(topic, weights=q, minlength=n_topics)
         sums["q_all"] += float(q.sum())
         q_hist.add(q, masks)
-        lengths = lengths_of(batch)
+        lengths = lengths_of(batch, where, file_row)
         if l_hist is not None and lengths is not None:
             l_hist.add(lengths, masks)
             sums["l_all"] += float(lengths.sum())
@@ -423,7 +432,8 @@ def build_report(
             hi = np.searchsorted(want, row0 + m)
             local = want[lo:hi] - row0
             if len(local):
-                col = batch.column(text_col).take(pa.array(local))
+                col = text_array(batch.column(text_col), text_col, where, file_row)
+                col = col.take(pa.array(local))
                 for r, t in zip(local, col.to_pylist(), strict=True):
                     texts[int(r + row0)] = _truncate(t or "")
         row0 += m
@@ -538,15 +548,11 @@ def build_report(
     }
 
 
-def _is_text(path: Path, kind: str, column: str) -> bool:
-    """Whether ``column`` of the first file holds strings (its length is then counted)."""
-    schema = (
-        pq.read_schema(path)
-        if kind == "parquet"
-        else pa.ipc.open_stream(pa.memory_map(str(path), "r")).schema
-    )
-    typ = schema.field(column).type
-    return pa.types.is_string(typ) or pa.types.is_large_string(typ)
+def _schema(path: Path, kind: str) -> pa.Schema:
+    """The schema of the input's first file (what its text and length columns hold)."""
+    if kind == "parquet":
+        return pq.read_schema(path)
+    return pa.ipc.open_stream(pa.memory_map(str(path), "r")).schema
 
 
 def _quality(batch: pa.RecordBatch, cols: Sequence[str], where: str) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..io.atomic import atomic_write_text
 from .histogram import Histogram
-from .plots import _color, require_matplotlib
+from .plots import _color, literal_text, require_matplotlib
 
 __all__ = ["REPORT_SECTIONS", "TEXT_CHARS", "render_html", "write_report"]
 
@@ -46,6 +46,7 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+@literal_text
 def _fig_distributions(hist: Histogram, labels: Sequence[str], xlabel: str) -> str:
     plt = require_matplotlib()
     cols = len(labels)
@@ -83,6 +84,7 @@ def _fig_distributions(hist: Histogram, labels: Sequence[str], xlabel: str) -> s
     return _png(fig)
 
 
+@literal_text
 def _fig_map(data: dict[str, Any], labels: Sequence[str], n_topics: int, method: str) -> str:
     plt = require_matplotlib()
     xy, topic, kept = data["xy"], data["topic"], data["kept"]
@@ -110,6 +112,7 @@ def _fig_map(data: dict[str, Any], labels: Sequence[str], n_topics: int, method:
     return _png(fig)
 
 
+@literal_text
 def _fig_topic_shares(report: dict[str, Any]) -> str:
     plt = require_matplotlib()
     topics = report["topics"]

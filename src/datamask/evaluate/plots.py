@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +23,7 @@ __all__ = [
     "plot_learning_curve",
     "plot_objective_vs_time",
     "plot_selection_map",
+    "literal_text",
     "project_2d",
     "require_matplotlib",
 ]
@@ -60,6 +62,27 @@ def require_matplotlib(tsne: bool = False) -> Any:
     return plt
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: Every text a figure shows is drawn as written: file names, column names, ids and
+#: labels such as ``$x$``, ``a_b^c`` or ``\\frac`` are not mathtext or TeX.
+_LITERAL = {"text.parse_math": False, "text.usetex": False}
+
+
+def literal_text(draw: _F) -> _F:
+    """Run a figure-drawing function with mathtext and TeX off (matplotlib reads both
+    when a ``Text`` is made), so a user's name is never parsed as markup nor fails to
+    parse; the caller's own matplotlib settings are restored after."""
+
+    @functools.wraps(draw)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        plt = require_matplotlib()
+        with plt.rc_context(_LITERAL):
+            return draw(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
 def _color(label: str) -> str:
     return _COLORS.get(label, "tab:green")
 
@@ -75,6 +98,7 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+@literal_text
 def plot_learning_curve(runs: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """The learner's running objective (``history``) per step, and the greedy J line."""
     plt = require_matplotlib()
@@ -116,6 +140,7 @@ def plot_learning_curve(runs: Sequence[dict[str, Any]], path: str | Path) -> Pat
     return _save(fig, Path(path))
 
 
+@literal_text
 def plot_objective_vs_time(runs: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """J against wall time (log scale) for every method, with running curves where known."""
     plt = require_matplotlib()
@@ -184,6 +209,7 @@ def project_2d(features: np.ndarray, method: str = "pca", seed: int = 0) -> np.n
     return out
 
 
+@literal_text
 def plot_selection_map(
     features: np.ndarray,
     runs: Sequence[dict[str, Any]],

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from .._device import resolve_device
 from .._validation import check_corpus
 from ..data import Corpus
 from ..io.selection import read_selection, rows_from_ids
+from ..io.text import lengths_from_arrow
 from ..neighbors import _block_rows
 from ..objectives import (
     FacilityLocation,
@@ -102,9 +104,8 @@ def _lengths(corpus: Corpus, length_col: str | None) -> tuple[str, np.ndarray] |
             col = corpus.extra[name]
             if col.dtype.kind in "iuf":
                 return name, col.astype(np.float64)
-            return f"len({name})", np.array(
-                [len(t) if t is not None else 0 for t in col], dtype=np.float64
-            )
+            # texts (or UTF-8 bytes) by their length in characters; other types refused
+            return f"len({name})", lengths_from_arrow(pa.array(col), name, str(corpus.source))
     return None
 
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 __all__ = [
@@ -27,6 +29,10 @@ __all__ = [
     "list_text_files",
     "iter_text_chunks",
     "footer_rows",
+    "is_text_type",
+    "lengths_from_arrow",
+    "raise_nulls",
+    "text_array",
 ]
 
 #: File endings read as documents.
@@ -223,3 +229,80 @@ def footer_rows(files: Sequence[Path], column: str) -> int | None:
         if total is not None:
             total += meta.metadata.num_rows
     return total
+
+
+# --- text columns: the one check of what a text (or length) column holds ------------------
+def is_text_type(typ: pa.DataType) -> bool:
+    """Whether ``typ`` holds text: strings, or bytes (read as UTF-8, checked row by row)."""
+    return (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_binary(typ)
+    )
+
+
+def raise_nulls(name: str, col: str, arr: Any, start: int = 0) -> None:
+    """Refuse the nulls of ``arr``, naming the column, the file and the first row."""
+    mask = arr.is_null()
+    mask = mask.combine_chunks() if hasattr(mask, "combine_chunks") else mask
+    flags = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    first = int(np.flatnonzero(flags)[0]) + start
+    raise ValueError(
+        f"column {col!r} in {name} has {int(flags.sum())} null value(s) (first at row {first}); "
+        "drop or fill them first."
+    )
+
+
+def text_array(
+    arr: pa.Array | pa.ChunkedArray, column: str, where: str, first_row: int = 0
+) -> pa.Array | pa.ChunkedArray:
+    """``arr`` as strings, or a ValueError naming the column, the file and the row.
+
+    Strings pass as they are; bytes are decoded as UTF-8 (the first row that is not valid
+    UTF-8 is named, with its byte); an all-null column is strings that are all null; any
+    other type (numbers, lists, structs) is refused with its type. Nulls are the caller's
+    to refuse (:func:`raise_nulls`) or to read as empty.
+    """
+    typ = arr.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return arr
+    if pa.types.is_null(typ):
+        return arr.cast(pa.string())
+    if not is_text_type(typ):
+        raise ValueError(
+            f"column {column!r} in {where} holds {typ}, not text (strings); give the column "
+            "of the documents' text (--text-col)."
+        )
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        pass
+    for i, raw in enumerate(arr.to_pylist()):
+        try:
+            if raw is not None:
+                raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"column {column!r} in {where} is not UTF-8 text at row {first_row + i}: byte "
+                f"0x{raw[exc.start]:02x} at offset {exc.start} cannot be decoded; re-encode "
+                "it as UTF-8."
+            ) from None
+    raise ValueError(f"column {column!r} in {where} cannot be read as text.")  # not reached
+
+
+def lengths_from_arrow(
+    arr: pa.Array | pa.ChunkedArray, column: str, where: str, first_row: int = 0
+) -> np.ndarray:
+    """Document lengths from a length column: numbers as they are, texts by their length
+    in characters (null: 0); any other type is refused naming the column and the file."""
+    typ = arr.type
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ):
+        return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float64)
+    if not (is_text_type(typ) or pa.types.is_null(typ)):
+        raise ValueError(
+            f"length column {column!r} in {where} holds {typ}: neither numbers nor text; "
+            "give a column of lengths or texts (--length-col)."
+        )
+    counts = pc.utf8_length(text_array(arr, column, where, first_row)).fill_null(0)
+    return np.asarray(counts.to_numpy(zero_copy_only=False), dtype=np.float64)
