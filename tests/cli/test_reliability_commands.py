@@ -341,3 +341,8 @@ def test_names_that_look_like_markup_are_drawn_literally(tmp_path, name, monkeyp
     argv = _report(docs, sel, tmp_path / "rep", "--quality-col", name)
     assert main([str(a) for a in argv]) == 0
     assert matplotlib.rcParams["text.usetex"] is True  # the caller's settings are left alone
+    from matplotlib import cbook
+
+    from datamask.evaluate.plots import literal
+
+    assert not cbook.is_math_text(literal(name))  # drawn as written, not as mathtext

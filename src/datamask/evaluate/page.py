@@ -17,7 +17,7 @@ import numpy as np
 
 from ..io.atomic import atomic_write_text
 from .histogram import Histogram
-from .plots import _color, literal_text, require_matplotlib
+from .plots import _color, literal, literal_text, require_matplotlib
 
 __all__ = ["REPORT_SECTIONS", "TEXT_CHARS", "render_html", "write_report"]
 
@@ -76,8 +76,8 @@ def _fig_distributions(hist: Histogram, labels: Sequence[str], xlabel: str) -> s
         )
         if hist.log:
             ax.set_xscale("log")
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_title(literal(label), fontsize=9)
+        ax.set_xlabel(literal(xlabel), fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("share of documents", fontsize=8)
     axes[0][0].legend(fontsize=7, frameon=False)
@@ -104,7 +104,7 @@ def _fig_map(data: dict[str, Any], labels: Sequence[str], n_topics: int, method:
         ax.scatter(xy[:, 0], xy[:, 1], s=3, c="#dddddd", linewidths=0)
         mk = kept[:, s]
         ax.scatter(xy[mk, 0], xy[mk, 1], s=5, c=_color(label), linewidths=0)
-        ax.set_title(f"{label}: {int(mk.sum())} of {len(mk)} kept", fontsize=9)
+        ax.set_title(f"{literal(label)}: {int(mk.sum())} of {len(mk)} kept", fontsize=9)
     for a in axes[0]:
         a.set_xticks([])
         a.set_yticks([])
@@ -127,7 +127,7 @@ def _fig_topic_shares(report: dict[str, Any]) -> str:
             share,
             width,
             color=_color(sel["label"]),
-            label=sel["label"],
+            label=literal(sel["label"]),
         )
     overall = np.mean([sel["share"] for sel in sels])
     ax.axhline(overall, color="black", lw=0.8, ls=":", label="overall share")

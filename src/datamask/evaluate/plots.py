@@ -23,6 +23,7 @@ __all__ = [
     "plot_learning_curve",
     "plot_objective_vs_time",
     "plot_selection_map",
+    "literal",
     "literal_text",
     "project_2d",
     "require_matplotlib",
@@ -64,20 +65,23 @@ def require_matplotlib(tsne: bool = False) -> Any:
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: Every text a figure shows is drawn as written: file names, column names, ids and
-#: labels such as ``$x$``, ``a_b^c`` or ``\\frac`` are not mathtext or TeX.
-_LITERAL = {"text.parse_math": False, "text.usetex": False}
+
+def literal(text: Any) -> str:
+    """A user's text (a file, column or selection name) as a figure draws it: as written.
+    Its dollar signs are escaped, so ``$x$``, ``a_b^c`` or ``$\\frac{a}$`` is never read as
+    mathtext nor fails to parse; the figure's own mathtext (log-axis ticks) is untouched."""
+    return str(text).replace("$", r"\$")
 
 
 def literal_text(draw: _F) -> _F:
-    """Run a figure-drawing function with mathtext and TeX off (matplotlib reads both
-    when a ``Text`` is made), so a user's name is never parsed as markup nor fails to
-    parse; the caller's own matplotlib settings are restored after."""
+    """Run a figure-drawing function with TeX off (matplotlib reads ``text.usetex`` when a
+    ``Text`` is made: a caller's ``usetex=True`` would send every name through LaTeX); the
+    caller's own matplotlib settings are restored after. Names go through :func:`literal`."""
 
     @functools.wraps(draw)
     def run(*args: Any, **kwargs: Any) -> Any:
         plt = require_matplotlib()
-        with plt.rc_context(_LITERAL):
+        with plt.rc_context({"text.usetex": False}):
             return draw(*args, **kwargs)
 
     return run  # type: ignore[return-value]
@@ -130,7 +134,7 @@ def plot_learning_curve(runs: Sequence[dict[str, Any]], path: str | Path) -> Pat
                 color=_color(label),
                 ls="--",
                 lw=1,
-                label=f"{label}: J = {r['terms']['J']:.4f}",
+                label=f"{literal(label)}: J = {r['terms']['J']:.4f}",
             )
     ax.set_xlabel("learner step")
     ax.set_ylabel("objective J")
@@ -164,7 +168,7 @@ def plot_objective_vs_time(runs: Sequence[dict[str, Any]], path: str | Path) -> 
             color=c,
             s=40,
             zorder=3,
-            label=f"{r['label']} ({r['seconds']:.2f}s, J={r['terms']['J']:.4f})",
+            label=f"{literal(r['label'])} ({r['seconds']:.2f}s, J={r['terms']['J']:.4f})",
         )
     ax.set_xscale("log")
     ax.set_xlabel("wall time of fit (s, log)")
@@ -237,7 +241,7 @@ def plot_selection_map(
         ax.scatter(xy[:, 0], xy[:, 1], s=2, c="lightgray", linewidths=0)
         ax.scatter(xy[keep, 0], xy[keep, 1], s=5, c=_color(r["label"]), linewidths=0)
         j = r["terms"]["J"]
-        ax.set_title(f"{r['label']}  J={j:.4f}", fontsize=8)
+        ax.set_title(f"{literal(r['label'])}  J={j:.4f}", fontsize=8)
     for ax in axes.ravel()[len(with_sel) :]:
         ax.axis("off")
     fig.suptitle(
