@@ -395,10 +395,22 @@ def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[
 
 
 def option_field(
-    default: Any, constraints: tuple | Callable[[], tuple], help: str, **kw: Any
+    default: Any,
+    constraints: tuple | Callable[[], tuple],
+    help: str,
+    *,
+    needs: Callable[[Any, bool], str | None] | None = None,
+    **kw: Any,
 ) -> Any:
     """A dataclass field declared as a setting: its default, what it accepts (the
     constraints :func:`validate_params` checks; a callable returning them is resolved when
     checked) and the help of its flag and config key. Read back as
-    :class:`datamask.options.Option` by :func:`datamask.options.options`."""
-    return field(default=default, metadata={"option": (constraints, help, kw)})
+    :class:`datamask.options.Option` by :func:`datamask.options.options`.
+
+    ``needs``, for a setting only some runs read: ``needs(spec, sharded)`` says why the run
+    ``spec`` describes ignores it (None: the run reads it). A setting a run ignores is
+    warned about and not recorded as used (``SelectSpec.ignored``)."""
+    meta: dict[str, Any] = {"option": (constraints, help, kw)}
+    if needs is not None:
+        meta["needs"] = needs
+    return field(default=default, metadata=meta)

@@ -39,7 +39,7 @@ from .io.remote import staged_paths
 from .io.shards import literal_or_glob
 from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
 from .pipeline.step import fit_group
-from .pipeline.writer import cover_summary, run_record, selection_table
+from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
 
 __all__ = ["is_sharded", "make_runner", "select", "select_table"]
 
@@ -163,7 +163,9 @@ def _select(
             "a save_to_disk folder is selected in one process; for --partition write it as "
             "parquet shards first (Dataset.to_parquet)."
         )
-    if shards or (shards is None and is_sharded(source)):
+    sharded = bool(shards or (shards is None and is_sharded(source)))
+    warn_ignored(spec, sharded)  # a setting this run does not read: said, not recorded
+    if sharded:
         own = runner is None
         runner = make_runner(spec) if own else runner
         try:
@@ -281,7 +283,9 @@ def _select_file(
             "score": time.perf_counter() - scoring,
         }
     summary = {
-        **run_record(spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=terms),
+        **run_record(
+            spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=terms, sharded=False
+        ),
         "dim": corpus.dim,
         "input": source,
         "output": str(output),

@@ -145,9 +145,7 @@ class SelectorSpec:
         "a selection of --given (datamask select output, parquet or text file of ids): only "
         "its selected rows are the documents already kept",
     )
-    seed: int = option_field(
-        0, (SEED,), "seed of every random draw"
-    )
+    seed: int = option_field(0, (SEED,), "seed of every random draw")
     device: str = option_field("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = option_field(
         None,
@@ -186,6 +184,43 @@ class SelectorSpec:
         )
 
 
+def _sharded(spec: SelectSpec, sharded: bool) -> str | None:
+    """Settings of a sharded run (``needs`` of :func:`option_field`)."""
+    if sharded:
+        return None
+    return (
+        "a one-file run is selected whole, in this process (give a folder, a glob or a list "
+        "of shards, or shards=True, to partition it)"
+    )
+
+
+def _clustered(spec: SelectSpec, sharded: bool) -> str | None:
+    part = spec.partition.partition
+    return _sharded(spec, sharded) or (
+        None if part == "cluster" else f"it is read by --partition cluster, not {part}"
+    )
+
+
+def _grouped_by_size(spec: SelectSpec, sharded: bool) -> str | None:
+    part = spec.partition.partition
+    return _sharded(spec, sharded) or (
+        None if part in ("chunk", "cluster") else f"--partition {part} makes one group per shard"
+    )
+
+
+def _global_budget(spec: SelectSpec, sharded: bool) -> str | None:
+    budget = spec.partition.budget
+    return _sharded(spec, sharded) or (
+        None if budget == "global" else f"it is read by --budget global, not {budget}"
+    )
+
+
+def _on_ray(spec: SelectSpec, sharded: bool) -> str | None:
+    run = spec.run
+    ray = run.runner == "ray" or (run.runner is None and run.ray_address is not None)
+    return _sharded(spec, sharded) or (None if ray else "it is read by --runner ray only")
+
+
 @dataclass(frozen=True)
 class PartitionSpec:
     """How a sharded corpus is split into groups and how the budget is shared."""
@@ -197,21 +232,27 @@ class PartitionSpec:
         "its own group; a cluster above --chunk-size rows is cut along its geometry), one "
         "per shard, or "
         "fixed-size chunks of rows",
+        needs=_sharded,
     )
     chunk_size: int = option_field(
         100_000,
         (_COUNT,),
         "rows per group for --partition chunk, and the largest cluster group before it is "
         "split for --partition cluster",
+        needs=_grouped_by_size,
     )
     n_clusters: int | None = option_field(
         None,
         (_COUNT, None),
         "k-means clusters for --partition cluster (None: 1 when N fits one group, else "
         "ceil(N / (0.9 x chunk-size)))",
+        needs=_clustered,
     )
     kmeans_sample: int = option_field(
-        100_000, (_COUNT,), "rows sampled to fit the k-means centroids"
+        100_000,
+        (_COUNT,),
+        "rows sampled to fit the k-means centroids",
+        needs=_clustered,
     )
     budget: str = option_field(
         "global",
@@ -220,12 +261,14 @@ class PartitionSpec:
         "candidates (--partition cluster with quality + facility: one threshold over their "
         "gains in J; otherwise one more round over their union); group: each group keeps "
         "its proportional share",
+        needs=_sharded,
     )
     oversample: float = option_field(
         2.0,
         (Interval(float, 1, None, closed="left"),),
         "--budget global: candidates per group as a multiple of its proportional share "
         "(exact merges for topk and random need none)",
+        needs=_global_budget,
     )
     exchange_neighbors: int = option_field(
         8,
@@ -234,6 +277,7 @@ class PartitionSpec:
         "orders its candidates again, counting coverage above what the kept documents of up "
         "to this many nearest groups (of lower id) already give, and the budget is "
         "allocated again (0: no exchange round)",
+        needs=_global_budget,
     )
 
 
@@ -255,26 +299,33 @@ class RunSpec:
         (_COUNT, None),
         "groups selected at once (None: the cores available here; with Ray, every GPU of the "
         "cluster, else every CPU)",
+        needs=_sharded,
     )
     runner: str | None = option_field(
         None,
         (Options(str, ("local", "ray")), None),
         "local: a process pool of --workers on this machine; ray: Ray tasks, for a cluster "
         "(None: local, ray when --ray-address is given)",
+        needs=_sharded,
     )
     ray_address: str | None = option_field(
-        None, (str, None), "address of a running Ray cluster, e.g. auto or ray://head:10001"
+        None,
+        (str, None),
+        "address of a running Ray cluster, e.g. auto or ray://head:10001",
+        needs=_sharded,
     )
     gpus_per_task: float | None = option_field(
         None,
         (Interval(float, 0, 1, closed="right"), None),
         "Ray, when the cluster has GPUs: the share of a GPU each group task asks for "
         "(None: 1 / ceil(workers / GPUs), the workers share the GPUs)",
+        needs=_on_ray,
     )
     work_dir: str | None = option_field(
         None,
         (str, None),
         "per-group results and completion markers, for resuming (None: OUTPUT/_work)",
+        needs=_sharded,
     )
 
 
@@ -491,9 +542,28 @@ class SelectSpec:
         out.update(self.objective.all_params())
         return out
 
+    def ignored(self, sharded: bool) -> dict[str, str]:
+        """The settings given another value than their default that this run does not read
+        (a one-file run's partition settings, --n-clusters with --partition chunk, ...),
+        each with why: from the ``needs`` of their declarations. They are warned about at
+        the door and not recorded as used (:func:`datamask.pipeline.writer.run_record`)."""
+        out: dict[str, str] = {}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            for f in fields(section):
+                needs = f.metadata.get("needs")
+                if needs is None or getattr(section, f.name) == f.default:
+                    continue
+                why = needs(self, sharded)
+                if why is not None:
+                    out[f.name] = why
+        return out
+
     def fingerprint(self) -> dict[str, Any]:
-        """The settings that decide the selection (what a resumed run must match)."""
-        out = self.flat()
+        """The settings that decide the selection of a sharded run (what a resumed run
+        must match, and what its manifest records): a setting it ignores is not one."""
+        ignored = self.ignored(sharded=True)
+        out = {key: v for key, v in self.flat().items() if key not in ignored}
         for f in fields(RunSpec):
             if not _fingerprinted(RunSpec, f.name):
                 out.pop(f.name, None)

@@ -3,6 +3,7 @@ classes of the second audit, each tested as a class through the real commands.""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from datamask._validation import Interval, Options
 from datamask.apply.core import apply_selection
 from datamask.cli import build_parser, main
+from datamask.config import SECTIONS
 from datamask.evaluate.browse import REPORT_CONSTRAINTS, build_report, write_report
 from datamask.io.parquet import read_summary
 from tests._data import reference_table, write
@@ -346,3 +348,106 @@ def test_names_that_look_like_markup_are_drawn_literally(tmp_path, name, monkeyp
     from datamask.evaluate.plots import literal
 
     assert not cbook.is_math_text(literal(name))  # drawn as written, not as mathtext
+
+
+# --- class 6: a setting a run ignores is said and not recorded; a hatch matching nothing too -
+def _needs_declared() -> list[tuple[str, object]]:
+    """Every setting declared with ``needs`` (read by some runs only), with a value that is
+    not its default, chosen from its own constraints."""
+    out = []
+    for section in SECTIONS.values():
+        for f in dataclasses.fields(section):
+            if "needs" not in f.metadata:
+                continue
+            constraints = f.metadata["option"][0]
+            out.append((f.name, _other_value(f.default, constraints)))
+    return out
+
+
+def _other_value(default, constraints):
+    for c in constraints:
+        if isinstance(c, Options):
+            return next(v for v in c.ordered if v != default)
+        if isinstance(c, Interval):
+            if c.type is float:
+                low = c.left if c.left is not None else 0.0
+                high = c.right if c.right is not None else low + 4.0
+                value = (low + high) / 2
+            else:
+                value = int(c.left or 0) + 3
+            return value if value != default else value + 1
+        if c is str:
+            return "elsewhere"
+    raise AssertionError(f"no value for {constraints}")
+
+
+NEEDS = _needs_declared()
+
+
+def test_the_settings_some_runs_ignore_are_declared():
+    names = {n for n, _ in NEEDS}
+    assert {"chunk_size", "n_clusters", "workers", "ray_address", "gpus_per_task"} <= names
+
+
+@pytest.mark.parametrize(("name", "value"), NEEDS, ids=[n for n, _ in NEEDS])
+def test_a_setting_a_one_file_run_ignores_is_warned_and_not_recorded(tmp_path, name, value):
+    from datamask import select
+    from datamask.config import SelectSpec
+
+    docs = write_docs(tmp_path / "docs.parquet")
+    settings = dict(n_epochs=5, n_neighbors=8, select_ratio=0.2, progress=False, device="cpu")
+    spec = SelectSpec.from_mapping({**settings, name: value})
+    with pytest.warns(UserWarning, match=f"{name}={value!r} is ignored: a one-file run"):
+        summary = select(docs, tmp_path / "sel.parquet", spec)
+    assert name not in summary["settings"]  # not recorded as used
+    assert summary["ignored_settings"][name]["value"] == value
+    assert read_summary(tmp_path / "sel.parquet")["ignored_settings"] == summary["ignored_settings"]
+    plain = select(docs, tmp_path / "plain.parquet", SelectSpec.from_mapping(settings))
+    assert "ignored_settings" not in plain and name in plain["settings"]  # nothing given
+
+
+@pytest.mark.parametrize(
+    ("given", "ignored"),
+    [
+        ({"partition": "chunk", "n_clusters": 4}, {"n_clusters"}),
+        ({"partition": "shard", "chunk_size": 10, "kmeans_sample": 50}, {"chunk_size",
+                                                                          "kmeans_sample"}),
+        ({"budget": "group", "oversample": 3.0, "exchange_neighbors": 2}, {"oversample",
+                                                                            "exchange_neighbors"}),
+        ({"runner": "local", "gpus_per_task": 0.5}, {"gpus_per_task"}),
+        ({"n_clusters": 4, "oversample": 3.0}, set()),  # read by the defaults
+    ],
+)  # fmt: skip
+def test_a_sharded_run_ignores_what_its_combination_does_not_read(given, ignored):
+    from datamask.config import SelectSpec
+
+    spec = SelectSpec.from_mapping(given)
+    assert set(spec.ignored(sharded=True)) == ignored
+    assert set(spec.ignored(sharded=False)) == set(given)  # one file: none of them is read
+
+
+@pytest.mark.slow  # a sharded run starts a process pool
+def test_a_sharded_manifest_records_no_ignored_setting(tmp_path):
+    root = tmp_path / "in"
+    for s in range(2):
+        write_docs(root / f"s{s}.parquet", n=100, seed=s)
+    with pytest.warns(UserWarning, match="n_clusters=4 is ignored: it is read by --partition"):
+        out = _select(root, tmp_path / "sel", partition="chunk", n_clusters=4, runner="local")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "n_clusters" not in manifest["settings"] and manifest["settings"]["partition"] == "chunk"
+    assert manifest["ignored_settings"]["n_clusters"]["value"] == 4
+
+
+def test_trust_selection_that_skips_nothing_says_so(tmp_path, capsys):
+    docs = write_docs(tmp_path / "in" / "docs.parquet")
+    ids = _ids(tmp_path, 200, 5)  # a list of ids: no provenance record to check
+    ids.write_text("".join(f"d0-{i}\n" for i in range(5)))
+    argv = _report(docs, ids, tmp_path / "rep", "--trust-selection")
+    assert main([str(a) for a in argv]) == 0
+    assert "--trust-selection skips nothing for" in capsys.readouterr().err
+    argv = ["evaluate", "--input", docs, "--selection", ids, "--trust-selection", "--output"]
+    assert main([str(a) for a in [*argv, tmp_path / "e.json", "--device", "cpu"]]) == 0
+    assert "it holds no provenance record" in capsys.readouterr().err
+    sel = _select(docs, tmp_path / "sel.parquet")  # with a record: trusting skips a check
+    assert main([str(a) for a in _report(docs, sel, tmp_path / "r2", "--trust-selection")]) == 0
+    assert "skips nothing" not in capsys.readouterr().err

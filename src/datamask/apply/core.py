@@ -52,7 +52,7 @@ from ..io.atomic import OutputLock, to_json
 from ..io.fs import Location, cache_dir, check_reachable, glob_root, resolve
 from ..io.keep import keep_file_name, relative_names
 from ..io.parquet import parquet_num_rows
-from ..io.provenance import verify_inputs
+from ..io.provenance import verify_inputs, warn_trust_unused
 from .inputs import SHARD_SUFFIXES, _format, _input_shards
 from .plan import (
     _KeepList,
@@ -189,6 +189,9 @@ def apply_selection(
         plan.cover = _read_cover(sel, is_dir, id_col)
     if plan.mode == "ids" and not trust_selection:
         _probe_ids(shards, formats, plan, id_col, batch_size, sel.uri)
+    if trust_selection and plan.mode == "keep" and not (meta or {}).get("provenance"):
+        why = "it holds no provenance record, and its keep lists need no id check"
+        warn_trust_unused(sel.uri, why)
     state = {
         "format": "datamask.apply/1",
         "input": os.path.abspath(src.path) if src.is_local else src.uri.rstrip("/"),

@@ -15,7 +15,7 @@ from ..config import ObjectiveSpec, SelectorSpec
 from ..evaluate.report import evaluate_selection, format_report, read_selection
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
 from ..io.fs import expect_file
-from ..io.provenance import verify_selection_file
+from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import SELECTION_FILES
 from ..options import options
 from ..pipeline.given import evaluate_given, read_given
@@ -90,6 +90,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if path is not None:  # a folder is named one, before the corpus is read
             expect_file(path, what=what, accepted=SELECTION_FILES)
     # The selection was made from this input (docs/provenance.md); the report says so.
+    if args.trust_selection and selection_record(args.selection) is None:
+        warn_trust_unused(args.selection, "it holds no provenance record to check")
     verified = (
         0
         if args.trust_selection

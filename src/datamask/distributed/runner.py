@@ -628,6 +628,7 @@ def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
             n_docs=n_total,
             k=k_selected,
             terms=global_stats["terms"] if global_stats else None,
+            sharded=True,
         ),
         **record,
         "complete": True,

@@ -45,7 +45,7 @@ from ..io.datasets import input_batches, input_column_names, input_files
 from ..io.fs import expect_file
 from ..io.keep import IdSet, selection_digest
 from ..io.parquet import features_from_arrow, read_summary
-from ..io.provenance import verify_selection_file
+from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import SELECTION_FILES, read_selection_ids, summary_is_current
 from ..io.shards import hash_ids, inspect_shards
 from ..io.text import is_text_type, lengths_from_arrow, text_array
@@ -235,6 +235,8 @@ def build_report(
         expect_file(path, what=what, accepted=SELECTION_FILES)  # before its provenance
         if not trust_selection:  # before the passes: is this what it was made from?
             verify_selection_file(path, source, split=split)
+        elif selection_record(path) is None:
+            warn_trust_unused(str(path), "it holds no provenance record to check")
         summary = read_summary(path) if str(path).endswith(".parquet") else None
         ids = read_selection_ids(path, id_col=id_col, what=what)
         if len(ids) == 0:

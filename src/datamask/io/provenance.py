@@ -20,6 +20,7 @@ their ids instead.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "selection_record",
     "verify_inputs",
     "verify_selection_file",
+    "warn_trust_unused",
 ]
 
 PROVENANCE_FORMAT = "datamask.provenance/1"
@@ -205,6 +207,12 @@ def verify_inputs(
             f"from ({listed}); {fix}"
         )
     return matched
+
+
+def warn_trust_unused(selection: str, why: str) -> None:
+    """An escape hatch that matches nothing says so: ``--trust-selection`` given where
+    there was no check to skip (a selection without a provenance record)."""
+    warnings.warn(f"{TRUST_FLAG} skips nothing for {selection}: {why}.", UserWarning, stacklevel=3)
 
 
 def selection_record(selection: str | Path) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ every summary and manifest shares: settings, method, counts, terms, versions.
 from __future__ import annotations
 
 import platform
+import warnings
 from typing import Any
 
 import numpy as np
@@ -169,14 +170,36 @@ def versions() -> dict[str, str]:
 
 
 def run_record(
-    spec: SelectSpec, *, n_docs: int, k: int, terms: dict[str, float] | None
+    spec: SelectSpec, *, n_docs: int, k: int, terms: dict[str, float] | None, sharded: bool
 ) -> dict[str, Any]:
-    """The keys every summary (one file) and manifest (shards) starts with."""
-    return {
+    """The keys every summary (one file) and manifest (shards) starts with.
+
+    ``settings`` holds what the run read: a setting given that this run ignores
+    (:meth:`~datamask.config.SelectSpec.ignored`) is not recorded as used; it is listed
+    under ``ignored_settings`` with why (a key present only when there is one)."""
+    settings = spec.flat()
+    ignored = spec.ignored(sharded)
+    record: dict[str, Any] = {
         "n_docs": int(n_docs),
         "k": int(k),
         "method": spec.selector.method,
         "terms": {key: float(v) for key, v in (terms or {}).items()},
-        "settings": spec.flat(),
-        "versions": versions(),
+        "settings": {key: v for key, v in settings.items() if key not in ignored},
     }
+    if ignored:
+        record["ignored_settings"] = {
+            key: {"value": settings[key], "why": why} for key, why in ignored.items()
+        }
+    record["versions"] = versions()
+    return record
+
+
+def warn_ignored(spec: SelectSpec, sharded: bool) -> None:
+    """Warn, once at the door, of each setting given that this run does not read."""
+    for key, why in spec.ignored(sharded).items():
+        value = spec.flat()[key]
+        warnings.warn(
+            f"{key}={value!r} is ignored: {why}; it is not recorded as used.",
+            UserWarning,
+            stacklevel=3,
+        )
