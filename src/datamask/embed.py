@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import warnings
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -320,6 +321,13 @@ def embed_file(
     """
     if quality not in (None, "heuristic"):
         raise ValueError(f"quality must be 'heuristic' or None; got {quality!r}.")
+    if quality is None and quality_col != "quality_score":  # a flag this run does not read
+        warnings.warn(
+            f"quality_col={quality_col!r} is ignored: it names the column quality='heuristic' "
+            "writes, and no quality is added.",
+            UserWarning,
+            stacklevel=2,
+        )
     chunk_rows = _check_positive_int("chunk_rows", chunk_rows)
     batch_size = _check_positive_int("batch_size", batch_size)
     files = list_text_files(input)

@@ -451,3 +451,15 @@ def test_trust_selection_that_skips_nothing_says_so(tmp_path, capsys):
     sel = _select(docs, tmp_path / "sel.parquet")  # with a record: trusting skips a check
     assert main([str(a) for a in _report(docs, sel, tmp_path / "r2", "--trust-selection")]) == 0
     assert "skips nothing" not in capsys.readouterr().err
+
+
+def test_embed_warns_of_a_quality_col_no_quality_writes(tmp_path):
+    from datamask.embed import embed_file
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text('{"body": "no text column"}\n')  # refused after the door's warning
+    with (
+        pytest.warns(UserWarning, match="quality_col='edu' is ignored"),
+        pytest.raises(ValueError, match="column 'text' not found"),
+    ):
+        embed_file(src, tmp_path / "out.parquet", quality_col="edu", progress=False)
