@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("distributed", ("distributed",)),
     # the group step and the writer; apply, evaluate and bench stand beside them
     ("pipeline", ("pipeline", "apply", "evaluate")),
-    ("config", ("config", "options")),
+    ("config", ("config", "options", "_needs")),
     ("selectors", ("selectors", "greedy", "optim", "ranking", "base")),
     ("objectives", ("objectives", "neighbors", "near_duplicates")),
     (

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ._device import check_device_name
+from ._needs import clustered, global_budget, grouped_by_size, on_ray, sharded_only
 from ._validation import DEFAULT_SELECT_RATIO, SEED, Interval, Options, option_field
 from .columns import Columns
 from .objectives import Objective
@@ -184,43 +185,6 @@ class SelectorSpec:
         )
 
 
-def _sharded(spec: SelectSpec, sharded: bool) -> str | None:
-    """Settings of a sharded run (``needs`` of :func:`option_field`)."""
-    if sharded:
-        return None
-    return (
-        "a one-file run is selected whole, in this process (give a folder, a glob or a list "
-        "of shards, or shards=True, to partition it)"
-    )
-
-
-def _clustered(spec: SelectSpec, sharded: bool) -> str | None:
-    part = spec.partition.partition
-    return _sharded(spec, sharded) or (
-        None if part == "cluster" else f"it is read by --partition cluster, not {part}"
-    )
-
-
-def _grouped_by_size(spec: SelectSpec, sharded: bool) -> str | None:
-    part = spec.partition.partition
-    return _sharded(spec, sharded) or (
-        None if part in ("chunk", "cluster") else f"--partition {part} makes one group per shard"
-    )
-
-
-def _global_budget(spec: SelectSpec, sharded: bool) -> str | None:
-    budget = spec.partition.budget
-    return _sharded(spec, sharded) or (
-        None if budget == "global" else f"it is read by --budget global, not {budget}"
-    )
-
-
-def _on_ray(spec: SelectSpec, sharded: bool) -> str | None:
-    run = spec.run
-    ray = run.runner == "ray" or (run.runner is None and run.ray_address is not None)
-    return _sharded(spec, sharded) or (None if ray else "it is read by --runner ray only")
-
-
 @dataclass(frozen=True)
 class PartitionSpec:
     """How a sharded corpus is split into groups and how the budget is shared."""
@@ -232,27 +196,27 @@ class PartitionSpec:
         "its own group; a cluster above --chunk-size rows is cut along its geometry), one "
         "per shard, or "
         "fixed-size chunks of rows",
-        needs=_sharded,
+        needs=sharded_only,
     )
     chunk_size: int = option_field(
         100_000,
         (_COUNT,),
         "rows per group for --partition chunk, and the largest cluster group before it is "
         "split for --partition cluster",
-        needs=_grouped_by_size,
+        needs=grouped_by_size,
     )
     n_clusters: int | None = option_field(
         None,
         (_COUNT, None),
         "k-means clusters for --partition cluster (None: 1 when N fits one group, else "
         "ceil(N / (0.9 x chunk-size)))",
-        needs=_clustered,
+        needs=clustered,
     )
     kmeans_sample: int = option_field(
         100_000,
         (_COUNT,),
         "rows sampled to fit the k-means centroids",
-        needs=_clustered,
+        needs=clustered,
     )
     budget: str = option_field(
         "global",
@@ -261,14 +225,14 @@ class PartitionSpec:
         "candidates (--partition cluster with quality + facility: one threshold over their "
         "gains in J; otherwise one more round over their union); group: each group keeps "
         "its proportional share",
-        needs=_sharded,
+        needs=sharded_only,
     )
     oversample: float = option_field(
         2.0,
         (Interval(float, 1, None, closed="left"),),
         "--budget global: candidates per group as a multiple of its proportional share "
         "(exact merges for topk and random need none)",
-        needs=_global_budget,
+        needs=global_budget,
     )
     exchange_neighbors: int = option_field(
         8,
@@ -277,7 +241,7 @@ class PartitionSpec:
         "orders its candidates again, counting coverage above what the kept documents of up "
         "to this many nearest groups (of lower id) already give, and the budget is "
         "allocated again (0: no exchange round)",
-        needs=_global_budget,
+        needs=global_budget,
     )
 
 
@@ -299,33 +263,33 @@ class RunSpec:
         (_COUNT, None),
         "groups selected at once (None: the cores available here; with Ray, every GPU of the "
         "cluster, else every CPU)",
-        needs=_sharded,
+        needs=sharded_only,
     )
     runner: str | None = option_field(
         None,
         (Options(str, ("local", "ray")), None),
         "local: a process pool of --workers on this machine; ray: Ray tasks, for a cluster "
         "(None: local, ray when --ray-address is given)",
-        needs=_sharded,
+        needs=sharded_only,
     )
     ray_address: str | None = option_field(
         None,
         (str, None),
         "address of a running Ray cluster, e.g. auto or ray://head:10001",
-        needs=_sharded,
+        needs=sharded_only,
     )
     gpus_per_task: float | None = option_field(
         None,
         (Interval(float, 0, 1, closed="right"), None),
         "Ray, when the cluster has GPUs: the share of a GPU each group task asks for "
         "(None: 1 / ceil(workers / GPUs), the workers share the GPUs)",
-        needs=_on_ray,
+        needs=on_ray,
     )
     work_dir: str | None = option_field(
         None,
         (str, None),
         "per-group results and completion markers, for resuming (None: OUTPUT/_work)",
-        needs=_sharded,
+        needs=sharded_only,
     )
 
 
