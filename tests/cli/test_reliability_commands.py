@@ -463,3 +463,11 @@ def test_embed_warns_of_a_quality_col_no_quality_writes(tmp_path):
         pytest.raises(ValueError, match="column 'text' not found"),
     ):
         embed_file(src, tmp_path / "out.parquet", quality_col="edu", progress=False)
+
+
+def test_a_list_of_ids_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
+    docs = write_docs(tmp_path / "in" / "docs.parquet")
+    ids = tmp_path / "ids.txt"
+    ids.write_bytes(b"d0-1\nd0-2\nd\xe90-3\n")
+    argv = _report(docs, ids, tmp_path / "rep")
+    check_refused(argv, tmp_path, capsys, "ids.txt' is not UTF-8 text: byte 0xe9 at line 3")

@@ -103,7 +103,16 @@ def read_selection_ids(
     expect_file(loc, what=what, accepted=SELECTION_FILES)
     suffix = Path(loc.path).suffix.lower()
     if suffix in (".txt", ".ids", ".csv", ".tsv"):
-        chosen = [line.strip() for line in loc.read_text().splitlines() if line.strip()]
+        raw = loc.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise ValueError(
+                f"{what} {loc.uri!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line "
+                f"{line} cannot be decoded; re-encode the file as UTF-8."
+            ) from None
+        chosen = [line.strip() for line in text.splitlines() if line.strip()]
         if chosen and suffix in (".csv", ".tsv") and chosen[0] == id_col:
             chosen = chosen[1:]  # header line
         return pa.array(chosen, type=pa.string())
