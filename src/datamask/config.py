@@ -27,11 +27,19 @@ from typing import Any
 
 from ._device import check_device_name
 from ._validation import DEFAULT_SELECT_RATIO, Interval, Options, option_field
+from .base import Selector
 from .columns import Columns
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
 from .objectives.registry import TERMS, import_term_modules
-from .options import Option, options, own_defaults, selector_options, term_options
+from .options import (
+    Option,
+    check_option,
+    options,
+    own_defaults,
+    selector_options,
+    term_options,
+)
 from .selectors import SELECTORS
 
 __all__ = [
@@ -48,7 +56,8 @@ __all__ = [
 ]
 
 
-_RATIO = Interval(float, 0, 1, closed="neither")
+#: What the shared settings accept, declared once: in the selectors' shared table.
+_SHARED = {key: tuple(c) for key, c in Selector._shared_constraints.items() if c != "no_validation"}
 
 
 def _device_name(value: Any) -> bool:
@@ -125,11 +134,11 @@ class SelectorSpec:
 
     method: str = option_field("mask", _method_names, "selector (mask: the DATAMASK learner)")
     select_ratio: float = option_field(
-        DEFAULT_SELECT_RATIO, (_RATIO,), "fraction of documents kept, in (0, 1)"
+        DEFAULT_SELECT_RATIO, _SHARED["select_ratio"], "fraction of documents kept, in (0, 1)"
     )
     k: int | None = option_field(
         None,
-        (_COUNT, None),
+        _SHARED["k"],
         "documents kept, instead of --select-ratio (with --given: of the new documents)",
     )
     given: str | None = option_field(
@@ -145,13 +154,11 @@ class SelectorSpec:
         "a selection of --given (datamask select output, parquet or text file of ids): only "
         "its selected rows are the documents already kept",
     )
-    seed: int = option_field(
-        0, (Interval(int, 0, 2**63 - 1, closed="both"),), "seed of every random draw"
-    )
+    seed: int = option_field(0, _SHARED["seed"], "seed of every random draw")
     device: str = option_field("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
     max_similarity: float | None = option_field(
         None,
-        (Interval(float, -1, 1, closed="right"), None),
+        _SHARED["max_similarity"],
         "hard cap: no two selected documents with cosine similarity above this, e.g. 0.95",
     )
     #: The method's own parameters (its ``_parameter_constraints``), by name.
@@ -332,13 +339,7 @@ def check_settings(
             out[key] = ("columns", tuple(float(w) for w in value))
             continue
         where_to, opt = table[key]
-        try:
-            out[key] = (where_to, opt.check(value))
-        except (TypeError, ValueError) as exc:
-            if where == "settings":
-                raise
-            text = str(exc).replace(f"{key} must", f"{key} in {where} must", 1)
-            raise type(exc)(text) from None
+        out[key] = (where_to, check_option(opt, value, where=where))
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import Any
 
@@ -22,7 +22,16 @@ from ._validation import Interval, Options, validate_params
 from .objectives.registry import TERMS
 from .selectors import SELECTORS
 
-__all__ = ["Option", "options", "own_defaults", "selector_options", "term_options"]
+__all__ = [
+    "Option",
+    "check_fields",
+    "check_option",
+    "options",
+    "own_defaults",
+    "selector_options",
+    "shared_field",
+    "term_options",
+]
 
 
 # --- one setting ------------------------------------------------------------------------------
@@ -100,6 +109,35 @@ def options(section: type) -> list[Option]:
         kw = {k: v for k, v in kw.items() if k != "fingerprint"}
         out.append(Option(f.name, f.default, constraints, help, **kw))
     return out
+
+
+def shared_field(section: type, name: str) -> Any:
+    """A dataclass field declared as field ``name`` of ``section``: the same default, checks
+    and help. One setting in two specs (``bench``'s ``seed`` is ``select``'s) is declared
+    once, in the section that owns it."""
+    owned = {f.name: f for f in fields(section)}[name]
+    return field(default=owned.default, metadata=owned.metadata)
+
+
+def check_option(opt: Option, value: Any, *, where: str = "settings") -> Any:
+    """``opt.check(value)``; an error names ``where`` after the key unless it is the plain
+    "settings" (``seed in config file 'run.yaml' must be ...``)."""
+    try:
+        return opt.check(value)
+    except (TypeError, ValueError) as exc:
+        if where == "settings":
+            raise
+        text = str(exc).replace(f"{opt.name} must", f"{opt.name} in {where} must", 1)
+        raise type(exc)(text) from None
+
+
+def check_fields(spec: Any, *, where: str = "settings") -> None:
+    """Every declared field of the frozen dataclass ``spec`` checked against its option and
+    held as checked (a list as a tuple, an int as a float where a float is declared). Called
+    once, by the spec's ``__post_init__``: a spec that exists is a checked one."""
+    for opt in options(type(spec)):
+        checked = check_option(opt, getattr(spec, opt.name), where=where)
+        object.__setattr__(spec, opt.name, checked)  # frozen: the value, normalised
 
 
 #: Constructor arguments every selector shares (fields of SelectorSpec or set by the

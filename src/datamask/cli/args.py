@@ -70,10 +70,12 @@ def _help(opt: Option) -> str:
     return f"{text} (default: {default})" if default is not None else text
 
 
-def add_option(parser: Any, opt: Option) -> argparse.Action:
-    """One flag for ``opt`` (default None: "not given")."""
+def add_option(parser: Any, opt: Option, flags: list[str] | None = None) -> argparse.Action:
+    """One flag for ``opt`` (default None: "not given"); ``flags``: its spellings, when not
+    ``--`` + the key."""
     special = dict(_SPECIAL.get(opt.name, {}))
-    flags = special.pop("flags", _flags(opt.name))
+    flags = flags or special.pop("flags", _flags(opt.name))
+    special.pop("flags", None)
     kw: dict[str, Any] = {"dest": special.pop("dest", opt.name), "default": None}
     kw["help"] = special.pop("help", None) or _help(opt)
     if special.get("action") in ("store_true", "store_false"):
