@@ -168,9 +168,7 @@ class BenchSpec:
         return [*own, *objective, *(o.name for o in selector_options()), *_METHOD_KEYS]
 
     @classmethod
-    def from_mapping(
-        cls, values: Mapping[str, Any], *, where: str = "bench's arguments"
-    ) -> BenchSpec:
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> BenchSpec:
         """A spec from flat keys; None means "the default".
 
         Besides the fields: the objective's keys (``algorithm``, ``lamb``, ``term_modules``
