@@ -13,6 +13,7 @@ from .data import Corpus
 
 __all__ = [
     "option_field",
+    "setting_field",
     "Interval",
     "Options",
     "describe",
@@ -389,11 +390,15 @@ def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[
         raise error(f"{name} must be {describe(allowed)}; got {value!r}.")
 
 
-def option_field(
+def setting_field(
     default: Any, constraints: tuple | Callable[[], tuple], help: str, **kw: Any
 ) -> Any:
     """A dataclass field declared as a setting: its default, what it accepts (the
     constraints :func:`validate_params` checks; a callable returning them is resolved when
-    checked) and the help of its flag and config key. Read back as
-    :class:`datamask.options.Option` by :func:`datamask.options.options`."""
-    return field(default=default, metadata={"option": (constraints, help, kw)})
+    checked) and the help of its flag and config key. Read back as a
+    :class:`datamask.settings.Setting` by :func:`datamask.settings.section_settings`."""
+    return field(default=default, metadata={"setting": (constraints, help, kw)})
+
+
+#: Deprecated name of :func:`setting_field`.
+option_field = setting_field

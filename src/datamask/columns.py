@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ._validation import Options, option_field
+from ._validation import Options
+from .settings import setting_field
 
 __all__ = ["AUTO", "Columns", "PRESETS", "Preset", "get_preset", "resolve_columns"]
 
@@ -163,10 +164,10 @@ class Columns:
         Column names of a known layout; explicit names win.
     """
 
-    id_col: str | None = option_field(
+    id_col: str | None = setting_field(
         None, (str, None), "id column (default: from --preset, else chunk_id or id)"
     )
-    quality_cols: tuple[str, ...] = option_field(
+    quality_cols: tuple[str, ...] = setting_field(
         (),
         (str,),
         "quality column(s), mixed by quality_weights (default: from --preset, else "
@@ -174,12 +175,12 @@ class Columns:
         many=True,
     )
     quality_weights: tuple[float, ...] | None = None
-    feature_col: str | None = option_field(
+    feature_col: str | None = setting_field(
         None,
         (str, None),
         "embedding column (default: from --preset, else feature_arr, embedding or embeddings)",
     )
-    preset: str | None = option_field(
+    preset: str | None = setting_field(
         None,
         _preset_names,
         "column names of a known layout: datamask (chunk_id, quality_score, feature_arr), "

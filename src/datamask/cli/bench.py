@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import selector_settings
 from ..evaluate.bench import BenchSpec, bench, format_markdown
 from ..evaluate.bench_spec import SyntheticSpec
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from ..options import options, selector_options
-from .args import add_objective_arguments, add_option, add_options
+from ..settings import section_settings
+from .args import add_flag, add_flags, add_objective_arguments
 from .common import add_data_arguments, read_corpus_arg
 
 __all__ = ["add_bench_parser", "run_bench"]
@@ -35,18 +36,18 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", help="parquet file to select from")
-    synthetic = options(SyntheticSpec)
-    add_option(src, synthetic[0])
-    add_options(p, synthetic[1:])
-    for opt in options(BenchSpec):
-        action = add_option(p, opt, flags=_FLAGS.get(opt.name))
+    synthetic = section_settings(SyntheticSpec)
+    add_flag(src, synthetic[0])
+    add_flags(p, synthetic[1:])
+    for opt in section_settings(BenchSpec):
+        action = add_flag(p, opt, flags=_FLAGS.get(opt.name))
         action.required = opt.name == "out_dir"
     add_objective_arguments(p)
-    add_options(
+    add_flags(
         p.add_argument_group(
             "method parameters", "each is passed to every method run that takes it"
         ),
-        selector_options(),
+        selector_settings(),
     )
     p.add_argument(
         "--disf-batch-size",
@@ -75,7 +76,7 @@ def run_bench(args: argparse.Namespace) -> int:
         check_no_overlap([spec.out_dir], [args.input], what="--out-dir")
         corpus, _ = read_corpus_arg(args, args.input)
     else:
-        keys = [o.name for o in options(SyntheticSpec)]
+        keys = [o.name for o in section_settings(SyntheticSpec)]
         corpus = SyntheticSpec(**{k: given[k] for k in keys if given[k] is not None}).make()
     with OutputLock(spec.out_dir, folder=True):  # no second bench into the same folder
         result = bench(corpus, spec)

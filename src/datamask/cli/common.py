@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 
 from ..columns import Columns
-from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, split_quality
+from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, split_quality, term_settings
 from ..data import Corpus
 from ..evaluate.redundancy import DEFAULT_THRESHOLDS
 from ..evaluate.report import LENGTH_COLUMNS
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
-from ..options import options, term_options
-from .args import add_column_arguments, add_objective_arguments, add_option, add_threads_argument
+from ..settings import section_settings
+from .args import add_column_arguments, add_flag, add_objective_arguments, add_threads_argument
 
 __all__ = [
     "add_data_arguments",
@@ -43,13 +43,13 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
 def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     """The objective, the device and the threads."""
     add_objective_arguments(p)
-    add_option(p, next(o for o in options(SelectorSpec) if o.name == "device"))
+    add_flag(p, next(o for o in section_settings(SelectorSpec) if o.name == "device"))
     add_threads_argument(p)
 
 
 def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
     """The objective the flags describe, checked like ``select``'s."""
-    names = [o.name for o in (*options(ObjectiveSpec), *term_options())]
+    names = [o.name for o in (*section_settings(ObjectiveSpec), *term_settings())]
     return SelectSpec.from_mapping(
         {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
     ).objective

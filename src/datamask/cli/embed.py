@@ -13,8 +13,8 @@ import argparse
 from ..embed import EmbedSpec, embed_file
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..io.text import list_text_files
-from ..options import options
-from .args import add_options
+from ..settings import section_settings
+from .args import add_flags
 
 __all__ = ["add_embed_parser", "run_embed"]
 
@@ -32,13 +32,13 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "(streamed)",
     )
     e.add_argument("--output", required=True, help="output parquet or jsonl path")
-    add_options(e, options(EmbedSpec))
+    add_flags(e, section_settings(EmbedSpec))
     return e
 
 
 def run_embed(args: argparse.Namespace) -> int:
     given = vars(args)
-    spec = EmbedSpec.from_mapping({o.name: given[o.name] for o in options(EmbedSpec)})
+    spec = EmbedSpec.from_mapping({o.name: given[o.name] for o in section_settings(EmbedSpec)})
     check_writable(args.output)
     check_no_overlap([args.output], list_text_files(args.input))
     with OutputLock(args.output):

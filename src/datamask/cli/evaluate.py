@@ -15,9 +15,9 @@ from ..config import ObjectiveSpec, SelectorSpec
 from ..evaluate.report import evaluate_selection, format_report, read_selection
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
 from ..io.provenance import verify_selection_file
-from ..options import options
 from ..pipeline.given import evaluate_given, read_given
-from .args import add_options
+from ..settings import section_settings
+from .args import add_flags
 from .common import (
     add_data_arguments,
     add_redundancy_arguments,
@@ -65,7 +65,9 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "recorded content fingerprint), e.g. for the same rows re-encoded; see "
         "docs/provenance.md (default: check)",
     )
-    add_options(p, [o for o in options(SelectorSpec) if o.name in ("given", "given_selection")])
+    add_flags(
+        p, [o for o in section_settings(SelectorSpec) if o.name in ("given", "given_selection")]
+    )
     add_scoring_arguments(p)
     add_data_arguments(p)
     add_redundancy_arguments(p)

@@ -2,9 +2,9 @@
 :func:`datamask.evaluate.bench.bench`) runs with, declared once and checked once, where the
 command line and the library meet.
 
-Each setting is a field declared with :func:`~datamask._validation.option_field` (its
+Each setting is a field declared with :func:`~datamask._validation.setting_field` (its
 default, what it accepts, its help), or the field of ``select``'s spec it shares
-(:func:`~datamask.options.shared_field`: ``select_ratio``, ``seed``, ``device``,
+(:func:`~datamask.settings.shared_field`: ``select_ratio``, ``seed``, ``device``,
 ``threads``); ``datamask bench``'s flags are made from these declarations. A spec that
 exists is checked: ``__post_init__`` checks every field, the methods and each method's
 parameters (the per-method :class:`~datamask.config.SelectSpec` is built and checked there,
@@ -26,12 +26,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .._validation import Interval, Options, option_field
-from ..config import ObjectiveSpec, PartitionSpec, RunSpec, SelectorSpec, SelectSpec
+from .._validation import Interval, Options
+from ..config import (
+    ObjectiveSpec,
+    PartitionSpec,
+    RunSpec,
+    SelectorSpec,
+    SelectSpec,
+    selector_settings,
+    term_settings,
+)
 from ..data import Corpus
 from ..objectives.registry import import_term_modules
-from ..options import check_fields, options, selector_options, shared_field, term_options
 from ..selectors import SELECTORS
+from ..settings import check_fields, section_settings, setting_field, shared_field
 from ..synthetic import make_clustered
 from .redundancy import DEFAULT_THRESHOLDS, check_thresholds
 
@@ -71,7 +79,7 @@ class BenchSpec:
     held as nested pairs, in order).
     """
 
-    methods: tuple[str, ...] = option_field(
+    methods: tuple[str, ...] = setting_field(
         DEFAULT_METHODS, _method_names, "methods to run, in order", many=True
     )
     objective: ObjectiveSpec = ObjectiveSpec()
@@ -80,38 +88,38 @@ class BenchSpec:
     device: str = shared_field(SelectorSpec, "device")
     threads: int | None = shared_field(RunSpec, "threads")
     method_params: Any = ()
-    disf_reference_batches: int = option_field(
+    disf_reference_batches: int = setting_field(
         0,
         (Interval(int, 0, None, closed="left"),),
         "also time the original per-candidate DiSF loop on this many batches and "
         "extrapolate to all (0: skip); needs disf-greedy among the methods",
     )
-    isolate: bool = option_field(
+    isolate: bool = setting_field(
         True,
         (bool,),
         "run every method in a fresh process (clean memory numbers); --no-isolate: all in "
         "this process (faster start; memory then includes allocator reuse)",
     )
-    out_dir: str | None = option_field(
+    out_dir: str | None = setting_field(
         None, (str, os.PathLike, None), "directory for bench.md, bench.json and the PNGs"
     )
-    plots: bool = option_field(
+    plots: bool = setting_field(
         True, (bool,), "draw the PNGs (needs matplotlib; --no-plots: skip them)"
     )
-    map_method: str = option_field(
+    map_method: str = setting_field(
         "pca", (Options(str, ("pca", "tsne")),), "projection of the 2-D map"
     )
-    map_points: int = option_field(3000, (_COUNT,), "documents drawn on the map")
-    title: str | None = option_field(None, (str, None), "markdown heading")
-    progress: bool = option_field(True, (bool,), "print one line per finished method")
-    dup_thresholds: tuple[float, ...] = option_field(
+    map_points: int = setting_field(3000, (_COUNT,), "documents drawn on the map")
+    title: str | None = setting_field(None, (str, None), "markdown heading")
+    progress: bool = setting_field(True, (bool,), "print one line per finished method")
+    dup_thresholds: tuple[float, ...] = setting_field(
         DEFAULT_THRESHOLDS,
         (Interval(float, -1, 1, closed="neither"),),
         "cosine thresholds of the near-duplicate figures (pairs, documents and largest "
         "group above each)",
         many=True,
     )
-    dup_search: str = option_field(
+    dup_search: str = setting_field(
         "auto",
         (Options(str, ("auto", "exact", "ivf")),),
         "pair search over the whole input: exact, or ivf (k-means cells, approximate: lower "
@@ -164,8 +172,8 @@ class BenchSpec:
     def flat_keys(cls) -> list[str]:
         """Every flat key :meth:`from_mapping` takes (the CLI passes these of its flags)."""
         own = [f.name for f in fields(cls)]
-        objective = [o.name for o in (*options(ObjectiveSpec), *term_options())]
-        return [*own, *objective, *(o.name for o in selector_options()), *_METHOD_KEYS]
+        objective = [o.name for o in (*section_settings(ObjectiveSpec), *term_settings())]
+        return [*own, *objective, *(o.name for o in selector_settings()), *_METHOD_KEYS]
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> BenchSpec:
@@ -223,7 +231,7 @@ def _held(params: Any) -> tuple:
 
 def _objective(values: dict[str, Any], other: dict[str, Any], where: str) -> ObjectiveSpec:
     """``objective=`` or the objective's flat keys (checked as ``select`` checks them)."""
-    keys = {o.name for o in (*options(ObjectiveSpec), *term_options())}
+    keys = {o.name for o in (*section_settings(ObjectiveSpec), *term_settings())}
     flat = {k: v for k, v in other.items() if k in keys}
     if "objective" in values and flat:
         raise ValueError(f"give the objective either as objective= or as {sorted(flat)}, not both.")
@@ -239,7 +247,7 @@ def _method_params(methods: tuple, values: dict[str, Any]) -> dict[str, dict[str
     given = dict(_held(values.get("method_params", ())))
     params: dict[str, dict[str, Any]] = {m: dict(p) for m, p in given.items()}
     found: dict[str, dict[str, Any]] = {}
-    for opt in selector_options():
+    for opt in selector_settings():
         if opt.name in values:
             for method in opt.owners:
                 found.setdefault(method, {})[opt.name] = values[opt.name]
@@ -268,8 +276,8 @@ def parse_method_param(item: str) -> tuple[str, str, Any]:
         raise ValueError(f"--param takes METHOD.KEY=VALUE (e.g. mask.partial=0.2); got {item!r}.")
     if method not in SELECTORS:
         raise ValueError(f"--param method must be one of {list(SELECTORS)}; got {method!r}.")
-    own = {o.name: o for o in selector_options() if method in o.owners}
-    opt = own.get(name) or {o.name: o for o in options(SelectorSpec)}.get(name)
+    own = {o.name: o for o in selector_settings() if method in o.owners}
+    opt = own.get(name) or {o.name: o for o in section_settings(SelectorSpec)}.get(name)
     if opt is None:
         raise ValueError(
             f"--param {item!r}: {name} is not a parameter of method {method!r} (it takes "
@@ -295,14 +303,14 @@ class SyntheticSpec:
     """``datamask bench --synthetic N``: clustered data made by
     :func:`datamask.make_clustered` instead of a file."""
 
-    synthetic: int | None = option_field(
+    synthetic: int | None = setting_field(
         None,
         (Interval(int, 2, None, closed="left"), None),
         "generate N clustered documents (datamask.make_clustered) instead",
     )
-    dim: int = option_field(384, (_COUNT,), "--synthetic width")
-    clusters: int = option_field(50, (_COUNT,), "--synthetic cluster count")
-    data_seed: int = option_field(
+    dim: int = setting_field(384, (_COUNT,), "--synthetic width")
+    clusters: int = setting_field(50, (_COUNT,), "--synthetic cluster count")
+    data_seed: int = setting_field(
         0, (Interval(int, 0, None, closed="left"),), "--synthetic generator seed"
     )
 
