@@ -47,21 +47,20 @@ def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarra
 
 
 def graph_summary(objective: Any) -> dict[str, Any] | None:
-    """The neighbour graph a bound objective used: method, K, recall@K on 200 sampled rows."""
+    """The neighbour graph a bound objective used: its term's
+    :meth:`~datamask.objectives.base.Term.graph_summary` (method, K, probes, seconds) with
+    recall@K on 200 sampled rows added."""
     term = next(
         (t for _, t in objective.terms if t.has_graph and t.graph_summary() is not None),
         None,
     )
     if term is None:
         return None
-    return {
-        "method": term.graph_method_,
-        "n_neighbors": term.n_neighbors_,
-        "n_probe": term.n_probe,
-        "recall_sampled": sampled_recall(term.features_, term.graph_[0], n_rows=200),
-        "recall_rows": min(200, term.n_docs),
-        "seconds": term.graph_seconds_,
-    }
+    summary = term.graph_summary()
+    seconds = summary.pop("seconds")
+    summary["recall_sampled"] = sampled_recall(term.features_, term.graph_[0], n_rows=200)
+    summary["recall_rows"] = min(200, term.n_docs)
+    return {**summary, "seconds": seconds}
 
 
 def facility_graph(objective: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
