@@ -41,7 +41,7 @@ from ..objectives.registry import import_term_modules
 from ..selectors import SELECTORS
 from ..settings import check_fields, section_settings, setting_field, shared_field
 from ..synthetic import make_clustered
-from .redundancy import DEFAULT_THRESHOLDS, check_thresholds
+from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -112,19 +112,8 @@ class BenchSpec:
     map_points: int = setting_field(3000, (_COUNT,), "documents drawn on the map")
     title: str | None = setting_field(None, (str, None), "markdown heading")
     progress: bool = setting_field(True, (bool,), "print one line per finished method")
-    dup_thresholds: tuple[float, ...] = setting_field(
-        DEFAULT_THRESHOLDS,
-        (Interval(float, -1, 1, closed="neither"),),
-        "cosine thresholds of the near-duplicate figures (pairs, documents and largest "
-        "group above each)",
-        many=True,
-    )
-    dup_search: str = setting_field(
-        "auto",
-        (Options(str, ("auto", "exact", "ivf")),),
-        "pair search over the whole input: exact, or ivf (k-means cells, approximate: lower "
-        "bounds); auto = exact up to 100,000 documents or on CUDA",
-    )
+    dup_thresholds: tuple[float, ...] = shared_field(DuplicateSettings, "dup_thresholds")
+    dup_search: str = shared_field(DuplicateSettings, "dup_search")
 
     def __post_init__(self) -> None:
         check_fields(self)
