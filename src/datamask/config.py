@@ -139,6 +139,22 @@ class ObjectiveSpec:
         import_term_modules(self.term_modules)
         return resolve_objective(None, self.algorithm, self.lamb, params=dict(self.term_params))
 
+    @staticmethod
+    def flat_keys() -> set[str]:
+        """The objective's flat keys: its fields' and every registered term's parameters."""
+        return {s.name for s in (*section_settings(ObjectiveSpec), *term_settings())}
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> ObjectiveSpec:
+        """The objective of flat settings (``algorithm``, ``lamb``, ``term_modules``, the
+        terms' parameters; other keys and None are left out), checked as ``select`` checks
+        them (``term_modules`` imported first, so user terms' keys are known)."""
+        modules = values.get("term_modules") or ()
+        import_term_modules((modules,) if isinstance(modules, str) else tuple(modules))
+        keys = cls.flat_keys()
+        flat = {k: v for k, v in values.items() if k in keys and v is not None}
+        return SelectSpec.from_mapping(flat, where=where).objective
+
 
 @dataclass(frozen=True)
 class SelectorSpec:

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..columns import Columns
-from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, split_quality, term_settings
+from ..config import ObjectiveSpec, SelectorSpec, split_quality
 from ..data import Corpus
 from ..evaluate.redundancy import DuplicateSettings
 from ..evaluate.report import LENGTH_COLUMNS
@@ -49,10 +49,7 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
 
 def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
     """The objective the flags describe, checked like ``select``'s."""
-    names = [o.name for o in (*section_settings(ObjectiveSpec), *term_settings())]
-    return SelectSpec.from_mapping(
-        {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
-    ).objective
+    return ObjectiveSpec.from_mapping(vars(args))
 
 
 def add_dup_thresholds_argument(p: argparse.ArgumentParser) -> None:

@@ -34,7 +34,6 @@ from ..config import (
     SelectorSpec,
     SelectSpec,
     selector_settings,
-    term_settings,
 )
 from ..data import Corpus
 from ..objectives.registry import import_term_modules
@@ -161,7 +160,7 @@ class BenchSpec:
     def flat_keys(cls) -> list[str]:
         """Every flat key :meth:`from_mapping` takes (the CLI passes these of its flags)."""
         own = [f.name for f in fields(cls)]
-        objective = [o.name for o in (*section_settings(ObjectiveSpec), *term_settings())]
+        objective = sorted(ObjectiveSpec.flat_keys())
         return [*own, *objective, *(o.name for o in selector_settings()), *_METHOD_KEYS]
 
     @classmethod
@@ -220,13 +219,12 @@ def _held(params: Any) -> tuple:
 
 def _objective(values: dict[str, Any], other: dict[str, Any], where: str) -> ObjectiveSpec:
     """``objective=`` or the objective's flat keys (checked as ``select`` checks them)."""
-    keys = {o.name for o in (*section_settings(ObjectiveSpec), *term_settings())}
-    flat = {k: v for k, v in other.items() if k in keys}
+    flat = sorted(ObjectiveSpec.flat_keys() & set(other))
     if "objective" in values and flat:
-        raise ValueError(f"give the objective either as objective= or as {sorted(flat)}, not both.")
+        raise ValueError(f"give the objective either as objective= or as {flat}, not both.")
     if "objective" in values:
         return values["objective"]
-    return SelectSpec.from_mapping(flat, where=where).objective
+    return ObjectiveSpec.from_mapping(other, where=where)
 
 
 def _method_params(methods: tuple, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
