@@ -149,8 +149,7 @@ class ObjectiveSpec:
         """The objective of flat settings (``algorithm``, ``lamb``, ``term_modules``, the
         terms' parameters; other keys and None are left out), checked as ``select`` checks
         them (``term_modules`` imported first, so user terms' keys are known)."""
-        modules = values.get("term_modules") or ()
-        import_term_modules((modules,) if isinstance(modules, str) else tuple(modules))
+        import_term_modules(_module_names(values.get("term_modules")))
         keys = cls.flat_keys()
         flat = {k: v for k, v in values.items() if k in keys and v is not None}
         return SelectSpec.from_mapping(flat, where=where).objective
@@ -343,6 +342,14 @@ def _all_settings() -> dict[str, tuple[str, Setting]]:
     return table
 
 
+def _module_names(value: Any) -> tuple:
+    """``term_modules`` as names to import first: one name or several; anything else as
+    none (its setting's check then names what it got)."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list | tuple) else ()
+
+
 def check_settings(
     values: Mapping[str, Any], *, where: str = "settings"
 ) -> dict[str, tuple[str, Any]]:
@@ -354,8 +361,7 @@ def check_settings(
     Errors name the key and ``where``: ``seed in config file 'run.yaml' must be ...``.
     """
     values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-    modules = values.get("term_modules", ())
-    import_term_modules((modules,) if isinstance(modules, str) else tuple(modules))
+    import_term_modules(_module_names(values.get("term_modules")))
     values = split_quality(values)
     table = _all_settings()
     unknown = sorted(set(values) - set(table) - {"quality_weights"})

@@ -86,7 +86,7 @@ class BenchSpec:
     seed: int = shared_field(SelectorSpec, "seed")
     device: str = shared_field(SelectorSpec, "device")
     threads: int | None = shared_field(RunSpec, "threads")
-    method_params: Any = ()
+    method_params: Mapping[str, Mapping[str, Any]] | tuple = ()
     disf_reference_batches: int = setting_field(
         0,
         (Interval(int, 0, None, closed="left"),),
@@ -200,7 +200,11 @@ def method_spec(objective: ObjectiveSpec, method: str, params: dict[str, Any]) -
 
 
 def _names(value: Any) -> tuple:
-    return (value,) if isinstance(value, str) else tuple(value)
+    """One name or several as a tuple; anything else as no names (the field's own check
+    then names what it got)."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list | tuple) else ()
 
 
 def _held(params: Any) -> tuple:
