@@ -71,13 +71,15 @@ def run_bench(args: argparse.Namespace) -> int:
     bench.json and the PNGs and prints the table."""
     given = vars(args)
     spec = BenchSpec.from_mapping({k: given.get(k) for k in BenchSpec.flat_keys()})
+    keys = [o.name for o in section_settings(SyntheticSpec)]
+    chosen = {k: given[k] for k in keys if given[k] is not None}
+    synthetic = None if args.input else SyntheticSpec(**chosen)
     check_writable(spec.out_dir, folder=True)  # before any method runs
-    if args.input:
+    if synthetic is not None:
+        corpus = synthetic.make()
+    else:
         check_no_overlap([spec.out_dir], [args.input], what="--out-dir")
         corpus, _ = read_corpus_arg(args, args.input)
-    else:
-        keys = [o.name for o in section_settings(SyntheticSpec)]
-        corpus = SyntheticSpec(**{k: given[k] for k in keys if given[k] is not None}).make()
     with OutputLock(spec.out_dir, folder=True):  # no second bench into the same folder
         result = bench(corpus, spec)
     print(format_markdown(result))
