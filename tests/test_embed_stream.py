@@ -98,21 +98,27 @@ def test_embed_keeps_ids_streams_a_gz_folder_then_select_needs_no_flags(tmp_path
 
 
 class FakeModel:
-    """Stands in for the sentence-transformers model: records the chunk sizes it sees."""
+    """Stands in for the sentence-transformers model (its ``encode``): records the chunk
+    sizes it sees."""
 
     def __init__(self) -> None:
         self.calls: list[int] = []
 
-    def __call__(self, texts, model=None, **kwargs):
+    def encode(self, texts, **kwargs):
         self.calls.append(len(texts))
         rng = np.random.default_rng(len(texts))
         v = rng.normal(size=(len(texts), 8)).astype(np.float32)
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def _use(monkeypatch, fake: FakeModel) -> FakeModel:
+    """``embed_file`` loads its model once, at the door: it gets ``fake``."""
+    monkeypatch.setattr(embed_mod, "_model_for", lambda model, device, max_seq_length: fake)
+    return fake
+
+
 def test_embed_streams_in_chunks_and_numbers_rows_across_files(tmp_path, monkeypatch):
-    fake = FakeModel()
-    monkeypatch.setattr(embed_mod, "embed_texts", fake)
+    fake = _use(monkeypatch, FakeModel())
     for j in range(3):
         write_jsonl_gz(
             tmp_path / f"s{j}.jsonl.gz", [{"text": f"document {j}-{i}."} for i in range(2500)]
@@ -129,7 +135,7 @@ def test_embed_streams_in_chunks_and_numbers_rows_across_files(tmp_path, monkeyp
 
 
 def test_embed_later_chunks_follow_the_first_schema(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(embed_mod, "embed_texts", FakeModel())
+    _use(monkeypatch, FakeModel())
     src = tmp_path / "in"
     src.mkdir()
     write_jsonl_gz(src / "a.jsonl.gz", [{"id": "a", "text": "x.", "lang": "en"}])
@@ -169,6 +175,6 @@ def test_embed_input_errors_at_the_door(tmp_path, capsys):
     bad.write_bytes(gzip.compress(b'{"text": "ok"}\n')[:-6])
     with pytest.raises(ValueError, match=r"cannot read .*bad\.jsonl\.gz"):
         embed_file(bad, tmp_path / "o.parquet", progress=False)
-    with pytest.raises(ValueError, match=r"quality must be 'heuristic' or None; got 'fasttext'"):
+    with pytest.raises(ValueError, match=r"quality must be one of \['heuristic'\]; got 'fasttext'"):
         embed_file(bad, tmp_path / "o.parquet", quality="fasttext", progress=False)
     assert not (tmp_path / "o.parquet").exists()

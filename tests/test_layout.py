@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "_device",
             "_memory",
             "measure",
+            "settings",
             "_version",
             "columns",
             "quality",

@@ -1,5 +1,5 @@
 """When a setting is read: the ``needs`` of the option declarations in
-:mod:`datamask.config` (see :func:`datamask._validation.option_field`).
+:mod:`datamask.config` (see :func:`datamask._validation.setting_field`).
 
 Each predicate takes the run's spec and whether the run is sharded, and returns why that
 run ignores the setting, or None when it reads it. A setting given (not its default) that

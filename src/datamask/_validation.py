@@ -13,6 +13,7 @@ from .data import Corpus
 
 __all__ = [
     "option_field",
+    "setting_field",
     "Interval",
     "Options",
     "SEED",
@@ -394,7 +395,7 @@ def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[
         raise error(f"{name} must be {describe(allowed)}; got {value!r}.")
 
 
-def option_field(
+def setting_field(
     default: Any,
     constraints: tuple | Callable[[], tuple],
     help: str,
@@ -404,13 +405,17 @@ def option_field(
 ) -> Any:
     """A dataclass field declared as a setting: its default, what it accepts (the
     constraints :func:`validate_params` checks; a callable returning them is resolved when
-    checked) and the help of its flag and config key. Read back as
-    :class:`datamask.options.Option` by :func:`datamask.options.options`.
+    checked) and the help of its flag and config key. Read back as a
+    :class:`datamask.settings.Setting` by :func:`datamask.settings.section_settings`.
 
     ``needs``, for a setting only some runs read: ``needs(spec, sharded)`` says why the run
     ``spec`` describes ignores it (None: the run reads it). A setting a run ignores is
     warned about and not recorded as used (``SelectSpec.ignored``)."""
-    meta: dict[str, Any] = {"option": (constraints, help, kw)}
+    meta: dict[str, Any] = {"setting": (constraints, help, kw)}
     if needs is not None:
         meta["needs"] = needs
     return field(default=default, metadata=meta)
+
+
+#: Deprecated name of :func:`setting_field`.
+option_field = setting_field

@@ -234,7 +234,7 @@ class Selector:
         self.selected_ = selected
         self.scores_ = np.asarray(scores, dtype=np.float64)
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
-        self.graph_seconds_ = self.objective_.graph_info()["graph_seconds"]
+        self.graph_seconds_ = self.objective_.graph_seconds()
         self.optimise_seconds_ = self.fit_seconds_ - self.graph_seconds_
         self.terms_ = self.objective_.term_values(self.selected_) if evaluate else {}
         if self._trace is not None and evaluate:

@@ -20,10 +20,12 @@ from the preset, or with no preset, for each role the first present of its candi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
-from ._validation import Options, option_field
+from ._validation import Options
+from .settings import setting_field
 
 __all__ = ["AUTO", "Columns", "PRESETS", "Preset", "get_preset", "resolve_columns"]
 
@@ -163,10 +165,10 @@ class Columns:
         Column names of a known layout; explicit names win.
     """
 
-    id_col: str | None = option_field(
+    id_col: str | None = setting_field(
         None, (str, None), "id column (default: from --preset, else chunk_id or id)"
     )
-    quality_cols: tuple[str, ...] = option_field(
+    quality_cols: tuple[str, ...] = setting_field(
         (),
         (str,),
         "quality column(s), mixed by quality_weights (default: from --preset, else "
@@ -174,12 +176,12 @@ class Columns:
         many=True,
     )
     quality_weights: tuple[float, ...] | None = None
-    feature_col: str | None = option_field(
+    feature_col: str | None = setting_field(
         None,
         (str, None),
         "embedding column (default: from --preset, else feature_arr, embedding or embeddings)",
     )
-    preset: str | None = option_field(
+    preset: str | None = setting_field(
         None,
         _preset_names,
         "column names of a known layout: datamask (chunk_id, quality_score, feature_arr), "
@@ -247,3 +249,48 @@ class Columns:
         """Columns read from every input, each once (of a resolved value)."""
         named = [self.id_col, *self.quality_cols, self.feature_col]
         return list(dict.fromkeys(c for c in named if c is not None))
+
+
+def split_quality(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``quality_col`` (``NAME`` / ``NAME:WEIGHT`` specs or pairs, as the flag takes them)
+    replaced by ``quality_cols`` and ``quality_weights``; other keys kept.
+
+    >>> split_quality({"quality_col": ["edu:2", "quality_score"]})
+    {'quality_cols': ['edu', 'quality_score'], 'quality_weights': [2.0, 1.0]}
+    """
+    out = dict(values)
+    if out.get("quality_col") is None:
+        out.pop("quality_col", None)
+        return out
+    specs = out.pop("quality_col")
+    pairs = [
+        quality_spec(v) if isinstance(v, str) else (str(v[0]), float(v[1]))
+        for v in (specs if isinstance(specs, list | tuple) else [specs])
+    ]
+    out["quality_cols"] = [name for name, _ in pairs]
+    if any(w != 1.0 for _, w in pairs):
+        if out.get("quality_weights") is not None:
+            raise ValueError(
+                "give the quality weights either as NAME:WEIGHT or as quality_weights, not "
+                f"both; got {list(specs)} and {list(out['quality_weights'])}."
+            )
+        out["quality_weights"] = [w for _, w in pairs]
+    return out
+
+
+def quality_spec(text: str) -> tuple[str, float]:
+    """``name`` or ``name:weight`` -> (name, weight).
+
+    >>> quality_spec("edu:2"), quality_spec("quality_score")
+    (('edu', 2.0), ('quality_score', 1.0))
+    """
+    name, sep, weight = text.rpartition(":")
+    if not sep:
+        return text, 1.0
+    try:
+        value = float(weight)
+    except ValueError:
+        raise ValueError(f"--quality-col takes NAME or NAME:WEIGHT; got {text!r}.") from None
+    if not value >= 0:
+        raise ValueError(f"quality weight must be >= 0; got {text!r}.")
+    return name, value

@@ -3,11 +3,11 @@
 A :class:`SelectSpec` is five frozen sections: what is maximised (:class:`ObjectiveSpec`),
 by which method (:class:`SelectorSpec`), on which columns (:class:`~datamask.columns.Columns`),
 how a corpus is split (:class:`PartitionSpec`) and how the run is carried out (:class:`RunSpec`).
-Each setting is declared once, as a field here (:func:`~datamask._validation.option_field`)
+Each setting is declared once, as a field here (:func:`~datamask._validation.setting_field`)
 or in the constraint table of the selector or term that owns it (``_parameter_constraints``,
 scikit-learn's model); the command line's flags, choices and help, the keys of a YAML/TOML
 ``--config`` file and the checks are all made from those declarations
-(:mod:`datamask.options`). The spec is what :func:`datamask.select`
+(:mod:`datamask.settings`). The spec is what :func:`datamask.select`
 runs, what is fingerprinted for resume, and what crosses process boundaries (it pickles).
 
     >>> spec = SelectSpec.from_mapping({"select_ratio": 0.1, "n_epochs": 50})
@@ -27,13 +27,21 @@ from typing import Any
 
 from ._device import check_device_name
 from ._needs import clustered, global_budget, grouped_by_size, on_ray, sharded_only
-from ._validation import DEFAULT_SELECT_RATIO, SEED, Interval, Options, option_field
-from .columns import Columns
+from ._validation import DEFAULT_SELECT_RATIO, Interval, Options
+from .base import Selector
+from .columns import Columns, quality_spec, split_quality  # noqa: F401 (re-exported)
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
 from .objectives.registry import TERMS, import_term_modules
-from .options import Option, options, own_defaults, selector_options, term_options
 from .selectors import SELECTORS
+from .settings import (
+    Setting,
+    check_setting,
+    own_defaults,
+    owned_settings,
+    section_settings,
+    setting_field,
+)
 
 __all__ = [
     "Columns",
@@ -43,13 +51,16 @@ __all__ = [
     "SelectSpec",
     "SelectorSpec",
     "check_settings",
-    "iter_options",
+    "iter_settings",
+    "selector_settings",
     "quality_spec",
     "split_quality",
+    "term_settings",
 ]
 
 
-_RATIO = Interval(float, 0, 1, closed="neither")
+#: What the shared settings accept, declared once: in the selectors' shared table.
+_SHARED = {key: tuple(c) for key, c in Selector._shared_constraints.items() if c != "no_validation"}
 
 
 def _device_name(value: Any) -> bool:
@@ -73,22 +84,32 @@ def _term_names() -> tuple:
     return (Options(str, tuple(TERMS)),)
 
 
+def selector_settings() -> list[Setting]:
+    """The settings of every registered method's own parameters."""
+    return owned_settings(SELECTORS)
+
+
+def term_settings() -> list[Setting]:
+    """The settings of every registered term's parameters (import user terms first)."""
+    return owned_settings(TERMS)
+
+
 # --- the five sections ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ObjectiveSpec:
     """``J = lamb * quality + (1 - lamb) * mean of the diversity terms``."""
 
-    algorithm: tuple[str, ...] = option_field(
+    algorithm: tuple[str, ...] = setting_field(
         (DEFAULT_ALGORITHM,),
         _term_names,
         "diversity term(s), equally weighted: a registered term name (built in: Facility, "
         "Pair_simi, DiSF; --term-module adds yours)",
         many=True,
     )
-    lamb: float = option_field(
+    lamb: float = setting_field(
         DEFAULT_LAMB, (Interval(float, 0, 1, closed="both"),), "weight of quality in [0, 1]"
     )
-    term_modules: tuple[str, ...] = option_field(
+    term_modules: tuple[str, ...] = setting_field(
         (),
         (str,),
         "module(s) imported first, to register user terms by name (e.g. mypkg.terms); "
@@ -119,38 +140,53 @@ class ObjectiveSpec:
         import_term_modules(self.term_modules)
         return resolve_objective(None, self.algorithm, self.lamb, params=dict(self.term_params))
 
+    @staticmethod
+    def flat_keys() -> set[str]:
+        """The objective's flat keys: its fields' and every registered term's parameters."""
+        return {s.name for s in (*section_settings(ObjectiveSpec), *term_settings())}
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> ObjectiveSpec:
+        """The objective of flat settings (``algorithm``, ``lamb``, ``term_modules``, the
+        terms' parameters; other keys and None are left out), checked as ``select`` checks
+        them (``term_modules`` imported first, so user terms' keys are known)."""
+        import_term_modules(_module_names(values.get("term_modules")))
+        keys = cls.flat_keys()
+        flat = {k: v for k, v in values.items() if k in keys and v is not None}
+        return SelectSpec.from_mapping(flat, where=where).objective
+
 
 @dataclass(frozen=True)
 class SelectorSpec:
     """The method, the budget and what every method shares; the rest goes in ``params``."""
 
-    method: str = option_field("mask", _method_names, "selector (mask: the DATAMASK learner)")
-    select_ratio: float = option_field(
-        DEFAULT_SELECT_RATIO, (_RATIO,), "fraction of documents kept, in (0, 1)"
+    method: str = setting_field("mask", _method_names, "selector (mask: the DATAMASK learner)")
+    select_ratio: float = setting_field(
+        DEFAULT_SELECT_RATIO, _SHARED["select_ratio"], "fraction of documents kept, in (0, 1)"
     )
-    k: int | None = option_field(
+    k: int | None = setting_field(
         None,
-        (_COUNT, None),
+        _SHARED["k"],
         "documents kept, instead of --select-ratio (with --given: of the new documents)",
     )
-    given: str | None = option_field(
+    given: str | None = setting_field(
         None,
         (str, os.PathLike, None),
         "documents already kept (a parquet file, a folder or glob of shards, a save_to_disk "
         "folder or a URI): k documents are selected from --input only, counting the coverage "
         "they add above what these give; docs/incremental.md",
     )
-    given_selection: str | None = option_field(
+    given_selection: str | None = setting_field(
         None,
         (str, os.PathLike, None),
         "a selection of --given (datamask select output, parquet or text file of ids): only "
         "its selected rows are the documents already kept",
     )
-    seed: int = option_field(0, (SEED,), "seed of every random draw")
-    device: str = option_field("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
-    max_similarity: float | None = option_field(
+    seed: int = setting_field(0, _SHARED["seed"], "seed of every random draw")
+    device: str = setting_field("auto", (_device_name,), "auto, cpu, cuda or cuda:N")
+    max_similarity: float | None = setting_field(
         None,
-        (Interval(float, -1, 1, closed="right"), None),
+        _SHARED["max_similarity"],
         "hard cap: no two selected documents with cosine similarity above this, e.g. 0.95",
     )
     #: The method's own parameters (its ``_parameter_constraints``), by name.
@@ -189,7 +225,7 @@ class SelectorSpec:
 class PartitionSpec:
     """How a sharded corpus is split into groups and how the budget is shared."""
 
-    partition: str = option_field(
+    partition: str = setting_field(
         "cluster",
         (Options(str, ("shard", "chunk", "cluster")),),
         "selection groups: k-means clusters of the embeddings (each document's neighbours in "
@@ -198,27 +234,27 @@ class PartitionSpec:
         "fixed-size chunks of rows",
         needs=sharded_only,
     )
-    chunk_size: int = option_field(
+    chunk_size: int = setting_field(
         100_000,
         (_COUNT,),
         "rows per group for --partition chunk, and the largest cluster group before it is "
         "split for --partition cluster",
         needs=grouped_by_size,
     )
-    n_clusters: int | None = option_field(
+    n_clusters: int | None = setting_field(
         None,
         (_COUNT, None),
         "k-means clusters for --partition cluster (None: 1 when N fits one group, else "
         "ceil(N / (0.9 x chunk-size)))",
         needs=clustered,
     )
-    kmeans_sample: int = option_field(
+    kmeans_sample: int = setting_field(
         100_000,
         (_COUNT,),
         "rows sampled to fit the k-means centroids",
         needs=clustered,
     )
-    budget: str = option_field(
+    budget: str = setting_field(
         "global",
         (Options(str, ("global", "group")),),
         "global: exactly round(select-ratio * N) over the corpus from the groups' "
@@ -227,14 +263,14 @@ class PartitionSpec:
         "its proportional share",
         needs=sharded_only,
     )
-    oversample: float = option_field(
+    oversample: float = setting_field(
         2.0,
         (Interval(float, 1, None, closed="left"),),
         "--budget global: candidates per group as a multiple of its proportional share "
         "(exact merges for topk and random need none)",
         needs=global_budget,
     )
-    exchange_neighbors: int = option_field(
+    exchange_neighbors: int = setting_field(
         8,
         (Interval(int, 0, None, closed="left"),),
         "--budget global by gains with facility location: after the allocation each group "
@@ -249,43 +285,43 @@ class PartitionSpec:
 class RunSpec:
     """How the run is carried out; none of it changes the selection."""
 
-    selected_only: bool = option_field(
+    selected_only: bool = setting_field(
         False, (bool,), "write only the selected ids (and their rank)", fingerprint=True
     )
-    progress: bool = option_field(True, (bool,), "show progress bars")
-    threads: int | None = option_field(
+    progress: bool = setting_field(True, (bool,), "show progress bars")
+    threads: int | None = setting_field(
         None,
         (Interval(int, 1, None, closed="left"), None),
         "CPU threads of torch and numpy (None: the cores available)",
     )
-    workers: int | None = option_field(
+    workers: int | None = setting_field(
         None,
         (_COUNT, None),
         "groups selected at once (None: the cores available here; with Ray, every GPU of the "
         "cluster, else every CPU)",
         needs=sharded_only,
     )
-    runner: str | None = option_field(
+    runner: str | None = setting_field(
         None,
         (Options(str, ("local", "ray")), None),
         "local: a process pool of --workers on this machine; ray: Ray tasks, for a cluster "
         "(None: local, ray when --ray-address is given)",
         needs=sharded_only,
     )
-    ray_address: str | None = option_field(
+    ray_address: str | None = setting_field(
         None,
         (str, None),
         "address of a running Ray cluster, e.g. auto or ray://head:10001",
         needs=sharded_only,
     )
-    gpus_per_task: float | None = option_field(
+    gpus_per_task: float | None = setting_field(
         None,
         (Interval(float, 0, 1, closed="right"), None),
         "Ray, when the cluster has GPUs: the share of a GPU each group task asks for "
         "(None: 1 / ceil(workers / GPUs), the workers share the GPUs)",
         needs=on_ray,
     )
-    work_dir: str | None = option_field(
+    work_dir: str | None = setting_field(
         None,
         (str, None),
         "per-group results and completion markers, for resuming (None: OUTPUT/_work)",
@@ -302,25 +338,33 @@ SECTIONS: dict[str, type] = {
 }
 
 
-# --- the options, from the sections and the owners' tables ------------------------------------
+# --- the settings, from the sections and the owners' tables ------------------------------------
 def _fingerprinted(section: type, name: str) -> bool:
     if section is not RunSpec:
         return True
     f = {f.name: f for f in fields(section)}[name]
-    return bool(f.metadata["option"][2].get("fingerprint"))
+    return bool(f.metadata["setting"][2].get("fingerprint"))
 
 
-def _all_options() -> dict[str, tuple[str, Option]]:
+def _all_settings() -> dict[str, tuple[str, Setting]]:
     """Flat key -> (where it goes, option): a section name, "selector" or "term"."""
-    table: dict[str, tuple[str, Option]] = {}
+    table: dict[str, tuple[str, Setting]] = {}
     for where, section in SECTIONS.items():
-        for opt in options(section):
+        for opt in section_settings(section):
             table[opt.name] = (where, opt)
-    for opt in selector_options():
+    for opt in selector_settings():
         table.setdefault(opt.name, ("selector_params", opt))
-    for opt in term_options():
+    for opt in term_settings():
         table.setdefault(opt.name, ("term_params", opt))
     return table
+
+
+def _module_names(value: Any) -> tuple:
+    """``term_modules`` as names to import first: one name or several; anything else as
+    none (its setting's check then names what it got)."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list | tuple) else ()
 
 
 def check_settings(
@@ -334,10 +378,9 @@ def check_settings(
     Errors name the key and ``where``: ``seed in config file 'run.yaml' must be ...``.
     """
     values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-    modules = values.get("term_modules", ())
-    import_term_modules((modules,) if isinstance(modules, str) else tuple(modules))
+    import_term_modules(_module_names(values.get("term_modules")))
     values = split_quality(values)
-    table = _all_options()
+    table = _all_settings()
     unknown = sorted(set(values) - set(table) - {"quality_weights"})
     if unknown:
         raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {sorted(table)}.")
@@ -347,13 +390,7 @@ def check_settings(
             out[key] = ("columns", tuple(float(w) for w in value))
             continue
         where_to, opt = table[key]
-        try:
-            out[key] = (where_to, opt.check(value))
-        except (TypeError, ValueError) as exc:
-            if where == "settings":
-                raise
-            text = str(exc).replace(f"{key} must", f"{key} in {where} must", 1)
-            raise type(exc)(text) from None
+        out[key] = (where_to, check_setting(opt, value, where=where))
     return out
 
 
@@ -543,51 +580,6 @@ def _check_columns(cols: Columns) -> None:
         )
 
 
-def split_quality(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``quality_col`` (``NAME`` / ``NAME:WEIGHT`` specs or pairs, as the flag takes them)
-    replaced by ``quality_cols`` and ``quality_weights``; other keys kept.
-
-    >>> split_quality({"quality_col": ["edu:2", "quality_score"]})
-    {'quality_cols': ['edu', 'quality_score'], 'quality_weights': [2.0, 1.0]}
-    """
-    out = dict(values)
-    if out.get("quality_col") is None:
-        out.pop("quality_col", None)
-        return out
-    specs = out.pop("quality_col")
-    pairs = [
-        quality_spec(v) if isinstance(v, str) else (str(v[0]), float(v[1]))
-        for v in (specs if isinstance(specs, list | tuple) else [specs])
-    ]
-    out["quality_cols"] = [name for name, _ in pairs]
-    if any(w != 1.0 for _, w in pairs):
-        if out.get("quality_weights") is not None:
-            raise ValueError(
-                "give the quality weights either as NAME:WEIGHT or as quality_weights, not "
-                f"both; got {list(specs)} and {list(out['quality_weights'])}."
-            )
-        out["quality_weights"] = [w for _, w in pairs]
-    return out
-
-
-def quality_spec(text: str) -> tuple[str, float]:
-    """``name`` or ``name:weight`` -> (name, weight).
-
-    >>> quality_spec("edu:2"), quality_spec("quality_score")
-    (('edu', 2.0), ('quality_score', 1.0))
-    """
-    name, sep, weight = text.rpartition(":")
-    if not sep:
-        return text, 1.0
-    try:
-        value = float(weight)
-    except ValueError:
-        raise ValueError(f"--quality-col takes NAME or NAME:WEIGHT; got {text!r}.") from None
-    if not value >= 0:
-        raise ValueError(f"quality weight must be >= 0; got {text!r}.")
-    return name, value
-
-
-def iter_options() -> Iterator[tuple[str, Option]]:
+def iter_settings() -> Iterator[tuple[str, Setting]]:
     """Every option with where it goes, in declaration order (the CLI's flags)."""
-    yield from _all_options().values()
+    yield from _all_settings().values()

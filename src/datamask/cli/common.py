@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 
 from ..columns import Columns
-from ..config import ObjectiveSpec, SelectorSpec, SelectSpec, split_quality
+from ..config import ObjectiveSpec, SelectorSpec, split_quality
 from ..data import Corpus
-from ..evaluate.redundancy import DEFAULT_THRESHOLDS
+from ..evaluate.redundancy import DuplicateSettings
 from ..evaluate.report import LENGTH_COLUMNS
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
-from ..options import options, term_options
-from .args import add_column_arguments, add_objective_arguments, add_option, add_threads_argument
+from ..settings import section_settings
+from .args import add_column_arguments, add_flag, add_objective_arguments, add_threads_argument
 
 __all__ = [
     "add_data_arguments",
@@ -57,42 +57,29 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
 def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     """The objective, the device and the threads."""
     add_objective_arguments(p)
-    add_option(p, next(o for o in options(SelectorSpec) if o.name == "device"))
+    add_flag(p, next(o for o in section_settings(SelectorSpec) if o.name == "device"))
     add_threads_argument(p)
 
 
 def objective_from(args: argparse.Namespace) -> ObjectiveSpec:
     """The objective the flags describe, checked like ``select``'s."""
-    names = [o.name for o in (*options(ObjectiveSpec), *term_options())]
-    return SelectSpec.from_mapping(
-        {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
-    ).objective
+    return ObjectiveSpec.from_mapping(vars(args))
 
 
 def add_dup_thresholds_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dup-thresholds",
-        "--dup_thresholds",
-        dest="dup_thresholds",
-        nargs="+",
-        type=float,
-        default=list(DEFAULT_THRESHOLDS),
-        help="cosine thresholds of the near-duplicate figures (pairs, documents and largest "
-        "group above each) (default: 0.9 0.95 0.99)",
-    )
+    _add_duplicate_flag(p, "dup_thresholds")
 
 
 def add_redundancy_arguments(p: argparse.ArgumentParser) -> None:
     add_dup_thresholds_argument(p)
-    p.add_argument(
-        "--dup-search",
-        "--dup_search",
-        dest="dup_search",
-        choices=["auto", "exact", "ivf"],
-        default="auto",
-        help="pair search over the whole input: exact, or ivf (k-means cells, approximate: "
-        "lower bounds) (default: auto = exact up to 100,000 documents or on CUDA)",
-    )
+    _add_duplicate_flag(p, "dup_search")
+
+
+def _add_duplicate_flag(p: argparse.ArgumentParser, name: str) -> None:
+    """The flag of a near-duplicate setting, with its declared default (these commands read
+    the flag's value as it is, with no spec to fill it)."""
+    setting = next(s for s in section_settings(DuplicateSettings) if s.name == name)
+    add_flag(p, setting).default = list(setting.default) if setting.many else setting.default
 
 
 def columns_from_args(args: argparse.Namespace) -> Columns:

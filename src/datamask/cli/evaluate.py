@@ -17,9 +17,9 @@ from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_w
 from ..io.fs import expect_file
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import SELECTION_FILES
-from ..options import options
 from ..pipeline.given import evaluate_given, read_given
-from .args import add_options
+from ..settings import section_settings
+from .args import add_flags
 from .common import (
     add_data_arguments,
     add_redundancy_arguments,
@@ -62,7 +62,9 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     add_trust_argument(
         p, "that --input is the file the selection was made from: its recorded fingerprint"
     )
-    add_options(p, [o for o in options(SelectorSpec) if o.name in ("given", "given_selection")])
+    add_flags(
+        p, [o for o in section_settings(SelectorSpec) if o.name in ("given", "given_selection")]
+    )
     add_scoring_arguments(p)
     add_data_arguments(p)
     add_redundancy_arguments(p)

@@ -17,7 +17,7 @@ import argparse
 from typing import Any
 
 from ..api import select
-from ..config import SelectSpec, check_settings, iter_options, split_quality
+from ..config import SelectSpec, check_settings, iter_settings, split_quality
 from ..io.parquet import summary_path
 from .args import add_select_arguments
 
@@ -54,7 +54,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SelectSpec, dict[str, Any]
     check_settings(config, where=f"config file {args.config!r}")  # errors name the file
     config = split_quality(config)
     given = split_quality(
-        {n: getattr(args, n, None) for n in [*(o.name for _, o in iter_options()), "quality_col"]}
+        {n: getattr(args, n, None) for n in [*(o.name for _, o in iter_settings()), "quality_col"]}
     )
     if "quality_cols" in given:  # the flag's columns replace the file's, weights included
         config.pop("quality_weights", None)

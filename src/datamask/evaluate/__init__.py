@@ -4,7 +4,14 @@ and the HTML page of selections (``datamask report``).
 Plots live in :mod:`datamask.evaluate.plots` and import matplotlib only when drawn.
 """
 
-from .bench import DEFAULT_METHODS, bench, format_markdown, measure_peak_rss, run_method
+from .bench import (
+    DEFAULT_METHODS,
+    BenchSpec,
+    bench,
+    format_markdown,
+    measure_peak_rss,
+    run_method,
+)
 from .browse import build_report, render_html, write_report
 from .report import (
     evaluate_selection,
@@ -18,6 +25,7 @@ from .report import (
 
 __all__ = [
     "DEFAULT_METHODS",
+    "BenchSpec",
     "bench",
     "build_report",
     "evaluate_selection",

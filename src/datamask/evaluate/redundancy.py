@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,12 +32,41 @@ import torch
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from .._validation import Interval, Options
 from ..near_duplicates import as_float_tensor, resolve_pair_method, similar_pairs
+from ..settings import setting_field
 
-__all__ = ["DEFAULT_THRESHOLDS", "check_thresholds", "duplicate_stats", "redundancy"]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "DuplicateSettings",
+    "check_thresholds",
+    "duplicate_stats",
+    "redundancy",
+]
 
 #: ``--dup-thresholds`` default.
 DEFAULT_THRESHOLDS = (0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class DuplicateSettings:
+    """The near-duplicate figures' two settings, declared once: ``bench``'s spec shares
+    them and ``evaluate`` and ``report`` make their flags from them."""
+
+    dup_thresholds: tuple[float, ...] = setting_field(
+        DEFAULT_THRESHOLDS,
+        (Interval(float, -1, 1, closed="neither"),),
+        "cosine thresholds of the near-duplicate figures (pairs, documents and largest "
+        "group above each)",
+        many=True,
+    )
+    dup_search: str = setting_field(
+        "auto",
+        (Options(str, ("auto", "exact", "ivf")),),
+        "pair search over the whole input: exact, or ivf (k-means cells, approximate: lower "
+        "bounds); auto = exact up to 100,000 documents or on CUDA",
+    )
+
 
 #: Pending edges before the forest is compressed.
 _COMPRESS_EDGES = 1 << 22

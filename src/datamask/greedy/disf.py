@@ -29,7 +29,6 @@ original does on its float32 memmap), to time the original on the same batches.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -47,7 +46,6 @@ __all__ = [
     "batch_quotas",
     "candidate_losses",
     "reference_correlation",
-    "time_reference",
 ]
 
 IMPLEMENTATIONS = ("vectorised", "reference")
@@ -296,41 +294,3 @@ class GreedyDiSF(Selector):
             picks.append(best_j)
             chosen.add(best_j)
         return np.asarray(picks, dtype=np.int64)
-
-
-def time_reference(
-    corpus: Corpus,
-    *,
-    select_ratio: float,
-    batch_size: int = 1024,
-    n_batches: int = 1,
-    seed: int = 0,
-    device: str = "cpu",
-) -> dict[str, float]:
-    """Time the original per-candidate loop on the first ``n_batches`` full batches.
-
-    Returns the measured seconds per batch and the extrapolation to every batch of the
-    corpus (the loop's cost is the same for every full batch with the same quota).
-    """
-    sel = GreedyDiSF(
-        select_ratio=select_ratio,
-        batch_size=batch_size,
-        seed=seed,
-        device=device,
-        implementation="reference",
-    )
-    sel._setup(corpus)
-    starts, quotas = batch_quotas(corpus.n_docs, sel.k_, batch_size)
-    timed = min(n_batches, len(starts))
-    t0 = time.perf_counter()
-    for b in range(timed):
-        lo, hi = int(starts[b]), min(int(starts[b]) + batch_size, corpus.n_docs)
-        first = int(sel._np_rng.integers(hi - lo))
-        sel._pick_reference(sel.objective_.features_[lo:hi], int(quotas[b]), first)
-    per_batch = (time.perf_counter() - t0) / max(timed, 1)
-    return {
-        "seconds_per_batch": per_batch,
-        "n_batches_timed": timed,
-        "n_batches": len(starts),
-        "seconds_estimated": per_batch * len(starts),
-    }

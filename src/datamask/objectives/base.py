@@ -267,7 +267,9 @@ class Term(ABC):
         return None
 
     def graph_summary(self) -> dict[str, Any] | None:
-        """``{"seconds", "method", "n_neighbors"}`` of a built graph, else None."""
+        """``{"method", "n_neighbors", "n_probe", "seconds"}`` of a built graph, else None:
+        the one summary of a neighbour graph (the objective sums its ``seconds``, a
+        selection's summary adds its sampled recall)."""
         return None
 
     def graph_value(self, selected: torch.Tensor) -> float:

@@ -200,15 +200,11 @@ class Objective:
             if term.has_graph:
                 term.build_graph()
 
-    def graph_info(self) -> dict[str, Any]:
-        """Seconds spent building neighbour graphs, how, and their K (empty when none)."""
+    def graph_seconds(self) -> float:
+        """Seconds spent building the terms' neighbour graphs (the sum of their
+        :meth:`~datamask.objectives.base.Term.graph_summary` seconds; 0 when none)."""
         built = [t.graph_summary() for _, t in self.terms if t.has_graph]
-        built = [g for g in built if g is not None]
-        return {
-            "graph_seconds": float(sum(g["seconds"] for g in built)),
-            "graph_method": ",".join(g["method"] for g in built),
-            "n_neighbors": [int(g["n_neighbors"]) for g in built],
-        }
+        return float(sum(g["seconds"] for g in built if g is not None))
 
     @property
     def submodular(self) -> bool:

@@ -281,9 +281,10 @@ class FacilityLocation(Term):
         if self.graph_ is None:
             return None
         return {
-            "seconds": float(self.graph_seconds_),
             "method": self.graph_method_,
             "n_neighbors": int(self.n_neighbors_),
+            "n_probe": self.n_probe,
+            "seconds": float(self.graph_seconds_),
         }
 
     def reverse_graph(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -47,21 +47,20 @@ def modular_scores(corpus: Corpus, ids: pa.Array, spec: SelectSpec) -> np.ndarra
 
 
 def graph_summary(objective: Any) -> dict[str, Any] | None:
-    """The neighbour graph a bound objective used: method, K, recall@K on 200 sampled rows."""
+    """The neighbour graph a bound objective used: its term's
+    :meth:`~datamask.objectives.base.Term.graph_summary` (method, K, probes, seconds) with
+    recall@K on 200 sampled rows added."""
     term = next(
         (t for _, t in objective.terms if t.has_graph and t.graph_summary() is not None),
         None,
     )
     if term is None:
         return None
-    return {
-        "method": term.graph_method_,
-        "n_neighbors": term.n_neighbors_,
-        "n_probe": term.n_probe,
-        "recall_sampled": sampled_recall(term.features_, term.graph_[0], n_rows=200),
-        "recall_rows": min(200, term.n_docs),
-        "seconds": term.graph_seconds_,
-    }
+    summary = term.graph_summary()
+    seconds = summary.pop("seconds")
+    summary["recall_sampled"] = sampled_recall(term.features_, term.graph_[0], n_rows=200)
+    summary["recall_rows"] = min(200, term.n_docs)
+    return {**summary, "seconds": seconds}
 
 
 def facility_graph(objective: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -167,6 +166,31 @@ def fit_group(
     return sel
 
 
+def _all_or_none(
+    corpus: Corpus,
+    k: int,
+    spec: SelectSpec,
+    seed: int | None,
+    gain_curve: bool,
+    meta: dict[str, Any],
+) -> Selection:
+    """Every row (``k == n``) or none (``k == 0``): nothing to learn, every score ties."""
+    n = corpus.n_docs
+    scores = np.zeros(n)
+    selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
+    if gain_curve:  # every row is kept; the order still prices them
+        check_corpus(corpus)
+        objective = spec.objective.make().bind(
+            corpus,
+            len(selected),
+            resolve_device(spec.selector.device),
+            seed=spec.selector.seed if seed is None else seed,
+        )
+        meta["gain_order"] = gain_order(objective, selected)
+    logits = scores.astype(np.float32)
+    return Selection(selected, scores, meta, ids=corpus.ids, logits=logits)
+
+
 def _fit(
     corpus: Corpus,
     k: int | None,
@@ -203,19 +227,7 @@ def _fit(
         logits = scores.astype(np.float32)
         return Selection(selected, scores, meta, ids=corpus.ids, logits=logits), None
     if k is not None and not 0 < k < n:  # nothing to learn: every score ties
-        scores = np.zeros(n)
-        selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
-        if gain_curve:  # every row is kept; the order still prices them
-            check_corpus(corpus)
-            objective = spec.objective.make().bind(
-                corpus,
-                len(selected),
-                resolve_device(spec.selector.device),
-                seed=spec.selector.seed if seed is None else seed,
-            )
-            meta["gain_order"] = gain_order(objective, selected)
-        logits = scores.astype(np.float32)
-        return Selection(selected, scores, meta, ids=corpus.ids, logits=logits), None
+        return _all_or_none(corpus, k, spec, seed, gain_curve, meta), None
     selector = spec.make_selector(k=k, seed=seed, progress=progress)
     dev = resolve_device(selector.device)
     if dev.type == "cuda":

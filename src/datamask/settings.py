@@ -1,0 +1,217 @@
+"""One setting, declared once: :class:`Setting` and the settings read from their declarations.
+
+A setting is declared either as a field of a spec (:func:`setting_field`: the sections of
+:class:`datamask.config.SelectSpec`, :class:`datamask.columns.Columns`,
+:class:`datamask.evaluate.bench_spec.BenchSpec`, :class:`datamask.embed.EmbedSpec`) or in
+the constraint table of the selector or term that owns it (``_parameter_constraints``,
+scikit-learn's model). :func:`section_settings` and :func:`owned_settings` read them back as
+:class:`Setting` values: what the command line makes its flags from
+(:mod:`datamask.cli.args`), what a config file's keys are checked against, and what a spec
+checks its fields with (:func:`check_fields`).
+
+Words, one meaning each: a *setting* is one declared key (``seed``); a *spec* is the frozen,
+checked whole a command runs with (:class:`~datamask.config.SelectSpec`); *settings* are
+flat keys and values a spec is made from (``select(..., **settings)``); a *flag* is a
+setting's command-line form (``--seed``); :class:`~datamask._validation.Options` is the
+constraint "one of these values" (scikit-learn's name).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from typing import Any
+
+from ._validation import Interval, Options, setting_field, validate_params
+
+__all__ = [
+    "SHARED_PARAMS",
+    "Setting",
+    "check_fields",
+    "check_setting",
+    "owned_settings",
+    "own_defaults",
+    "section_settings",
+    "setting_field",
+    "shared_field",
+]
+
+
+# --- one setting ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its key, default, what it accepts and its help.
+
+    Attributes
+    ----------
+    name : str
+        Config key and ``--flag`` (``select_ratio`` -> ``--select-ratio``, ``--select_ratio``).
+    default : object
+        Its value when nobody sets it.
+    constraints : tuple
+        What it accepts (see :func:`datamask._validation.validate_params`); a callable
+        returning them is resolved when checked (choices that come from a registry).
+    help : str
+        One sentence for ``--help``.
+    many : bool
+        A list of values (``nargs="+"``), held as a tuple.
+    owners : tuple of str
+        For selector and term parameters: the methods or terms that take it.
+    """
+
+    name: str
+    default: Any
+    constraints: tuple | Callable[[], tuple]
+    help: str
+    many: bool = False
+    owners: tuple[str, ...] = ()
+
+    def allowed(self) -> tuple:
+        return self.constraints() if callable(self.constraints) else self.constraints
+
+    def check(self, value: Any) -> Any:
+        """``value`` checked (a list becomes a tuple for ``many``). Returns it."""
+        if self.many:
+            items = (value,) if isinstance(value, str) else value
+            # empty only where the default is (term_modules: none; algorithm needs one)
+            if not isinstance(items, list | tuple) or (not items and self.default != ()):
+                raise TypeError(f"{self.name} must be a name or a list of names; got {value!r}.")
+            for item in items:
+                validate_params("settings", {self.name: self.allowed()}, {self.name: item})
+            return tuple(items)
+        if isinstance(value, int) and not isinstance(value, bool) and self.kind is float:
+            value = float(value)
+        validate_params("settings", {self.name: self.allowed()}, {self.name: value})
+        return value
+
+    @property
+    def kind(self) -> type:
+        """The Python type of one value (what argparse converts a flag's text to)."""
+        for c in self.allowed():
+            if isinstance(c, Interval | Options):
+                return c.type
+            if isinstance(c, type):
+                return c
+        return str
+
+    @property
+    def choices(self) -> list[str] | None:
+        for c in self.allowed():
+            if isinstance(c, Options):
+                return c.ordered
+        return None
+
+
+def section_settings(section: type) -> list[Setting]:
+    """The :class:`Setting` of every declared field of a spec or spec section."""
+    out = []
+    for f in fields(section):
+        if "setting" not in f.metadata:
+            continue
+        constraints, help, kw = f.metadata["setting"]
+        kw = {k: v for k, v in kw.items() if k != "fingerprint"}
+        out.append(Setting(f.name, f.default, constraints, help, **kw))
+    return out
+
+
+def shared_field(section: type, name: str) -> Any:
+    """A dataclass field declared as field ``name`` of ``section``: the same default, checks
+    and help. One setting in two specs (``bench``'s ``seed`` is ``select``'s) is declared
+    once, in the section that owns it."""
+    owned = {f.name: f for f in fields(section)}[name]
+    return field(default=owned.default, metadata=owned.metadata)
+
+
+def check_setting(opt: Setting, value: Any, *, where: str = "settings") -> Any:
+    """``opt.check(value)``; an error names ``where`` after the key unless it is the plain
+    "settings" (``seed in config file 'run.yaml' must be ...``)."""
+    try:
+        return opt.check(value)
+    except (TypeError, ValueError) as exc:
+        if where == "settings":
+            raise
+        text = str(exc).replace(f"{opt.name} must", f"{opt.name} in {where} must", 1)
+        raise type(exc)(text) from None
+
+
+def check_fields(spec: Any, *, where: str = "settings") -> None:
+    """Every declared field of the frozen dataclass ``spec`` checked against its option and
+    held as checked (a list as a tuple, an int as a float where a float is declared). Called
+    once, by the spec's ``__post_init__``: a spec that exists is a checked one."""
+    for opt in section_settings(type(spec)):
+        checked = check_setting(opt, getattr(spec, opt.name), where=where)
+        object.__setattr__(spec, opt.name, checked)  # frozen: the value, normalised
+
+
+#: Constructor arguments every selector shares (fields of SelectorSpec or set by the
+#: pipeline), never taken from a method's own table.
+SHARED_PARAMS = frozenset(
+    {
+        "objective",
+        "algorithm",
+        "lamb",
+        "select_ratio",
+        "k",
+        "seed",
+        "device",
+        "progress",
+        "max_similarity",
+        "graph",
+        "log_every",
+        "dense_max_bytes",
+    }
+)
+
+
+@cache
+def _doc_params(cls: type) -> dict[str, str]:
+    """Each parameter's description in the numpydoc of ``cls`` (and its bases), markup
+    removed: the help of the flag made from it, so the text is written once."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        doc = inspect.getdoc(klass) or ""
+        section = re.search(r"Parameters\n-+\n(.*?)(?:\n\n[A-Z][a-z]+\n-+\n|\Z)", doc, re.S)
+        if not section:
+            continue
+        for m in re.finditer(r"^(\w[\w, ]*) :[^\n]*\n((?:    [^\n]*\n?)+)", section.group(1), re.M):
+            text = " ".join(m.group(2).split())
+            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
+            for name in m.group(1).split(","):
+                out[name.strip()] = text.rstrip(".")
+    return out
+
+
+def _default(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        p = inspect.signature(klass.__init__).parameters.get(name)
+        if p is not None and p.default is not inspect.Parameter.empty:
+            return p.default
+    return None
+
+
+def own_defaults(cls: type) -> dict[str, Any]:
+    """The defaults of the parameters ``cls`` declares as its own (not the shared ones)."""
+    table = cls._parameter_constraints
+    return {key: _default(cls, key) for key in table if key not in SHARED_PARAMS}
+
+
+def owned_settings(owners: Mapping[str, type]) -> list[Setting]:
+    """One setting per parameter any owner (a selector or term class, by its registry name)
+    declares in its ``_parameter_constraints``, listing who takes it."""
+    found: dict[str, Setting] = {}
+    for owner, cls in owners.items():
+        for name, constraints in cls._parameter_constraints.items():
+            if name in SHARED_PARAMS:
+                continue
+            if name in found:
+                prev = found[name]
+                found[name] = replace(prev, owners=(*prev.owners, owner), default=None)
+                continue
+            help = _doc_params(cls).get(name, name.replace("_", " "))
+            found[name] = Setting(
+                name, _default(cls, name), tuple(constraints), help, owners=(owner,)
+            )
+    return list(found.values())
