@@ -359,7 +359,7 @@ def _needs_declared() -> list[tuple[str, object]]:
         for f in dataclasses.fields(section):
             if "needs" not in f.metadata:
                 continue
-            constraints = f.metadata["option"][0]
+            constraints = f.metadata["setting"][0]
             out.append((f.name, _other_value(f.default, constraints)))
     return out
 
