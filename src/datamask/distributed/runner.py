@@ -68,7 +68,6 @@ from ..io.shards import (
     inspect_shards,
     list_shards,
     literal_or_glob,
-    scan_shard,
 )
 from ..pipeline.given import check_given_terms
 from ..pipeline.step import MODULAR
@@ -119,7 +118,14 @@ from .steps import (
     select_global,
     select_group,
 )
-from .validate import QualityRange, check_scans, scan_jobs
+from .validate import (
+    QualityRange,
+    check_scans,
+    dropped_on_error,
+    id_buckets_dir,
+    scan_jobs,
+    scan_step,
+)
 
 __all__ = ["run_selection"]
 
@@ -475,11 +481,12 @@ def _check_inputs(
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
+    ids_dir = id_buckets_dir(run.work)  # written by the scans, read by the bucket steps
     try:
-        jobs = scan_jobs(infos + docs, run.settings)
-        scans = _progress_map(checker, scan_shard, jobs, "check inputs", run.progress)
+        jobs = scan_jobs(infos + docs, run.settings, ids_dir)
+        scans = list(_progress_map(checker, scan_step, jobs, "check inputs", run.progress))
         checksums, quality_range = check_scans(
-            scans, infos + docs, run.settings, n_input=len(infos) if docs else None
+            scans, infos + docs, run.settings, checker, ids_dir, len(infos) if docs else None
         )
         if run.given[1] is not None:  # every id of --given-selection is in --given
             list(checker.map(check_given_selection, [(run.given, run.settings.columns)]))
@@ -550,11 +557,12 @@ def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
     settings, runner, progress = run.settings, run.runner, run.progress
     # 1. Check every row (and --given's), then claim the work dir for these inputs and
     #    settings (--given's files in the fingerprint too: changed, a resume is refused).
-    infos, docs, checksums, quality_range = _check_inputs(run)
-    n_total = sum(i.num_rows for i in infos)
-    k_total = _budget(settings, n_total)
-    record = fingerprint(settings, infos + docs, checksums)
-    resumed = claim(work, out, record)
+    with dropped_on_error(id_buckets_dir(work)):  # a run refused here leaves nothing
+        infos, docs, checksums, quality_range = _check_inputs(run)
+        n_total = sum(i.num_rows for i in infos)
+        k_total = _budget(settings, n_total)
+        record = fingerprint(settings, infos + docs, checksums)
+        resumed = claim(work, out, record)
     #    Given KEPT: its kept rows written once for the groups.
     kept = None
     if docs:
