@@ -59,7 +59,7 @@ from ..io.atomic import (
     check_writable,
     clean_stale_temporaries,
 )
-from ..io.keep import input_names, keep_lists_for_output
+from ..io.keep import input_names
 from ..io.parquet import read_table
 from ..io.provenance import record_inputs
 from ..io.shards import (
@@ -95,6 +95,7 @@ from .given import (
     prepare_kept,
     rate_totals,
 )
+from .keeplists import keep_round
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
     ClusterTree,
@@ -108,6 +109,7 @@ from .partition import (
     plan_by_shard,
     read_sample,
     sample_plan,
+    spill_path,
     spill_shard,
 )
 from .steps import (
@@ -173,7 +175,7 @@ def _plan(
         if info.num_rows
     ]
     counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
-    spills = [(str(folder / f"shard-{s:05d}.parquet"), counts[s]) for s, *_ in jobs]
+    spills = [(str(spill_path(folder, s)), counts[s]) for s, *_ in jobs]
     tree = ClusterTree.load(tree_path)
     plan = plan_by_cluster(spills, settings.partition.chunk_size, tree)
     facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
@@ -553,7 +555,7 @@ def _budget(settings: SelectSpec, n_total: int) -> int:
 
 def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
     """:func:`run_selection` once the output is claimed: five phases."""
-    source, files, out, work = run.source, run.files, run.out, run.work
+    source, out, work = run.source, run.out, run.work
     settings, runner, progress = run.settings, run.runner, run.progress
     # 1. Check every row (and --given's), then claim the work dir for these inputs and
     #    settings (--given's files in the fingerprint too: changed, a resume is refused).
@@ -624,9 +626,7 @@ def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
     if not settings.run.selected_only:
         clean_stale_temporaries(out / "covered")
         cover_facts = cover_round(groups, settings, work, out, quality_range, runner, progress)
-    keep = keep_lists_for_output(
-        out, source, files, id_col=settings.columns.id_col, progress=progress
-    )
+    keep = keep_round(groups, infos, settings.columns.id_col, run, runner, progress)
     total_s = time.perf_counter() - started
     computed = [s for s in ordered if not s["reused"]]
     allocating = combine == "gains"
