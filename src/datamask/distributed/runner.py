@@ -88,6 +88,7 @@ from .cap import cap_across_groups
 from .cover import cover_round
 from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner, group_memory_bytes
+from .fit import fit_partition
 from .given import (
     check_given_selection,
     given_files,
@@ -101,13 +102,10 @@ from .partition import (
     ClusterTree,
     GroupSpec,
     default_clusters,
-    fit_centroids,
-    fit_tree,
     make_groups,
     plan_by_chunk,
     plan_by_cluster,
     plan_by_shard,
-    read_sample,
     sample_plan,
     spill_path,
     spill_shard,
@@ -156,18 +154,16 @@ def _plan(
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     if not tree_path.exists():
-        # 1. Seeded sample, read row group by row group in every shard that has sampled rows.
+        # 1-2. A seeded sample (row groups of the shards that have sampled rows), the
+        #    centroids and the cuts of clusters too large for one group: one step, on a
+        #    worker, on CPU, from the same sample: the partition is the same on any runner.
         wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
         jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
-        parts = dict(_progress_map(runner, read_sample, jobs, "k-means sample", progress))
-        sample = np.concatenate([parts[s] for s in sorted(parts)])
-        del parts
-        # 2. Centroids, and the cuts of clusters too large for one group, on the driver,
-        #    on CPU, from the same sample: the partition is the same on any cluster.
-        centroids = fit_centroids(sample, n_clusters, settings.selector.seed)
-        chunk = settings.partition.chunk_size
-        fit_tree(sample, centroids, n_total, chunk, settings.selector.seed).save(tree_path)
-        del sample
+        chunk, seed = settings.partition.chunk_size, settings.selector.seed
+        fit = (jobs, n_clusters, n_total, chunk, seed, str(tree_path))
+        with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
+            list(runner.map(fit_partition, [fit], whole_machine=True))
+            bar.update(1)
     # 3. One streaming pass filing every row under its leaf (resumable per shard).
     jobs = [
         (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
