@@ -28,6 +28,9 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
     WORK/clusters/...                 the cluster tree (tree.npz) and per-shard spills
+    WORK/ids/bucket=B/, ids/done/     id hashes per (shard, bucket); the bucket steps' finds
+                                      (:mod:`.validate`)
+    WORK/keep/shard=S/, keep/done/    kept rows per (input shard, group) (:mod:`.keeplists`)
 
 Every step writes atomically, its marker last, so a run killed at any point finishes, when
 rerun with the same arguments, with the selection an uninterrupted run makes and redoes
