@@ -153,3 +153,35 @@ def test_keep_steps_are_skipped_on_a_rerun(shards, tmp_path):
         pq.read_metadata(p).num_rows for p in parts
     )
     assert np.all(np.diff(pq.read_table(parts[0]).column("row").to_numpy()) > 0)
+
+
+@pytest.mark.slow
+def test_on_ray_the_bucket_and_keep_steps_match_the_local_pool(shards, tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    from datamask.distributed import RayRunner
+
+    monkeypatch.setattr(validate, "BUCKET_ROWS", 97)  # (read by the driver: 7 buckets)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False)
+    runner = RayRunner()
+    try:
+        settings = SelectSpec.from_mapping(dict(partition="cluster", n_clusters=3, **FAST))
+        run_selection(shards, tmp_path / "local", settings, progress=False)
+        run_selection(shards, tmp_path / "ray", settings, runner=runner, progress=False)
+        local, on_ray = tmp_path / "local" / "keep", tmp_path / "ray" / "keep"
+        assert sorted(p.name for p in local.iterdir()) == sorted(p.name for p in on_ray.iterdir())
+        for p in local.iterdir():
+            assert p.read_bytes() == (on_ray / p.name).read_bytes(), p.name
+        assert len(list((tmp_path / "ray" / "_work" / "ids" / "done").iterdir())) == 7
+        data = _copy(shards, tmp_path / "in")
+        last = sorted(data.glob("*.parquet"))[-1]
+        ids = _ids(last)
+        ids[1] = _ids(sorted(data.glob("*.parquet"))[0])[2]
+        _with_ids(last, ids)
+        with pytest.raises(ValueError, match=r"occurs more than once \(row 2 of .*part-00000"):
+            run_selection(data, tmp_path / "bad", settings, runner=runner, progress=False)
+    finally:
+        runner.close()
+        if started:
+            ray.shutdown()
