@@ -25,15 +25,17 @@ import torch
 
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.distributed.validate import check_scans, scan_jobs
-from datamask.io.shards import inspect_shards, list_shards, scan_shard
+from datamask.distributed.validate import check_scans, scan_jobs, scan_step
+from datamask.io.shards import inspect_shards, list_shards
 
 
 def validation_pass(data: Path, settings: SelectSpec) -> float:
     infos = inspect_shards(list_shards(data), columns=settings.columns.read)
     started = time.perf_counter()
     runner = LocalRunner()
-    check_scans(runner.map(scan_shard, scan_jobs(infos, settings)), infos, settings)
+    with tempfile.TemporaryDirectory(prefix="datamask-ids-") as ids:
+        scans = runner.map(scan_step, scan_jobs(infos, settings, ids))
+        check_scans(scans, infos, settings, runner, ids)
     return time.perf_counter() - started
 
 

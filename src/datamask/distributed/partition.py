@@ -57,6 +57,7 @@ __all__ = [
     "ClusterTree",
     "default_clusters",
     "fit_tree",
+    "spill_path",
     "spill_shard",
     "plan_by_cluster",
 ]
@@ -437,6 +438,11 @@ def fit_tree(
     )
 
 
+def spill_path(clusters_dir: str | Path, shard_index: int) -> Path:
+    """The spill of one shard: its rows sorted by leaf (see :func:`spill_shard`)."""
+    return Path(clusters_dir) / f"shard-{shard_index:05d}.parquet"
+
+
 def spill_shard(
     shard_index: int,
     info: ShardInfo,
@@ -481,7 +487,7 @@ def spill_shard(
     else:
         order = np.argsort(label, kind="stable")
     table = table.take(pa.array(order))
-    out = folder / f"shard-{shard_index:05d}.parquet"
+    out = spill_path(folder, shard_index)
     with (
         atomic_write(out) as tmp,
         pq.ParquetWriter(tmp, table.schema, compression="zstd", write_page_checksum=True) as writer,

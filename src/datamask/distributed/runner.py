@@ -28,6 +28,9 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
     WORK/clusters/...                 the cluster tree (tree.npz) and per-shard spills
+    WORK/ids/bucket=B/, ids/done/     id hashes per (shard, bucket); the bucket steps' finds
+                                      (:mod:`.validate`)
+    WORK/keep/shard=S/, keep/done/    kept rows per (input shard, group) (:mod:`.keeplists`)
 
 Every step writes atomically, its marker last, so a run killed at any point finishes, when
 rerun with the same arguments, with the selection an uninterrupted run makes and redoes
@@ -59,7 +62,7 @@ from ..io.atomic import (
     check_writable,
     clean_stale_temporaries,
 )
-from ..io.keep import input_names, keep_lists_for_output
+from ..io.keep import input_names
 from ..io.parquet import read_table
 from ..io.provenance import record_inputs
 from ..io.shards import (
@@ -68,7 +71,6 @@ from ..io.shards import (
     inspect_shards,
     list_shards,
     literal_or_glob,
-    scan_shard,
 )
 from ..pipeline.given import check_given_terms
 from ..pipeline.step import MODULAR
@@ -89,6 +91,7 @@ from .cap import cap_across_groups
 from .cover import cover_round
 from .exchange import exchange_applies, exchange_path, exchange_round
 from .executors import LocalRunner, Runner, group_memory_bytes
+from .fit import fit_partition
 from .given import (
     check_given_selection,
     given_files,
@@ -96,19 +99,18 @@ from .given import (
     prepare_kept,
     rate_totals,
 )
+from .keeplists import keep_round
 from .lifecycle import claim, fingerprint, read_marker
 from .partition import (
     ClusterTree,
     GroupSpec,
     default_clusters,
-    fit_centroids,
-    fit_tree,
     make_groups,
     plan_by_chunk,
     plan_by_cluster,
     plan_by_shard,
-    read_sample,
     sample_plan,
+    spill_path,
     spill_shard,
 )
 from .steps import (
@@ -119,7 +121,14 @@ from .steps import (
     select_global,
     select_group,
 )
-from .validate import QualityRange, check_scans, scan_jobs
+from .validate import (
+    QualityRange,
+    check_scans,
+    dropped_on_error,
+    id_buckets_dir,
+    scan_jobs,
+    scan_step,
+)
 
 __all__ = ["run_selection"]
 
@@ -148,18 +157,16 @@ def _plan(
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     if not tree_path.exists():
-        # 1. Seeded sample, read row group by row group in every shard that has sampled rows.
+        # 1-2. A seeded sample (row groups of the shards that have sampled rows), the
+        #    centroids and the cuts of clusters too large for one group: one step, on a
+        #    worker, on CPU, from the same sample: the partition is the same on any runner.
         wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
         jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
-        parts = dict(_progress_map(runner, read_sample, jobs, "k-means sample", progress))
-        sample = np.concatenate([parts[s] for s in sorted(parts)])
-        del parts
-        # 2. Centroids, and the cuts of clusters too large for one group, on the driver,
-        #    on CPU, from the same sample: the partition is the same on any cluster.
-        centroids = fit_centroids(sample, n_clusters, settings.selector.seed)
-        chunk = settings.partition.chunk_size
-        fit_tree(sample, centroids, n_total, chunk, settings.selector.seed).save(tree_path)
-        del sample
+        chunk, seed = settings.partition.chunk_size, settings.selector.seed
+        fit = (jobs, n_clusters, n_total, chunk, seed, str(tree_path))
+        with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
+            list(runner.map(fit_partition, [fit], whole_machine=True))
+            bar.update(1)
     # 3. One streaming pass filing every row under its leaf (resumable per shard).
     jobs = [
         (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
@@ -167,7 +174,7 @@ def _plan(
         if info.num_rows
     ]
     counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
-    spills = [(str(folder / f"shard-{s:05d}.parquet"), counts[s]) for s, *_ in jobs]
+    spills = [(str(spill_path(folder, s)), counts[s]) for s, *_ in jobs]
     tree = ClusterTree.load(tree_path)
     plan = plan_by_cluster(spills, settings.partition.chunk_size, tree)
     facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
@@ -475,11 +482,12 @@ def _check_inputs(
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
+    ids_dir = id_buckets_dir(run.work)  # written by the scans, read by the bucket steps
     try:
-        jobs = scan_jobs(infos + docs, run.settings)
-        scans = _progress_map(checker, scan_shard, jobs, "check inputs", run.progress)
+        jobs = scan_jobs(infos + docs, run.settings, ids_dir)
+        scans = list(_progress_map(checker, scan_step, jobs, "check inputs", run.progress))
         checksums, quality_range = check_scans(
-            scans, infos + docs, run.settings, n_input=len(infos) if docs else None
+            scans, infos + docs, run.settings, checker, ids_dir, len(infos) if docs else None
         )
         if run.given[1] is not None:  # every id of --given-selection is in --given
             list(checker.map(check_given_selection, [(run.given, run.settings.columns)]))
@@ -546,15 +554,16 @@ def _budget(settings: SelectSpec, n_total: int) -> int:
 
 def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
     """:func:`run_selection` once the output is claimed: five phases."""
-    source, files, out, work = run.source, run.files, run.out, run.work
+    source, out, work = run.source, run.out, run.work
     settings, runner, progress = run.settings, run.runner, run.progress
     # 1. Check every row (and --given's), then claim the work dir for these inputs and
     #    settings (--given's files in the fingerprint too: changed, a resume is refused).
-    infos, docs, checksums, quality_range = _check_inputs(run)
-    n_total = sum(i.num_rows for i in infos)
-    k_total = _budget(settings, n_total)
-    record = fingerprint(settings, infos + docs, checksums)
-    resumed = claim(work, out, record)
+    with dropped_on_error(id_buckets_dir(work)):  # a run refused here leaves nothing
+        infos, docs, checksums, quality_range = _check_inputs(run)
+        n_total = sum(i.num_rows for i in infos)
+        k_total = _budget(settings, n_total)
+        record = fingerprint(settings, infos + docs, checksums)
+        resumed = claim(work, out, record)
     #    Given KEPT: its kept rows written once for the groups.
     kept = None
     if docs:
@@ -616,9 +625,7 @@ def _run_claimed(run: _Run, started: float) -> dict[str, Any]:
     if not settings.run.selected_only:
         clean_stale_temporaries(out / "covered")
         cover_facts = cover_round(groups, settings, work, out, quality_range, runner, progress)
-    keep = keep_lists_for_output(
-        out, source, files, id_col=settings.columns.id_col, progress=progress
-    )
+    keep = keep_round(groups, infos, settings.columns.id_col, run, runner, progress)
     total_s = time.perf_counter() - started
     computed = [s for s in ordered if not s["reused"]]
     allocating = combine == "gains"

@@ -1,35 +1,59 @@
 """The validation pass of a sharded selection: every input checked before any group runs.
 
-One streaming read of every shard (:func:`~datamask.io.shards.scan_shard`, a step the
-runner schedules like any other, one per :func:`scan_jobs` item) checks each file on its
-own; :func:`check_scans` then checks
-what only the whole corpus shows: one embedding width and one id type across shards,
-quality ranges that can be scaled, and ids unique across shards. The same pass gives the
-corpus-wide minimum and maximum of every quality column, by which every group then scales
-its quality (so a score means the same in every group). Ids are compared by
-64-bit hashes spread over ``n_buckets`` buckets (on disk when there is more than one), so
-the driver holds at most one bucket, about ``BUCKET_ROWS`` ids, whatever the corpus
-size; a repeated hash is confirmed by reading the two ids themselves.
+One streaming read of every shard (:func:`scan_step`, a step the runner schedules like
+any other, one per :func:`scan_jobs` item) checks each file on its own; :func:`check_scans`
+then checks what only the whole corpus shows: one embedding width and one id type across
+shards, quality ranges that can be scaled, and ids unique across shards. The same pass
+gives the corpus-wide minimum and maximum of every quality column, by which every group
+then scales its quality (so a score means the same in every group).
+
+Ids are compared by 64-bit hashes, an all-to-all done by the steps through the work dir,
+never by the driver: each scan step files its hashes into ``n_buckets`` buckets (one
+small parquet per shard and bucket, ``WORK/ids/bucket=BBBBB/shard-SSSSS.parquet``), then
+one :func:`repeats_step` per bucket (about ``BUCKET_ROWS`` ids) finds the repeated hashes
+and returns only their count and the first few (shard, row) pairs. The driver reads the
+two ids of each pair to confirm a repeat (not a hash collision) and names it. A bucket
+step leaves a marker (``WORK/ids/done/bucket=BBBBB.json``) keyed by the shards' checksums,
+so a rerun over the same inputs skips it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
-import tempfile
-from collections.abc import Iterable, Sequence
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from .._validation import check_quality_span
-from ..io.shards import ShardInfo, ShardScan, read_rows
+from ..io.atomic import atomic_write_json
+from ..io.parquet import atomic_write_table, read_table
+from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
+from .lifecycle import read_marker
 
-__all__ = ["scan_jobs", "check_scans", "BUCKET_ROWS", "QualityRange"]
+__all__ = [
+    "scan_jobs",
+    "scan_step",
+    "repeats_step",
+    "check_scans",
+    "dropped_on_error",
+    "id_buckets_dir",
+    "BUCKET_ROWS",
+    "QualityRange",
+]
 
-#: Ids per bucket of the uniqueness check (16 bytes each: 128 MB at most in memory).
+#: Ids per bucket of the uniqueness check (24 bytes each in a bucket step: 192 MB at most).
 BUCKET_ROWS = 8_000_000
+
+#: Repeated pairs a bucket step returns (the count covers them all).
+REPEATS_SHOWN = 16
 
 _POS_DTYPE = np.dtype([("hash", "<u8"), ("shard", "<i8"), ("row", "<i8")])
 
@@ -39,7 +63,7 @@ def _read_id(info: ShardInfo, row: int, id_col: str) -> Any:
     return table.column(id_col)[0].as_py()
 
 
-def _duplicates_in(entries: np.ndarray, limit: int = 16) -> tuple[int, list[tuple]]:
+def _duplicates_in(entries: np.ndarray, limit: int = REPEATS_SHOWN) -> tuple[int, list[tuple]]:
     """Repeated hashes in one bucket: (count, up to ``limit`` earliest (second, first) pairs)."""
     order = np.lexsort((entries["row"], entries["shard"], entries["hash"]))
     e = entries[order]
@@ -56,39 +80,101 @@ def _duplicates_in(entries: np.ndarray, limit: int = 16) -> tuple[int, list[tupl
     return len(same), pairs[:limit]
 
 
-class _IdBuckets:
-    """Id hashes of every shard, filed by bucket: in memory for one bucket, else on disk."""
+# --- the id buckets, through the work dir ---------------------------------------------------
+def bucket_file(ids_dir: str | Path, bucket: int, shard: int) -> Path:
+    """One shard's id hashes of one bucket."""
+    return Path(ids_dir) / f"bucket={bucket:05d}" / f"shard-{shard:05d}.parquet"
 
-    def __init__(self, n_buckets: int, folder: str) -> None:
-        self.n_buckets = n_buckets
-        self.files = [Path(folder) / f"bucket-{b:05d}.bin" for b in range(n_buckets)]
-        self.memory: list[np.ndarray] = []
 
-    def add(self, scan: ShardScan) -> None:
-        """File one shard's hashes (then the caller drops them)."""
-        h = scan.id_hashes
-        entries = np.empty(len(h), dtype=_POS_DTYPE)
-        entries["hash"], entries["row"], entries["shard"] = h["hash"], h["row"], scan.index
-        if self.n_buckets == 1:
-            self.memory.append(entries)
-            return
-        bounds = np.concatenate([[0], np.cumsum(scan.bucket_counts)])
-        for b in np.flatnonzero(np.diff(bounds)):
-            with open(self.files[b], "ab") as fh:
-                entries[int(bounds[b]) : int(bounds[b + 1])].tofile(fh)
+def bucket_marker(ids_dir: str | Path, bucket: int) -> Path:
+    """What a bucket step found, written once it has looked at every shard's file."""
+    return Path(ids_dir) / "done" / f"bucket={bucket:05d}.json"
 
-    def duplicates(self) -> tuple[int, list[tuple]]:
-        """Repeated hashes over all buckets: count and the earliest candidate pairs."""
-        if self.n_buckets == 1:
-            parts = self.memory or [np.zeros(0, _POS_DTYPE)]
-            return _duplicates_in(np.concatenate(parts))
-        total, candidates = 0, []
-        for f in self.files:  # one bucket in memory at a time
-            if f.exists():
-                count, pairs = _duplicates_in(np.fromfile(f, dtype=_POS_DTYPE))
-                total += count
-                candidates.extend(pairs)
-        return total, candidates
+
+def id_buckets_dir(work_dir: str | Path) -> Path:
+    """Where the scan steps file the id hashes (``WORK/ids``)."""
+    return Path(work_dir) / "ids"
+
+
+@contextlib.contextmanager
+def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
+    """On an error in the ``with`` body, remove the id buckets, and the work dir when that
+    leaves it empty: a run refused before it claims its work dir leaves nothing."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(ids_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            Path(ids_dir).parent.rmdir()
+        raise
+
+
+def scan_step(index: int, path: str, columns: Any, n_buckets: int, ids_dir: str) -> ShardScan:
+    """:func:`~datamask.io.shards.scan_shard`, then its id hashes filed by bucket: one
+    parquet (``hash`` uint64, ``row`` int64) per bucket, empty ones too, so a bucket step
+    reads exactly one file per scanned shard. Returns the scan without its hashes."""
+    scan = scan_shard(index, path, columns, n_buckets)
+    h = scan.id_hashes
+    bounds = np.concatenate([[0], np.cumsum(scan.bucket_counts)]).astype(np.int64)
+    for b in range(n_buckets):
+        part = h[int(bounds[b]) : int(bounds[b + 1])]
+        table = pa.table({"hash": pa.array(part["hash"]), "row": pa.array(part["row"])})
+        atomic_write_table(table, bucket_file(ids_dir, b, index))
+    return replace(scan, id_hashes=None)
+
+
+def repeats_step(
+    bucket: int, ids_dir: str, shards: np.ndarray, inputs: str
+) -> tuple[int, int, list[list[list[int]]]]:
+    """One bucket of the uniqueness check: read its file of every shard in ``shards``,
+    find the repeated hashes; mark the bucket done (for the inputs digest ``inputs``).
+
+    Returns ``(bucket, count, pairs)``: how many rows repeat an earlier row's hash, and up
+    to ``REPEATS_SHOWN`` earliest ``[[shard, row], [first shard, first row]]`` pairs.
+    Memory: 24 bytes per id of the bucket.
+    """
+    parts = []
+    for s in shards:
+        table = read_table(bucket_file(ids_dir, bucket, int(s)))
+        entries = np.empty(table.num_rows, dtype=_POS_DTYPE)
+        entries["hash"] = table.column("hash").to_numpy()
+        entries["row"] = table.column("row").to_numpy()
+        entries["shard"] = int(s)
+        parts.append(entries)
+    del table
+    found = np.concatenate(parts) if parts else np.zeros(0, _POS_DTYPE)
+    del parts
+    count, pairs = _duplicates_in(found)
+    shown = [[list(a), list(b)] for a, b in pairs]
+    summary = {"bucket": bucket, "inputs": inputs, "repeated": count, "pairs": shown}
+    atomic_write_json(summary, bucket_marker(ids_dir, bucket))
+    return bucket, count, shown
+
+
+def _inputs_digest(scans: Sequence[ShardScan], n_buckets: int) -> str:
+    """What a bucket marker was computed from: the shards scanned and their checksums."""
+    record = [n_buckets] + [[sc.index, sc.path, sc.checksum] for sc in scans]
+    return hashlib.sha256(json.dumps(record).encode()).hexdigest()[:16]
+
+
+def _id_repeats(
+    scans: Sequence[ShardScan], n_buckets: int, ids_dir: str, runner: Any
+) -> tuple[int, list[tuple]]:
+    """Every bucket's repeats, from its marker or from one :func:`repeats_step` per bucket
+    on ``runner``: the total count and the candidate pairs (a few per bucket)."""
+    inputs = _inputs_digest(scans, n_buckets)
+    shards = np.asarray([sc.index for sc in scans], dtype=np.int64)
+    found, jobs = [], []
+    for b in range(n_buckets):  # a rerun over the same inputs skips marked buckets
+        done = read_marker(bucket_marker(ids_dir, b))
+        if done is not None and done.get("inputs") == inputs:
+            found.append((b, done["repeated"], done["pairs"]))
+        else:
+            jobs.append((b, ids_dir, shards, inputs))
+    found += runner.map(repeats_step, jobs)
+    total = sum(count for _, count, _ in found)
+    candidates = [(tuple(x), tuple(y)) for _, _, pairs in found for x, y in pairs]
+    return total, candidates
 
 
 def _raise_first_duplicate(
@@ -123,11 +209,16 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
     return max(1, math.ceil(sum(i.num_rows for i in infos) / BUCKET_ROWS))
 
 
-def scan_jobs(infos: Sequence[ShardInfo], settings: Any) -> list[tuple]:
-    """Arguments of one :func:`~datamask.io.shards.scan_shard` step per non-empty shard."""
+def scan_jobs(infos: Sequence[ShardInfo], settings: Any, ids_dir: str | Path) -> list[tuple]:
+    """Arguments of one :func:`scan_step` per non-empty shard (its id hashes go to
+    ``ids_dir``)."""
     n_buckets = _n_buckets(infos)
     columns = settings.columns
-    return [(s, info.path, columns, n_buckets) for s, info in enumerate(infos) if info.num_rows]
+    return [
+        (s, info.path, columns, n_buckets, str(ids_dir))
+        for s, info in enumerate(infos)
+        if info.num_rows
+    ]
 
 
 QualityRange = tuple[tuple[float, ...], tuple[float, ...]]
@@ -137,6 +228,8 @@ def check_scans(
     scans: Iterable[ShardScan],
     infos: Sequence[ShardInfo],
     settings: Any,
+    runner: Any,
+    ids_dir: str | Path,
     n_input: int | None = None,
 ) -> tuple[dict[str, str], QualityRange]:
     """What only the whole corpus shows.
@@ -147,13 +240,17 @@ def check_scans(
     Parameters
     ----------
     scans : iterable of ShardScan
-        The results of the :func:`scan_jobs` steps, in any order; consumed one at a time
-        (each one's id hashes are filed and dropped).
+        The results of the :func:`scan_jobs` steps, in any order (their id hashes are in
+        ``ids_dir``).
     infos : sequence of ShardInfo
         The shards, in the run's order; given KEPT, the input's then ``--given``'s (one
         width, one id type, no id in both, and one quality range over all of them).
     settings : SelectSpec
         Columns checked (``id_col``, ``quality_cols``).
+    runner : Runner
+        Where the bucket steps (:func:`repeats_step`) run.
+    ids_dir : str or Path
+        The id buckets the scan steps wrote (``WORK/ids``).
     n_input : int, optional
         How many of ``infos`` are the input's (the rest are ``--given``'s), for the
         messages.
@@ -163,27 +260,11 @@ def check_scans(
     ValueError
         The first problem found, naming the file(s) and row(s).
     """
-    with tempfile.TemporaryDirectory(prefix="datamask-ids-") as folder:
-        buckets = _IdBuckets(_n_buckets(infos), folder)
-        kept = []
-        for scan in scans:
-            buckets.add(scan)
-            kept.append(replace(scan, id_hashes=None))
-        ordered = sorted(kept, key=lambda sc: sc.index)
-        return _check_corpus_wide(ordered, buckets, infos, settings, n_input)
-
-
-def _check_corpus_wide(
-    scans: list[ShardScan],
-    buckets: _IdBuckets,
-    infos: Sequence[ShardInfo],
-    settings: Any,
-    n_input: int | None = None,
-) -> tuple[dict[str, str], QualityRange]:
-    if not scans:
+    ordered = sorted(scans, key=lambda sc: sc.index)
+    if not ordered:
         return {}, ((), ())
-    ref = scans[0]
-    for sc in scans[1:]:
+    ref = ordered[0]
+    for sc in ordered[1:]:
         if sc.width != ref.width:
             raise ValueError(
                 f"embedding width {sc.width} in {sc.path} does not match {ref.width} in "
@@ -196,11 +277,12 @@ def _check_corpus_wide(
             )
     lows, highs = [], []
     for j, name in enumerate(settings.columns.quality_cols):
-        lo = min(sc.quality_min[j] for sc in scans)
-        hi = max(sc.quality_max[j] for sc in scans)
+        lo = min(sc.quality_min[j] for sc in ordered)
+        hi = max(sc.quality_max[j] for sc in ordered)
         where = "the input shards" if n_input is None else "the input and --given shards"
         check_quality_span(np.asarray([lo, hi]), name, where)
         lows.append(float(lo))
         highs.append(float(hi))
-    _raise_first_duplicate(*buckets.duplicates(), infos, settings.columns.id_col, n_input)
-    return {sc.path: sc.checksum for sc in scans}, (tuple(lows), tuple(highs))
+    repeats = _id_repeats(ordered, _n_buckets(infos), str(ids_dir), runner)
+    _raise_first_duplicate(*repeats, infos, settings.columns.id_col, n_input)
+    return {sc.path: sc.checksum for sc in ordered}, (tuple(lows), tuple(highs))

@@ -43,9 +43,14 @@ __all__ = [
     "input_names",
     "keep_dir_for",
     "keep_file_name",
+    "find_kept_rows",
+    "finish_keep_lists",
+    "keep_index",
     "keep_lists_for_output",
+    "read_selected_ids",
     "relative_names",
     "selection_digest",
+    "write_keep_list",
     "write_keep_lists",
 ]
 
@@ -161,6 +166,67 @@ class IdSet:
         return cand[ok].astype(np.int64), self._order[at[ok]].astype(np.int64)
 
 
+def keep_index(id_col: str, selection: str, n_selected: int) -> dict[str, Any]:
+    """The head of ``_index.json``; its ``files`` are filled in input order."""
+    return {
+        "format": "datamask.keep/1",
+        "id_col": id_col,
+        "selection": selection,
+        "n_selected": n_selected,
+        "files": {},
+    }
+
+
+def find_kept_rows(
+    path: str | Path, lookup: IdSet, id_col: str, batch_size: int = 262_144
+) -> tuple[np.ndarray, pa.Array, int]:
+    """Stream the id column of ``path`` once: ``(rows, ids, num_rows)`` of its members of
+    ``lookup`` (rows ascending, ids as stored in the file)."""
+    pf = pq.ParquetFile(path)
+    rows_parts, id_parts = [], []
+    offset = 0
+    for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
+        ids = batch.column(0)
+        hit = lookup.positions(ids)
+        rows_parts.append(hit + offset)
+        id_parts.append(ids.take(pa.array(hit)))
+        offset += batch.num_rows
+    rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, np.int64)
+    id_type = pf.schema_arrow.field(id_col).type
+    kept_ids = pa.concat_arrays(id_parts) if id_parts else pa.array([], type=id_type)
+    return rows.astype(np.int64), kept_ids, offset
+
+
+def write_keep_list(
+    rows: np.ndarray,
+    ids: pa.Array,
+    source: str,
+    num_rows: int,
+    keep_dir: str | Path,
+    name: str,
+    id_col: str,
+) -> None:
+    """Write one input file's keep list (``row`` ascending, the id column) atomically."""
+    if name.startswith("/") or ".." in name.split("/"):  # never write outside keep_dir
+        raise RuntimeError(f"keep-list name {name!r} is not relative; please report this.")
+    table = pa.table({"row": pa.array(rows.astype(np.int64)), id_col: ids})
+    meta = {"source": source, "num_rows": num_rows, "id_col": id_col}
+    table = table.replace_schema_metadata({b"datamask.keep": json.dumps(meta).encode()})
+    atomic_write_table(table, Path(keep_dir) / keep_file_name(name))
+
+
+def finish_keep_lists(index: dict[str, Any], keep_dir: str | Path) -> dict[str, Any]:
+    """Check every selected id was found in some file, then write ``_index.json`` last."""
+    found = sum(f["kept"] for f in index["files"].values())
+    if found != index["n_selected"]:
+        raise RuntimeError(
+            f"{index['n_selected'] - found} selected ids were not found in the input files; "
+            "were they changed during the run?"
+        )
+    atomic_write_json(index, Path(keep_dir) / KEEP_INDEX)
+    return index
+
+
 def write_keep_lists(
     files: Sequence[str | Path],
     names: Sequence[str],
@@ -195,45 +261,22 @@ def write_keep_lists(
     RuntimeError
         When some selected ids are not found in ``files`` (the inputs changed).
     """
-    keep_dir = Path(keep_dir)
     lookup = IdSet(selected_ids)
-    index: dict[str, Any] = {
-        "format": "datamask.keep/1",
-        "id_col": id_col,
-        "selection": lookup.digest,
-        "n_selected": len(lookup),
-        "files": {},
-    }
-    found = 0
+    index = keep_index(id_col, lookup.digest, len(lookup))
     bar = tqdm(files, desc="keep lists", unit="file", disable=not progress, dynamic_ncols=True)
     for path, name in zip(bar, names, strict=True):
-        if name.startswith("/") or ".." in name.split("/"):  # never write outside keep_dir
-            raise RuntimeError(f"keep-list name {name!r} is not relative; please report this.")
-        pf = pq.ParquetFile(path)
-        rows_parts, id_parts = [], []
-        offset = 0
-        for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
-            ids = batch.column(0)
-            hit = lookup.positions(ids)
-            rows_parts.append(hit + offset)
-            id_parts.append(ids.take(pa.array(hit)))
-            offset += batch.num_rows
-        rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, np.int64)
-        id_type = pf.schema_arrow.field(id_col).type
-        kept_ids = pa.concat_arrays(id_parts) if id_parts else pa.array([], type=id_type)
-        table = pa.table({"row": pa.array(rows.astype(np.int64)), id_col: kept_ids})
-        meta = {"source": str(path), "num_rows": offset, "id_col": id_col}
-        table = table.replace_schema_metadata({b"datamask.keep": json.dumps(meta).encode()})
-        atomic_write_table(table, keep_dir / keep_file_name(name))
-        index["files"][name] = {"num_rows": offset, "kept": len(rows)}
-        found += len(rows)
-    if found != len(lookup):
-        raise RuntimeError(
-            f"{len(lookup) - found} selected ids were not found in the input files; "
-            "were they changed during the run?"
-        )
-    atomic_write_json(index, keep_dir / KEEP_INDEX)
-    return index
+        rows, kept_ids, num_rows = find_kept_rows(path, lookup, id_col, batch_size)
+        write_keep_list(rows, kept_ids, str(path), num_rows, keep_dir, name, id_col)
+        index["files"][name] = {"num_rows": num_rows, "kept": len(rows)}
+    return finish_keep_lists(index, keep_dir)
+
+
+def read_selected_ids(output: str | Path, id_col: str) -> pa.ChunkedArray | pa.Array:
+    """Every selected id of a sharded ``select`` output (``OUT/selected/*.parquet``)."""
+    parts = sorted(Path(output, "selected").glob("*.parquet"))
+    pieces = [pq.read_table(p, columns=[id_col]).column(0) for p in parts]
+    chunks = [c for piece in pieces for c in piece.chunks]
+    return pa.chunked_array(chunks) if chunks else pa.array([], pa.string())
 
 
 def _source_root(source: Any) -> str | None:
@@ -288,10 +331,7 @@ def keep_lists_for_output(
     out = str(output)
     keep_dir = keep_dir_for(out, folder=Path(out).is_dir())
     if selected_ids is None:
-        parts = sorted(Path(out, "selected").glob("*.parquet"))
-        pieces = [pq.read_table(p, columns=[id_col]).column(0) for p in parts]
-        chunks = [c for piece in pieces for c in piece.chunks]
-        selected_ids = pa.chunked_array(chunks) if chunks else pa.array([], pa.string())
+        selected_ids = read_selected_ids(out, id_col)
     absolute = [os.path.abspath(str(f)) for f in files]
     names = input_names(source, files)
     return write_keep_lists(

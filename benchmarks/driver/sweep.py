@@ -1,0 +1,137 @@
+"""The driver's peak memory of a sharded selection as shards x clusters and k grow.
+
+    python benchmarks/driver/sweep.py --out benchmarks/driver/results.jsonl
+    python benchmarks/driver/sweep.py --one 100 100 200000 0.1   # a single point
+
+Every point is a fresh Python process (``ru_maxrss`` never goes down, so points cannot
+share one), which generates its corpus once under ``--data`` (``benchmarks/scale/
+generate.py``'s layout: ``--dim`` wide, ``S`` shards, drawn around ``C`` true clusters),
+then runs :func:`datamask.distributed.run_selection` with ``--partition cluster`` into
+``C`` k-means clusters (``chunk_size`` above any cluster: one group per cluster, no
+splits), ``--method random`` and ``--budget group`` (so the group steps cost little
+besides their reads) and ``selected_only`` (no cover round), on a two-process
+:class:`~datamask.distributed.LocalRunner`: every step runs in a worker, the driver only
+schedules. Reported per point: the driver's own peak RSS
+(``getrusage(RUSAGE_SELF)``) and its RSS after imports (the fixed base), the workers'
+largest peak (``RUSAGE_CHILDREN``), the driver's and the workers' CPU seconds, the wall
+seconds, the groups and the 1-minute load average before and after. Run it alone
+(``flock -x /work/cpu.lock``): the machine has two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GENERATE = Path(__file__).resolve().parents[1] / "scale" / "generate.py"
+
+#: (shards, clusters, documents, select ratio): S x C from 1e4 to 1e6 at k = 2e4, then k
+#: from 1e4 to 4e5 at S x C = 1e4.
+POINTS = [
+    (100, 100, 200_000, 0.1),
+    (316, 316, 200_000, 0.1),
+    (1000, 1000, 200_000, 0.1),
+    (100, 100, 1_000_000, 0.01),
+    (100, 100, 1_000_000, 0.1),
+    (100, 100, 1_000_000, 0.4),
+]
+
+
+def _mb(kb: int) -> float:
+    return kb / 1024
+
+
+def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path, dim: int) -> dict:
+    """Generate (once) and select one point in this process; returns its figures."""
+    corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d{dim}"
+    if not (corpus / "_done").exists():
+        cmd = [sys.executable, str(GENERATE), "--out", str(corpus), "--n-docs", str(n_docs)]
+        cmd += ["--dim", str(dim), "--n-shards", str(shards), "--n-clusters", str(clusters)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        (corpus / "_done").write_text("")
+    from datamask.config import SelectSpec
+    from datamask.distributed import LocalRunner, run_selection
+
+    base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    settings = SelectSpec.from_mapping(
+        dict(
+            method="random",
+            select_ratio=ratio,
+            partition="cluster",
+            n_clusters=clusters,
+            chunk_size=n_docs,
+            budget="group",
+            selected_only=True,
+            seed=0,
+        )
+    )
+    load_before = os.getloadavg()[0]
+    self0 = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    runner = LocalRunner(workers=2)
+    with tempfile.TemporaryDirectory(prefix="datamask-driver-") as tmp:
+        try:
+            manifest = run_selection(
+                corpus, Path(tmp) / "out", settings, runner=runner, progress=False
+            )
+        finally:
+            runner.close()
+    wall = time.perf_counter() - started
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "shards": shards,
+        "clusters": clusters,
+        "s_x_c": shards * clusters,
+        "n_docs": n_docs,
+        "k": manifest["totals"]["k"],
+        "groups": manifest["totals"]["n_groups"],
+        "driver_base_mb": round(_mb(base_kb), 1),
+        "driver_peak_mb": round(_mb(me.ru_maxrss), 1),
+        "driver_above_base_mb": round(_mb(me.ru_maxrss - base_kb), 1),
+        "workers_peak_mb": round(_mb(kids.ru_maxrss), 1),
+        "driver_cpu_s": round(me.ru_utime + me.ru_stime - self0.ru_utime - self0.ru_stime, 1),
+        "workers_cpu_s": round(kids.ru_utime + kids.ru_stime, 1),
+        "wall_s": round(wall, 1),
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="append one JSON line per point here")
+    p.add_argument("--data", type=Path, default=Path("/tmp/datamask-driver"))
+    p.add_argument("--dim", type=int, default=16, help="embedding width (default 16)")
+    p.add_argument("--one", nargs=4, metavar=("S", "C", "N", "RATIO"), help="one point only")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per point (default 300)")
+    args = p.parse_args()
+    if args.one:
+        s, c, n, r = int(args.one[0]), int(args.one[1]), int(args.one[2]), float(args.one[3])
+        print(json.dumps(one_point(s, c, n, r, args.data, args.dim)), flush=True)
+        return
+    for s, c, n, r in POINTS:
+        cmd = [sys.executable, __file__, "--one", str(s), str(c), str(n), str(r)]
+        cmd += ["--data", str(args.data), "--dim", str(args.dim)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 else None
+            row = json.loads(line) if line else {"error": done.stderr.strip()[-500:]}
+        except subprocess.TimeoutExpired:
+            row = {"error": f"not measured: over {args.timeout:.0f} s"}
+        row = {"point": [s, c, n, r], **row}
+        print(json.dumps(row), flush=True)
+        if args.out:
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""The k-means fit of ``--partition cluster`` as one step on a worker, not on the driver.
+
+The driver only plans which rows of which shard form the seeded sample
+(:func:`~.partition.sample_plan`); :func:`fit_partition` reads them, fits the centroids
+and the cuts of clusters too large for one group (:func:`~.partition.fit_centroids`,
+:func:`~.partition.fit_tree`) and saves the tree. Its memory (the sample, and k-means'
+sample x clusters similarities: 400 MB at 10^5 rows and 1,000 clusters) is a worker's.
+On CPU and with the same sample, so the partition is the same on any runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._memory import peak_rss_mb
+from .partition import fit_centroids, fit_tree, read_sample
+
+__all__ = ["fit_partition"]
+
+
+def fit_partition(
+    sample_jobs: Sequence[tuple],
+    n_clusters: int,
+    n_total: int,
+    max_rows: int,
+    seed: int,
+    tree_path: str,
+) -> dict[str, Any]:
+    """Read the sample (``sample_jobs``: :func:`~.partition.read_sample`'s arguments per
+    shard), fit the tree and save it to ``tree_path``; returns its size and memory."""
+    parts = dict(read_sample(*job) for job in sample_jobs)
+    sample = np.concatenate([parts[s] for s in sorted(parts)])
+    del parts
+    centroids = fit_centroids(sample, n_clusters, seed)
+    fit_tree(sample, centroids, n_total, max_rows, seed).save(tree_path)
+    return {"sample_rows": len(sample), "peak_rss_mb": peak_rss_mb()}
