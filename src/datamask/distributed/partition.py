@@ -360,6 +360,8 @@ class ClusterTree:
     @classmethod
     def load(cls, path: str | Path) -> ClusterTree:
         with np.load(path) as f:
+            if "centre" not in f:  # hyperplane cuts, before the balanced splits
+                raise ValueError(f"{path} is a cluster tree of an older datamask: remove it.")
             arrays = [f[name] for name in ("centroids", "centre", "offset", "axis", "children")]
             return cls(*arrays, ordered=bool(f["ordered"]))
 
