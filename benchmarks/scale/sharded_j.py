@@ -42,6 +42,8 @@ from datamask.distributed import run_selection
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "sharded_j.jsonl"
+#: Dated notes written by hand (figures the tool does not record), appended to SHARDED.md.
+NOTES = HERE / "results" / "sharded_j_notes.md"
 MARKDOWN = HERE / "SHARDED.md"
 ID, Q, F = "chunk_id", "quality_score", "feature_arr"
 
@@ -204,6 +206,8 @@ def markdown() -> None:
                 f"{r['coverage']:.4f} | {r['wall_s']:.1f} | {r['load']:.1f} |"
             )
         lines.append("")
+    if NOTES.exists():
+        lines.append(NOTES.read_text())
     MARKDOWN.write_text("\n".join(lines))
 
 

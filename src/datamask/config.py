@@ -245,7 +245,8 @@ class PartitionSpec:
         None,
         (_COUNT, None),
         "k-means clusters for --partition cluster (None: 1 when N fits one group, else "
-        "ceil(N / (0.9 x chunk-size)))",
+        "3 x ceil(N / (0.9 x chunk-size)), neighbours then merged up to --chunk-size; "
+        "given: every cluster its own group, or parts of one)",
         needs=clustered,
     )
     kmeans_sample: int = setting_field(

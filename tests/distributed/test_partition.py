@@ -11,13 +11,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner
+from datamask.distributed.balance import assign_with_offsets, balanced_offsets, merge_neighbours
 from datamask.distributed.partition import Piece, split_across
 from datamask.distributed.runner import _plan
 from datamask.io.shards import inspect_shards, list_shards
+from datamask.neighbors import assign_clusters
 from tests._data import reference_table, write_corpus_shards, write_shards
 
 
@@ -90,7 +93,76 @@ def test_a_cluster_too_large_is_split_along_its_geometry(tmp_path):
     plan = plan_of(tmp_path / "in", tmp_path / "work", n_clusters=1, chunk_size=400)
     ids = group_ids(plan)
     assert len(ids) == 2
-    assert sorted({i[0] for i in g} for g in map(sorted, ids)) == [{"a"}, {"b"}]
+    assert sorted("".join(sorted({i[0] for i in g})) for g in ids) == ["a", "b"]
+
+
+def test_a_split_is_balanced_and_keeps_a_small_blob_whole(tmp_path):
+    """One k-means cluster of a 500-row blob and a 100-row blob, above a 400-row chunk:
+    re-clustered into two balanced parts of 300 (the capacity), the small blob whole in
+    one of them and the big one cut by its geometry (the rows nearest the small blob
+    leave), never by row order, the shards holding both blobs in random order."""
+    rng = np.random.default_rng(0)
+    dim = 8
+    centres = np.eye(dim, dtype=np.float32)[[0, 1]]
+    x = np.repeat(centres, [500, 100], axis=0) + 0.05 * rng.standard_normal((600, dim))
+    ids = [f"a{i:04d}" for i in range(500)] + [f"b{i:04d}" for i in range(100)]
+    order = rng.permutation(600)
+    table = reference_table([ids[i] for i in order], rng.random(600), x[order].astype(np.float32))
+    write_shards(table, tmp_path / "in", [200, 200, 200])
+    plan = plan_of(tmp_path / "in", tmp_path / "work", n_clusters=1, chunk_size=400)
+    groups = group_ids(plan)
+    assert sorted(len(g) for g in groups) == [300, 300]
+    (with_b,) = [g for g in groups if any(i[0] == "b" for i in g)]
+    assert sum(i[0] == "b" for i in with_b) == 100
+    # the 200 rows of blob a that share the part are its rows nearest blob b
+    a_rows = {ids[i]: x[i] for i in range(500)}
+    pull = {i: float(v @ centres[1]) for i, v in a_rows.items()}
+    moved = sorted(pull[i] for i in with_b if i[0] == "a")
+    stayed = sorted(pull[i] for g in groups if g is not with_b for i in g)
+    assert moved[0] >= np.quantile(stayed, 0.9)
+
+
+def test_balanced_offsets_cap_every_centre_and_leave_a_fitting_split_alone():
+    rng = np.random.default_rng(1)
+    centres = torch.nn.functional.normalize(
+        torch.randn(3, 16, generator=torch.Generator().manual_seed(0)), dim=1
+    )
+    x = torch.nn.functional.normalize(
+        centres[torch.from_numpy(rng.choice(3, 400, p=[0.6, 0.3, 0.1]))]
+        + 0.3 * torch.from_numpy(rng.standard_normal((400, 16)).astype(np.float32)),
+        dim=1,
+    )
+    nearest = assign_clusters(x, centres)
+    assert torch.bincount(nearest, minlength=3).max() > 150
+    off = balanced_offsets(x, centres, 134)
+    counts = torch.bincount(assign_with_offsets(x, centres, off), minlength=3)
+    assert counts.max() <= 134 and counts.sum() == 400
+    assert balanced_offsets(x, centres, 400).abs().max() == 0  # nothing over: nothing moves
+    with pytest.raises(ValueError, match="capacity must hold every row: 3 centres x 100 rows"):
+        balanced_offsets(x, centres, 100)
+
+
+def test_merge_joins_nearest_neighbours_up_to_the_cap():
+    """Two pairs of near-identical directions: each pair merges (6 <= 7), the pairs do not."""
+    c = np.array([[1, 0, 0], [0, 1, 0], [0.99, 0.1, 0], [0.1, 0.99, 0]], dtype=np.float32)
+    assert merge_neighbours([3, 3, 3, 4], c, 7) == [[0, 2], [1, 3]]
+    assert merge_neighbours([3, 3, 3, 4], c, 6) == [[0, 2], [1], [3]]
+    assert merge_neighbours([3, 3, 3, 4], c, 2) == [[0], [1], [2], [3]]
+
+
+def test_small_clusters_merge_into_groups_near_the_chunk_size(tmp_path):
+    """Default flags: neighbouring clusters are merged, so the median group is well over
+    half the chunk size and none is above it; --n-clusters keeps its clusters apart."""
+    corpus = make_clustered(3000, 16, 12, seed=0)
+    write_corpus_shards(tmp_path / "in", corpus, 4)
+    merged = plan_of(tmp_path / "in", tmp_path / "a", chunk_size=400)
+    sizes = sorted(sum(p.n for p in ps) for _, ps in merged)
+    assert max(sizes) <= 400 and sum(sizes) == 3000
+    assert sizes[len(sizes) // 2] >= 0.75 * 400
+    assert any(" + " in label for label, _ in merged)
+    n_default = len(np.unique([label.split(" part")[0] for label, _ in merged]))
+    apart = plan_of(tmp_path / "in", tmp_path / "b", chunk_size=400, n_clusters=n_default)
+    assert not any(" + " in label for label, _ in apart)
 
 
 def test_a_split_the_counts_do_not_need_is_undone(tmp_path):

@@ -6,14 +6,14 @@ selects from. Three ways to form groups:
 - ``by="shard"``: one group per shard (what the reference does by hand).
 - ``by="chunk"``: consecutive runs of ``chunk_size`` rows, crossing shard boundaries.
 - ``by="cluster"``: spherical k-means on a seeded sample of embeddings; a cluster whose
-  sampled share of the corpus is above ``chunk_size`` is cut further, on the same sample,
-  by balanced hyperplane splits (a :class:`ClusterTree`); then one pass files every row
-  under its leaf. The pass writes, per shard, a copy of the needed columns sorted by leaf
-  (``clusters/shard-NNNNN.parquet``, one row group per leaf), so a group later reads only
-  its own rows. A group is the largest subtree that holds at most ``chunk_size`` rows, so
-  splits the sample called for but the counts do not are undone, and a leaf still above
-  it (the sample was off) is cut across the hyperplane its rows are sorted by: never by
-  row order. No group holds more than ``chunk_size`` rows, which bounds a worker's memory.
+  sampled share of the corpus is above ``chunk_size`` is split, on the same sample, by a
+  k-means of its own rows and a balanced assignment (a :class:`ClusterTree`); then one
+  pass files every row under its leaf. The pass writes, per shard, a copy of the needed
+  columns sorted by leaf (``clusters/shard-NNNNN.parquet``, one row group per leaf), so a
+  group later reads only its own rows. Splits the counts do not need are undone, a leaf
+  still above ``chunk_size`` (the sample was off) is cut across its own axis, never by row
+  order, and small neighbouring units are merged up to ``chunk_size``. No group holds
+  more than ``chunk_size`` rows, which bounds a worker's memory.
 
 The global budget ``k_total = round(select_ratio * N)`` is shared by largest-remainder
 (Hamilton) apportionment (:func:`datamask.data.apportion`, re-exported here), in exact
@@ -40,6 +40,7 @@ from ..io.atomic import atomic_write, atomic_write_json
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
+from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
 
 __all__ = [
     "PARTITIONS",
@@ -73,9 +74,9 @@ _KMEANS_STREAM = 0x6B6D65616E73
 #: estimate is a little low, and a cut the full counts do not need is undone by the plan.
 SPLIT_FILL = 0.9
 
-#: Deepest hyperplane cut below a k-means cluster (2^12 leaves: far more than any sample
-#: of 10^5 rows can tell apart).
-_MAX_DEPTH = 12
+#: Default k-means clusters per group's worth of rows: finer clusters, merged back with
+#: their neighbours up to ``chunk_size`` (:func:`plan_by_cluster`), fill groups closer to it.
+OVERCLUSTER = 3
 
 
 @dataclass(frozen=True)
@@ -254,33 +255,39 @@ def fit_centroids(sample: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ClusterTree:
-    """k-means clusters, each cut further by balanced hyperplanes where it is too large.
+    """k-means clusters, each too large one split again by a balanced k-means.
 
-    Nodes ``0 .. C-1`` are the k-means clusters (their centroids in ``centroids``); every
-    other node is one side of a cut. An inner node sends a row to ``children[v, 1]`` when
-    its projection on ``axis[v]`` is at least ``threshold[v]``, else to ``children[v, 0]``.
-    Leaves (``children[v] == -1``) are numbered ``0 .. L-1`` depth first (``leaf[v]``), so
-    the leaves under any node are one contiguous run ``leaf_range[v]``; a leaf's own
-    ``axis`` orders its rows in the spill, so it can still be cut geometrically.
+    Nodes ``0 .. C-1`` are the k-means clusters (their centroids in ``centroids``); a
+    cluster the sample says is too large has children: the centres of a k-means fitted on
+    its own rows, with offsets that balance them (:func:`~.balance.balanced_offsets`). A
+    row at an inner node ``v`` goes to the child ``u`` in ``children[v, 0] ..
+    children[v, 1] - 1`` with the largest ``x . centre[u] - offset[u]``. Leaves
+    (``children[v] == -1``) are numbered ``0 .. L-1`` depth first (``leaf[v]``), so the
+    leaves under any node are one contiguous run ``leaf_range[v]``; a leaf's ``axis``
+    (its own 2-means direction) orders its rows in the spill, so a leaf the full counts
+    find too large can still be cut geometrically.
 
     Attributes
     ----------
     centroids : ndarray of shape (C, d)
         Unit k-means centroids.
+    centre : ndarray of shape (M, d)
+        Unit centre per node (the centroid for ``0 .. C-1``).
+    offset : ndarray of shape (M,)
+        Offset of a child in its parent's balanced assignment (0 for the clusters).
     axis : ndarray of shape (M, d)
         Unit direction per node (zero where the sample could not tell one).
-    threshold : ndarray of shape (M,)
-        Cut along ``axis`` (inner nodes; unused for leaves).
     children : ndarray of shape (M, 2)
-        Child node ids, ``-1`` for a leaf.
+        ``[first, stop)`` of a node's children (consecutive ids), ``-1`` for a leaf.
     ordered : bool
         Whether spills sort a leaf's rows along its axis (not when the whole corpus is
         one group: its rows keep the input order, as a single-file selection reads them).
     """
 
     centroids: np.ndarray
+    centre: np.ndarray
+    offset: np.ndarray
     axis: np.ndarray
-    threshold: np.ndarray
     children: np.ndarray
     ordered: bool
 
@@ -301,10 +308,11 @@ class ClusterTree:
         stack = list(range(len(self.centroids)))[::-1]
         while stack:
             v = stack.pop()
-            if self.children[v, 0] < 0:
+            first, stop = (int(i) for i in self.children[v])
+            if first < 0:
                 leaves.append(v)
             else:
-                stack += [int(self.children[v, 1]), int(self.children[v, 0])]
+                stack += range(stop - 1, first - 1, -1)
         return leaves
 
     def leaf_range(self) -> np.ndarray:
@@ -312,25 +320,30 @@ class ClusterTree:
         leaf = self.leaf
         out = np.stack([leaf, leaf], axis=1)
         for v in range(len(self.children) - 1, -1, -1):  # children have larger ids
-            if self.children[v, 0] >= 0:
-                a, b = self.children[v]
-                out[v] = (out[a, 0], out[b, 1])
+            first, stop = self.children[v]
+            if first >= 0:
+                out[v] = (out[first, 0], out[stop - 1, 1])
         return out
 
     def assign(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Leaf number and projection on the leaf's axis of every unit row of ``x``."""
+        return self._route(x, torch.from_numpy(self.leaf))
+
+    def _route(self, x: torch.Tensor, number: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """``number`` of every row's leaf node, and its projection on that node's axis."""
         node = assign_clusters(x, torch.from_numpy(self.centroids))
-        axis, threshold = torch.from_numpy(self.axis), torch.from_numpy(self.threshold)
-        children = torch.from_numpy(self.children)
+        centre, offset = torch.from_numpy(self.centre), torch.from_numpy(self.offset)
+        children = self.children
         while True:
-            inner = torch.nonzero(children[node, 0] >= 0).flatten()
+            inner = np.unique(node[torch.from_numpy(children[node.numpy(), 0] >= 0)].numpy())
             if not len(inner):
                 break
-            at = node[inner]
-            right = ((x[inner] * axis[at]).sum(1) >= threshold[at]).long()
-            node[inner] = children[at, right]
-        projection = (x * axis[node]).sum(1)
-        return torch.from_numpy(self.leaf)[node].numpy(), projection.numpy()
+            for v in inner:  # few inner nodes, each with its own centres
+                rows = torch.nonzero(node == int(v)).flatten()
+                kids = torch.arange(int(children[v, 0]), int(children[v, 1]))
+                node[rows] = kids[assign_with_offsets(x[rows], centre[kids], offset[kids])]
+        projection = (x * torch.from_numpy(self.axis)[node]).sum(1)
+        return number[node].numpy(), projection.numpy()
 
     def save(self, path: str | Path) -> None:
         """Write the tree as one ``.npz``, atomically."""
@@ -338,8 +351,9 @@ class ClusterTree:
             np.savez(
                 fh,
                 centroids=self.centroids,
+                centre=self.centre,
+                offset=self.offset,
                 axis=self.axis,
-                threshold=self.threshold,
                 children=self.children,
                 ordered=np.asarray(self.ordered),
             )
@@ -347,41 +361,33 @@ class ClusterTree:
     @classmethod
     def load(cls, path: str | Path) -> ClusterTree:
         with np.load(path) as f:
-            arrays = [f[name] for name in ("centroids", "axis", "threshold", "children")]
+            if "centre" not in f:  # hyperplane cuts, before the balanced splits
+                raise ValueError(f"{path} is a cluster tree of an older datamask: remove it.")
+            arrays = [f[name] for name in ("centroids", "centre", "offset", "axis", "children")]
             return cls(*arrays, ordered=bool(f["ordered"]))
-
-
-def _two_means_axis(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Unit direction between the two centroids of a spherical 2-means of ``x`` (zero
-    when the rows cannot be told apart)."""
-    if len(x) < 2:
-        return torch.zeros(x.shape[1])
-    a, *rest = spherical_kmeans(x, 2, n_iter=10, sample=None, generator=generator)
-    if not rest:
-        return torch.zeros(x.shape[1])
-    diff = a - rest[0]
-    norm = diff.norm()
-    return diff / norm if norm > 1e-6 else torch.zeros(x.shape[1])
 
 
 def default_clusters(n_total: int, max_rows: int) -> int:
     """k-means clusters when ``--n-clusters`` is not given: one when the corpus fits one
-    group, else ``ceil(N / (SPLIT_FILL * max_rows))``, so fewer clusters need a cut."""
-    return 1 if n_total <= max_rows else math.ceil(n_total / (SPLIT_FILL * max_rows))
+    group, else ``OVERCLUSTER * ceil(N / (SPLIT_FILL * max_rows))``, merged back later."""
+    if n_total <= max_rows:
+        return 1
+    return OVERCLUSTER * math.ceil(n_total / (SPLIT_FILL * max_rows))
 
 
 def fit_tree(
     sample: np.ndarray, centroids: np.ndarray, n_total: int, max_rows: int, seed: int
 ) -> ClusterTree:
-    """Cut every k-means cluster the sample says is above ``SPLIT_FILL * max_rows`` rows.
+    """Split every k-means cluster the sample says is above ``SPLIT_FILL * max_rows`` rows.
 
     A cluster estimated at ``n`` rows (its sampled rows times ``n_total / len(sample)``)
-    needs ``P = ceil(n / (SPLIT_FILL * max_rows))`` parts. It is cut in two by a
-    hyperplane across the direction of its own spherical 2-means, at the quantile
-    ``floor(P / 2) / P`` of its sampled rows' projections, so the sides hold ``floor(P/2)``
-    and ``ceil(P/2)`` parts' worth; each side is cut again the same way until every part
-    fits (a balanced k-d tree on the cluster's own axes). The cut follows the geometry:
-    the two sides share a border only along the hyperplane. Deterministic for ``seed``.
+    needs ``P = ceil(n / (SPLIT_FILL * max_rows))`` parts. A spherical k-means with ``P``
+    centres is fitted on its sampled rows, and offsets are fitted so that the balanced
+    assignment gives no part more than ``ceil(s / P)`` of its ``s`` sampled rows
+    (:func:`~.balance.balanced_offsets`): the parts follow the cluster's own geometry,
+    never the row order, and come out at ``n / P <= SPLIT_FILL * max_rows`` rows each.
+    Every leaf gets an axis (its 2-means direction) for the spill's order. Deterministic
+    for ``seed``.
 
     Parameters
     ----------
@@ -404,35 +410,29 @@ def fit_tree(
     scale = n_total / max(len(sample), 1)
     cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
     top = assign_clusters(x, cent).numpy()
-    n_roots = len(centroids)
-    axis: list[torch.Tensor] = [torch.zeros(x.shape[1])] * n_roots
-    threshold = [0.0] * n_roots
-    children: list[list[int]] = [[-1, -1] for _ in range(n_roots)]
-    # depth first from every root, so the generator is drawn from in one fixed order
-    stack = [(c, np.flatnonzero(top == c), 0) for c in range(n_roots)][::-1]
-    while stack:
-        v, rows, depth = stack.pop()
+    centre, offset = list(cent), [torch.zeros(())] * len(cent)
+    children: list[list[int]] = [[-1, -1] for _ in range(len(cent))]
+    rows_of: list[np.ndarray] = [np.flatnonzero(top == c) for c in range(len(cent))]
+    for c in range(len(cent)):  # in cluster order, so the generator is drawn in one order
+        rows = rows_of[c]
+        parts = min(math.ceil(len(rows) * scale / (SPLIT_FILL * max_rows)), len(rows))
+        if parts < 2:
+            continue
         xs = x[torch.from_numpy(rows)]
-        axis[v] = _two_means_axis(xs, gen)
-        parts = math.ceil(len(rows) * scale / (SPLIT_FILL * max_rows))
-        if parts < 2 or depth >= _MAX_DEPTH or not bool(axis[v].any()):
-            continue
-        proj = (xs * axis[v]).sum(1).numpy()
-        cut = np.sort(proj)[len(rows) * (parts // 2) // parts]
-        right = proj >= cut
-        if right.all() or not right.any():  # ties: the sample cannot cut here
-            continue
-        threshold[v] = float(cut)
-        a, b = len(axis), len(axis) + 1
-        children[v] = [a, b]
-        axis += [torch.zeros(x.shape[1])] * 2
-        threshold += [0.0, 0.0]
-        children += [[-1, -1], [-1, -1]]
-        stack += [(b, rows[right], depth + 1), (a, rows[~right], depth + 1)]
+        sub = spherical_kmeans(xs, parts, n_iter=20, sample=None, generator=gen)
+        off = balanced_offsets(xs, sub, math.ceil(len(rows) / len(sub)))
+        label = assign_with_offsets(xs, sub, off).numpy()
+        children[c] = [len(centre), len(centre) + len(sub)]
+        centre += list(sub)
+        offset += list(off)
+        children += [[-1, -1] for _ in range(len(sub))]
+        rows_of += [rows[label == j] for j in range(len(sub))]
+    axis = [two_means_axis(x[torch.from_numpy(r)], gen) for r in rows_of]
     return ClusterTree(
         centroids=cent.numpy(),
+        centre=torch.stack(centre).numpy().astype(np.float32),
+        offset=torch.stack(offset).numpy().astype(np.float32),
         axis=torch.stack(axis).numpy().astype(np.float32),
-        threshold=np.asarray(threshold, dtype=np.float32),
         children=np.asarray(children, dtype=np.int64),
         ordered=len(children) > 1 or n_total > max_rows,
     )
@@ -501,15 +501,21 @@ def spill_shard(
 
 
 def plan_by_cluster(
-    spills: Sequence[tuple[str, Sequence[int]]], max_rows: int, tree: ClusterTree
+    spills: Sequence[tuple[str, Sequence[int]]],
+    max_rows: int,
+    tree: ClusterTree,
+    merge: bool = True,
 ) -> list[tuple[str, list[Piece]]]:
-    """Groups from the spilled shards: the largest subtrees of at most ``max_rows`` rows.
+    """Groups from the spilled shards: subtrees of at most ``max_rows`` rows, and then
+    small neighbouring ones merged.
 
     Walks every k-means cluster of ``tree`` from its root: a node whose leaves hold at
-    most ``max_rows`` rows in all is one group (so a cut the sample asked for and the
-    counts do not need is undone), else its two sides are planned the same way. A leaf
-    still above ``max_rows`` is cut across its axis by :func:`split_across`. Empty nodes
-    make no group.
+    most ``max_rows`` rows in all is one unit (so a split the sample asked for and the
+    counts do not need is undone), else each of its children is planned the same way. A
+    leaf still above ``max_rows`` (the sample was off) is cut across its axis by
+    :func:`split_across`. Empty nodes make no unit. With ``merge``, units are then merged
+    with their nearest neighbours (by centre) while the merge fits ``max_rows``
+    (:func:`~.balance.merge_neighbours`), so groups come out near ``max_rows``.
 
     Parameters
     ----------
@@ -519,6 +525,8 @@ def plan_by_cluster(
         The largest group.
     tree : ClusterTree
         The tree the spills were filed by.
+    merge : bool, default=True
+        Merge neighbouring units (off: every cluster, or each of its parts, is a group).
     """
     offsets = [np.concatenate([[0], np.cumsum(c)]) for _, c in spills]
     per_leaf = np.zeros(tree.n_leaves, dtype=np.int64)
@@ -535,24 +543,59 @@ def plan_by_cluster(
             if off[b + 1] > off[a]
         ]
 
-    plan: list[tuple[str, list[Piece]]] = []
+    units: list[tuple[int, list[Piece]]] = []  # (node, pieces)
     for c in range(len(tree.centroids)):
-        groups: list[list[Piece]] = []
         stack = [c]
         while stack:
             v = stack.pop()
             a, b = first_last[v]
             n = int(leaf_sums[b + 1] - leaf_sums[a])
+            first, stop = (int(i) for i in tree.children[v])
             if n == 0:
                 continue
             if n <= max_rows:
-                groups.append(pieces(v))
-            elif tree.children[v, 0] >= 0:
-                stack += [int(tree.children[v, 1]), int(tree.children[v, 0])]
+                units.append((v, pieces(v)))
+            elif first >= 0:
+                stack += range(stop - 1, first - 1, -1)
             else:  # a leaf the sample put under max_rows: cut across its axis
-                groups += split_across(pieces(v), max_rows)
-        if len(groups) == 1:
-            plan.append((f"cluster {c}", groups[0]))
+                units += [(v, part) for part in split_across(pieces(v), max_rows)]
+    labels = _unit_labels([v for v, _ in units], tree)
+    sizes = [sum(p.n for p in ps) for _, ps in units]
+    merged = (
+        merge_neighbours(sizes, tree.centre[[v for v, _ in units]], max_rows)
+        if merge
+        else [[u] for u in range(len(units))]
+    )
+    return [
+        (" + ".join(labels[u] for u in group), _coalesce([p for u in group for p in units[u][1]]))
+        for group in merged
+    ]
+
+
+def _unit_labels(nodes: Sequence[int], tree: ClusterTree) -> list[str]:
+    """``"cluster 3"``, or ``"cluster 3 part 2/4"`` for a part (a child, or a cut of one)."""
+    root = np.arange(len(tree.children))
+    for v in range(len(tree.children)):
+        first, stop = tree.children[v]
+        if first >= 0:
+            root[first:stop] = root[v]
+    per_root = np.bincount(root[list(nodes)], minlength=len(tree.centroids))
+    seen = np.zeros(len(tree.centroids), dtype=np.int64)
+    out = []
+    for v in nodes:
+        c = int(root[v])
+        seen[c] += 1
+        whole = per_root[c] == 1
+        out.append(f"cluster {c}" if whole else f"cluster {c} part {seen[c]}/{per_root[c]}")
+    return out
+
+
+def _coalesce(pieces: Sequence[Piece]) -> list[Piece]:
+    """``pieces`` by file and start, runs that touch joined into one piece."""
+    out: list[Piece] = []
+    for p in sorted(pieces, key=lambda p: (p.path, p.start)):
+        if out and out[-1].path == p.path and out[-1].stop == p.start:
+            out[-1] = Piece(p.path, out[-1].start, p.stop)
         else:
-            plan += [(f"cluster {c} part {j + 1}/{len(groups)}", g) for j, g in enumerate(groups)]
-    return plan
+            out.append(p)
+    return out

@@ -176,7 +176,9 @@ def _plan(
     counts = dict(_progress_map(runner, spill_shard, jobs, "assign clusters", progress))
     spills = [(str(spill_path(folder, s)), counts[s]) for s, *_ in jobs]
     tree = ClusterTree.load(tree_path)
-    plan = plan_by_cluster(spills, settings.partition.chunk_size, tree)
+    # neighbouring clusters merged up to --chunk-size, unless --n-clusters asked for them
+    merge = settings.partition.n_clusters is None
+    plan = plan_by_cluster(spills, settings.partition.chunk_size, tree, merge=merge)
     facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
     return plan, facts
 
