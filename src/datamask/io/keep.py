@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .atomic import atomic_write_json
-from .parquet import atomic_write_table
+from .fs import is_uri, open_input, storage_path
+from .parquet import atomic_write_table, read_table
 from .shards import hash_ids
 
 __all__ = [
@@ -195,7 +196,7 @@ def write_keep_lists(
     RuntimeError
         When some selected ids are not found in ``files`` (the inputs changed).
     """
-    keep_dir = Path(keep_dir)
+    keep_dir = storage_path(keep_dir)
     lookup = IdSet(selected_ids)
     index: dict[str, Any] = {
         "format": "datamask.keep/1",
@@ -209,7 +210,7 @@ def write_keep_lists(
     for path, name in zip(bar, names, strict=True):
         if name.startswith("/") or ".." in name.split("/"):  # never write outside keep_dir
             raise RuntimeError(f"keep-list name {name!r} is not relative; please report this.")
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(open_input(path))  # ranged reads of the id column
         rows_parts, id_parts = [], []
         offset = 0
         for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
@@ -241,6 +242,9 @@ def _source_root(source: Any) -> str | None:
     if not isinstance(source, str | Path):
         return None
     text = str(source)
+    if is_uri(text):  # object storage: the URI's folder, as written
+        head = re.split(r"[*?\[]", text, maxsplit=1)[0]
+        return head.rsplit("/", 1)[0] if glob.has_magic(text) else text.rstrip("/")
     if not Path(text).exists() and glob.has_magic(text):
         head = re.split(r"[*?\[]", text, maxsplit=1)[0]
         return os.path.abspath(head.rsplit("/", 1)[0] if "/" in head else ".")
@@ -250,7 +254,7 @@ def _source_root(source: Any) -> str | None:
 def input_names(source: Any, files: Sequence[str | Path]) -> list[str]:
     """The names of a ``select`` run's input ``files`` relative to its ``source``: what
     keep lists and the provenance record call them."""
-    absolute = [os.path.abspath(str(f)) for f in files]
+    absolute = [str(storage_path(str(f))) for f in files]
     return relative_names(_source_root(source) or "", absolute)
 
 
@@ -286,13 +290,13 @@ def keep_lists_for_output(
         The index written to ``_index.json``.
     """
     out = str(output)
-    keep_dir = keep_dir_for(out, folder=Path(out).is_dir())
+    keep_dir = keep_dir_for(out, folder=storage_path(out).is_dir())
     if selected_ids is None:
-        parts = sorted(Path(out, "selected").glob("*.parquet"))
-        pieces = [pq.read_table(p, columns=[id_col]).column(0) for p in parts]
+        parts = sorted((storage_path(out) / "selected").glob("*.parquet"), key=str)
+        pieces = [read_table(p, columns=[id_col]).column(0) for p in parts]
         chunks = [c for piece in pieces for c in piece.chunks]
         selected_ids = pa.chunked_array(chunks) if chunks else pa.array([], pa.string())
-    absolute = [os.path.abspath(str(f)) for f in files]
+    absolute = [str(storage_path(str(f))) for f in files]
     names = input_names(source, files)
     return write_keep_lists(
         absolute, names, selected_ids, keep_dir, id_col=id_col, progress=progress

@@ -88,7 +88,7 @@ def _upload(local: Path, loc: Location) -> int:
     if local.is_dir():
         base, dest = local, loc
     else:
-        base, dest = local.parent, loc.parent()
+        base, dest = local.parent, loc.parent
     files = [
         p
         for p in sorted(base.rglob("*"))
