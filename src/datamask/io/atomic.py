@@ -173,11 +173,11 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
     >>> target.read_text()
     'hello'
     """
-    if isinstance(path, str) and _URI_RE.match(path):
-        # a URI as text (a step's argument): local for file://, else the object's Location
-        from .fs import storage_path  # not at the top: fs imports this module
-
-        path = storage_path(path)
+    if isinstance(path, str) and _URI_RE.match(path):  # never a local folder named "s3:"
+        raise TypeError(
+            f"atomic_write takes a path or a datamask.io.fs.Location, not the URI {path!r}; "
+            "use datamask.io.fs.storage_path."
+        )
     if _is_remote(path):
         with _remote_write(path, commit=commit) as tmp:
             yield tmp

@@ -389,7 +389,7 @@ def read_corpus(
 
 def atomic_write_table(table: pa.Table, path: str | Path | Location) -> None:
     """Write ``table`` as zstd parquet to ``path`` atomically (see :mod:`datamask.io.atomic`)."""
-    with atomic_write(path) as tmp:
+    with atomic_write(storage_path(path)) as tmp:
         pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
 
 
