@@ -37,7 +37,7 @@ from .io.fs import check_reachable, is_uri, open_input, resolve
 from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
 from .io.parquet import corpus_from_table, summary_path, write_selection
 from .io.provenance import record_inputs
-from .io.remote import staged_paths
+from .io.remote import overlaps, staged_paths
 from .io.shards import list_shards, literal_or_glob
 from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
 from .pipeline.step import fit_group
@@ -171,9 +171,18 @@ def _select_in_place(
     source: Any, output: str | Path, spec: SelectSpec, runner: Any
 ) -> dict[str, Any]:
     """:func:`select` of a sharded run on URIs (see :func:`_in_place`)."""
+    sources = [resolve(s) for s in (source if isinstance(source, list | tuple) else [source])]
     for what, place in (("--output", output), ("--work-dir", spec.run.work_dir)):
-        if _remote(place):
-            check_reachable(resolve(place, what=what), what=what)
+        if not _remote(place):
+            continue
+        loc = resolve(place, what=what)
+        check_reachable(loc, what=what)
+        for s in sources:  # a remote folder cannot skip its own output as a local one does
+            if overlaps(loc, s):
+                raise ValueError(
+                    f"{what} {loc.uri!r} overlaps --input {s.uri!r}; writing it would "
+                    "overwrite or hide the input. Choose another output."
+                )
     files = list_shards(source)
     with open_input(files[0]) as fh:
         names = list(pq.read_schema(fh).names)
