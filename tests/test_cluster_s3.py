@@ -239,6 +239,10 @@ def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, cluster, corpus):
     }
     assert before, "the kill came before any marker"
     _finish(_select(s3, address, root / "driver-fresh", "out-kill", 2))
+    manifest = json.loads(
+        client.get_object(Bucket=BUCKET, Key="out-kill/manifest.json")["Body"].read()
+    )
+    assert manifest["totals"]["resumed"] and manifest["totals"]["groups_reused"] >= 1
     after = _objects(client, "out-kill/_work/")
     rewritten = sorted(k for k, v in before.items() if after.get(k) != v)
     assert rewritten == [], f"{len(rewritten)} marked steps were redone: {rewritten[:5]}"

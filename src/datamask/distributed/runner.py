@@ -534,7 +534,13 @@ def _plan_groups(
     oversample = settings.partition.oversample
     proposed = [replace(g, k=candidate_count(g.n, n_total, k_total, oversample)) for g in groups]
     if combine == "gains":
-        proposed = [replace(g, k=wanted(run.work, g.gid, g.k)) for g in proposed]
+        asked = names_in(want_path(run.work, 0).parent)  # one listing, not one GET a group
+        proposed = [
+            replace(g, k=wanted(run.work, g.gid, g.k))
+            if want_path(run.work, g.gid).name in asked
+            else g
+            for g in proposed
+        ]
     return proposed, shares, facts, combine
 
 
