@@ -105,7 +105,8 @@ def select(
         reads them (:mod:`datamask.io.remote`).
     output : str or Path
         A parquet file for one file; a folder for shards. A remote URI is written when the
-        selection is complete.
+        selection is complete (one file), or in place by the steps (shards: with
+        ``s3://``/``gs://`` shards, output or work dir, nothing is staged on this host).
     spec : SelectSpec, optional
         Everything that decides the selection (default: from ``settings``).
     shards : bool, optional
@@ -146,7 +147,13 @@ def select(
 
 
 def _remote(place: Any) -> bool:
-    return isinstance(place, str | Path) and is_uri(str(place)) and not resolve(place).is_local
+    """An object-storage URI (a malformed one is worded by :func:`staged_paths`)."""
+    if not isinstance(place, str | Path) or not is_uri(str(place)):
+        return False
+    try:
+        return not resolve(place).is_local
+    except ValueError:
+        return False
 
 
 def _in_place(

@@ -216,7 +216,8 @@ def _select_groups(
         if done is not None and done.get("k") == g.k:
             stats[g.gid] = compact_marker({**done, "reused": True})
         else:
-            marker.unlink(missing_ok=True)  # a marker without its result: redo the group
+            if marker.name in markers:  # a marker without its result: redo the group
+                marker.unlink(missing_ok=True)
             pending.append(g)
     started = time.perf_counter()
     done_docs = 0
@@ -422,8 +423,8 @@ def run_selection(
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
     # working directories; a relative path would resolve there against another folder.
-    # Local folders become absolute paths; s3:// and gs:// stay URIs, read and written in
-    # place by the steps (no copy of the input or the work dir on the driver).
+    # s3:// and gs:// stay URIs, read and written in place by the steps (nothing of the
+    # input or the work dir is copied to the driver).
     out = storage_path(output)
     if out.is_file():
         raise ValueError(
