@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import re
 import resource
@@ -36,6 +37,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 BUCKET = "dm-bench"
 FLAGS = ["--select-ratio", "0.1", "--seed", "0", "--no-progress", "--runner", "local"]
+FLAGS += ["--chunk-size", "7100"]  # about 8 k-means groups of the 56k real-text corpus
 _LINE = re.compile(r'"(?P<method>[A-Z]+) /(?P<path>[^ ?]*)(?P<query>\?[^ ]*)? HTTP')
 
 
@@ -48,19 +50,22 @@ class _Requests(logging.Handler):
         self.by_folder: Counter[str] = Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        m = _LINE.search(record.getMessage())
+        m = _LINE.search(re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage()))  # colours
         if not m:
             return
         query = m["query"] or ""
         kind = "LIST" if "list-type" in query else m["method"]
+        kind += " (upload part)" if "partNumber" in query else ""
         self.by_method[kind] += 1
         parts = m["path"].split("/")[1:]  # without the bucket
         if parts[:1] == ["in"]:
             folder = "input"
         elif len(parts) > 2 and parts[1] == "_work":
             folder = "work/" + parts[2]
-        elif len(parts) > 1:
+        elif len(parts) > 2:
             folder = "out/" + parts[1]
+        elif len(parts) == 2 and parts[1]:
+            folder = "out (manifest)"
         else:
             folder = "bucket"
         self.by_folder[folder] += 1
@@ -110,7 +115,16 @@ def main() -> None:
     from moto.server import ThreadedMotoServer
 
     shutil.rmtree(args.work, ignore_errors=True)
-    _shards(args.corpus, args.n_shards, args.work / "shards")
+    # in a process of its own: the runs below are started from this one, and a child
+    # inherits its parent's peak RSS (ru_maxrss survives exec), which the corpus would set
+    cut = multiprocessing.get_context("spawn").Process(
+        target=_shards, args=(args.corpus, args.n_shards, args.work / "shards")
+    )
+    cut.start()
+    cut.join()
+    requests = _Requests()  # before the server starts: werkzeug then prints nothing
+    logging.getLogger("werkzeug").addHandler(requests)
+    logging.getLogger("werkzeug").setLevel(logging.INFO)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -126,13 +140,13 @@ def main() -> None:
     client.create_bucket(Bucket=BUCKET)
     for f in sorted((args.work / "shards").iterdir()):
         client.upload_file(str(f), BUCKET, f"in/{f.name}")
-    requests = _Requests()
-    logging.getLogger("werkzeug").addHandler(requests)
-    logging.getLogger("werkzeug").setLevel(logging.INFO)
 
     driver = args.work / "driver"
     driver.mkdir()
     env = {**os.environ, **storage, "DATAMASK_CACHE": str(driver / "cache")}
+    # the runs start in the driver's folder: a relative PYTHONPATH would import another copy
+    path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in path if p)
     rows = [_run("local", str(args.work / "shards"), str(args.work / "local-out"), args.workers,
                  env, driver)]  # fmt: skip
     requests.by_method.clear()
@@ -148,7 +162,10 @@ def main() -> None:
         json.loads(client.get_object(Bucket=BUCKET, Key="out/manifest.json")["Body"].read()),
     ]
     selections = []
+    import datamask
+
     for row, manifest in zip(rows, manifests, strict=True):
+        row["datamask"] = str(Path(datamask.__file__).parent)
         totals = manifest["totals"]
         row["driver_peak_rss_mb"] = totals["driver_peak_rss_mb"]
         row["worker_peak_rss_mb"] = manifest["summary"]["peak_rss_mb_per_worker"]
