@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ._device import set_threads
 from ._validation import k_from_ratio
@@ -32,11 +33,12 @@ from .distributed.executors import LocalRunner, available_cpus
 from .distributed.runner import run_selection
 from .io.atomic import OutputLock, check_no_overlap, check_writable
 from .io.datasets import input_column_names, is_save_to_disk, read_input_corpus, resolve_input
+from .io.fs import check_reachable, is_uri, open_input, resolve
 from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
 from .io.parquet import corpus_from_table, summary_path, write_selection
 from .io.provenance import record_inputs
-from .io.remote import staged_paths
-from .io.shards import literal_or_glob
+from .io.remote import overlaps, staged_paths
+from .io.shards import list_shards, literal_or_glob
 from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
 from .pipeline.step import fit_group
 from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
@@ -103,7 +105,8 @@ def select(
         reads them (:mod:`datamask.io.remote`).
     output : str or Path
         A parquet file for one file; a folder for shards. A remote URI is written when the
-        selection is complete.
+        selection is complete (one file), or in place by the steps (shards: with
+        ``s3://``/``gs://`` shards, output or work dir, nothing is staged on this host).
     spec : SelectSpec, optional
         Everything that decides the selection (default: from ``settings``).
     shards : bool, optional
@@ -134,11 +137,74 @@ def select(
         "given_selection": chosen.given_selection,
     }
     inputs = ("input", "given", "given_selection")
+    if _in_place(source, output, spec.run.work_dir, shards, chosen.given, chosen.given_selection):
+        return _select_in_place(source, output, spec, scheduler)
     with staged_paths(paths, inputs=inputs, suffixes=(".parquet",)) as local:
         if local["work_dir"] != spec.run.work_dir:
             spec = spec.evolve(run=replace(spec.run, work_dir=local["work_dir"]))
         given = (local["given"], local["given_selection"])
         return _select(local["input"], local["output"], spec, shards, split, scheduler, given)
+
+
+def _remote(place: Any) -> bool:
+    """An object-storage URI (a malformed one is worded by :func:`staged_paths`)."""
+    if not isinstance(place, str | Path) or not is_uri(str(place)):
+        return False
+    try:
+        return not resolve(place).is_local
+    except ValueError:
+        return False
+
+
+def _in_place(
+    source: Any, output: Any, work_dir: Any, shards: bool | None, *given: Any
+) -> bool:
+    """A sharded run with an ``s3://`` or ``gs://`` input, output or work dir (and a local
+    or no ``--given``): its steps read and write the URIs themselves, wherever they run;
+    nothing of the input or the work dir is staged on the driver."""
+    items = list(source) if isinstance(source, list | tuple) else [source]
+    if not any(_remote(p) for p in [*items, output, work_dir]) or any(_remote(g) for g in given):
+        return False
+    if shards or isinstance(source, list | tuple):
+        return True
+    if not _remote(source):
+        return is_sharded(source)
+    loc = resolve(source, what="--input")
+    check_reachable(loc, what="--input")
+    return literal_or_glob(loc.path) == "glob" or loc.is_dir()
+
+
+def _select_in_place(
+    source: Any, output: str | Path, spec: SelectSpec, runner: Any
+) -> dict[str, Any]:
+    """:func:`select` of a sharded run on URIs (see :func:`_in_place`)."""
+    sources = [resolve(s) for s in (source if isinstance(source, list | tuple) else [source])]
+    for what, place in (("--output", output), ("--work-dir", spec.run.work_dir)):
+        if not _remote(place):
+            continue
+        loc = resolve(place, what=what)
+        check_reachable(loc, what=what)
+        for s in sources:  # a remote folder cannot skip its own output as a local one does
+            if overlaps(loc, s):
+                raise ValueError(
+                    f"{what} {loc.uri!r} overlaps --input {s.uri!r}; writing it would "
+                    "overwrite or hide the input. Choose another output."
+                )
+    files = list_shards(source)
+    with open_input(files[0]) as fh:
+        names = list(pq.read_schema(fh).names)
+    spec = spec.evolve(columns=spec.columns.resolve(names, where=str(source))).check()
+    set_threads(spec.run.threads)
+    own = runner is None
+    runner = make_runner(spec) if own else runner
+    try:
+        return run_selection(
+            source, output, spec, runner=runner, work_dir=spec.run.work_dir,
+            progress=spec.run.progress,
+        )  # fmt: skip
+    finally:
+        if own:
+            runner.close()
 
 
 def _select(

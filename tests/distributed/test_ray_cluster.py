@@ -45,7 +45,8 @@ def cluster() -> Iterator[tuple[str, Path]]:
 
     root = Path(tempfile.mkdtemp(prefix="dmray", dir="/tmp"))  # short: Ray's socket paths
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.update(LOOPBACK, PYTHONPATH=SRC)
+    # RAY_TMPDIR: Ray's address file goes to this cluster's folder, not a shared /tmp/ray
+    os.environ.update(LOOPBACK, PYTHONPATH=SRC, RAY_TMPDIR=str(root))
     nodes = None
     try:
         nodes = Cluster(

@@ -39,6 +39,7 @@ import pyarrow as pa
 from .._memory import peak_rss_mb
 from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
+from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..objectives.combined import group_lamb
 from ..pipeline.step import MODULAR
@@ -308,7 +309,7 @@ def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def want_path(work_dir: str | Path, gid: int) -> Path:
     """Where the driver records that a group must propose more candidates."""
-    return Path(work_dir) / "candidates" / f"{gid:05d}.want.json"
+    return storage_path(work_dir) / "candidates" / f"{gid:05d}.want.json"
 
 
 def wanted(work_dir: str | Path, gid: int, default: int) -> int:
@@ -357,7 +358,7 @@ def write_allocated(
 
 def global_marker(work_dir: str | Path) -> Path:
     """Round 2's completion marker, whichever way it combined the groups."""
-    return Path(work_dir) / "completions" / "global"
+    return storage_path(work_dir) / "completions" / "global"
 
 
 def finish_allocation(

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from .._validation import check_corpus
 from ..config import SelectSpec
+from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from .partition import GroupSpec
@@ -100,7 +101,7 @@ def cap_across_groups(
     started = time.perf_counter()
     threshold = float(settings.selector.max_similarity)
     k_total = sum(g.k for g in groups)
-    state = _Pass(settings, Path(work), k_total)
+    state = _Pass(settings, storage_path(work), k_total)
     short = 0
     for g in tqdm(groups, desc="cap across groups", unit="group", disable=not progress):
         if g.k + short:

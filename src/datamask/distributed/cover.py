@@ -52,6 +52,7 @@ from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..io.atomic import atomic_write, atomic_write_json
+from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
@@ -78,30 +79,30 @@ COVER_NEIGHBORS = 4
 
 def cover_part_path(out_dir: str | Path, gid: int) -> Path:
     """One group's part of the cover dataset."""
-    return Path(out_dir) / "covered" / f"part-{gid:05d}.parquet"
+    return storage_path(out_dir) / "covered" / f"part-{gid:05d}.parquet"
 
 
 def kept_rows_path(work_dir: str | Path, gid: int) -> Path:
     """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
-    return Path(work_dir) / "cover" / f"kept-{gid:05d}.parquet"
+    return storage_path(work_dir) / "cover" / f"kept-{gid:05d}.parquet"
 
 
 def _rows_path(work_dir: str | Path, gid: int) -> Path:
     """The group's unit rows as pass 1 read them (float32 ``.npy``), for pass 2, which
     deletes them once its part is written: one read of the input per group, not two."""
-    return Path(work_dir) / "cover" / f"rows-{gid:05d}.npy"
+    return storage_path(work_dir) / "cover" / f"rows-{gid:05d}.npy"
 
 
 def _ids_path(work_dir: str | Path, gid: int) -> Path:
-    return Path(work_dir) / "cover" / f"ids-{gid:05d}.parquet"
+    return storage_path(work_dir) / "cover" / f"ids-{gid:05d}.parquet"
 
 
 def _kept_marker(work_dir: str | Path, gid: int) -> Path:
-    return Path(work_dir) / "cover" / f"kept-{gid:05d}.json"
+    return storage_path(work_dir) / "cover" / f"kept-{gid:05d}.json"
 
 
 def _cover_marker(work_dir: str | Path, gid: int) -> Path:
-    return Path(work_dir) / "cover" / f"{gid:05d}.json"
+    return storage_path(work_dir) / "cover" / f"{gid:05d}.json"
 
 
 def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
@@ -110,7 +111,7 @@ def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
     own = part_path(out_dir, gid)
     if own.exists():
         return read_table(own, columns=[id_col]).column(0).combine_chunks()
-    table = read_table(Path(out_dir) / "selected" / GLOBAL_PART, columns=[id_col, "group"])
+    table = read_table(storage_path(out_dir) / "selected" / GLOBAL_PART, columns=[id_col, "group"])
     return table.filter(pc.equal(table.column("group"), gid)).column(0).combine_chunks()
 
 
@@ -175,7 +176,8 @@ def cover_group(
     id_col = settings.columns.id_col
     cached = _rows_path(work_dir, spec.gid)
     if cached.exists() and _ids_path(work_dir, spec.gid).exists():
-        x = np.load(cached)
+        with open_input(cached) as fh:
+            x = np.load(fh)
         ids = read_table(_ids_path(work_dir, spec.gid)).column(0).combine_chunks()
     else:  # pass 1 was reused from a run whose pass 2 had deleted them: read again
         x, ids = _read_unit_rows(spec, settings, quality_range)

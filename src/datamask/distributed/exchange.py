@@ -43,6 +43,7 @@ from .._validation import check_corpus
 from ..config import SelectSpec
 from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
+from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, features_matrix, read_table
 from ..neighbors import best_match, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
@@ -74,12 +75,12 @@ __all__ = [
 
 def exchange_path(work_dir: str | Path, gid: int) -> Path:
     """A group's candidates as the exchange round re-ordered them."""
-    return Path(work_dir) / "exchange" / f"{gid:05d}.parquet"
+    return storage_path(work_dir) / "exchange" / f"{gid:05d}.parquet"
 
 
 def exchange_marker(work_dir: str | Path, gid: int) -> Path:
     """The exchange round's marker for one group (its knots), written last."""
-    return Path(work_dir) / "exchange" / f"{gid:05d}.json"
+    return storage_path(work_dir) / "exchange" / f"{gid:05d}.json"
 
 
 #: Up to this many groups a group's neighbours are exact (every pair of centroids, in
@@ -161,7 +162,7 @@ def _saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The graph the group's select step saved (:func:`~.steps.graph_path`), if any."""
     if not path.exists():
         return None
-    with np.load(path) as saved:
+    with open_input(path) as fh, np.load(fh) as saved:
         return torch.from_numpy(saved["indices"]).long(), torch.from_numpy(saved["sims"])
 
 

@@ -39,6 +39,7 @@ from ..config import SelectSpec
 from ..data import Corpus
 from ..io.atomic import atomic_write_json
 from ..io.datasets import input_files
+from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.selection import read_selection_ids, rows_from_ids
 from ..pipeline.given import given_floor, read_given
@@ -57,11 +58,11 @@ __all__ = [
 
 def kept_path(work_dir: str | Path) -> Path:
     """KEPT's kept rows: id and unit embedding, what every group's floor is taken against."""
-    return Path(work_dir) / "given" / "kept.parquet"
+    return storage_path(work_dir) / "given" / "kept.parquet"
 
 
 def _marker(work_dir: str | Path) -> Path:
-    return Path(work_dir) / "completions" / "given"
+    return storage_path(work_dir) / "completions" / "given"
 
 
 def given_files(given: str) -> list[str]:

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from ..io.atomic import atomic_write_json
+from ..io.fs import storage_path
 from ..io.keep import (
     IdSet,
     find_kept_rows,
@@ -63,15 +64,15 @@ __all__ = [
 
 def keep_bucket_path(work_dir: str | Path, shard: int, gid: int) -> Path:
     """Group ``gid``'s kept rows of input shard ``shard``."""
-    return Path(work_dir) / "keep" / f"shard={shard:05d}" / f"part-{gid:05d}.parquet"
+    return storage_path(work_dir) / "keep" / f"shard={shard:05d}" / f"part-{gid:05d}.parquet"
 
 
 def _group_marker(work_dir: str | Path, gid: int) -> Path:
-    return Path(work_dir) / "keep" / "done" / f"part-{gid:05d}.json"
+    return storage_path(work_dir) / "keep" / "done" / f"part-{gid:05d}.json"
 
 
 def _shard_marker(work_dir: str | Path, shard: int) -> Path:
-    return Path(work_dir) / "keep" / "done" / f"shard-{shard:05d}.json"
+    return storage_path(work_dir) / "keep" / "done" / f"shard-{shard:05d}.json"
 
 
 def file_kept_rows(
@@ -141,7 +142,7 @@ def write_shard_keep_list(
     """
     marker = _shard_marker(work_dir, shard)
     done = read_marker(marker)
-    if done is not None and (Path(keep_dir) / keep_file_name(name)).exists():
+    if done is not None and (storage_path(keep_dir) / keep_file_name(name)).exists():
         return shard, int(done["kept"])
     tables = [read_table(keep_bucket_path(work_dir, shard, g)) for g in gids]
     if not tables:
@@ -197,7 +198,7 @@ def keep_round(
     runner : Runner
         Where the steps run.
     """
-    work, out = Path(run.work), Path(run.out)
+    work, out = storage_path(run.work), storage_path(run.out)
     names = input_names(run.source, [i.path for i in infos])
     sources: dict[str, tuple[int, bool]] = {}
     for s, info in enumerate(infos):

@@ -36,6 +36,7 @@ from tqdm.std import tqdm  # the base class: every tqdm subclass shares its lock
 
 from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
+from ..io.fs import storage_path
 from ..io.shards import ShardInfo
 
 __all__ = [
@@ -114,7 +115,12 @@ def fingerprint(
     record = {
         "settings": settings.fingerprint(),
         "shards": [
-            [str(Path(i.path).resolve()), i.num_rows, i.size_bytes, checksums.get(i.path, "")]
+            [
+                str(storage_path(i.path).resolve()),
+                i.num_rows,
+                i.size_bytes,
+                checksums.get(i.path, ""),
+            ]
             for i in infos
         ],
     }

@@ -37,6 +37,7 @@ import torch
 from .._validation import unit_rows
 from ..data import apportion
 from ..io.atomic import atomic_write, atomic_write_json
+from ..io.fs import open_input, storage_path
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
@@ -360,7 +361,7 @@ class ClusterTree:
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterTree:
-        with np.load(path) as f:
+        with open_input(path) as fh, np.load(fh) as f:
             if "centre" not in f:  # hyperplane cuts, before the balanced splits
                 raise ValueError(f"{path} is a cluster tree of an older datamask: remove it.")
             arrays = [f[name] for name in ("centroids", "centre", "offset", "axis", "children")]
@@ -464,7 +465,7 @@ def spill_shard(
     (shard_index, counts) : tuple of int and list of int
         Rows of this shard in each leaf.
     """
-    folder = Path(clusters_dir)
+    folder = storage_path(clusters_dir)
     done = folder / f"shard-{shard_index:05d}.json"
     if done.exists():
         return shard_index, json.loads(done.read_text())["counts"]

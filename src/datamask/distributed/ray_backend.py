@@ -31,6 +31,7 @@ import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from ..io.fs import storage_env
 from .executors import LocalRunner, available_cpus
 
 __all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S", "MAX_RETRIES"]
@@ -179,12 +180,22 @@ class RayRunner:
             quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
             level = quiet.level
             quiet.setLevel(logging.ERROR)
+            # Storage credentials, endpoint and region reach the workers as environment
+            # variables of this job's runtime_env: never in a task's arguments, a file or
+            # a message (a worker node's own environment need not hold them).
+            env = storage_env()
+            extra: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
             try:
                 if address:
-                    ray.init(address=address, logging_level=logging.WARNING)
+                    ray.init(address=address, logging_level=logging.WARNING, **extra)
                 else:
                     cpus = max(workers or 0, os.cpu_count() or 1)
-                    ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+                    ray.init(
+                        num_cpus=cpus,
+                        include_dashboard=False,
+                        logging_level=logging.WARNING,
+                        **extra,
+                    )
             except (ConnectionError, RuntimeError, TimeoutError) as exc:
                 raise ValueError(
                     f"cannot start or join Ray{f' at {address!r}' if address else ''}: "

@@ -39,7 +39,6 @@ only unfinished steps. The executors (:mod:`.executors`, :mod:`.ray_backend`) on
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -62,6 +61,7 @@ from ..io.atomic import (
     check_writable,
     clean_stale_temporaries,
 )
+from ..io.fs import Location, names_in, open_input, storage_path
 from ..io.keep import input_names
 from ..io.parquet import read_table
 from ..io.provenance import record_inputs
@@ -185,11 +185,12 @@ def _plan(
 
 def _width(path: str, feature_col: str) -> int:
     """Embedding width in ``path``: its fixed list size, else the first row's length."""
-    parquet = pq.ParquetFile(path)
-    kind = parquet.schema_arrow.field(feature_col).type
-    if pa.types.is_fixed_size_list(kind):
-        return int(kind.list_size)
-    return len(parquet.read_row_group(0, columns=[feature_col]).column(0)[0])
+    with open_input(path) as fh:
+        parquet = pq.ParquetFile(fh)
+        kind = parquet.schema_arrow.field(feature_col).type
+        if pa.types.is_fixed_size_list(kind):
+            return int(kind.list_size)
+        return len(parquet.read_row_group(0, columns=[feature_col]).column(0)[0])
 
 
 def _select_groups(
@@ -212,14 +213,20 @@ def _select_groups(
     def result_path(gid: int) -> Path:
         return candidates_path(work, gid) if propose else part_path(out, gid)
 
+    # Which groups are done: one listing of the markers and one of the results, then only
+    # the markers present are read (not one exists() request per group on object storage).
+    markers = names_in(completion_path(work, 0).parent)
+    results = names_in(result_path(0).parent)
     pending = []
     for g in groups:
         marker = completion_path(work, g.gid)
-        done = read_marker(marker) if result_path(g.gid).exists() else None
+        present = marker.name in markers and result_path(g.gid).name in results
+        done = read_marker(marker) if present else None
         if done is not None and done.get("k") == g.k:
             stats[g.gid] = compact_marker({**done, "reused": True})
         else:
-            marker.unlink(missing_ok=True)  # a marker without its result: redo the group
+            if marker.name in markers:  # a marker without its result: redo the group
+                marker.unlink(missing_ok=True)
             pending.append(g)
     started = time.perf_counter()
     done_docs = 0
@@ -248,7 +255,8 @@ def _select_groups(
             bar.update(1)
     finally:
         bar.close()
-    missing = [g.gid for g in groups if not completion_path(work, g.gid).exists()]
+    markers = names_in(completion_path(work, 0).parent)
+    missing = [g.gid for g in groups if completion_path(work, g.gid).name not in markers]
     if missing:
         raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
     return sum(g.n for g in pending)
@@ -424,28 +432,33 @@ def run_selection(
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
     # working directories; a relative path would resolve there against another folder.
-    out = Path(os.path.abspath(output))
-    if out.exists() and not out.is_dir():
+    # s3:// and gs:// stay URIs, read and written in place by the steps (nothing of the
+    # input or the work dir is copied to the driver).
+    out = storage_path(output)
+    if out.is_file():
         raise ValueError(
             f"--output {str(out)!r} is a file; sharded selection writes a folder "
             "(selected/ parts and manifest.json)."
         )
-    work = Path(os.path.abspath(work_dir)) if work_dir is not None else out / "_work"
-    check_writable(work, folder=True)
+    work = storage_path(work_dir) if work_dir is not None else out / "_work"
+    if isinstance(work, Path):
+        check_writable(work, folder=True)
 
     # Output and work dir never overlap the input: not the input folder itself, and no
     # input shard inside them (folders inside the input folder are skipped when listing).
     if isinstance(source, str | Path) and literal_or_glob(str(source)) == "literal":
         check_no_overlap([out, work], [source])
-    files = [Path(os.path.abspath(f)) for f in list_shards(source, exclude=[out, work])]
+    files = [storage_path(f) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
     if given is not None and given[0] is not None:  # --given is read, never written
         check_no_overlap([out, work], [g for g in given if g])
     # Claim the output (and a work dir outside it) before any computation: a second run
     # writing the same folder is refused here, and an unwritable folder fails here.
     with ExitStack() as claims:  # released in reverse; on an error, made folders go too
-        claims.enter_context(OutputLock(out, folder=True))
-        if not work.resolve().is_relative_to(out.resolve()):
+        # (object storage has no lock: one run writes a remote output at a time, docs/remote.md)
+        if isinstance(out, Path):
+            claims.enter_context(OutputLock(out, folder=True))
+        if isinstance(work, Path) and not _inside(work, out):
             claims.enter_context(OutputLock(work, folder=True))
         if given is None:
             given = (settings.selector.given, settings.selector.given_selection)
@@ -453,14 +466,21 @@ def run_selection(
         return _run_claimed(run, started)
 
 
+def _inside(work: Path | Location, out: Path | Location) -> bool:
+    """Whether the work dir lies inside the output (then the output's claim covers it)."""
+    if isinstance(work, Path) and isinstance(out, Path):
+        return work.resolve().is_relative_to(out.resolve())
+    return str(work).startswith(str(out).rstrip("/") + "/")
+
+
 @dataclass
 class _Run:
     """What every phase of one claimed run reads: its input, places, settings and runner."""
 
     source: ShardSource
-    files: list[Path]
-    out: Path
-    work: Path
+    files: list[Path | Location]
+    out: Path | Location
+    work: Path | Location
     settings: SelectSpec
     runner: Runner
     progress: bool
@@ -525,7 +545,13 @@ def _plan_groups(
     oversample = settings.partition.oversample
     proposed = [replace(g, k=candidate_count(g.n, n_total, k_total, oversample)) for g in groups]
     if combine == "gains":
-        proposed = [replace(g, k=wanted(run.work, g.gid, g.k)) for g in proposed]
+        asked = names_in(want_path(run.work, 0).parent)  # one listing, not one GET a group
+        proposed = [
+            replace(g, k=wanted(run.work, g.gid, g.k))
+            if want_path(run.work, g.gid).name in asked
+            else g
+            for g in proposed
+        ]
     return proposed, shares, facts, combine
 
 

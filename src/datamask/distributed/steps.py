@@ -35,6 +35,7 @@ from .._memory import peak_rss_mb, release_heap
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write, atomic_write_json
+from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.shards import (
     corpus_from_tables,
@@ -77,23 +78,23 @@ def _group_name(gid: int) -> str:
 
 def completion_path(work_dir: str | Path, gid: int) -> Path:
     """The marker a finished group leaves behind."""
-    return Path(work_dir) / "completions" / _group_name(gid)
+    return storage_path(work_dir) / "completions" / _group_name(gid)
 
 
 def part_path(out_dir: str | Path, gid: int) -> Path:
     """The selected-ids file of one group in the output dataset."""
-    return Path(out_dir) / "selected" / f"part-{_group_name(gid)}.parquet"
+    return storage_path(out_dir) / "selected" / f"part-{_group_name(gid)}.parquet"
 
 
 def candidates_path(work_dir: str | Path, gid: int) -> Path:
     """Round 1 of a global budget: the candidates one group proposes."""
-    return Path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
+    return storage_path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
 
 
 def graph_path(work_dir: str | Path, gid: int) -> Path:
     """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)), saved
     by its select step for the exchange round, which would otherwise build it again."""
-    return Path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
+    return storage_path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
 
 
 def save_graph(graph: tuple[Any, Any], path: Path) -> None:
@@ -263,7 +264,7 @@ def select_group(
     if not settings.run.selected_only or settings.selector.max_similarity is not None:
         atomic_write_table(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
-            Path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
+            storage_path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
         )
     knots = centroid = None
     if propose and totals is not None:
@@ -344,7 +345,7 @@ def select_global(
     ``WORK/completions/global``; a pure, resumable step like :func:`select_group`.
     """
     marker = global_marker(work_dir)
-    final = Path(out_dir) / "selected" / GLOBAL_PART
+    final = storage_path(out_dir) / "selected" / GLOBAL_PART
     if marker.exists() and final.exists():
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from .._validation import check_quality_span
 from ..io.atomic import atomic_write_json
+from ..io.fs import Location, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
 from .lifecycle import read_marker
@@ -83,17 +84,17 @@ def _duplicates_in(entries: np.ndarray, limit: int = REPEATS_SHOWN) -> tuple[int
 # --- the id buckets, through the work dir ---------------------------------------------------
 def bucket_file(ids_dir: str | Path, bucket: int, shard: int) -> Path:
     """One shard's id hashes of one bucket."""
-    return Path(ids_dir) / f"bucket={bucket:05d}" / f"shard-{shard:05d}.parquet"
+    return storage_path(ids_dir) / f"bucket={bucket:05d}" / f"shard-{shard:05d}.parquet"
 
 
 def bucket_marker(ids_dir: str | Path, bucket: int) -> Path:
     """What a bucket step found, written once it has looked at every shard's file."""
-    return Path(ids_dir) / "done" / f"bucket={bucket:05d}.json"
+    return storage_path(ids_dir) / "done" / f"bucket={bucket:05d}.json"
 
 
 def id_buckets_dir(work_dir: str | Path) -> Path:
     """Where the scan steps file the id hashes (``WORK/ids``)."""
-    return Path(work_dir) / "ids"
+    return storage_path(work_dir) / "ids"
 
 
 @contextlib.contextmanager
@@ -103,9 +104,14 @@ def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        shutil.rmtree(ids_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            Path(ids_dir).parent.rmdir()
+        place = storage_path(ids_dir)
+        if isinstance(place, Location):
+            with contextlib.suppress(OSError):
+                place.fs.delete_dir(place.path)
+        else:
+            shutil.rmtree(place, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                place.parent.rmdir()
         raise
 
 

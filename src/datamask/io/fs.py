@@ -47,8 +47,13 @@ from .atomic import atomic_write, is_temporary, temporary_name
 
 __all__ = [
     "REMOTE_SCHEMES",
+    "STORAGE_ENV",
     "Location",
+    "names_in",
+    "open_input",
     "resolve",
+    "storage_env",
+    "storage_path",
     "is_uri",
     "check_reachable",
     "cache_dir",
@@ -160,6 +165,7 @@ class Location:
         uri = f"{self.uri.rstrip('/')}/{tail}" if tail else self.uri
         return Location(uri, self.scheme, self.fs, path)
 
+    @property
     def parent(self) -> Location:
         path = self.path.rstrip("/").rsplit("/", 1)[0]
         uri = self.uri.rstrip("/").rsplit("/", 1)[0]
@@ -167,6 +173,24 @@ class Location:
 
     def __str__(self) -> str:
         return self.uri
+
+    # --- the few pathlib.Path methods a sharded run's steps use, so a work dir, output or
+    # shard is a Path locally and a Location on object storage, with the same code ----------
+    def __truediv__(self, part: str) -> Location:
+        return self.join(str(part))
+
+    def unlink(self, missing_ok: bool = True) -> None:
+        """Remove the object (a missing one is fine, as ``Path.unlink(missing_ok=True)``)."""
+        self.delete()
+
+    def resolve(self) -> Location:
+        return self
+
+    def glob(self, pattern: str) -> list[Location]:
+        """The files directly in this folder whose names match ``pattern`` (one listing)."""
+        return [
+            self / name for name in sorted(names_in(self)) if fnmatch.fnmatchcase(name, pattern)
+        ]
 
     # --- reading ------------------------------------------------------------------------
     def info(self) -> pafs.FileInfo:
@@ -228,7 +252,7 @@ class Location:
             with atomic_write(self.path) as tmp, open(tmp, "wb") as fh:
                 yield fh
             return
-        tmp = self.parent().join(temporary_name(self.name).name)
+        tmp = self.parent.join(temporary_name(self.name).name)
         stream = self.fs.open_output_stream(tmp.path)
         try:
             yield stream
@@ -262,7 +286,7 @@ class Location:
         """
         if self.is_local:
             return
-        selector = pafs.FileSelector(self.parent().path, recursive=False, allow_not_found=True)
+        selector = pafs.FileSelector(self.parent.path, recursive=False, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
         except OSError:
@@ -272,6 +296,77 @@ class Location:
             if is_temporary(base, self.name):
                 with suppress(OSError):
                     self.fs.delete_file(info.path)
+
+
+def storage_path(where: str | Path | Location) -> Path | Location:
+    """Where a sharded run reads or writes: an absolute ``Path`` for a local path or a
+    ``file://`` URI, else the remote :class:`Location` (both answer ``/``, ``exists()``,
+    ``read_text()``, ``unlink()``, ``glob()``; :func:`open_input` reads either, and
+    :func:`datamask.io.atomic.atomic_write` writes either). The text of either, ``str()``,
+    is what travels to the steps."""
+    if isinstance(where, Location):
+        return Path(where.path) if where.is_local else where
+    if isinstance(where, Path) or not is_uri(str(where)):
+        return Path(os.path.abspath(where))
+    loc = resolve(where)
+    return Path(loc.path) if loc.is_local else loc
+
+
+def open_input(where: str | Path | Location) -> Any:
+    """A random-access binary file of a local path or a remote object (ranged reads: a
+    parquet footer and the row groups asked for, an ``.npz`` member), to use in ``with``."""
+    place = storage_path(where)
+    if isinstance(place, Location):
+        try:
+            return place.open_input_file()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if place.info().type == pafs.FileType.NotFound:
+                raise FileNotFoundError(f"{place.uri!r} does not exist") from None
+            raise ValueError(f"cannot read {place.uri!r}: {_first_line(exc)}") from None
+    return open(place, "rb")
+
+
+def names_in(folder: str | Path | Location) -> set[str]:
+    """The file names directly in ``folder`` (none when it is missing), from ONE listing:
+    how the driver learns which of a phase's markers exist, not one request per step."""
+    place = storage_path(folder)
+    fs, path = (place.fs, place.path) if isinstance(place, Location) else (_LOCAL, str(place))
+    selector = pafs.FileSelector(path, recursive=False, allow_not_found=True)
+    try:
+        infos = fs.get_file_info(selector)
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    except OSError as exc:
+        raise ValueError(f"cannot list {str(place)!r}: {_first_line(exc)}") from None
+    return {i.path.rsplit("/", 1)[-1] for i in infos if i.type == pafs.FileType.File}
+
+
+_LOCAL = pafs.LocalFileSystem()
+
+#: The environment variables that configure storage access (credentials, endpoint,
+#: region): what a Ray worker needs to see the same buckets as the driver. They are passed
+#: to Ray's ``runtime_env`` only, never written to a manifest, marker or message.
+STORAGE_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "DATAMASK_S3_ANONYMOUS",
+    "DATAMASK_S3_RETRIES",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "HF_TOKEN",
+)
+
+
+def storage_env() -> dict[str, str]:
+    """The :data:`STORAGE_ENV` variables set in this process."""
+    return {k: os.environ[k] for k in STORAGE_ENV if os.environ.get(k)}
 
 
 def _first_line(exc: BaseException) -> str:
@@ -284,11 +379,11 @@ def _bad(what: str, text: str, why: str) -> ValueError:
 
 
 @functools.lru_cache(maxsize=8)
-def _s3(endpoint: str | None, region: str | None, anonymous: bool) -> Any:
+def _s3(endpoint: str | None, region: str | None, anonymous: bool, retries: int = 10) -> Any:
     kwargs: dict[str, Any] = {
         "connect_timeout": 5,
         "request_timeout": 30,
-        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retries),
     }
     if endpoint:
         kwargs["endpoint_override"] = endpoint
@@ -299,6 +394,16 @@ def _s3(endpoint: str | None, region: str | None, anonymous: bool) -> Any:
     if anonymous:
         kwargs["anonymous"] = True
     return pafs.S3FileSystem(**kwargs)
+
+
+def _s3_retries() -> int:
+    """Attempts per S3 request (throttling, 5xx, dropped connections are retried with
+    backoff by the AWS SDK): ``$DATAMASK_S3_RETRIES``, default 10."""
+    text = os.environ.get("DATAMASK_S3_RETRIES", "10")
+    try:
+        return max(1, int(text))
+    except ValueError:
+        raise ValueError(f"DATAMASK_S3_RETRIES must be a whole number; got {text!r}.") from None
 
 
 @functools.lru_cache(maxsize=2)
@@ -373,7 +478,7 @@ def resolve(text: str | Path, *, what: str = "path") -> Location:
         if region is None and endpoint is None:
             region = "us-east-1"  # the AWS default; a bucket elsewhere needs AWS_REGION
         try:
-            fs = _s3(endpoint, region, _anonymous_s3())
+            fs = _s3(endpoint, region, _anonymous_s3(), _s3_retries())
         except (OSError, ValueError) as exc:
             raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
         return Location(raw, "s3", fs, rest)

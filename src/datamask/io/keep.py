@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .atomic import atomic_write_json
-from .parquet import atomic_write_table
+from .fs import is_uri, open_input, storage_path
+from .parquet import atomic_write_table, read_table
 from .shards import hash_ids
 
 __all__ = [
@@ -182,7 +183,7 @@ def find_kept_rows(
 ) -> tuple[np.ndarray, pa.Array, int]:
     """Stream the id column of ``path`` once: ``(rows, ids, num_rows)`` of its members of
     ``lookup`` (rows ascending, ids as stored in the file)."""
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(open_input(path))  # ranged reads of the id column
     rows_parts, id_parts = [], []
     offset = 0
     for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
@@ -212,7 +213,7 @@ def write_keep_list(
     table = pa.table({"row": pa.array(rows.astype(np.int64)), id_col: ids})
     meta = {"source": source, "num_rows": num_rows, "id_col": id_col}
     table = table.replace_schema_metadata({b"datamask.keep": json.dumps(meta).encode()})
-    atomic_write_table(table, Path(keep_dir) / keep_file_name(name))
+    atomic_write_table(table, storage_path(keep_dir) / keep_file_name(name))
 
 
 def finish_keep_lists(index: dict[str, Any], keep_dir: str | Path) -> dict[str, Any]:
@@ -223,7 +224,7 @@ def finish_keep_lists(index: dict[str, Any], keep_dir: str | Path) -> dict[str, 
             f"{index['n_selected'] - found} selected ids were not found in the input files; "
             "were they changed during the run?"
         )
-    atomic_write_json(index, Path(keep_dir) / KEEP_INDEX)
+    atomic_write_json(index, storage_path(keep_dir) / KEEP_INDEX)
     return index
 
 
@@ -261,6 +262,7 @@ def write_keep_lists(
     RuntimeError
         When some selected ids are not found in ``files`` (the inputs changed).
     """
+    keep_dir = storage_path(keep_dir)
     lookup = IdSet(selected_ids)
     index = keep_index(id_col, lookup.digest, len(lookup))
     bar = tqdm(files, desc="keep lists", unit="file", disable=not progress, dynamic_ncols=True)
@@ -273,8 +275,8 @@ def write_keep_lists(
 
 def read_selected_ids(output: str | Path, id_col: str) -> pa.ChunkedArray | pa.Array:
     """Every selected id of a sharded ``select`` output (``OUT/selected/*.parquet``)."""
-    parts = sorted(Path(output, "selected").glob("*.parquet"))
-    pieces = [pq.read_table(p, columns=[id_col]).column(0) for p in parts]
+    parts = sorted((storage_path(output) / "selected").glob("*.parquet"), key=str)
+    pieces = [read_table(p, columns=[id_col]).column(0) for p in parts]
     chunks = [c for piece in pieces for c in piece.chunks]
     return pa.chunked_array(chunks) if chunks else pa.array([], pa.string())
 
@@ -284,6 +286,9 @@ def _source_root(source: Any) -> str | None:
     if not isinstance(source, str | Path):
         return None
     text = str(source)
+    if is_uri(text):  # object storage: the URI's folder, as written
+        head = re.split(r"[*?\[]", text, maxsplit=1)[0]
+        return head.rsplit("/", 1)[0] if glob.has_magic(text) else text.rstrip("/")
     if not Path(text).exists() and glob.has_magic(text):
         head = re.split(r"[*?\[]", text, maxsplit=1)[0]
         return os.path.abspath(head.rsplit("/", 1)[0] if "/" in head else ".")
@@ -293,7 +298,7 @@ def _source_root(source: Any) -> str | None:
 def input_names(source: Any, files: Sequence[str | Path]) -> list[str]:
     """The names of a ``select`` run's input ``files`` relative to its ``source``: what
     keep lists and the provenance record call them."""
-    absolute = [os.path.abspath(str(f)) for f in files]
+    absolute = [str(storage_path(str(f))) for f in files]
     return relative_names(_source_root(source) or "", absolute)
 
 
@@ -329,10 +334,10 @@ def keep_lists_for_output(
         The index written to ``_index.json``.
     """
     out = str(output)
-    keep_dir = keep_dir_for(out, folder=Path(out).is_dir())
+    keep_dir = keep_dir_for(out, folder=storage_path(out).is_dir())
     if selected_ids is None:
         selected_ids = read_selected_ids(out, id_col)
-    absolute = [os.path.abspath(str(f)) for f in files]
+    absolute = [str(storage_path(str(f))) for f in files]
     names = input_names(source, files)
     return write_keep_lists(
         absolute, names, selected_ids, keep_dir, id_col=id_col, progress=progress

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
-from .fs import Location, expect_file
+from .fs import Location, expect_file, open_input, storage_path
 
 __all__ = [
     "read_corpus",
@@ -38,8 +38,23 @@ __all__ = [
 ]
 
 
-def _open(path: str | Path) -> pq.ParquetFile:
-    p = Path(path)
+def open_remote_parquet(loc: Location, what: str = "input file") -> pq.ParquetFile:
+    """A parquet file on object storage, read by ranged requests (the footer, then only
+    the row groups and columns asked for); a missing one is named as ``what``."""
+    try:
+        fh = open_input(loc)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {loc.uri!r} does not exist.") from None
+    try:
+        return pq.ParquetFile(fh, page_checksum_verification=True)
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise ValueError(f"cannot read {loc.uri!r} as parquet: {exc}") from None
+
+
+def _open(path: str | Path | Location) -> pq.ParquetFile:
+    p = storage_path(path)
+    if isinstance(p, Location):
+        return open_remote_parquet(p)
     expect_file(p, what="input file", accepted="one parquet file")
     try:
         return pq.ParquetFile(p, page_checksum_verification=True)
@@ -369,9 +384,9 @@ def read_corpus(
     return corpus
 
 
-def atomic_write_table(table: pa.Table, path: str | Path) -> None:
+def atomic_write_table(table: pa.Table, path: str | Path | Location) -> None:
     """Write ``table`` as zstd parquet to ``path`` atomically (see :mod:`datamask.io.atomic`)."""
-    with atomic_write(path) as tmp:
+    with atomic_write(storage_path(path)) as tmp:
         pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
 
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .datasets import input_files
-from .fs import resolve
+from .fs import Location, open_input, resolve, storage_path
 from .keep import input_names
 from .parquet import read_summary
 from .shards import content_checksum
@@ -69,12 +69,20 @@ def id_kind(typ: pa.DataType | str) -> str:
 
 
 def _file_record(path: str, columns: Sequence[str], checksum: str | None) -> dict[str, Any]:
-    st = os.stat(path)
+    place = storage_path(path)
+    if isinstance(place, Location):  # an object: its URI, size and modification time
+        info = place.info()
+        size, mtime_ns, where = info.size, info.mtime_ns, place.uri
+    else:
+        st = os.stat(place)
+        size, mtime_ns, where = st.st_size, st.st_mtime_ns, str(place)
+    with open_input(place) as fh:
+        num_rows = pq.ParquetFile(fh).metadata.num_rows
     return {
-        "path": os.path.abspath(path),
-        "num_rows": pq.ParquetFile(path).metadata.num_rows,
-        "size_bytes": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
+        "path": where,
+        "num_rows": num_rows,
+        "size_bytes": size,
+        "mtime_ns": mtime_ns,
         "checksum": checksum if checksum is not None else content_checksum(path, columns),
     }
 
@@ -104,7 +112,10 @@ def record_inputs(
         others are computed here.
     """
     checksums = checksums or {}
-    schema = pq.read_schema(str(paths[0])) if paths else None
+    schema = None
+    if paths:
+        with open_input(paths[0]) as fh:
+            schema = pq.read_schema(fh)
     id_type = schema.field(id_col).type if schema is not None and id_col in schema.names else None
     return {
         "format": PROVENANCE_FORMAT,

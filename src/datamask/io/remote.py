@@ -40,7 +40,7 @@ from .atomic import atomic_write
 from .fs import Location, cache_dir, check_reachable, expand, glob_root, is_uri, resolve
 from .keep import relative_names
 
-__all__ = ["staged_paths"]
+__all__ = ["overlaps", "staged_paths"]
 
 #: Names uploaded last: their presence says the rest is complete.
 _COMMIT_LAST = ("manifest.json",)
@@ -88,7 +88,7 @@ def _upload(local: Path, loc: Location) -> int:
     if local.is_dir():
         base, dest = local, loc
     else:
-        base, dest = local.parent, loc.parent()
+        base, dest = local.parent, loc.parent
     files = [
         p
         for p in sorted(base.rglob("*"))
@@ -108,7 +108,8 @@ def _upload(local: Path, loc: Location) -> int:
     return len(files)
 
 
-def _overlap(a: Location, b: Location) -> bool:
+def overlaps(a: Location, b: Location) -> bool:
+    """Whether one location is, or lies inside, the other (same scheme)."""
     if a.scheme != b.scheme:
         return False
     pa_, pb = a.path.rstrip("/") + "/", b.path.rstrip("/") + "/"
@@ -150,7 +151,7 @@ def staged_paths(
     outputs = [name for name in paths if name not in inputs]
     for o in outputs:
         for i in inputs:
-            if o in remote and i in remote and _overlap(remote[o], remote[i]):
+            if o in remote and i in remote and overlaps(remote[o], remote[i]):
                 raise ValueError(
                     f"{_flag(o)} {remote[o].uri!r} overlaps {_flag(i)} {remote[i].uri!r}; "
                     "writing it would overwrite or hide the input. Choose another output."

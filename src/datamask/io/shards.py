@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 
 from .._validation import check_quality_span, unit_rows
 from ..columns import Columns
-from .parquet import arrays_from_table, check_id_type, corpus_from_tables
+from .fs import Location, expand, open_input, storage_path
+from .parquet import arrays_from_table, check_id_type, corpus_from_tables, open_remote_parquet
 
 __all__ = [
     "ShardInfo",
@@ -107,6 +108,9 @@ def list_shards(source: ShardSource, *, exclude: Sequence[str | Path] = ()) -> l
     ValueError
         When nothing matches, or a listed file does not exist (the message names it).
     """
+    remote = _remote_shards(source, exclude)
+    if remote is not None:
+        return remote
     skip = [Path(p).resolve() for p in exclude]
     try:
         import pyarrow.dataset as ds
@@ -154,16 +158,38 @@ def list_shards(source: ShardSource, *, exclude: Sequence[str | Path] = ()) -> l
     return sorted(files, key=str)
 
 
+def _remote_shards(source: Any, exclude: Sequence[str | Path]) -> list[Any] | None:
+    """:func:`list_shards` of an object-storage URI (file, folder or glob) or a list of
+    them, as :class:`~datamask.io.fs.Location` s, from listings; None for local input."""
+    items = list(source) if isinstance(source, list | tuple) else [source]
+    if not items or not all(isinstance(storage_path(str(i)), Location) for i in items):
+        return None
+    skip = [str(storage_path(str(p))).rstrip("/") + "/" for p in exclude]
+    found = []
+    for item in items:
+        loc = storage_path(str(item))
+        for f in expand(loc, what="input", suffixes=PARQUET_SUFFIXES):
+            if not any(f.uri.startswith(s) for s in skip):
+                found.append(f)
+    if not found:
+        raise ValueError(f"input {str(source)!r} holds no *.parquet (or *.pq) files.")
+    return sorted(found, key=str)
+
+
 def literal_or_glob(text: str) -> str:
     """``"literal"`` when ``text`` names an existing path (even with ``[``, ``*`` or ``?`` in
     it), else ``"glob"`` when it has glob characters, else ``"literal"``."""
-    if Path(text).exists() or not glob.has_magic(text):
+    if not glob.has_magic(text) or isinstance(storage_path(text), Location):
+        return "literal"
+    if Path(text).exists():
         return "literal"
     return "glob"
 
 
-def _open(path: str | Path) -> pq.ParquetFile:
-    p = Path(path)
+def _open(path: str | Path | Location) -> pq.ParquetFile:
+    p = storage_path(path)
+    if isinstance(p, Location):
+        return open_remote_parquet(p, "input shard")
     if not p.is_file():
         raise ValueError(f"input shard {str(p)!r} does not exist.")
     try:
@@ -199,7 +225,9 @@ def inspect_shards(files: Sequence[str | Path], *, columns: Sequence[str] = ()) 
                 )
         meta = pf.metadata
         rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-        infos.append(ShardInfo(str(f), int(meta.num_rows), rows, os.path.getsize(f)))
+        place = storage_path(f)
+        size = place.info().size if isinstance(place, Location) else os.path.getsize(place)
+        infos.append(ShardInfo(str(f), int(meta.num_rows), rows, int(size)))
     return infos
 
 
@@ -318,7 +346,7 @@ def content_checksum(path: str | Path, columns: Sequence[str]) -> str:
     ]
     h = hashlib.blake2b(digest_size=16)
     h.update(";".join(str(pf.schema_arrow.field(c)) for c in columns).encode())
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         for rg in range(meta.num_row_groups):
             group = meta.row_group(rg)
             h.update(f"rg{rg}:{group.num_rows}".encode())
