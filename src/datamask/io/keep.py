@@ -183,18 +183,19 @@ def find_kept_rows(
 ) -> tuple[np.ndarray, pa.Array, int]:
     """Stream the id column of ``path`` once: ``(rows, ids, num_rows)`` of its members of
     ``lookup`` (rows ascending, ids as stored in the file)."""
-    pf = pq.ParquetFile(open_input(path))  # ranged reads of the id column
-    rows_parts, id_parts = [], []
-    offset = 0
-    for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
-        ids = batch.column(0)
-        hit = lookup.positions(ids)
-        rows_parts.append(hit + offset)
-        id_parts.append(ids.take(pa.array(hit)))
-        offset += batch.num_rows
-    rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, np.int64)
-    id_type = pf.schema_arrow.field(id_col).type
-    kept_ids = pa.concat_arrays(id_parts) if id_parts else pa.array([], type=id_type)
+    with open_input(path) as fh:  # ranged reads of the id column
+        pf = pq.ParquetFile(fh)
+        rows_parts, id_parts = [], []
+        offset = 0
+        for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
+            ids = batch.column(0)
+            hit = lookup.positions(ids)
+            rows_parts.append(hit + offset)
+            id_parts.append(ids.take(pa.array(hit)))
+            offset += batch.num_rows
+        rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, np.int64)
+        id_type = pf.schema_arrow.field(id_col).type
+        kept_ids = pa.concat_arrays(id_parts) if id_parts else pa.array([], type=id_type)
     return rows.astype(np.int64), kept_ids, offset
 
 
