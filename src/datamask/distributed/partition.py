@@ -348,7 +348,7 @@ class ClusterTree:
 
     def save(self, path: str | Path) -> None:
         """Write the tree as one ``.npz``, atomically."""
-        with atomic_write(path) as tmp, open(tmp, "wb") as fh:
+        with atomic_write(storage_path(path)) as tmp, open(tmp, "wb") as fh:
             np.savez(
                 fh,
                 centroids=self.centroids,
@@ -441,7 +441,7 @@ def fit_tree(
 
 def spill_path(clusters_dir: str | Path, shard_index: int) -> Path:
     """The spill of one shard: its rows sorted by leaf (see :func:`spill_shard`)."""
-    return Path(clusters_dir) / f"shard-{shard_index:05d}.parquet"
+    return storage_path(clusters_dir) / f"shard-{shard_index:05d}.parquet"
 
 
 def spill_shard(

@@ -99,19 +99,27 @@ def id_buckets_dir(work_dir: str | Path) -> Path:
 
 @contextlib.contextmanager
 def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
-    """On an error in the ``with`` body, remove the id buckets, and the work dir when that
-    leaves it empty: a run refused before it claims its work dir leaves nothing."""
+    """On an error in the ``with`` body, remove the id buckets and every folder above them
+    that the body created (the work dir, the output folder): a run refused before it
+    claims its work dir leaves nothing."""
+    place = storage_path(ids_dir)
+    created = []  # local folders that did not exist before, deepest first
+    if not isinstance(place, Location):
+        folder = place
+        while not folder.exists() and folder != folder.parent:
+            created.append(folder)
+            folder = folder.parent
     try:
         yield
     except BaseException:
-        place = storage_path(ids_dir)
         if isinstance(place, Location):
             with contextlib.suppress(OSError):
                 place.fs.delete_dir(place.path)
         else:
             shutil.rmtree(place, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                place.parent.rmdir()
+            for folder in created[1:]:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
         raise
 
 
