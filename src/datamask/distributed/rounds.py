@@ -148,6 +148,77 @@ def allocate_round(
     if done is not None:
         return {**done, "reused": True}, groups
     started = time.perf_counter()
+    counts, rounds = _allocate_until_settled(
+        groups,
+        knots,
+        centroids,
+        stats,
+        settings,
+        work,
+        out,
+        quality_range,
+        totals,
+        runner,
+        progress,
+        k_total,
+    )
+    source, exchange_started = candidates_path, time.perf_counter()
+    if exchange_applies(settings):  # every group re-prices above its neighbours' cover
+        counts = exchange_round(
+            groups,
+            counts,
+            centroids,
+            settings,
+            work,
+            quality_range,
+            totals,
+            runner,
+            progress,
+            k_total=k_total,
+        )
+        source = exchange_path
+    exchange_s = time.perf_counter() - exchange_started
+    allocate_s = time.perf_counter() - started
+    jobs = [
+        (
+            g.gid,
+            int(m),
+            settings,
+            str(work),
+            str(part_path(out, g.gid)),
+            str(source(work, g.gid)),
+        )
+        for g, m in zip(groups, counts, strict=True)
+    ]
+    written = list(progress_map(runner, write_allocated, jobs, "write", progress))
+    seconds = {
+        "allocate": allocate_s - exchange_s,
+        "exchange": exchange_s,
+        "write": time.perf_counter() - started - allocate_s,
+        "total": time.perf_counter() - started,
+    }
+    n_candidates = sum(g.k for g in groups)
+    global_stats = finish_allocation(work, counts, written, n_candidates, rounds, seconds)
+    return {**global_stats, "reused": False}, groups
+
+
+def _allocate_until_settled(
+    groups: list[GroupSpec],
+    knots: dict[int, Any],
+    centroids: dict[int, Any],
+    stats: dict[int, dict[str, Any]],
+    settings: SelectSpec,
+    work: Path,
+    out: Path,
+    quality_range: QualityRange,
+    totals: tuple[int, int],
+    runner: Runner,
+    progress: bool,
+    k_total: int,
+) -> tuple[Any, int]:
+    """The threshold from every group's knots, again until no group is cut off by its
+    own candidate count (those propose twice as many; ``groups``, ``knots``,
+    ``centroids`` and ``stats`` are updated in place). Returns the counts and the rounds."""
     rounds = 1
     while True:
         counts = allocate_counts(
@@ -188,44 +259,7 @@ def allocate_round(
             knots[gid], centroids[gid] = knots_of(s), s.pop("centroid", None)
             stats[gid] = s
         rounds += 1
-    source, exchange_started = candidates_path, time.perf_counter()
-    if exchange_applies(settings):  # every group re-prices above its neighbours' cover
-        counts = exchange_round(
-            groups,
-            counts,
-            centroids,
-            settings,
-            work,
-            quality_range,
-            totals,
-            runner,
-            progress,
-            k_total=k_total,
-        )
-        source = exchange_path
-    exchange_s = time.perf_counter() - exchange_started
-    allocate_s = time.perf_counter() - started
-    jobs = [
-        (
-            g.gid,
-            int(m),
-            settings,
-            str(work),
-            str(part_path(out, g.gid)),
-            str(source(work, g.gid)),
-        )
-        for g, m in zip(groups, counts, strict=True)
-    ]
-    written = list(progress_map(runner, write_allocated, jobs, "write", progress))
-    seconds = {
-        "allocate": allocate_s - exchange_s,
-        "exchange": exchange_s,
-        "write": time.perf_counter() - started - allocate_s,
-        "total": time.perf_counter() - started,
-    }
-    n_candidates = sum(g.k for g in groups)
-    global_stats = finish_allocation(work, counts, written, n_candidates, rounds, seconds)
-    return {**global_stats, "reused": False}, groups
+    return counts, rounds
 
 
 def central_round(
