@@ -18,7 +18,7 @@ from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner
 from datamask.distributed.balance import assign_with_offsets, balanced_offsets, merge_neighbours
 from datamask.distributed.partition import Piece, split_across
-from datamask.distributed.runner import _plan
+from datamask.distributed.plan import plan_partition
 from datamask.io.shards import inspect_shards, list_shards
 from datamask.neighbors import assign_clusters
 from tests._data import reference_table, write_corpus_shards, write_shards
@@ -29,7 +29,7 @@ def plan_of(shards: Path, work: Path, **partition) -> list[tuple[str, list[Piece
     columns = dict(id_col="chunk_id", quality_cols=("quality_score",), feature_col="feature_arr")
     settings = SelectSpec.from_mapping(dict(partition="cluster", **columns, **partition))
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
-    plan, _ = _plan(infos, settings, work, LocalRunner(), progress=False)
+    plan, _ = plan_partition(infos, settings, work, LocalRunner(), progress=False)
     return plan
 
 

@@ -318,6 +318,11 @@ def wanted(work_dir: str | Path, gid: int, default: int) -> int:
     return int(done["candidates"]) if done else default
 
 
+def ask_for_more(work_dir: str | Path, gid: int, candidates: int) -> None:
+    """Record that group ``gid`` must propose ``candidates`` (read back by :func:`wanted`)."""
+    atomic_write_json({"candidates": candidates}, want_path(work_dir, gid))
+
+
 def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list[int]:
     """Groups whose every candidate is kept though they have rows left: their curve may go
     on above the threshold, so they propose again, twice as many (the allocation is only

@@ -13,10 +13,12 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from tqdm.auto import tqdm
+
 from .._device import set_threads
 from .lifecycle import abort_pool, worker_init
 
-__all__ = ["LocalRunner", "Runner", "available_cpus", "group_memory_bytes"]
+__all__ = ["LocalRunner", "Runner", "available_cpus", "group_memory_bytes", "progress_map"]
 
 #: What a group step holds besides its rows: the interpreter, torch, pyarrow (measured:
 #: about 450 MB for a 4,000-row 64-d group, ``benchmarks/scale`` at 100k x 64).
@@ -160,3 +162,11 @@ class LocalRunner:
 
     def describe(self) -> dict[str, Any]:
         return {"runner": self.name, "workers": self.workers}
+
+
+def progress_map(
+    runner: Runner, fn: Callable[..., Any], jobs: list[tuple], desc: str, progress: bool
+) -> Iterator[Any]:
+    """``runner.map(fn, jobs)`` under a progress bar counting shards (results as they come)."""
+    results = runner.map(fn, jobs)
+    return tqdm(results, total=len(jobs), desc=desc, unit="shard", disable=not progress)

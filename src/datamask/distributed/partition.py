@@ -37,11 +37,12 @@ import torch
 from .._validation import unit_rows
 from ..data import apportion
 from ..io.atomic import atomic_write, atomic_write_json
-from ..io.fs import open_input, storage_path
+from ..io.fs import storage_path
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
 from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
+from .tree import ClusterTree
 
 __all__ = [
     "PARTITIONS",
@@ -252,120 +253,6 @@ def fit_centroids(sample: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
     x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
     cent = spherical_kmeans(x, n_clusters, n_iter=20, sample=None, generator=gen)
     return cent.numpy()
-
-
-@dataclass(frozen=True)
-class ClusterTree:
-    """k-means clusters, each too large one split again by a balanced k-means.
-
-    Nodes ``0 .. C-1`` are the k-means clusters (their centroids in ``centroids``); a
-    cluster the sample says is too large has children: the centres of a k-means fitted on
-    its own rows, with offsets that balance them (:func:`~.balance.balanced_offsets`). A
-    row at an inner node ``v`` goes to the child ``u`` in ``children[v, 0] ..
-    children[v, 1] - 1`` with the largest ``x . centre[u] - offset[u]``. Leaves
-    (``children[v] == -1``) are numbered ``0 .. L-1`` depth first (``leaf[v]``), so the
-    leaves under any node are one contiguous run ``leaf_range[v]``; a leaf's ``axis``
-    (its own 2-means direction) orders its rows in the spill, so a leaf the full counts
-    find too large can still be cut geometrically.
-
-    Attributes
-    ----------
-    centroids : ndarray of shape (C, d)
-        Unit k-means centroids.
-    centre : ndarray of shape (M, d)
-        Unit centre per node (the centroid for ``0 .. C-1``).
-    offset : ndarray of shape (M,)
-        Offset of a child in its parent's balanced assignment (0 for the clusters).
-    axis : ndarray of shape (M, d)
-        Unit direction per node (zero where the sample could not tell one).
-    children : ndarray of shape (M, 2)
-        ``[first, stop)`` of a node's children (consecutive ids), ``-1`` for a leaf.
-    ordered : bool
-        Whether spills sort a leaf's rows along its axis (not when the whole corpus is
-        one group: its rows keep the input order, as a single-file selection reads them).
-    """
-
-    centroids: np.ndarray
-    centre: np.ndarray
-    offset: np.ndarray
-    axis: np.ndarray
-    children: np.ndarray
-    ordered: bool
-
-    @property
-    def leaf(self) -> np.ndarray:
-        """Leaf number per node, depth first; ``-1`` for inner nodes."""
-        out = np.full(len(self.children), -1, dtype=np.int64)
-        for i, v in enumerate(self._depth_first_leaves()):
-            out[v] = i
-        return out
-
-    @property
-    def n_leaves(self) -> int:
-        return int((self.children[:, 0] < 0).sum())
-
-    def _depth_first_leaves(self) -> list[int]:
-        leaves: list[int] = []
-        stack = list(range(len(self.centroids)))[::-1]
-        while stack:
-            v = stack.pop()
-            first, stop = (int(i) for i in self.children[v])
-            if first < 0:
-                leaves.append(v)
-            else:
-                stack += range(stop - 1, first - 1, -1)
-        return leaves
-
-    def leaf_range(self) -> np.ndarray:
-        """``[first, last]`` leaf number under every node, shape (M, 2)."""
-        leaf = self.leaf
-        out = np.stack([leaf, leaf], axis=1)
-        for v in range(len(self.children) - 1, -1, -1):  # children have larger ids
-            first, stop = self.children[v]
-            if first >= 0:
-                out[v] = (out[first, 0], out[stop - 1, 1])
-        return out
-
-    def assign(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Leaf number and projection on the leaf's axis of every unit row of ``x``."""
-        return self._route(x, torch.from_numpy(self.leaf))
-
-    def _route(self, x: torch.Tensor, number: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """``number`` of every row's leaf node, and its projection on that node's axis."""
-        node = assign_clusters(x, torch.from_numpy(self.centroids))
-        centre, offset = torch.from_numpy(self.centre), torch.from_numpy(self.offset)
-        children = self.children
-        while True:
-            inner = np.unique(node[torch.from_numpy(children[node.numpy(), 0] >= 0)].numpy())
-            if not len(inner):
-                break
-            for v in inner:  # few inner nodes, each with its own centres
-                rows = torch.nonzero(node == int(v)).flatten()
-                kids = torch.arange(int(children[v, 0]), int(children[v, 1]))
-                node[rows] = kids[assign_with_offsets(x[rows], centre[kids], offset[kids])]
-        projection = (x * torch.from_numpy(self.axis)[node]).sum(1)
-        return number[node].numpy(), projection.numpy()
-
-    def save(self, path: str | Path) -> None:
-        """Write the tree as one ``.npz``, atomically."""
-        with atomic_write(storage_path(path)) as tmp, open(tmp, "wb") as fh:
-            np.savez(
-                fh,
-                centroids=self.centroids,
-                centre=self.centre,
-                offset=self.offset,
-                axis=self.axis,
-                children=self.children,
-                ordered=np.asarray(self.ordered),
-            )
-
-    @classmethod
-    def load(cls, path: str | Path) -> ClusterTree:
-        with open_input(path) as fh, np.load(fh) as f:
-            if "centre" not in f:  # hyperplane cuts, before the balanced splits
-                raise ValueError(f"{path} is a cluster tree of an older datamask: remove it.")
-            arrays = [f[name] for name in ("centroids", "centre", "offset", "axis", "children")]
-            return cls(*arrays, ordered=bool(f["ordered"]))
 
 
 def default_clusters(n_total: int, max_rows: int) -> int:

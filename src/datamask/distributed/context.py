@@ -1,0 +1,49 @@
+"""What the phases of one claimed run read and hand each other (:mod:`.runner`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import SelectSpec
+from ..io.fs import Location
+from ..io.shards import ShardInfo, ShardSource
+from .executors import Runner
+from .validate import QualityRange
+
+__all__ = ["Checked", "RunContext"]
+
+
+@dataclass
+class RunContext:
+    """What every phase of one claimed run reads: its input, places, settings and runner."""
+
+    source: ShardSource
+    files: list[Path | Location]
+    out: Path | Location
+    work: Path | Location
+    settings: SelectSpec
+    runner: Runner
+    progress: bool
+    given: tuple[Any, Any] = (None, None)  # --given and --given-selection, as steps read them
+
+
+@dataclass
+class Checked:
+    """Phase 1's facts: the shards (the input's, ``--given``'s), their checksums and
+    quality range, the budget, the work dir's record and the ``--given`` kept rows."""
+
+    infos: list[ShardInfo]
+    docs: list[ShardInfo]
+    checksums: dict[str, str]
+    quality_range: QualityRange
+    k_total: int
+    record: dict[str, Any]
+    resumed: bool
+    kept: dict[str, Any] | None
+    rate: tuple[int, int]
+
+    @property
+    def n_total(self) -> int:
+        return sum(i.num_rows for i in self.infos)

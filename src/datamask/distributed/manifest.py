@@ -1,0 +1,198 @@
+"""The manifest of a sharded run (``OUT/manifest.json``): settings, input, partition,
+budget, output, timings, provenance and per-group stats, built from what the phases of
+:mod:`.runner` found (:class:`~.context.Checked`, :class:`Outcome`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._memory import peak_rss_mb
+from ..io.keep import input_names
+from ..io.provenance import record_inputs
+from ..pipeline.writer import run_record
+from .context import Checked, RunContext
+from .partition import GroupSpec
+from .validate import QualityRange
+
+__all__ = ["Outcome", "build_manifest"]
+
+
+@dataclass
+class Outcome:
+    """Phases 2 to 5's facts: the groups and their stats (in group order, with their
+    shares), how they were combined, and the rounds' facts and seconds."""
+
+    groups: list[GroupSpec]
+    ordered: list[dict[str, Any]]
+    plan_facts: dict[str, Any]
+    combine: str
+    global_stats: dict[str, Any] | None
+    cap_facts: dict[str, Any] | None
+    cover_facts: dict[str, Any] | None
+    keep: dict[str, Any]
+    k_selected: int
+    n_pending_docs: int
+    seconds: dict[str, float]  # plan, select, global, total
+
+    @property
+    def two_rounds(self) -> bool:
+        return self.combine != "group"
+
+
+def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str, Any]:
+    """The manifest of a complete run (the caller writes it, last)."""
+    settings, infos, global_stats = run.settings, checked.infos, done.global_stats
+    n_total, groups, ordered = checked.n_total, done.groups, done.ordered
+    computed = [s for s in ordered if not s["reused"]]
+    manifest = {
+        **run_record(
+            settings,
+            n_docs=n_total,
+            k=done.k_selected,
+            terms=global_stats["terms"] if global_stats else None,
+            sharded=True,
+        ),
+        **checked.record,
+        "complete": True,
+        "input": {"source": str(run.source), "n_shards": len(infos), "n_docs": n_total},
+        "partition": {
+            "by": settings.partition.partition,
+            "n_groups": len(groups),
+            "chunk_size": settings.partition.chunk_size,
+            **done.plan_facts,
+        },
+        "runner": getattr(run.runner, "describe", lambda: {"runner": run.runner.name})(),
+        "work_dir": str(run.work),
+        "budget": _budget_block(run, checked.quality_range, done),
+        "output": {
+            "selected": str(run.out / "selected"),
+            "parts": 1 if done.two_rounds and done.combine != "gains" else len(groups),
+            "k": checked.k_total,
+            "covered": None if done.cover_facts is None else done.cover_facts["dataset"],
+        },
+        "totals": _totals(checked, done, computed),
+        "max_similarity": done.cap_facts,
+        "cover": done.cover_facts,
+        "selection_digest": done.keep["selection"],
+        "provenance": record_inputs(  # what `apply` and `evaluate` check their input against
+            [i.path for i in infos],
+            input_names(run.source, [i.path for i in infos]),
+            settings.read_columns,
+            id_col=settings.columns.id_col,
+            checksums=checked.checksums,
+        ),
+        "summary": {
+            **_summary(ordered),
+            "peak_rss_mb_global_round": global_stats["peak_rss_mb"] if global_stats else None,
+        },
+        "summary_computed": _summary(computed) if computed else None,
+        "groups": ordered,
+    }
+    if checked.kept is not None:
+        manifest["given"] = _given_block(
+            run, checked.kept, ordered, n_total, checked.rate, checked.quality_range
+        )
+        manifest["terms_union"] = None  # not computed in a sharded run: the block says why
+        manifest["provenance"]["given"] = record_inputs(
+            [i.path for i in checked.docs],
+            input_names(run.given[0], [i.path for i in checked.docs]),
+            settings.columns.read,
+            id_col=settings.columns.id_col,
+            checksums=checked.checksums,
+        )
+    return manifest
+
+
+def _budget_block(run: RunContext, quality_range: QualityRange, done: Outcome) -> dict[str, Any]:
+    settings, two_rounds, global_stats = run.settings, done.two_rounds, done.global_stats
+    allocating = done.combine == "gains"
+    return {
+        "mode": "global" if two_rounds else "group",
+        "allocation": "gains" if allocating else ("central round" if two_rounds else None),
+        "method": settings.selector.method,
+        "oversample": settings.partition.oversample if two_rounds else None,
+        "candidates": global_stats["n_candidates"] if global_stats else None,
+        "quality_range": {
+            name: [quality_range[0][j], quality_range[1][j]]
+            for j, name in enumerate(settings.columns.quality_cols)
+        },
+        "global_round": global_stats,
+    }
+
+
+def _totals(checked: Checked, done: Outcome, computed: list[dict[str, Any]]) -> dict[str, Any]:
+    n_total, seconds, n_groups = checked.n_total, done.seconds, len(done.groups)
+    return {
+        "n_docs": n_total,
+        "k": done.k_selected,
+        "n_groups": n_groups,
+        "groups_computed": len(computed),
+        "groups_reused": n_groups - len(computed),
+        "resumed": checked.resumed,
+        "seconds": {
+            "plan": seconds["plan"],
+            "select": seconds["select"],
+            "global": seconds["global"],
+            "cover": None if done.cover_facts is None else done.cover_facts["seconds"]["total"],
+            "total": seconds["total"],
+        },
+        "docs_per_second": n_total / seconds["total"],
+        "select_docs_per_second": (
+            done.n_pending_docs / seconds["select"] if done.n_pending_docs else None
+        ),
+        "driver_peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def _summary(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    secs = np.asarray([s["seconds"]["total"] for s in stats], dtype=np.float64)
+    rss = [s["peak_rss_mb"] for s in stats if s.get("peak_rss_mb") is not None]
+    gpu = [s["gpu_peak_mb"] for s in stats if s.get("gpu_peak_mb") is not None]
+    return {
+        "group_seconds": {
+            "min": float(secs.min()),
+            "median": float(np.median(secs)),
+            "mean": float(secs.mean()),
+            "max": float(secs.max()),
+            "sum": float(secs.sum()),
+        },
+        "peak_rss_mb_per_worker": max(rss) if rss else None,
+        "gpu_peak_mb_per_worker": max(gpu) if gpu else None,
+        "workers_seen": len({(s["host"], s["pid"]) for s in stats}),
+        "devices": sorted({s["device"] for s in stats}),
+    }
+
+
+def _given_block(
+    run: RunContext,
+    kept: dict[str, Any],
+    ordered: list[dict[str, Any]],
+    n_total: int,
+    rate: tuple[int, int],
+    quality_range: QualityRange,
+) -> dict[str, Any]:
+    """The manifest's ``given``, as the one-file summary's: KEPT, its counts, the quality
+    scale and the floors (mean over the input, methods, from the groups' stats)."""
+    floors = [s["floor"] for s in ordered if s.get("floor")]
+    return {
+        "source": str(run.settings.selector.given),
+        "selection": run.settings.selector.given_selection,
+        "n_docs": kept["n_docs"],
+        "n_kept": kept["n_kept"],
+        "quality_scale": "min-max over --given and --input together",
+        "quality_range": [list(quality_range[0]), list(quality_range[1])],
+        "floor": {
+            "method": sorted({f["method"] for f in floors}),
+            "mean": sum(f["sum"] for f in floors) / n_total,
+            "seconds": sum(f["seconds"] for f in floors),
+        },
+        "rate_totals": {"k": rate[0], "n_docs": rate[1]},
+        "kept_rows": {"seconds": kept["seconds"], "peak_rss_mb": kept.get("peak_rss_mb")},
+        "terms_union": (
+            "not computed in a sharded run: it needs every row of --given and of the input "
+            "against KEPT ∪ S; score it with datamask evaluate --given"
+        ),
+    }
