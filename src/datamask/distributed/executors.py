@@ -147,8 +147,12 @@ class LocalRunner:
             self._pool = None
             raise
         finally:
-            for future in pending:
-                future.cancel()
+            # Steps not started are cancelled; those running are waited for, so a step's
+            # error (or an early stop) never leaves siblings writing after the caller has
+            # cleaned up (Ctrl-C killed the pool above and left nothing pending).
+            running = [future for future in pending if not future.cancel()]
+            if running and self._pool is not None:
+                wait(running)
 
     def close(self) -> None:
         """Shut the worker pool down (a no-op in-process); when called while Ctrl-C or

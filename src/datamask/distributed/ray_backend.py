@@ -297,12 +297,16 @@ class RayRunner:
         # stops those of a Ray this runner started. No ``ray.cancel(force=True)``: in Ray
         # 2.60 a forced cancel racing the task's own completion aborted the driver with a
         # RAY_CHECK failure in TaskManager::CompletePendingTask (once in six suite runs here).
+        # On a step's error the siblings in flight are waited for (not their results), so
+        # none writes after the caller has cleaned up (a run refused at validation).
         while in_flight:
             done, _ = ray.wait(in_flight, num_returns=1)
             in_flight.remove(done[0])
             try:
                 result = ray.get(done[0])
             except ray.exceptions.RayTaskError as exc:
+                if in_flight:
+                    ray.wait(in_flight, num_returns=len(in_flight))
                 cause = getattr(exc, "cause", None)
                 raise (cause if isinstance(cause, Exception) else exc) from None
             submit()
