@@ -84,6 +84,18 @@ def s3() -> Iterator[dict[str, str]]:
     server.stop()
 
 
+def _add_node(nodes: Any) -> None:
+    """One 1-CPU worker node; Ray 2.60 gives a raylet 30 s (fixed) to register, which a
+    loaded 2-core machine can miss: tried again then, three times in all."""
+    for attempt in range(3):
+        try:
+            nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this timeout
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+
+
 @pytest.fixture(scope="module")
 def cluster(s3) -> Iterator[tuple[str, Path]]:
     from ray.cluster_utils import Cluster
@@ -109,7 +121,7 @@ def cluster(s3) -> Iterator[tuple[str, Path]]:
             home = root / f"node{i}"
             os.environ.update(_own_dirs(home))
             os.chdir(home)
-            nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+            _add_node(nodes)
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
