@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,12 @@ def _add_node(nodes: Any) -> None:
                 raise
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
 def cluster(s3) -> Iterator[tuple[str, Path]]:
     from ray.cluster_utils import Cluster
@@ -115,6 +122,7 @@ def cluster(s3) -> Iterator[tuple[str, Path]]:
                 "node_ip_address": "127.0.0.1",
                 "temp_dir": str(root / "ray"),
                 "include_dashboard": False,
+                "port": _free_port(),  # not 6379: another suite's cluster may hold it
             },
         )
         for i in (1, 2):  # each node's processes start in their own folder and environment

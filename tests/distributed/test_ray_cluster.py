@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,12 @@ FLAGS = dict(
 )  # about 4 groups of 1,200 rows
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[str, Path]]:
     from ray.cluster_utils import Cluster
@@ -56,6 +63,7 @@ def cluster() -> Iterator[tuple[str, Path]]:
                 "node_ip_address": "127.0.0.1",
                 "temp_dir": str(root / "ray"),
                 "include_dashboard": False,
+                "port": _free_port(),  # not 6379: another suite's cluster may hold it
             },
         )
         for i in (1, 2):  # each node's processes start in their own folder and TMPDIR
