@@ -20,10 +20,13 @@ the same page whatever the batch size or the order of the files), each selection
 ids and embeddings (the near-duplicate figures are exact over them), and fixed-size
 histograms: flat in the number of documents.
 
-This module computes the report (:func:`build_report`); the page and its figures are made
-by :mod:`.page` (matplotlib PNGs inlined as base64; every text that enters the page is
-HTML-escaped, and the page's Content-Security-Policy forbids scripts and any request), the
-topics by :mod:`.topics`, the distributions by :mod:`.histogram`.
+This module computes the report (:func:`build_report`, from one checked
+:class:`~datamask.evaluate.report_spec.ReportSpec`): it opens the input, reads the
+selections and assembles the figures; the run's context and its two passes are
+:mod:`.report_run`. The page and its figures are made by :mod:`.page` (matplotlib PNGs
+inlined as base64; every text that enters the page is HTML-escaped, and the page's
+Content-Security-Policy forbids scripts and any request), the topics by :mod:`.topics`,
+the distributions by :mod:`.histogram`.
 """
 
 from __future__ import annotations

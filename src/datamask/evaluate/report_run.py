@@ -48,7 +48,12 @@ def _truncate(text: str, n: int = TEXT_CHARS) -> str:
 
 @dataclass
 class ReportRun:
-    """One report's state, as its phases fill it."""
+    """One report's state, as its phases fill it: the input and its resolved columns
+    (``_open``), the selections and the cover pairs shown (``_load_selections``), then
+    :func:`first_pass` (``n``, the quality and length ranges, the sample ``samp``, each
+    selection's ``kept`` embeddings and rows), :func:`topics_and_duplicates` (``topics``;
+    ``kept`` freed) and :func:`second_pass` (``per_topic`` counts and sums, the histograms,
+    the ``texts`` shown)."""
 
     spec: ReportSpec
     source: Any
@@ -66,6 +71,7 @@ class ReportRun:
     n: int = 0
     q_lo: np.ndarray | None = None
     q_hi: np.ndarray | None = None
+    len_range: tuple[float, float] = (np.inf, -np.inf)
     samp: dict[str, np.ndarray] | None = None
     kept: dict[str, list] = field(default_factory=dict)  # pass 1: feats, rows per selection
     topics: dict[str, Any] = field(default_factory=dict)
@@ -179,7 +185,8 @@ def first_pass(run: ReportRun) -> None:
     order = np.argsort(samp["row"])
     run.samp = {k: v[order] for k, v in samp.items()}
     run.n, run.q_lo, run.q_hi = n, q_lo, q_hi
-    run.kept = {"feats": kept_feats, "rows": kept_rows, "len_range": (len_lo, len_hi)}
+    run.kept = {"feats": kept_feats, "rows": kept_rows}
+    run.len_range = (len_lo, len_hi)
 
 
 def _check_found(run: ReportRun, found: list[int]) -> None:
@@ -214,7 +221,7 @@ def topics_and_duplicates(run: ReportRun) -> None:
         examples = [(int(rk[i]), int(rk[j]), sim) for i, j, sim in fig.pop("closest", [])]
         pair_rows.update(r for i, j, _ in examples for r in (i, j))
         dups.append({"figures": fig, "examples": examples})
-    run.kept = {"len_range": run.kept["len_range"]}  # the kept embeddings: freed
+    run.kept = {}  # the kept embeddings: freed
     run.topics = {
         "centroids": centroids,
         "n": centroids.shape[0],  # fewer than asked for on a small sample
@@ -232,7 +239,7 @@ def _histograms(run: ReportRun) -> tuple[Histogram, Histogram | None]:
     q_hist = Histogram(bin_edges(float(qc.min()), float(qc.max()), log=False), False, n_sel=n_sel)
     if run.length_col is None:
         return q_hist, None
-    len_lo, len_hi = run.kept["len_range"]
+    len_lo, len_hi = run.len_range
     log_len = len_lo >= 1 and len_hi / max(len_lo, 1) > 20
     return q_hist, Histogram(bin_edges(len_lo, len_hi, log=log_len), log_len, n_sel=n_sel)
 
@@ -279,7 +286,8 @@ def second_pass(run: ReportRun) -> None:
 
 
 def _rows_shown(run: ReportRun) -> np.ndarray:
-    """The rows whose texts the page shows: the sample, the closest pairs, the covers."""
+    """The rows whose texts the page shows: the sample, the closest pairs, the covers
+    (each cover pair's rows kept as ``run.pairs["row"]``, in the covers' order)."""
     pair_rows = run.topics["pair_rows"]
     want = np.union1d(run.samp["row"], np.fromiter(pair_rows, np.int64, len(pair_rows)))
     pairs = run.pairs
