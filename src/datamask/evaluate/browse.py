@@ -110,8 +110,9 @@ def build_report(
     It runs as named phases over one run context (:class:`ReportRun`): :func:`_open` (the
     input's files and columns), :func:`_load_selections` (each selection's ids, checked
     against its provenance), :func:`first_pass` (ranges, the seeded sample, each
-    selection's kept embeddings), :func:`topics_and_duplicates` (topics and near-duplicate figures),
-    :func:`second_pass` (per-topic counts, histograms, texts) and :func:`_assemble`.
+    selection's kept embeddings), :func:`topics_and_duplicates` (topics and near-duplicate
+    figures), :func:`second_pass` (per-topic counts, histograms, texts) and
+    :func:`_assemble`.
 
     Parameters
     ----------
@@ -124,12 +125,11 @@ def build_report(
         Everything else (default: from ``settings``).
     **settings
         Any field of :class:`~datamask.evaluate.report_spec.ReportSpec` by its key, instead
-        of ``spec``: ``split``, ``columns``, ``text_col``, ``length_col``, ``n_topics``
-        (default 12), ``sample_size`` (4000), ``map_method`` (``"pca"`` or ``"tsne"``),
-        ``n_examples`` (3), ``dup_thresholds`` ((0.9, 0.95, 0.99)), ``seed`` (0: the same
-        seed gives the same page), ``batch_size`` (16384), ``progress`` (False),
-        ``trust_selection`` (False: ``source`` is checked to be what each selection was
-        made from, its recorded fingerprints, ``docs/provenance.md``).
+        of ``spec`` (its declarations hold the defaults, the accepted values and the help):
+        ``split``, ``columns``, ``text_col``, ``length_col``, ``n_topics``, ``sample_size``,
+        ``map_method``, ``n_examples``, ``dup_thresholds``, ``seed`` (the same seed gives
+        the same page), ``batch_size``, ``progress``, ``trust_selection`` (skip the check
+        that ``source`` is what each selection was made from, ``docs/provenance.md``).
     """
     if spec is not None and settings:
         raise TypeError(
