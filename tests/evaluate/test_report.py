@@ -150,7 +150,8 @@ def test_closest_pair_is_the_planted_duplicate(data):
 
 
 def test_dropped_documents_beside_the_kept_one_covering_them(data):
-    from datamask.evaluate.browse import COVER_HIGH, COVER_LOW, _truncate
+    from datamask.evaluate.browse import COVER_HIGH, COVER_LOW
+    from datamask.evaluate.report_run import _truncate
 
     report = _build(data)
     top, cover = data["rows"][0], data["cover"]

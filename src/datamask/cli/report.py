@@ -2,45 +2,42 @@
 
 datamask report --input docs.parquet --selection mask.parquet --compare topk.parquet \\
     random.parquet --output report/
+
+The flags are made from the declarations of :class:`~datamask.evaluate.report_spec.ReportSpec`;
+the flags given become one spec, checked once, before any output or work.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import time
 from pathlib import Path
-from typing import Any
 
 from .._device import set_threads
-from ..evaluate.browse import REPORT_CONSTRAINTS, build_report, write_report
+from ..evaluate.browse import build_report, write_report
+from ..evaluate.report_spec import ReportSpec
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from .args import add_threads_argument
-from .common import (
-    add_data_arguments,
-    add_dup_thresholds_argument,
-    add_trust_argument,
-    columns_from_args,
-)
+from ..settings import section_settings
+from .args import add_column_arguments, add_flag, add_threads_argument
+from .common import add_trust_argument, columns_from_args
 
-__all__ = ["add_report_parser", "run_report"]
+__all__ = ["add_report_parser", "report_spec_from_args", "run_report"]
 
-_DEFAULTS = {
-    name: p.default
-    for name, p in inspect.signature(build_report).parameters.items()
-    if p.default is not inspect.Parameter.empty
+#: Flags spelled otherwise than ``--`` + the key (the first is the one the help shows).
+_FLAGS = {
+    "n_topics": ["--topics", "--n-topics", "--n_topics"],
+    "sample_size": ["--sample", "--sample-size", "--sample_size"],
+    "map_method": ["--map", "--map-method", "--map_method"],
+    "n_examples": ["--examples", "--n-examples", "--n_examples"],
 }
-
-#: Flags passed to :func:`build_report` when given (their defaults live there, once).
-_PASSED = ("text_col", "length_col", "n_topics", "sample_size", "map_method", "n_examples")
-
-
-def _d(name: str) -> str:
-    return f"(default: {_DEFAULTS[name]})"
+#: Settings whose flags come from elsewhere: the shared column group (``--split`` and the
+#: columns) and the shared escape hatch of apply, evaluate and report.
+_ELSEWHERE = ("split", "columns", "trust_selection")
 
 
 def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``datamask report``."""
+    """Register ``datamask report``; its settings' flags are made from the declarations of
+    :class:`~datamask.evaluate.report_spec.ReportSpec`."""
     p = subparsers.add_parser(
         "report",
         help="write an HTML page showing what selections kept, side by side",
@@ -73,60 +70,27 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument(
         "--output", required=True, help="folder of the page (written as OUTPUT/index.html)"
     )
-    p.add_argument(
-        "--text-col",
-        "--text_col",
-        dest="text_col",
-        default=None,
-        help="column of the documents' text, for topic words and samples (default: text, "
-        "when present)",
-    )
-    p.add_argument(
-        "--topics",
-        dest="n_topics",
-        type=int,
-        default=None,
-        help=f"k-means topics of the embeddings {_d('n_topics')}",
-    )
-    p.add_argument(
-        "--sample",
-        dest="sample_size",
-        type=int,
-        default=None,
-        help=f"seeded sample for the map, the topic fit and the text samples {_d('sample_size')}",
-    )
-    p.add_argument(
-        "--map",
-        dest="map_method",
-        choices=REPORT_CONSTRAINTS["map_method"][0].ordered,
-        default=None,
-        help=f"projection of the 2-D map (tsne: slower, needs scikit-learn) {_d('map_method')}",
-    )
-    p.add_argument(
-        "--examples",
-        dest="n_examples",
-        type=int,
-        default=None,
-        help=f"closest kept pairs shown per selection {_d('n_examples')}",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=_DEFAULTS["seed"],
-        help=f"seed of the sample, the topics and the map {_d('seed')}",
-    )
-    p.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="hide progress bars"
-    )
+    for opt in section_settings(ReportSpec):
+        if opt.name not in _ELSEWHERE:
+            action = add_flag(p, opt, flags=_FLAGS.get(opt.name))
+            if opt.name == "progress":  # the command shows bars unless --no-progress
+                action.default = True
     add_trust_argument(p, "that --input is what each selection was made from: its fingerprints")
-    add_dup_thresholds_argument(p)
-    add_data_arguments(p.add_argument_group("columns"))  # as evaluate and bench: --length-col too
+    add_column_arguments(p.add_argument_group("columns"))
     add_threads_argument(p)
     return p
 
 
+def report_spec_from_args(args: argparse.Namespace) -> ReportSpec:
+    """The one spec the flags given make (checked once, before any output or work)."""
+    given = vars(args)
+    values = {o.name: given.get(o.name) for o in section_settings(ReportSpec)}
+    return ReportSpec.from_mapping({**values, "columns": columns_from_args(args)})
+
+
 def run_report(args: argparse.Namespace) -> int:
     """``datamask report``: build the page and write OUTPUT/index.html."""
+    spec = report_spec_from_args(args)
     set_threads(args.threads)
     start = time.perf_counter()
     selections = [args.selection, *args.compare]
@@ -135,19 +99,8 @@ def run_report(args: argparse.Namespace) -> int:
     # Before any computation: the page never overwrites the data or a selection.
     check_writable(page)
     check_no_overlap([page], [args.input, *selections])
-    given: dict[str, Any] = {k: getattr(args, k) for k in _PASSED if getattr(args, k) is not None}
     with OutputLock(page):
-        report = build_report(
-            args.input,
-            selections,
-            split=args.split,
-            columns=columns_from_args(args),
-            dup_thresholds=args.dup_thresholds,
-            seed=args.seed,
-            progress=args.progress,
-            trust_selection=args.trust_selection,
-            **given,
-        )
+        report = build_report(args.input, selections, spec)
         path = write_report(report, output)
     print(
         f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {report['n_docs']:,} documents, "

@@ -12,7 +12,7 @@ from .bench import (
     measure_peak_rss,
     run_method,
 )
-from .browse import build_report, render_html, write_report
+from .browse import ReportSpec, build_report, render_html, write_report
 from .report import (
     evaluate_selection,
     facility_coverage,
@@ -26,6 +26,7 @@ from .report import (
 __all__ = [
     "DEFAULT_METHODS",
     "BenchSpec",
+    "ReportSpec",
     "bench",
     "build_report",
     "evaluate_selection",

@@ -20,15 +20,18 @@ the same page whatever the batch size or the order of the files), each selection
 ids and embeddings (the near-duplicate figures are exact over them), and fixed-size
 histograms: flat in the number of documents.
 
-This module computes the report (:func:`build_report`); the page and its figures are made
-by :mod:`.page` (matplotlib PNGs inlined as base64; every text that enters the page is
-HTML-escaped, and the page's Content-Security-Policy forbids scripts and any request), the
-topics by :mod:`.topics`, the distributions by :mod:`.histogram`.
+This module computes the report (:func:`build_report`, from one checked
+:class:`~datamask.evaluate.report_spec.ReportSpec`): it opens the input, reads the
+selections and assembles the figures; the run's context and its two passes are
+:mod:`.report_run`. The page and its figures are made by :mod:`.page` (matplotlib PNGs
+inlined as base64; every text that enters the page is HTML-escaped, and the page's
+Content-Security-Policy forbids scripts and any request), the topics by :mod:`.topics`,
+the distributions by :mod:`.histogram`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,52 +39,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
-from tqdm.auto import tqdm
 
-from .._validation import SEED, Interval, Options, validate_params
 from ..columns import Columns
-from ..io.datasets import input_batches, input_column_names, input_files
+from ..io.datasets import input_column_names, input_files
 from ..io.fs import expect_file
 from ..io.keep import IdSet, selection_digest
-from ..io.parquet import features_from_arrow, read_summary
+from ..io.parquet import read_summary
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import SELECTION_FILES, read_selection_ids, summary_is_current
-from ..io.shards import hash_ids, inspect_shards
+from ..io.shards import inspect_shards
 from ..io.text import is_text_type, lengths_from_arrow, text_array
-from ..neighbors import assign_clusters
-from .histogram import Histogram, bin_edges
-from .page import REPORT_SECTIONS, TEXT_CHARS, render_html, write_report
+from .page import REPORT_SECTIONS, render_html, write_report
 from .plots import project_2d, require_matplotlib
-from .redundancy import DEFAULT_THRESHOLDS, check_thresholds, redundancy
 from .report import LENGTH_COLUMNS
-from .topics import fit_topics, topic_words
+from .report_run import ReportRun, first_pass, second_pass, topics_and_duplicates
+from .report_spec import REPORT_CONSTRAINTS, ReportSpec
+from .topics import topic_words
 
 __all__ = [
     "REPORT_CONSTRAINTS",
     "REPORT_SECTIONS",
+    "ReportSpec",
     "build_report",
     "render_html",
     "write_report",
 ]
-
-
-#: What each setting of :func:`build_report` accepts (the ``report`` command's flags and
-#: their documented bounds; checked once, at the door, by ``validate_params``).
-REPORT_CONSTRAINTS: dict[str, list] = {
-    "n_topics": [Interval(int, 1, None, closed="left")],
-    "sample_size": [Interval(int, 2, None, closed="left")],
-    "map_method": [Options(str, ("pca", "tsne"))],
-    "n_examples": [Interval(int, 0, None, closed="left")],
-    "seed": [SEED],
-    "batch_size": [Interval(int, 1, None, closed="left")],
-}
-
-
-def _sample_keys(ids: pa.Array, seed: int) -> np.ndarray:
-    """A seeded pseudo-random 64-bit key per id: the sample is the ``size`` smallest keys."""
-    h = hash_ids(ids) + np.uint64(seed & 0xFFFFFFFF)
-    return hash_ids(pa.array(h.view(np.int64)))
 
 
 #: Dropped documents shown beside their cover per selection: the most similar pairs (the
@@ -117,30 +99,20 @@ def _label(path: str, summary: dict[str, Any] | None, taken: set[str]) -> str:
     return label
 
 
-def _truncate(text: str, n: int = TEXT_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "\u2026"
-
-
 def build_report(
     source: str,
     selections: Sequence[str],
-    *,
-    split: str | None = None,
-    columns: Columns | None = None,
-    text_col: str | None = None,
-    length_col: str | None = None,
-    n_topics: int = 12,
-    sample_size: int = 4000,
-    map_method: str = "pca",
-    n_examples: int = 3,
-    dup_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    seed: int = 0,
-    batch_size: int = 16384,
-    progress: bool = False,
-    trust_selection: bool = False,
+    spec: ReportSpec | None = None,
+    **settings: Any,
 ) -> dict[str, Any]:
     """Everything the page shows, computed in two streaming passes over ``source``.
+
+    It runs as named phases over one run context (:class:`ReportRun`): :func:`_open` (the
+    input's files and columns), :func:`_load_selections` (each selection's ids, checked
+    against its provenance), :func:`first_pass` (ranges, the seeded sample, each
+    selection's kept embeddings), :func:`topics_and_duplicates` (topics and near-duplicate
+    figures), :func:`second_pass` (per-topic counts, histograms, texts) and
+    :func:`_assemble`.
 
     Parameters
     ----------
@@ -149,67 +121,56 @@ def build_report(
     selections : sequence of str
         Selection files (any form :func:`~datamask.io.selection.read_selection_ids` reads),
         shown side by side in this order.
-    columns : Columns, optional
-        The id, quality and embedding columns, as ``select`` names them; names not given
-        are resolved against the input's schema. One quality column is shown raw; several
-        are shown as their weighted mix, each min-max scaled over the corpus.
-    text_col : str, optional
-        Column with the documents' text, for topic labels, samples and pair examples;
-        default ``text`` when the input has it (else the page shows no texts).
-    length_col : str, optional
-        Numbers or texts whose length is the document's length; default the first of
-        ``n_chars, length, n_tokens, text`` present; none: no length figure.
-    n_topics : int, default=12
-        k-means clusters of the embeddings (fitted on the sample).
-    sample_size : int, default=4000
-        Seeded sample for the map, the topic fit, the text samples and the corpus's
-        near-duplicate figures.
-    map_method : {"pca", "tsne"}, default="pca"
-        Projection of the 2-D map.
-    n_examples : int, default=3
-        Closest kept pairs shown per selection.
-    dup_thresholds : sequence of float, default=(0.9, 0.95, 0.99)
-        Cosine thresholds of the near-duplicate figures.
-    seed : int, default=0
-        Seed of the sample, the k-means fit and the map: the same seed gives the same page.
-    batch_size : int, default=16384
-        Rows read at a time.
-    progress : bool, default=False
-        Show progress bars (stderr).
-    trust_selection : bool, default=False
-        Skip the check that ``source`` is what each selection was made from (its recorded
-        fingerprints, ``docs/provenance.md``), as ``evaluate`` and ``apply`` check it.
+    spec : ReportSpec, optional
+        Everything else (default: from ``settings``).
+    **settings
+        Any field of :class:`~datamask.evaluate.report_spec.ReportSpec` by its key, instead
+        of ``spec`` (its declarations hold the defaults, the accepted values and the help):
+        ``split``, ``columns``, ``text_col``, ``length_col``, ``n_topics``, ``sample_size``,
+        ``map_method``, ``n_examples``, ``dup_thresholds``, ``seed`` (the same seed gives
+        the same page), ``batch_size``, ``progress``, ``trust_selection`` (skip the check
+        that ``source`` is what each selection was made from, ``docs/provenance.md``).
     """
-    thresholds = check_thresholds(dup_thresholds)
+    if spec is not None and settings:
+        raise TypeError(
+            f"give the settings either as spec= or as keywords, not both; got spec= and "
+            f"{sorted(settings)}."
+        )
+    spec = ReportSpec.from_mapping(settings) if spec is None else spec
+    if not isinstance(spec, ReportSpec):
+        raise TypeError(f"spec must be a ReportSpec; got {spec!r}.")
     if not selections:
         raise ValueError("selections must name at least one selection file; got none.")
-    settings = dict(n_topics=n_topics, sample_size=sample_size, map_method=map_method)
-    settings.update(n_examples=n_examples, seed=seed, batch_size=batch_size)
-    validate_params("build_report", REPORT_CONSTRAINTS, settings)
-    require_matplotlib(tsne=map_method == "tsne")  # before the long passes
+    require_matplotlib(tsne=spec.map_method == "tsne")  # before the long passes
+    run = _open(source, spec)
+    _load_selections(run, selections)
+    first_pass(run)
+    topics_and_duplicates(run)
+    second_pass(run)
+    return _assemble(run)
 
-    kind, files = input_files(source, split=split)  # refuses a missing input or split now
+
+def _open(source: Any, spec: ReportSpec) -> ReportRun:
+    """The input's files and columns, each named column checked to exist and hold what the
+    page reads, before any pass."""
+    kind, files = input_files(source, split=spec.split)  # refuses a missing input or split now
     total = sum(i.num_rows for i in inspect_shards(files)) if kind == "parquet" else None
-    names = input_column_names(source, split=split)
-    cols = (columns or Columns()).resolve(names, where=str(source))
-    id_col, feature_col = cols.id_col, cols.feature_col
-    quality_cols, quality_weights = list(cols.quality_cols), cols.quality_weights
-    for c in [id_col, *quality_cols, feature_col]:
-        if c not in names:
-            raise ValueError(f"column {c!r} not found in {files[0]}; available columns: {names}.")
+    names = input_column_names(source, split=spec.split)
+    cols = spec.columns.resolve(names, where=str(source))
+    missing = [c for c in [cols.id_col, *cols.quality_cols, cols.feature_col] if c not in names]
+    text_col, length_col = spec.text_col, spec.length_col
     if text_col is None:
         text_col = "text" if "text" in names else None
     elif text_col not in names:
-        raise ValueError(
-            f"column {text_col!r} not found in {files[0]}; available columns: {names}."
-        )
-    if length_col is not None:
-        if length_col not in names:
-            raise ValueError(
-                f"column {length_col!r} not found in {files[0]}; available columns: {names}."
-            )
-    else:
+        missing.append(text_col)
+    if length_col is None:
         length_col = next((c for c in LENGTH_COLUMNS if c in names), None)
+    elif length_col not in names:
+        missing.append(length_col)
+    if missing:
+        raise ValueError(
+            f"column {missing[0]!r} not found in {files[0]}; available columns: {names}."
+        )
     schema = _schema(files[0], kind)
     if text_col is not None:  # the one text check: names the column and the file
         text_array(pa.nulls(0, schema.field(text_col).type), text_col, str(files[0]))
@@ -218,23 +179,37 @@ def build_report(
         length_type = schema.field(length_col).type
         lengths_from_arrow(pa.nulls(0, length_type), length_col, str(files[0]))
         length_of_text = is_text_type(length_type)
-    weights = np.full(len(quality_cols), 1.0 / len(quality_cols))
-    if quality_weights is not None:
-        weights = np.asarray(quality_weights, float)
-        if weights.shape != (len(quality_cols),) or weights.sum() <= 0:
-            raise ValueError(
-                f"quality_weights must hold one positive weight per quality column "
-                f"({len(quality_cols)}); got {list(quality_weights)}."
-            )
-        weights = weights / weights.sum()
+    weights = _quality_weights(cols)
+    return ReportRun(
+        spec, source, kind, files, total, cols, text_col, length_col, length_of_text, weights
+    )
 
-    sels = []
+
+def _quality_weights(cols: Columns) -> np.ndarray:
+    """One weight per quality column, summing to 1 (default: equal)."""
+    n_cols = len(cols.quality_cols)
+    if cols.quality_weights is None:
+        return np.full(n_cols, 1.0 / n_cols)
+    weights = np.asarray(cols.quality_weights, float)
+    if weights.shape != (n_cols,) or weights.sum() <= 0:
+        raise ValueError(
+            f"quality_weights must hold one positive weight per quality column "
+            f"({n_cols}); got {list(cols.quality_weights)}."
+        )
+    return weights / weights.sum()
+
+
+def _load_selections(run: ReportRun, selections: Sequence[str]) -> None:
+    """Each selection's ids and summary (its provenance checked first), and the dropped
+    documents shown beside the kept ones covering them (rows found in pass 1, texts read in
+    pass 2 with the samples')."""
     taken: set[str] = set()
+    spec, id_col = run.spec, run.cols.id_col
     for i, path in enumerate(selections):
         what = "selection" if i == 0 else "compared selection"
         expect_file(path, what=what, accepted=SELECTION_FILES)  # before its provenance
-        if not trust_selection:  # before the passes: is this what it was made from?
-            verify_selection_file(path, source, split=split)
+        if not spec.trust_selection:  # before the passes: is this what it was made from?
+            verify_selection_file(path, run.source, split=spec.split)
         elif selection_record(path) is None:
             warn_trust_unused(str(path), "it holds no provenance record to check")
         summary = read_summary(path) if str(path).endswith(".parquet") else None
@@ -243,7 +218,7 @@ def build_report(
             raise ValueError(f"{path} selects no documents.")
         if not summary_is_current(summary, selection_digest(ids), f"{what} {str(path)!r}"):
             summary = {**summary, "terms": None}  # the terms of other rows: not shown
-        sels.append(
+        run.sels.append(
             {
                 "path": str(path),
                 "label": _label(str(path), summary, taken),
@@ -254,12 +229,8 @@ def build_report(
                 "as_text": pa.types.is_string(ids.type) and not str(path).endswith(".parquet"),
             }
         )
-    n_sel = len(sels)
-    # Dropped documents and the kept ones covering them: their rows are found in pass 1,
-    # their texts read in pass 2 with the samples'.
-    covers = [_cover_pairs(sel["path"], id_col) for sel in sels]
-    pair_ids = [a for c in covers if c is not None for a in (c[0], c[1])]
-    pair_set = pair_of = None
+    run.covers = [_cover_pairs(sel["path"], id_col) for sel in run.sels]
+    pair_ids = [a for c in run.covers if c is not None for a in (c[0], c[1])]
     if pair_ids:  # a kept document may cover several shown: each id once in the set
         every = pa.chunked_array(pair_ids).combine_chunks()
         unique = pc.unique(every)
@@ -268,286 +239,131 @@ def build_report(
         at, members = pair_set.find(every)
         pair_of[at] = members
         unique_row = np.full(len(unique), -1, dtype=np.int64)
-    read_cols = [id_col, *quality_cols, feature_col]
-    if length_col is not None:
-        read_cols.append(length_col)
+        run.pairs = {"set": pair_set, "of": pair_of, "unique_row": unique_row}
 
-    def batches(cols: list[str], desc: str) -> Iterator[tuple[pa.RecordBatch, str, int]]:
-        """Each batch with its file and its first row in that file (named by errors)."""
-        bar = tqdm(total=total, desc=desc, unit="doc", disable=not progress, leave=False)
-        last, row = None, 0
-        with bar:
-            for batch, where in input_batches(source, cols, split=split, batch_size=batch_size):
-                row = row if where == last else 0
-                yield batch, where, row
-                last, row = where, row + batch.num_rows
-                bar.update(batch.num_rows)
 
-    def kept_masks(ids: pa.Array) -> list[np.ndarray]:
-        out = []
-        for s in sels:
-            mask = np.zeros(len(ids), dtype=bool)
-            own = ids.cast(pa.string()) if s["as_text"] and ids.type != pa.string() else ids
-            mask[s["set"].positions(own)] = True
-            out.append(mask)
-        return out
-
-    def lengths_of(batch: pa.RecordBatch, where: str, row: int) -> np.ndarray | None:
-        if length_col is None:
-            return None
-        return lengths_from_arrow(batch.column(length_col), length_col, where, row)
-
-    # --- pass 1: ranges, the seeded sample, each selection's kept embeddings ----------------
-    n = 0
-    q_lo = np.full(len(quality_cols), np.inf)
-    q_hi = np.full(len(quality_cols), -np.inf)
-    len_lo, len_hi = np.inf, -np.inf
-    found = [0] * n_sel
-    kept_feats: list[list[np.ndarray]] = [[] for _ in sels]
-    kept_rows: list[list[np.ndarray]] = [[] for _ in sels]
-    samp: dict[str, np.ndarray] | None = None
-    width: int | None = None
-    for batch, where, file_row in batches(read_cols, "report: pass 1/2"):
-        m = batch.num_rows
-        ids = batch.column(id_col)
-        q = _quality(batch, quality_cols, where)
-        feats = _unit(features_from_arrow(batch.column(feature_col), where, feature_col))
-        if width is None:
-            width = feats.shape[1]
-        elif feats.shape[1] != width:
-            raise ValueError(f"embedding width {feats.shape[1]} in {where} does not match {width}.")
-        lengths = lengths_of(batch, where, file_row)
-        q_lo, q_hi = np.minimum(q_lo, q.min(0)), np.maximum(q_hi, q.max(0))
-        if lengths is not None:
-            len_lo, len_hi = min(len_lo, float(lengths.min())), max(len_hi, float(lengths.max()))
-        masks = kept_masks(ids)
-        rows = np.arange(n, n + m, dtype=np.int64)
-        if pair_set is not None:
-            at, members = pair_set.find(ids)
-            unique_row[members] = rows[at]
-        for s, mask in enumerate(masks):
-            found[s] += int(mask.sum())
-            kept_feats[s].append(feats[mask])
-            kept_rows[s].append(rows[mask])
-        piece = {
-            "key": _sample_keys(ids, seed),
-            "row": rows,
-            "q": q,
-            "feats": feats,
-            "len": lengths if lengths is not None else np.zeros(m),
-            "kept": np.stack(masks, axis=1),
-        }
-        samp = piece if samp is None else {k: np.concatenate([samp[k], piece[k]]) for k in samp}
-        if len(samp["key"]) > sample_size:
-            keep = np.sort(np.argpartition(samp["key"], sample_size - 1)[:sample_size])
-            samp = {k: v[keep] for k, v in samp.items()}
-        n += m
-    if samp is None or n == 0:
-        raise ValueError(f"{source} has no rows.")
-    for s, sel in enumerate(sels):
-        if found[s] != sel["n_ids"]:
-            raise ValueError(
-                f"{sel['n_ids'] - found[s]} of the {sel['n_ids']} ids in {sel['path']} are "
-                f"not in {source}; was the selection made from another input, or with another "
-                "--id-col?"
-                if found[s] < sel["n_ids"]
-                else f"ids of {sel['path']} occur more than once in {source}; ids must be unique."
-            )
-    order = np.argsort(samp["row"])
-    samp = {k: v[order] for k, v in samp.items()}
-
-    def combined(q: np.ndarray) -> np.ndarray:
-        if q.shape[1] == 1:
-            return q[:, 0]
-        span = np.where(q_hi > q_lo, q_hi - q_lo, 1.0)
-        return np.where(q_hi > q_lo, (q - q_lo) / span, 0.5) @ weights
-
-    quality_label = (
-        quality_cols[0] if len(quality_cols) == 1 else "quality (weighted mix, scaled to [0, 1])"
-    )
-    qc = combined(np.stack([q_lo, q_hi]))
-    q_hist = Histogram(bin_edges(float(qc.min()), float(qc.max()), log=False), False, n_sel=n_sel)
-    log_len = length_col is not None and len_lo >= 1 and len_hi / max(len_lo, 1) > 20
-    l_hist = (
-        Histogram(bin_edges(len_lo, len_hi, log=log_len), log_len, n_sel=n_sel)
-        if length_col is not None
-        else None
-    )
-
-    # --- topics (fitted on the sample), near-duplicates (exact over each kept set) ----------
-    gen = torch.Generator().manual_seed(seed)
-    x_s = torch.from_numpy(samp["feats"])
-    centroids = fit_topics(x_s, n_topics, gen)
-    n_topics = centroids.shape[0]
-    samp_topic = assign_clusters(x_s, centroids).numpy()
-    dup_sample = redundancy(x_s, thresholds=thresholds, method="exact")
-    dups, pair_rows = [], set()
-    for s in range(n_sel):
-        xk = torch.from_numpy(np.concatenate(kept_feats[s]))
-        rk = np.concatenate(kept_rows[s])
-        fig = redundancy(xk, thresholds=thresholds, method="exact", closest=n_examples)
-        examples = [(int(rk[i]), int(rk[j]), sim) for i, j, sim in fig.pop("closest", [])]
-        pair_rows.update(r for i, j, _ in examples for r in (i, j))
-        dups.append({"figures": fig, "examples": examples})
-    del kept_feats, kept_rows
-
-    # --- pass 2: per-topic counts and quality, histograms, texts of the rows shown ----------
-    counts = np.zeros(n_topics, np.int64)
-    kept_n = np.zeros((n_sel, n_topics), np.int64)
-    q_all = np.zeros(n_topics)
-    q_kept = np.zeros((n_sel, n_topics))
-    sums = {"q_all": 0.0, "q_kept": np.zeros(n_sel), "l_all": 0.0, "l_kept": np.zeros(n_sel)}
-    want = np.union1d(samp["row"], np.fromiter(pair_rows, np.int64, len(pair_rows)))
-    pair_row = unique_row[pair_of] if pair_set is not None else np.zeros(0, np.int64)
-    want = np.union1d(want, pair_row[pair_row >= 0])
-    texts: dict[int, str] = {}
-    cols2 = [id_col, *quality_cols, feature_col]
-    if length_col is not None:
-        cols2.append(length_col)
-    if text_col is not None:
-        cols2.append(text_col)
-    row0 = 0
-    cent = centroids
-    for batch, where, file_row in batches(cols2, "report: pass 2/2"):
-        m = batch.num_rows
-        ids = batch.column(id_col)
-        q = combined(_quality(batch, quality_cols, where))
-        feats = _unit(features_from_arrow(batch.column(feature_col), where, feature_col))
-        topic = assign_clusters(torch.from_numpy(feats), cent).numpy()
-        masks = kept_masks(ids)
-        counts += np.bincount(topic, minlength=n_topics)
-        q_all += np.bincount(topic, weights=q, minlength=n_topics)
-        sums["q_all"] += float(q.sum())
-        q_hist.add(q, masks)
-        lengths = lengths_of(batch, where, file_row)
-        if l_hist is not None and lengths is not None:
-            l_hist.add(lengths, masks)
-            sums["l_all"] += float(lengths.sum())
-        for s, mask in enumerate(masks):
-            kept_n[s] += np.bincount(topic[mask], minlength=n_topics)
-            q_kept[s] += np.bincount(topic[mask], weights=q[mask], minlength=n_topics)
-            sums["q_kept"][s] += float(q[mask].sum())
-            if lengths is not None:
-                sums["l_kept"][s] += float(lengths[mask].sum())
-        if text_col is not None:
-            lo = np.searchsorted(want, row0)
-            hi = np.searchsorted(want, row0 + m)
-            local = want[lo:hi] - row0
-            if len(local):
-                col = text_array(batch.column(text_col), text_col, where, file_row)
-                col = col.take(pa.array(local))
-                for r, t in zip(local, col.to_pylist(), strict=True):
-                    texts[int(r + row0)] = _truncate(t or "")
-        row0 += m
-    if row0 != n:
-        raise ValueError(f"{source} changed between the two passes ({n} rows, then {row0}).")
-
-    # --- assemble --------------------------------------------------------------------------
-    samp_q = combined(samp["q"])
-    sample_texts = [texts.get(int(r), "") for r in samp["row"]]
+def _assemble(run: ReportRun) -> dict[str, Any]:
+    """Everything the page shows, from the phases' results."""
+    spec, samp, tp, pt = run.spec, run.samp, run.topics, run.per_topic
+    n, n_topics, sums = run.n, tp["n"], pt["sums"]
+    sample_texts = [run.texts.get(int(r), "") for r in samp["row"]]
     words = (
-        topic_words(sample_texts, samp_topic, n_topics)
-        if text_col is not None
+        topic_words(sample_texts, tp["samp_topic"], n_topics)
+        if run.text_col is not None
         else [[] for _ in range(n_topics)]
     )
+    counts, q_all = pt["counts"], pt["q_all"]
     topics = [
         {"topic": t, "words": words[t], "n": int(counts[t]), "q_mean": _div(q_all[t], counts[t])}
         for t in range(n_topics)
     ]
-    out_sel = []
-    for s, sel in enumerate(sels):
-        k = int(kept_n[s].sum())
-        per_topic = []
-        for t in range(n_topics):
-            kn, cn = int(kept_n[s, t]), int(counts[t])
-            per_topic.append(
-                {
-                    "kept": kn,
-                    "share": _div(kn, cn),
-                    "q_kept": _div(q_kept[s, t], kn),
-                    "q_dropped": _div(q_all[t] - q_kept[s, t], cn - kn),
-                }
-            )
-        samples = []
-        for t in range(n_topics):
-            in_t = np.flatnonzero(samp_topic == t)
-            kept_t = in_t[samp["kept"][in_t, s]]
-            drop_t = in_t[~samp["kept"][in_t, s]]
-            samples.append(
-                {
-                    "kept": [sample_texts[i] for i in kept_t[:2]],
-                    "dropped": [sample_texts[i] for i in drop_t[:2]],
-                }
-            )
-        summary = sel["summary"] or {}
-        cover_shown = None
-        if covers[s] is not None:
-            start = sum(len(c[0]) * 2 for c in covers[:s] if c is not None)
-            n_pairs = len(covers[s][0])
-            dropped_rows = pair_row[start : start + n_pairs]
-            kept_rows_ = pair_row[start + n_pairs : start + 2 * n_pairs]
-            cover_shown = [
-                {
-                    "dropped": texts.get(int(d), ""),
-                    "kept": texts.get(int(c), ""),
-                    "cosine": float(sim),
-                }
-                for d, c, sim in zip(dropped_rows, kept_rows_, covers[s][2], strict=True)
-            ]
-        out_sel.append(
-            {
-                "label": sel["label"],
-                "path": sel["path"],
-                "k": k,
-                "share": k / n,
-                "terms": summary.get("terms"),
-                "settings": summary.get("settings"),
-                "method": summary.get("method"),
-                "quality_kept": _div(sums["q_kept"][s], k),
-                "quality_dropped": _div(sums["q_all"] - sums["q_kept"][s], n - k),
-                "length_kept": _div(sums["l_kept"][s], k) if l_hist else None,
-                "length_dropped": _div(sums["l_all"] - sums["l_kept"][s], n - k)
-                if l_hist
-                else None,
-                "topics": per_topic,
-                "samples": samples,
-                "covers": cover_shown,
-                "duplicates": dups[s]["figures"],
-                "examples": [
-                    {"a": texts.get(i, ""), "b": texts.get(j, ""), "cosine": float(sim)}
-                    for i, j, sim in dups[s]["examples"]
-                ],
-            }
-        )
+    out_sel = [_selection_result(run, s, sample_texts) for s in range(len(run.sels))]
     m_rows = np.arange(len(samp["row"]))
-    if map_method == "tsne" and len(m_rows) > 3000:
-        m_rows = np.sort(np.random.default_rng(seed).choice(len(m_rows), 3000, replace=False))
-    xy = project_2d(samp["feats"][m_rows], method=map_method, seed=seed)
+    if spec.map_method == "tsne" and len(m_rows) > 3000:
+        m_rows = np.sort(np.random.default_rng(spec.seed).choice(len(m_rows), 3000, replace=False))
+    xy = project_2d(samp["feats"][m_rows], method=spec.map_method, seed=spec.seed)
+    length_col = run.length_col
     return {
-        "source": str(source),
+        "source": str(run.source),
         "n_docs": n,
-        "quality_label": quality_label,
+        "quality_label": run.quality_cols[0]
+        if len(run.quality_cols) == 1
+        else "quality (weighted mix, scaled to [0, 1])",
         "quality_all": sums["q_all"] / n,
-        "length_label": length_col if not length_of_text else f"len({length_col})",
-        "length_all": sums["l_all"] / n if l_hist else None,
-        "text_col": text_col,
-        "seed": seed,
+        "length_label": length_col if not run.length_of_text else f"len({length_col})",
+        "length_all": sums["l_all"] / n if pt["l_hist"] else None,
+        "text_col": run.text_col,
+        "seed": spec.seed,
         "sample_size": len(samp["row"]),
-        "map_method": map_method,
+        "map_method": spec.map_method,
         "topics": topics,
         "selections": out_sel,
-        "dup_sample": dup_sample,
-        "thresholds": [f"{t:g}" for t in thresholds],
-        "_quality_hist": q_hist,
-        "_length_hist": l_hist,
-        "_centroids": centroids.numpy(),
+        "dup_sample": tp["dup_sample"],
+        "thresholds": [f"{t:g}" for t in spec.dup_thresholds],
+        "_quality_hist": pt["q_hist"],
+        "_length_hist": pt["l_hist"],
+        "_centroids": tp["centroids"].numpy(),
         "_map": {
             "xy": xy,
-            "topic": samp_topic[m_rows],
+            "topic": tp["samp_topic"][m_rows],
             "kept": samp["kept"][m_rows],
-            "quality": samp_q[m_rows],
+            "quality": run.combined(samp["q"])[m_rows],
         },
     }
+
+
+def _selection_result(run: ReportRun, s: int, sample_texts: list[str]) -> dict[str, Any]:
+    """What the page shows of selection ``s``: per topic, samples, covers, duplicates."""
+    sel, pt, texts = run.sels[s], run.per_topic, run.texts
+    n, n_topics, samp_topic = run.n, run.topics["n"], run.topics["samp_topic"]
+    counts, q_all, kept_n, q_kept = pt["counts"], pt["q_all"], pt["kept_n"], pt["q_kept"]
+    sums, has_len = pt["sums"], bool(pt["l_hist"])
+    k = int(kept_n[s].sum())
+    per_topic = []
+    samples = []
+    for t in range(n_topics):
+        kn, cn = int(kept_n[s, t]), int(counts[t])
+        per_topic.append(
+            {
+                "kept": kn,
+                "share": _div(kn, cn),
+                "q_kept": _div(q_kept[s, t], kn),
+                "q_dropped": _div(q_all[t] - q_kept[s, t], cn - kn),
+            }
+        )
+        in_t = np.flatnonzero(samp_topic == t)
+        kept_t = in_t[run.samp["kept"][in_t, s]]
+        drop_t = in_t[~run.samp["kept"][in_t, s]]
+        samples.append(
+            {
+                "kept": [sample_texts[i] for i in kept_t[:2]],
+                "dropped": [sample_texts[i] for i in drop_t[:2]],
+            }
+        )
+    summary = sel["summary"] or {}
+    dups = run.topics["dups"][s]
+    return {
+        "label": sel["label"],
+        "path": sel["path"],
+        "k": k,
+        "share": k / n,
+        "terms": summary.get("terms"),
+        "settings": summary.get("settings"),
+        "method": summary.get("method"),
+        "quality_kept": _div(sums["q_kept"][s], k),
+        "quality_dropped": _div(sums["q_all"] - sums["q_kept"][s], n - k),
+        "length_kept": _div(sums["l_kept"][s], k) if has_len else None,
+        "length_dropped": _div(sums["l_all"] - sums["l_kept"][s], n - k) if has_len else None,
+        "topics": per_topic,
+        "samples": samples,
+        "covers": _covers_shown(run, s),
+        "duplicates": dups["figures"],
+        "examples": [
+            {"a": texts.get(i, ""), "b": texts.get(j, ""), "cosine": float(sim)}
+            for i, j, sim in dups["examples"]
+        ],
+    }
+
+
+def _covers_shown(run: ReportRun, s: int) -> list[dict[str, Any]] | None:
+    """Selection ``s``'s dropped documents beside the kept ones covering them (None: the
+    file has no cover)."""
+    covers = run.covers
+    if covers[s] is None:
+        return None
+    start = sum(len(c[0]) * 2 for c in covers[:s] if c is not None)
+    n_pairs = len(covers[s][0])
+    pair_row = run.pairs["row"]
+    dropped_rows = pair_row[start : start + n_pairs]
+    kept_rows = pair_row[start + n_pairs : start + 2 * n_pairs]
+    return [
+        {
+            "dropped": run.texts.get(int(d), ""),
+            "kept": run.texts.get(int(c), ""),
+            "cosine": float(sim),
+        }
+        for d, c, sim in zip(dropped_rows, kept_rows, covers[s][2], strict=True)
+    ]
 
 
 def _schema(path: Path, kind: str) -> pa.Schema:
@@ -555,24 +371,6 @@ def _schema(path: Path, kind: str) -> pa.Schema:
     if kind == "parquet":
         return pq.read_schema(path)
     return pa.ipc.open_stream(pa.memory_map(str(path), "r")).schema
-
-
-def _quality(batch: pa.RecordBatch, cols: Sequence[str], where: str) -> np.ndarray:
-    out = []
-    for c in cols:
-        col = batch.column(c)
-        if col.null_count:
-            raise ValueError(f"column {c!r} has {col.null_count} null values in {where}.")
-        out.append(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64))
-    q = np.stack(out, axis=1)
-    if not np.isfinite(q).all():
-        raise ValueError(f"quality columns {list(cols)} hold NaN or inf values in {where}.")
-    return q
-
-
-def _unit(feats: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(feats, axis=1, keepdims=True)
-    return (feats / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
 
 
 def _div(a: float, b: float) -> float | None:

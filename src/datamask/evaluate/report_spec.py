@@ -1,0 +1,117 @@
+"""One frozen :class:`ReportSpec`: everything ``datamask report`` (and
+:func:`datamask.evaluate.browse.build_report`) runs with, declared once and checked once,
+where the command line and the library meet.
+
+Each setting is a field declared with :func:`~datamask.settings.setting_field` (its default,
+what it accepts, its help) or shared with the spec that owns it
+(:func:`~datamask.settings.shared_field`: ``dup_thresholds`` is
+:class:`~datamask.evaluate.redundancy.DuplicateSettings`'); ``datamask report``'s flags are
+made from these declarations. A spec that exists is checked (``__post_init__``).
+
+    >>> spec = ReportSpec.from_mapping({"n_topics": 4, "map_method": "tsne"})
+    >>> spec.n_topics, spec.map_method, spec.dup_thresholds
+    (4, 'tsne', (0.9, 0.95, 0.99))
+    >>> ReportSpec(n_topics=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_topics must be >= 1; got 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .._validation import SEED, Interval, Options
+from ..columns import Columns
+from ..settings import check_fields, section_settings, setting_field, shared_field
+from .redundancy import DuplicateSettings, check_thresholds
+
+__all__ = ["REPORT_CONSTRAINTS", "ReportSpec"]
+
+
+def _count(low: int) -> tuple:
+    return (Interval(int, low, None, closed="left"),)
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """Everything a report runs with. Build it with :meth:`from_mapping` (flat keys, as the
+    flags and :func:`~datamask.evaluate.browse.build_report`'s keywords give them) or
+    directly.
+
+    ``columns`` names the id, quality and embedding columns as ``select`` names them; names
+    not given are resolved against the input's schema. One quality column is shown raw;
+    several are shown as their weighted mix, each min-max scaled over the corpus.
+    """
+
+    split: str | None = setting_field(
+        None,
+        (str, None),
+        "split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "
+        "(default: the only one)",
+    )
+    columns: Columns = Columns()
+    text_col: str | None = setting_field(
+        None,
+        (str, None),
+        "column of the documents' text, for topic words, samples and pair examples "
+        "(default: text, when present; else the page shows no texts)",
+    )
+    length_col: str | None = setting_field(
+        None,
+        (str, None),
+        "column for the length distribution, numbers or texts (default: the first of "
+        "n_chars, length, n_tokens, text present; none -> no length section)",
+    )
+    n_topics: int = setting_field(12, _count(1), "k-means topics of the embeddings")
+    sample_size: int = setting_field(
+        4000,
+        _count(2),
+        "seeded sample for the map, the topic fit, the text samples and the corpus's "
+        "near-duplicate figures",
+    )
+    map_method: str = setting_field(
+        "pca",
+        (Options(str, ("pca", "tsne")),),
+        "projection of the 2-D map (tsne: slower, needs scikit-learn)",
+    )
+    n_examples: int = setting_field(3, _count(0), "closest kept pairs shown per selection")
+    dup_thresholds: tuple[float, ...] = shared_field(DuplicateSettings, "dup_thresholds")
+    seed: int = setting_field(
+        0, (SEED,), "seed of the sample, the topics and the map: the same seed, the same page"
+    )
+    batch_size: int = setting_field(16384, _count(1), "rows read at a time")
+    progress: bool = setting_field(False, (bool,), "show progress bars (stderr)")
+    trust_selection: bool = setting_field(
+        False,
+        (bool,),
+        "skip the check that the input is what each selection was made from (its recorded "
+        "fingerprints, docs/provenance.md), as evaluate and apply check it",
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        object.__setattr__(self, "dup_thresholds", check_thresholds(self.dup_thresholds))
+        if not isinstance(self.columns, Columns):
+            raise TypeError(f"columns must be a datamask.Columns; got {self.columns!r}.")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> ReportSpec:
+        """A spec from flat keys (the flags, :func:`build_report`'s keywords); None means
+        "the default" (``columns=None``: every column from the input's schema); an unknown
+        key raises a ValueError naming it."""
+        values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
+        return cls(**values)
+
+
+#: What each declared setting of the report accepts, read from :class:`ReportSpec` (a view
+#: of the declarations, kept for the callers of the name).
+REPORT_CONSTRAINTS: dict[str, list] = {
+    o.name: list(o.allowed()) for o in section_settings(ReportSpec)
+}
