@@ -122,7 +122,7 @@ def cluster(s3) -> Iterator[tuple[str, Path]]:
                 "node_ip_address": "127.0.0.1",
                 "temp_dir": str(root / "ray"),
                 "include_dashboard": False,
-                "port": _free_port(),  # not 6379: another suite's cluster may hold it
+                "gcs_server_port": _free_port(),  # not 6379, which another suite may hold
             },
         )
         for i in (1, 2):  # each node's processes start in their own folder and environment
