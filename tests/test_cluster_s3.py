@@ -85,16 +85,26 @@ def s3() -> Iterator[dict[str, str]]:
     server.stop()
 
 
-def _add_node(nodes: Any) -> None:
-    """One 1-CPU worker node; Ray 2.60 gives a raylet 30 s (fixed) to register, which a
-    loaded 2-core machine can miss: tried again then, three times in all."""
-    for attempt in range(3):
-        try:
-            nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-            return
-        except Exception as exc:  # Ray raises a bare Exception for this timeout
-            if "timed out during startup" not in str(exc) or attempt == 2:
-                raise
+# The cluster is made by a process of its own: after a whole suite, a raylet started from
+# the pytest process once missed Ray 2.60's fixed 30 s registration window every time.
+CLUSTER_SCRIPT = """
+import json, os, sys
+from ray.cluster_utils import Cluster
+
+root, port, homes = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+base = dict(os.environ)
+nodes = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 0, "node_ip_address": "127.0.0.1", "temp_dir": root + "/ray",
+    "include_dashboard": False, "gcs_server_port": port})
+for home, env in homes:  # each node's processes start in their own folder and environment
+    os.environ.clear(); os.environ.update({**base, **env}); os.chdir(home)
+    nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+os.environ.clear(); os.environ.update(base)
+nodes.wait_for_nodes(timeout=60)
+print(nodes.address, flush=True)
+sys.stdin.read()  # until the test closes it
+nodes.shutdown()
+"""
 
 
 def _free_port() -> int:
@@ -105,42 +115,28 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def cluster(s3) -> Iterator[tuple[str, Path]]:
-    from ray.cluster_utils import Cluster
-
     root = Path(tempfile.mkdtemp(prefix="dms3", dir="/tmp"))  # short: Ray's socket paths
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    for key in (*STORAGE_KEYS, "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "DATAMASK_CACHE"):
-        os.environ.pop(key, None)  # the nodes know nothing of the storage
+    env = {k: v for k, v in os.environ.items() if k not in STORAGE_KEYS}
+    for key in ("AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "DATAMASK_CACHE"):
+        env.pop(key, None)  # the nodes know nothing of the storage
     # RAY_TMPDIR: Ray's address file goes to this cluster's folder, not a shared /tmp/ray
-    os.environ.update(LOOPBACK, PYTHONPATH=SRC, RAY_TMPDIR=str(root))
-    nodes = None
+    env.update(LOOPBACK, PYTHONPATH=SRC, RAY_TMPDIR=str(root))
+    homes = [(str(root / f"node{i}"), _own_dirs(root / f"node{i}")) for i in (1, 2)]
+    args = [str(root), str(_free_port()), json.dumps(homes)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLUSTER_SCRIPT, *args],
+        env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        nodes = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 0,
-                "node_ip_address": "127.0.0.1",
-                "temp_dir": str(root / "ray"),
-                "include_dashboard": False,
-                "gcs_server_port": _free_port(),  # not 6379, which another suite may hold
-            },
-        )
-        for i in (1, 2):  # each node's processes start in their own folder and environment
-            home = root / f"node{i}"
-            os.environ.update(_own_dirs(home))
-            os.chdir(home)
-            _add_node(nodes)
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        nodes.wait_for_nodes(timeout=60)
-        yield nodes.address, root
+        address = proc.stdout.readline().strip()
+        assert address, "the cluster did not start (its output is above)"
+        yield address, root
     finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        if nodes is not None:
-            nodes.shutdown()
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
         shutil.rmtree(root, ignore_errors=True)
 
 
