@@ -17,7 +17,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from .io.atomic import atomic_write
 from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files, text_array
 from .io.text import raise_nulls as _raise_nulls
 from .quality import heuristic_quality_batch
-from .settings import Setting, check_fields, section_settings, setting_field
+from .settings import Setting, check_fields, flat_values, section_settings, setting_field
 
 logger = logging.getLogger("datamask.embed")
 
@@ -222,12 +222,7 @@ class EmbedSpec:
     def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> EmbedSpec:
         """A spec from flat keys (the flags, :func:`embed_file`'s keywords); None means
         "the default"; an unknown key raises a ValueError naming it."""
-        values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
-        return cls(**values)
+        return cls(**flat_values(cls, values, where))
 
 
 def _option(name: str) -> Setting:

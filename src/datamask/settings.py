@@ -31,6 +31,7 @@ __all__ = [
     "SHARED_PARAMS",
     "Setting",
     "check_fields",
+    "flat_values",
     "check_setting",
     "owned_settings",
     "own_defaults",
@@ -215,3 +216,14 @@ def owned_settings(owners: Mapping[str, type]) -> list[Setting]:
                 name, _default(cls, name), tuple(constraints), help, owners=(owner,)
             )
     return list(found.values())
+
+
+def flat_values(spec_class: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The keys of ``values`` that are fields of ``spec_class`` (``-`` read as ``_``; None
+    means "the default" and is dropped); an unknown key raises a ValueError naming it."""
+    values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+    known = [f.name for f in fields(spec_class)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
+    return values

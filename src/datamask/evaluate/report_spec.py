@@ -20,12 +20,18 @@ made from these declarations. A spec that exists is checked (``__post_init__``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from .._validation import SEED, Interval, Options
 from ..columns import Columns
-from ..settings import check_fields, section_settings, setting_field, shared_field
+from ..settings import (
+    check_fields,
+    flat_values,
+    section_settings,
+    setting_field,
+    shared_field,
+)
 from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = ["REPORT_CONSTRAINTS", "ReportSpec"]
@@ -102,12 +108,7 @@ class ReportSpec:
         """A spec from flat keys (the flags, :func:`build_report`'s keywords); None means
         "the default" (``columns=None``: every column from the input's schema); an unknown
         key raises a ValueError naming it."""
-        values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
-        return cls(**values)
+        return cls(**flat_values(cls, values, where))
 
 
 #: What each declared setting of the report accepts, read from :class:`ReportSpec` (a view
