@@ -157,14 +157,11 @@ def test_keep_steps_are_skipped_on_a_rerun(shards, tmp_path):
 
 @pytest.mark.slow
 def test_on_ray_the_bucket_and_keep_steps_match_the_local_pool(shards, tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     from datamask.distributed import RayRunner
 
     monkeypatch.setattr(validate, "BUCKET_ROWS", 97)  # (read by the driver: 7 buckets)
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False)
-    runner = RayRunner()
+    runner = RayRunner(workers=2)  # starts Ray; close() stops it and restores os.environ
     try:
         settings = SelectSpec.from_mapping(dict(partition="cluster", n_clusters=3, **FAST))
         run_selection(shards, tmp_path / "local", settings, progress=False)
@@ -183,5 +180,3 @@ def test_on_ray_the_bucket_and_keep_steps_match_the_local_pool(shards, tmp_path,
             run_selection(data, tmp_path / "bad", settings, runner=runner, progress=False)
     finally:
         runner.close()
-        if started:
-            ray.shutdown()

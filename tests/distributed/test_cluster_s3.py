@@ -12,14 +12,11 @@ run relies on, not what the machine enforces: nothing names a local path to a wo
 from __future__ import annotations
 
 import json
-import os
+import re
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,49 +26,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import datamask
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from tests._data import write_corpus_shards
 
-ray = pytest.importorskip("ray")
+pytest.importorskip("ray")
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
 
-# Passes on its own (3 passed, 46 s) but, after tests/apply and tests/cli have run in the
-# same suite, its raylets miss Ray 2.60's fixed 30 s registration window ("node timed out
-# during startup"), even from a process of their own: cause not found yet. Until it is,
-# the test is opt-in:
-#   DATAMASK_S3_CLUSTER_TEST=1 python -m pytest tests/distributed/test_cluster_s3.py
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("DATAMASK_S3_CLUSTER_TEST") != "1",
-        reason="opt-in (DATAMASK_S3_CLUSTER_TEST=1): Ray cannot start this cluster after the "
-        "full suite on one machine; see the comment above",
-    ),
-]
+# The cluster is the ``ray_cluster`` fixture of conftest.py (its own process and
+# environment). It once failed here after other suites, "node timed out during startup":
+# an earlier test's ray.init had left RAY_AUTH_MODE=token in os.environ, and the nodes,
+# each with a HOME of its own, had no token. The fixture now builds the cluster's
+# environment itself, with one token for every node and driver.
+pytestmark = pytest.mark.slow
 
-#: Ray resolves 127.0.0.1 to the machine's own address unless told not to.
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-SRC = str(Path(datamask.__file__).resolve().parents[1])  # this checkout, for every process
 BUCKET = "dm-cluster"
 SECRET = "dm-secret-" + secrets.token_hex(8)  # grepped for in everything the run wrote
 FLAGS = dict(select_ratio=0.137, n_epochs=20, n_neighbors=16, chunk_size=400, seed=0)
 STORAGE_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
 MARKERS = ("completions/", "clusters/shard-", "cover/", "exchange/")
-
-
-def _own_dirs(home: Path) -> dict[str, str]:
-    """A working folder of its own: TMPDIR, HOME and DATAMASK_CACHE inside ``home``."""
-    for sub in ("tmp", "home", "cache"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    return {
-        "TMPDIR": str(home / "tmp"),
-        "HOME": str(home / "home"),
-        "DATAMASK_CACHE": str(home / "cache"),
-    }
 
 
 @pytest.fixture(scope="module")
@@ -97,66 +72,11 @@ def s3() -> Iterator[dict[str, str]]:
     server.stop()
 
 
-# The cluster is made by a process of its own: after a whole suite, a raylet started from
-# the pytest process once missed Ray 2.60's fixed 30 s registration window every time.
-CLUSTER_SCRIPT = """
-import json, os, sys
-from ray.cluster_utils import Cluster
-
-root, port, homes = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-base = dict(os.environ)
-nodes = Cluster(initialize_head=True, head_node_args={
-    "num_cpus": 0, "node_ip_address": "127.0.0.1", "temp_dir": root + "/ray",
-    "include_dashboard": False, "gcs_server_port": port})
-for home, env in homes:  # each node's processes start in their own folder and environment
-    os.environ.clear(); os.environ.update({**base, **env}); os.chdir(home)
-    nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-os.environ.clear(); os.environ.update(base)
-nodes.wait_for_nodes(timeout=60)
-print(nodes.address, flush=True)
-sys.stdin.read()  # until the test closes it
-nodes.shutdown()
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def cluster(s3) -> Iterator[tuple[str, Path]]:
-    root = Path(tempfile.mkdtemp(prefix="dms3", dir="/tmp"))  # short: Ray's socket paths
-    env = {k: v for k, v in os.environ.items() if k not in STORAGE_KEYS}
-    for key in ("AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "DATAMASK_CACHE"):
-        env.pop(key, None)  # the nodes know nothing of the storage
-    # RAY_TMPDIR: Ray's address file goes to this cluster's folder, not a shared /tmp/ray
-    env.update(LOOPBACK, PYTHONPATH=SRC, RAY_TMPDIR=str(root))
-    homes = [(str(root / f"node{i}"), _own_dirs(root / f"node{i}")) for i in (1, 2)]
-    args = [str(root), str(_free_port()), json.dumps(homes)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CLUSTER_SCRIPT, *args],
-        env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        address = proc.stdout.readline().strip()
-        assert address, "the cluster did not start (its output is above)"
-        yield address, root
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def corpus(s3, cluster) -> list:
+def corpus(s3, ray_cluster) -> list:
     """Four shards uploaded to s3://BUCKET/in/, and what the local pool selects from the
     same files on local disk with the same seed."""
-    _, root = cluster
+    root = ray_cluster.root
     local = root / "local-input"
     write_corpus_shards(local, make_clustered(1200, 16, 6, seed=0), 4)
     for f in sorted(local.iterdir()):
@@ -166,15 +86,14 @@ def corpus(s3, cluster) -> list:
     return sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
 
 
-def _select(s3, address: str, driver: Path, out: str, workers: int, **popen) -> Any:
+def _select(s3, cluster, driver: Path, out: str, workers: int) -> Any:
     """``datamask select`` s3 -> s3 on the cluster, from ``driver`` (its own TMPDIR, HOME
     and cache); the only process given the storage settings."""
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in FLAGS.items()]
     cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", f"s3://{BUCKET}/in/"]
-    cmd += ["--output", f"s3://{BUCKET}/{out}", "--runner", "ray", "--ray-address", address]
-    cmd += ["--workers", str(workers), "--no-progress", *flags]
-    env = {**os.environ, **LOOPBACK, "PYTHONPATH": SRC, **_own_dirs(driver)}
-    env.update({k: s3[k] for k in STORAGE_KEYS})
+    cmd += ["--output", f"s3://{BUCKET}/{out}", "--runner", "ray", "--ray-address"]
+    cmd += [cluster.address, "--workers", str(workers), "--no-progress", *flags]
+    env = {**cluster.driver_env(driver), **{k: s3[k] for k in STORAGE_KEYS}}
     return subprocess.Popen(
         cmd, cwd=driver, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -213,31 +132,18 @@ def _local_data_files(folder: Path) -> list[str]:
     ]
 
 
-def _worker_nodes(address: str) -> set[str]:
-    """The cluster's alive nodes with CPUs, asked by a short-lived driver."""
-    code = f"import json, ray; ray.init(address={address!r}); print(json.dumps(ray.nodes()))"
-    env = {**os.environ, **LOOPBACK, "PYTHONPATH": SRC}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    nodes = json.loads(done.stdout.splitlines()[-1])
-    return {n["NodeID"] for n in nodes if n["Alive"] and n["Resources"].get("CPU")}
-
-
 @pytest.mark.parametrize("workers", [1, 2])
-def test_s3_only_cluster_matches_the_local_pool(workers, s3, cluster, corpus):
-    address, root = cluster
+def test_s3_only_cluster_matches_the_local_pool(workers, s3, ray_cluster, corpus):
     client = s3["client"]
-    driver = root / f"driver-{workers}"
-    logs = _finish(_select(s3, address, driver, f"out-{workers}", workers))
+    driver = ray_cluster.root / f"driver-{workers}"
+    logs = _finish(_select(s3, ray_cluster, driver, f"out-{workers}", workers))
     assert _selection(client, f"out-{workers}") == corpus
     manifest = json.loads(
         client.get_object(Bucket=BUCKET, Key=f"out-{workers}/manifest.json")["Body"].read()
     )
     assert manifest["complete"] and manifest["work_dir"] == f"s3://{BUCKET}/out-{workers}/_work"
     # both worker nodes ran group steps (each step's stats name its Ray node)
-    assert {g["ray_node"] for g in manifest["groups"]} == _worker_nodes(address)
+    assert {g["ray_node"] for g in manifest["groups"]} == {n["NodeID"] for n in ray_cluster.nodes()}
     # the driver's disk (cwd, TMPDIR, HOME, cache) holds no data file
     assert _local_data_files(driver) == []
     # the secret is in no object the run wrote, no file on the driver, no log line
@@ -248,12 +154,12 @@ def test_s3_only_cluster_matches_the_local_pool(workers, s3, cluster, corpus):
     assert SECRET not in logs and s3["AWS_ENDPOINT_URL"] not in logs
 
 
-def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, cluster, corpus):
+def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, ray_cluster, corpus):
     """``kill -9`` of the driver once some steps have their markers; a rerun from another
     folder with an empty cache redoes none of those steps and selects the same."""
-    address, root = cluster
+    root = ray_cluster.root
     client = s3["client"]
-    proc = _select(s3, address, root / "driver-killed", "out-kill", 2)
+    proc = _select(s3, ray_cluster, root / "driver-killed", "out-kill", 2)
     deadline = time.monotonic() + 180
     while not any("/completions/" in k for k in _objects(client, "out-kill/_work/")):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -266,7 +172,7 @@ def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, cluster, corpus):
         k: v for k, v in _objects(client, "out-kill/_work/").items() if any(m in k for m in MARKERS)
     }
     assert before, "the kill came before any marker"
-    _finish(_select(s3, address, root / "driver-fresh", "out-kill", 2))
+    _finish(_select(s3, ray_cluster, root / "driver-fresh", "out-kill", 2))
     manifest = json.loads(
         client.get_object(Bucket=BUCKET, Key="out-kill/manifest.json")["Body"].read()
     )
@@ -276,3 +182,34 @@ def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, cluster, corpus):
     assert rewritten == [], f"{len(rewritten)} marked steps were redone: {rewritten[:5]}"
     assert _selection(client, "out-kill") == corpus
     assert _local_data_files(root / "driver-fresh") == []
+
+
+#: The marker of one step of each phase: the assignment of a shard's rows to the clusters
+#: (the shuffle), and a group's selection.
+PHASES = {"assign": r"/clusters/shard-\d+\.json$", "select": r"/completions/\d+$"}
+
+
+def _markers(client, out: str, phase: str) -> set[str]:
+    return {k for k in _objects(client, f"{out}/_work/") if re.search(PHASES[phase], k)}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_a_worker_node_lost_mid_phase_and_added_back(phase, s3, ray_cluster, corpus):
+    """Worker node 0 is killed (its raylet, object store and workers, without warning) as
+    soon as the phase's first step has its marker, and started again: Ray runs the steps
+    lost with it again (``max_retries``), the same command completes without a rerun, and
+    it selects what the local pool does."""
+    client = s3["client"]
+    out = f"out-lost-{phase}"
+    proc = _select(s3, ray_cluster, ray_cluster.root / f"driver-{out}", out, 2)
+    deadline = time.monotonic() + 120
+    while not (seen := _markers(client, out, phase)):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"no {phase} step finished in time"
+        time.sleep(0.05)
+    ray_cluster.remove_node(0)
+    ray_cluster.add_node(0)
+    logs = _finish(proc)
+    assert _selection(client, out) == corpus
+    # the node was lost while the phase still had steps to run
+    assert len(seen) < len(_markers(client, out, phase)), logs[-2000:]

@@ -5,7 +5,6 @@ central round) on the local pool, and Ray (slow)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -116,22 +115,17 @@ def test_a_rerun_reuses_the_cover_and_redoes_a_lost_part(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_sharded_cover_on_ray(corpus, tmp_path):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     from datamask.distributed import RayRunner
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    runner = RayRunner(workers=2)  # starts Ray; close() stops it and restores os.environ
     try:
-        runner = RayRunner()
         _, table, out = run(corpus, tmp_path, 3, runner=runner)
-        runner.close()
-        local = run(corpus, tmp_path / "local", 3)[1]
-        assert table.sort_by("chunk_id").equals(local.sort_by("chunk_id"))
-        against_brute(corpus, table, out)
     finally:
-        if started:
-            ray.shutdown()
+        runner.close()
+    local = run(corpus, tmp_path / "local", 3)[1]
+    assert table.sort_by("chunk_id").equals(local.sort_by("chunk_id"))
+    against_brute(corpus, table, out)
 
 
 def test_the_cover_changes_no_selected_row(corpus, tmp_path):

@@ -6,7 +6,6 @@ Runs on a local Ray (one per module: starting Ray is the slow part) with small s
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -61,17 +60,14 @@ def shard_dir(tmp_path_factory, corpus) -> Path:
 
 @pytest.fixture(scope="module")
 def ray_runner():
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     from datamask.distributed import RayRunner
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    runner = RayRunner()
+    # the runner starts Ray itself, so its close() also puts back the variables ray.init
+    # leaves in os.environ (RAY_AUTH_MODE=token broke a later cluster's node registration)
+    runner = RayRunner(workers=2).connect()
     yield runner
     runner.close()
-    if started:
-        ray.shutdown()
 
 
 def cli_main():

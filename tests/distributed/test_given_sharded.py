@@ -210,7 +210,7 @@ KILLER = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_killed_given_run_resumes_to_the_same_selection(data, tmp_path):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     from datamask.distributed import RayRunner
 
     settings = dict(
@@ -235,16 +235,11 @@ def test_a_killed_given_run_resumes_to_the_same_selection(data, tmp_path):
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert not json.loads((out / "manifest.json").read_text())["complete"]
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False)
+    runner = RayRunner(workers=2)  # starts Ray; close() stops it and restores os.environ
     try:
-        runner = RayRunner()
         resumed = run_selection(data["shards"], out, spec, runner=runner, progress=False)
-        runner.close()
     finally:
-        if started:
-            ray.shutdown()
+        runner.close()
     assert resumed["totals"]["groups_reused"] >= 1
     assert _chosen_dir(out) == _chosen_dir(tmp_path / "clean")
     assert resumed["given"]["floor"]["mean"] == pytest.approx(clean["given"]["floor"]["mean"])

@@ -18,8 +18,13 @@ asks for:
   1 GB) and the learner's ``device="auto"`` resolves to the GPU Ray assigned (Ray sets
   ``CUDA_VISIBLE_DEVICES`` per task).
 
-Steps are idempotent, so Ray's retries are safe: a task is retried after a lost worker and
-after an ``OSError`` (storage hiccups), up to ``MAX_RETRIES`` times.
+Steps are idempotent, so Ray's retries are safe: a task is retried after a lost worker or
+node and after an ``OSError`` (storage hiccups), up to ``MAX_RETRIES`` times.
+
+``ray.init`` (Ray 2.60) writes ``RAY_AUTH_MODE=token`` and two more variables into this
+process's environment and leaves them after ``ray.shutdown``; every child process started
+afterwards inherits them. A runner that started Ray puts them back as they were on
+``close``, so a later cluster whose nodes keep their token elsewhere is not refused.
 """
 
 from __future__ import annotations
@@ -149,6 +154,7 @@ class RayRunner:
         self._gpus_per_task_arg = gpus_per_task
         self._device = device
         self._connected = False
+        self._env_before_init: dict[str, str | None] = {}
         if ray.is_initialized():  # a Ray already running in this process: join it now
             self._connect()
 
@@ -171,6 +177,12 @@ class RayRunner:
 
         return LocalRunner(workers=min(self._requested or available_cpus(), available_cpus()))
 
+    def connect(self) -> RayRunner:
+        """Start (or join) Ray now rather than at the first step; returns the runner."""
+        if not self._connected:
+            self._connect()
+        return self
+
     def _connect(self) -> None:
         ray = self._ray
         address, workers = self._address, self._requested
@@ -185,6 +197,7 @@ class RayRunner:
             # a message (a worker node's own environment need not hold them).
             env = storage_env()
             extra: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
+            before = dict(os.environ)
             try:
                 if address:
                     ray.init(address=address, logging_level=logging.WARNING, **extra)
@@ -203,6 +216,10 @@ class RayRunner:
                 ) from None
             finally:
                 quiet.setLevel(level)
+                changed = (before.keys() | os.environ.keys()) - {
+                    k for k, v in before.items() if os.environ.get(k) == v
+                }
+                self._env_before_init = {k: before.get(k) for k in changed}
             self._started = True
         resources = ray.cluster_resources()
         self.n_cpus = int(resources.get("CPU", 1))
@@ -313,7 +330,14 @@ class RayRunner:
             yield result
 
     def close(self) -> None:
-        """Shut Ray down if this runner started it."""
+        """Shut Ray down if this runner started or joined it, and put back the environment
+        variables ``ray.init`` set in this process (``RAY_AUTH_MODE``, ...)."""
         if self._started and self._ray.is_initialized():
             self._ray.shutdown()
         self._started = False
+        for key, value in self._env_before_init.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._env_before_init = {}
