@@ -123,6 +123,21 @@ class RayCluster:
         """Start worker node ``i`` again, in its own folder, and wait until it registered."""
         self._command(f"add {i}")
 
+    def running_steps(self, i: int) -> list[int]:
+        """Processes of worker node ``i`` running a task now: Ray titles a busy worker
+        ``ray::<task>`` and an idle one ``ray::IDLE``; the node's own TMPDIR tells its
+        processes from the other nodes'."""
+        tmp = f"TMPDIR={self.root / f'node{i}' / 'tmp'}".encode()
+        busy = []
+        for proc in Path("/proc").iterdir():
+            try:
+                title = (proc / "cmdline").read_bytes().split(b"\0")[0]
+                if title.startswith(b"ray::_call") and tmp in (proc / "environ").read_bytes():
+                    busy.append(int(proc.name))
+            except (OSError, ValueError):  # not a process, or it ended meanwhile
+                continue
+        return busy
+
     def nodes(self) -> list[dict]:
         """The cluster's alive nodes with CPUs, asked by a short-lived driver."""
         code = "import json, ray, sys; ray.init(sys.argv[1]); print(json.dumps(ray.nodes()))"
