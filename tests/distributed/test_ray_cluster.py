@@ -11,6 +11,7 @@ both nodes, and the selection of the local pool.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,10 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed import LocalRunner, RayRunner, run_selection
 from tests._data import write_corpus_shards
 
-pytest.importorskip("ray")
+ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.slow
 
@@ -68,3 +69,20 @@ def test_cluster_run_matches_the_local_pool(workers, ray_cluster, local_selectio
     # every group step ran this checkout's code on a worker node, and both nodes ran some
     nodes = {g["ray_node"] for g in manifest["groups"]}
     assert nodes == {n["NodeID"] for n in ray_cluster.nodes()} and len(nodes) == 2
+
+
+def test_a_runner_that_started_ray_puts_the_environment_back(monkeypatch):
+    """``ray.init`` leaves ``RAY_AUTH_MODE=token`` (Ray 2.60) in ``os.environ``; a cluster
+    started afterwards from this process inherited it, and its nodes, each with a HOME
+    of its own and so no token, never registered. ``close`` puts it back."""
+    if ray.is_initialized():
+        pytest.skip("a Ray is already running in this process")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    before = dict(os.environ)
+    runner = RayRunner(workers=1).connect()
+    try:
+        assert runner.n_cpus >= 1 and ray.is_initialized()
+    finally:
+        runner.close()
+    assert not ray.is_initialized()
+    assert dict(os.environ) == before
