@@ -396,6 +396,20 @@ def _s3(endpoint: str | None, region: str | None, anonymous: bool, retries: int 
     return pafs.S3FileSystem(**kwargs)
 
 
+def _s3_from_env(retries: int) -> Any:
+    """The S3 filesystem the AWS variables describe, making ``retries`` attempts a request."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region is None and endpoint is None:
+        region = "us-east-1"  # the AWS default; a bucket elsewhere needs AWS_REGION
+    return _s3(endpoint, region, _anonymous_s3(), retries)
+
+
+#: Attempts of the one request :func:`check_reachable` makes: a wrong endpoint is refused
+#: in seconds, not after the whole backoff a transfer is allowed.
+PROBE_ATTEMPTS = 2
+
+
 def _s3_retries() -> int:
     """Attempts per S3 request (throttling, 5xx, dropped connections are retried with
     backoff by the AWS SDK): ``$DATAMASK_S3_RETRIES``, default 10."""
@@ -473,12 +487,8 @@ def resolve(text: str | Path, *, what: str = "path") -> Location:
     if not bucket or not _BUCKET_RE.match(bucket):
         raise _bad(what, raw, f"has an invalid bucket name {bucket!r}.")
     if scheme == "s3":
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if region is None and endpoint is None:
-            region = "us-east-1"  # the AWS default; a bucket elsewhere needs AWS_REGION
         try:
-            fs = _s3(endpoint, region, _anonymous_s3(), _s3_retries())
+            fs = _s3_from_env(_s3_retries())
         except (OSError, ValueError) as exc:
             raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
         return Location(raw, "s3", fs, rest)
@@ -532,7 +542,8 @@ def check_reachable(loc: Location, *, what: str = "path") -> None:
         _check_s3_credentials(loc, what)
     bucket = loc.path.split("/", 1)[0] if loc.scheme != "hf" else "/".join(loc.path.split("/")[:3])
     try:
-        info = loc.fs.get_file_info(bucket)
+        probe = _s3_from_env(min(PROBE_ATTEMPTS, _s3_retries())) if loc.scheme == "s3" else loc.fs
+        info = probe.get_file_info(bucket)
     except Exception as exc:  # pyarrow raises OSError; fsspec may raise others
         hint = {
             "s3": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), AWS_REGION "
