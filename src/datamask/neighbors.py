@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._validation import check_count
+
 __all__ = [
     "AUTO_EXACT_MAX",
     "COVER_EXACT_PAIRS",
@@ -261,8 +263,7 @@ def knn_graph(
     method = resolve_knn(method, n, x.device)
     precision = resolve_precision(precision, x.device)
     n_probe = default_n_probe(n_clusters, method) if n_probe is None else n_probe
-    if isinstance(n_probe, bool) or not isinstance(n_probe, int) or n_probe < 1:
-        raise ValueError(f"n_probe must be an integer >= 1; got {n_probe!r}.")
+    check_count("n_probe", n_probe)
     if method == "faiss":
         return _faiss_graph(x, k, n_probe, n_clusters)
     if method == "exact":

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._validation import Interval, Options
+from .._validation import COUNT, Options
 from ..settings import check_fields, flat_values, setting_field
 
 __all__ = ["REMOVED_FORMATS", "ApplySpec"]
@@ -46,7 +46,7 @@ class ApplySpec:
     id_col: str = setting_field("chunk_id", (str,), "id column of the input shards")
     batch_size: int = setting_field(
         65_536,
-        (Interval(int, 1, None, closed="left"),),
+        (COUNT,),
         "rows per streamed batch (memory is about one batch of every column)",
     )
     progress: bool = setting_field(True, (bool,), "show a progress bar over rows")
