@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
@@ -33,11 +34,13 @@ __all__ = [
     "check_fields",
     "flat_values",
     "check_setting",
+    "ignored_fields",
     "owned_settings",
     "own_defaults",
     "section_settings",
     "setting_field",
     "shared_field",
+    "warn_ignored_settings",
 ]
 
 
@@ -227,3 +230,31 @@ def flat_values(spec_class: type, values: Mapping[str, Any], where: str) -> dict
     if unknown:
         raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
     return values
+
+
+def ignored_fields(section: Any, run: Any, sharded: bool = False) -> dict[str, str]:
+    """The declared fields of ``section`` given another value than their default that the
+    run ``run`` does not read, each with why: ``needs(run, sharded)`` of their declarations
+    (see :func:`~datamask._validation.setting_field`)."""
+    out: dict[str, str] = {}
+    for f in fields(section):
+        needs = f.metadata.get("needs")
+        if needs is None or getattr(section, f.name) == f.default:
+            continue
+        why = needs(run, sharded)
+        if why is not None:
+            out[f.name] = why
+    return out
+
+
+def warn_ignored_settings(
+    ignored: Mapping[str, str], values: Mapping[str, Any], *, stacklevel: int = 3
+) -> None:
+    """Warn, once at the door, of each setting given that the run does not read (one
+    wording for every command)."""
+    for key, why in ignored.items():
+        warnings.warn(
+            f"{key}={values[key]!r} is ignored: {why}; it is not recorded as used.",
+            UserWarning,
+            stacklevel=stacklevel,
+        )

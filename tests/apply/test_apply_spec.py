@@ -79,7 +79,8 @@ def test_apply_old_keywords_and_spec_give_the_same_rows(tmp_path, small_corpus):
 
 # --- evaluate -------------------------------------------------------------------------------
 def test_evaluate_spec_shares_its_declarations_and_checks_at_the_door():
-    spec = EvaluateSpec.from_mapping({"algorithm": "DiSF", "lamb": 1, "dup_thresholds": [0.99, 0.9]})
+    values = {"algorithm": "DiSF", "lamb": 1, "dup_thresholds": [0.99, 0.9]}
+    spec = EvaluateSpec.from_mapping(values)
     assert spec.objective == ObjectiveSpec.from_mapping({"algorithm": "DiSF", "lamb": 1})
     assert spec.objective.lamb == 1.0 and spec.dup_thresholds == (0.9, 0.99)
     assert (spec.device, spec.dup_search, spec.given) == ("auto", "auto", None)
