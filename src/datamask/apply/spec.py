@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._validation import COUNT, Options
-from ..settings import check_fields, flat_values, setting_field
+from ..io.input_settings import InputSettings
+from ..settings import check_fields, flat_values, setting_field, shared_field
 
 __all__ = ["REMOVED_FORMATS", "ApplySpec"]
 
@@ -50,13 +51,9 @@ class ApplySpec:
         "rows per streamed batch (memory is about one batch of every column)",
     )
     progress: bool = setting_field(True, (bool,), "show a progress bar over rows")
-    trust_selection: bool = setting_field(
-        False,
-        (bool,),
-        "skip the provenance checks (docs/provenance.md): the input's fingerprints against "
-        "the selection's record, and (without keep lists) that the input's ids are of the "
-        "selection's type and that some are selected",
-    )
+    #: Apply also checks, without keep lists, that the input's ids are of the selection's
+    #: type and that some are selected; the escape hatch skips those too.
+    trust_selection: bool = shared_field(InputSettings, "trust_selection")
 
     def __post_init__(self) -> None:
         check_fields(self)

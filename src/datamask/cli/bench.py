@@ -73,7 +73,7 @@ def run_bench(args: argparse.Namespace) -> int:
     spec = BenchSpec.from_mapping({k: given.get(k) for k in BenchSpec.flat_keys()})
     keys = [o.name for o in section_settings(SyntheticSpec)]
     synthetic = SyntheticSpec(**{k: given[k] for k in keys if given[k] is not None})
-    # --dim, --clusters, --data-seed with --input: said, and not recorded (bench.json's
+    # The synthetic data's flags with --input: said, and not recorded (bench.json's
     # settings hold the data's own width); the bench's own are warned about by bench().
     warn_ignored_settings(synthetic.ignored(), vars(synthetic), stacklevel=2)
     check_writable(spec.out_dir, folder=True)  # before any method runs

@@ -9,7 +9,7 @@ from ..columns import Columns
 from ..config import split_quality
 from ..data import Corpus
 from ..evaluate.evaluate_run import read_scored_corpus
-from ..evaluate.report_spec import ReportSpec
+from ..io.input_settings import InputSettings
 from ..settings import section_settings
 from .args import add_column_arguments, add_flag
 
@@ -36,9 +36,9 @@ def add_trust_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup, che
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
     """The corpus columns (None: from ``--preset`` or the input's columns) and the length
-    column of the report (declared once, by :class:`ReportSpec`)."""
+    column of the report (declared once, by :class:`InputSettings`)."""
     add_column_arguments(p)
-    add_flag(p, next(o for o in section_settings(ReportSpec) if o.name == "length_col"))
+    add_flag(p, next(o for o in section_settings(InputSettings) if o.name == "length_col"))
 
 
 def columns_from_args(args: argparse.Namespace) -> Columns:

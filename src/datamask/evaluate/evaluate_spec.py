@@ -7,7 +7,7 @@ Every setting is shared with the spec that owns it (:func:`~datamask.settings.sh
 the objective is ``select``'s :class:`~datamask.config.ObjectiveSpec`; ``device``, ``given``
 and ``given_selection`` are :class:`~datamask.config.SelectorSpec`'s; ``dup_thresholds`` and
 ``dup_search`` are :class:`~datamask.evaluate.redundancy.DuplicateSettings`'; ``split``,
-``length_col`` and ``trust_selection`` are :class:`~datamask.evaluate.report_spec.ReportSpec`'s.
+``length_col`` and ``trust_selection`` are :class:`~datamask.io.input_settings.InputSettings`'.
 ``datamask evaluate``'s flags are made from these declarations.
 
     >>> spec = EvaluateSpec.from_mapping({"algorithm": ["Facility", "DiSF"], "lamb": 0.3})
@@ -27,11 +27,11 @@ from typing import Any
 
 from ..columns import Columns
 from ..config import ObjectiveSpec, SelectorSpec
+from ..io.input_settings import InputSettings
 from ..objectives.registry import import_term_modules
 from ..settings import check_fields, flat_values, shared_field
 from .bench_spec import _names, _objective
 from .redundancy import DuplicateSettings, check_thresholds
-from .report_spec import ReportSpec
 
 __all__ = ["EvaluateSpec"]
 
@@ -49,14 +49,14 @@ class EvaluateSpec:
 
     objective: ObjectiveSpec = ObjectiveSpec()
     columns: Columns = Columns()
-    split: str | None = shared_field(ReportSpec, "split")
-    length_col: str | None = shared_field(ReportSpec, "length_col")
+    split: str | None = shared_field(InputSettings, "split")
+    length_col: str | None = shared_field(InputSettings, "length_col")
     device: str = shared_field(SelectorSpec, "device")
     dup_thresholds: tuple[float, ...] = shared_field(DuplicateSettings, "dup_thresholds")
     dup_search: str = shared_field(DuplicateSettings, "dup_search")
     given: str | None = shared_field(SelectorSpec, "given")
     given_selection: str | None = shared_field(SelectorSpec, "given_selection")
-    trust_selection: bool = shared_field(ReportSpec, "trust_selection")
+    trust_selection: bool = shared_field(InputSettings, "trust_selection")
 
     def __post_init__(self) -> None:
         check_fields(self)
