@@ -146,7 +146,7 @@ def test_threads_default_to_the_available_cores_and_are_applied():
     assert out.stdout.split() == ["1", "1"]
     with pytest.raises(ValueError, match="threads must be >= 1"):
         resolve_threads(0)
-    with pytest.raises(TypeError, match="threads must be an integer"):
+    with pytest.raises(TypeError, match=r"^threads must be >= 1; got 1\.5\.$"):  # one checker
         resolve_threads(1.5)
 
 
@@ -205,8 +205,10 @@ def test_auto_search_and_default_probes():
     assert default_n_probe(223, "ivf") == 67 and default_n_probe(223, "faiss") == 45
     with pytest.raises(ValueError, match="knn must be one of"):
         resolve_knn("hnsw", 10, cpu)
-    with pytest.raises(ValueError, match="n_probe must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"^n_probe must be >= 1; got 0\.$"):
         knn_graph(torch.eye(4), 2, method="ivf", n_probe=0)
+    with pytest.raises(TypeError, match=r"^n_probe must be >= 1; got 2\.5\.$"):
+        knn_graph(torch.eye(4), 2, method="ivf", n_probe=2.5)
 
 
 def test_ivf_search_probing_every_list_is_brute_force_and_fewer_probes_only_miss():

@@ -9,6 +9,8 @@ import re
 import numpy as np
 import torch
 
+from ._validation import check_count
+
 logger = logging.getLogger("datamask")
 
 __all__ = [
@@ -121,11 +123,7 @@ def resolve_threads(threads: int | None = None) -> int:
     """The thread count to use: ``threads`` when given (>= 1), else :func:`available_cores`."""
     if threads is None:
         return available_cores()
-    if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
-        raise TypeError(f"threads must be an integer; got {threads!r}.")
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1; got {threads}.")
-    return int(threads)
+    return check_count("threads", threads)
 
 
 def set_threads(threads: int | None = None) -> int:

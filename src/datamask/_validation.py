@@ -24,6 +24,8 @@ __all__ = [
     "check_ratio",
     "check_choice",
     "check_positive",
+    "check_count",
+    "COUNT",
     "check_corpus",
     "check_quality_span",
     "check_unique_ids",
@@ -393,6 +395,18 @@ def validate_params(owner: str, constraints: Mapping[str, Any], values: Mapping[
         predicate = any(callable(c) and not isinstance(c, type) for c in allowed)
         error = ValueError if predicate or any(_is_type(value, k) for k in kinds) else TypeError
         raise error(f"{name} must be {describe(allowed)}; got {value!r}.")
+
+
+#: A count: an integer >= 1 (what a count's check says: ``n_probe must be >= 1; got 0.``).
+COUNT = Interval(int, 1, None, closed="left")
+
+
+def check_count(name: str, value: Any) -> int:
+    """``value`` checked to be an integer >= 1 (a TypeError for a non-integer, else a
+    ValueError), as a declared count is checked; returned as an int. The one check of a
+    count outside a declaration (a function's argument)."""
+    validate_params("settings", {name: [COUNT]}, {name: value})
+    return int(value)
 
 
 def setting_field(

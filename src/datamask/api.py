@@ -305,19 +305,7 @@ def _select_file(
     rate first (:mod:`datamask.pipeline.given`)."""
     started = time.perf_counter()
     cols = spec.columns
-    names = input_column_names(source, split=split)
-    missing = [c for c in spec.objective.columns if c not in names]
-    if missing:
-        raise ValueError(
-            f"the terms {list(spec.objective.algorithm)} read column(s) {missing}, not found "
-            f"in {source}; available columns: {names}."
-        )
-    corpus = read_input_corpus(  # a parquet file or a save_to_disk folder
-        source,
-        cols,
-        split=split,
-        extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
-    )
+    corpus, names = _read_file(source, spec, split)
     read_seconds = time.perf_counter() - started
     k, fit_spec, kept, given_info, kept_cover = _budget_and_given(corpus, spec, given)
     given_seconds = time.perf_counter() - started - read_seconds
@@ -338,8 +326,7 @@ def _select_file(
         kept_only=spec.run.selected_only,
         logit=not spec.run.selected_only,
     )
-    meta = selection.meta
-    terms = meta["terms"]
+    terms = selection.meta["terms"]
     if kept is not None:
         scoring = time.perf_counter()
         scored = given_terms(corpus, kept, selection.selected, spec.objective.lamb)
@@ -348,7 +335,58 @@ def _select_file(
             "read_and_floors": given_seconds,
             "score": time.perf_counter() - scoring,
         }
-    summary = {
+    places = (source, output)
+    summary = _file_summary(spec, corpus, selection, terms, places, read_seconds, started)
+    summary["settings"]["threads"] = threads  # the count used, not None
+    if given_info is not None:
+        summary["given"] = given_info
+        summary["terms_union"] = given_info.pop("terms_union")
+    if keep_lists:  # a parquet file: what `apply` and `evaluate` check their input against
+        summary["provenance"] = _file_provenance(source, names, spec, kept)
+    kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
+    summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
+    write_selection(output, table, summary)  # parquet and summary as one unit
+    # Keep lists name rows of parquet inputs (for `datamask apply`); a save_to_disk folder
+    # is filtered with Dataset.select on the selection's ids instead.
+    if keep_lists:
+        keep_lists_for_output(output, source, [source], id_col=cols.id_col, selected_ids=kept_ids)
+    summary["keep_lists"] = keep_lists
+    return summary
+
+
+def _read_file(source: str, spec: SelectSpec, split: str | None) -> tuple[Corpus, list[str]]:
+    """The corpus of one file (a parquet file or a save_to_disk folder), with the columns
+    the terms read; and the file's column names."""
+    names = input_column_names(source, split=split)
+    missing = [c for c in spec.objective.columns if c not in names]
+    if missing:
+        raise ValueError(
+            f"the terms {list(spec.objective.algorithm)} read column(s) {missing}, not found "
+            f"in {source}; available columns: {names}."
+        )
+    corpus = read_input_corpus(
+        source,
+        spec.columns,
+        split=split,
+        extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
+    )
+    return corpus, names
+
+
+def _file_summary(
+    spec: SelectSpec,
+    corpus: Corpus,
+    selection: Any,
+    terms: dict[str, Any],
+    places: tuple[str, str | Path],
+    read_seconds: float,
+    started: float,
+) -> dict[str, Any]:
+    """The summary of one file's selection: the run record, the places, the timings and
+    what the selector reports (graph, cover, device, stats, history)."""
+    meta = selection.meta
+    source, output = places
+    return {
         **run_record(
             spec, n_docs=corpus.n_docs, k=len(selection.selected), terms=terms, sharded=False
         ),
@@ -369,33 +407,21 @@ def _select_file(
         "stats": meta["stats"],  # the selector's own counts and times (the swap rounding's)
         "history": meta["history"],
     }
-    summary["settings"]["threads"] = threads  # the count used, not None
-    if given_info is not None:
-        summary["given"] = given_info
-        summary["terms_union"] = given_info.pop("terms_union")
-    if keep_lists:  # a parquet file: what `apply` and `evaluate` check their input against
-        summary["provenance"] = record_inputs(
-            [source],
-            input_names(source, [source]),
-            [c for c in spec.read_columns if c in names],
-            id_col=cols.id_col,
+
+
+def _file_provenance(
+    source: str, names: list[str], spec: SelectSpec, kept: Any
+) -> dict[str, Any]:
+    """What ``apply`` and ``evaluate`` check their input against: the input's fingerprints
+    (and ``--given``'s files, recorded like the input)."""
+    columns = [c for c in spec.read_columns if c in names]
+    id_col = spec.columns.id_col
+    record = record_inputs([source], input_names(source, [source]), columns, id_col=id_col)
+    if kept is not None and kept.files:
+        record["given"] = record_inputs(
+            kept.files, input_names(kept.source, kept.files), columns, id_col=id_col
         )
-        if kept is not None and kept.files:  # KEPT, recorded like the input
-            summary["provenance"]["given"] = record_inputs(
-                kept.files,
-                input_names(kept.source, kept.files),
-                [c for c in spec.read_columns if c in names],
-                id_col=cols.id_col,
-            )
-    kept_ids = pa.array(corpus.ids[np.sort(selection.selected)])
-    summary["selection_digest"] = selection_digest(kept_ids)  # ties the keep lists to it
-    write_selection(output, table, summary)  # parquet and summary as one unit
-    # Keep lists name rows of parquet inputs (for `datamask apply`); a save_to_disk folder
-    # is filtered with Dataset.select on the selection's ids instead.
-    if keep_lists:
-        keep_lists_for_output(output, source, [source], id_col=cols.id_col, selected_ids=kept_ids)
-    summary["keep_lists"] = keep_lists
-    return summary
+    return record
 
 
 def _budget_and_given(

@@ -37,6 +37,7 @@ from .selectors import SELECTORS
 from .settings import (
     Setting,
     check_setting,
+    ignored_fields,
     own_defaults,
     owned_settings,
     section_settings,
@@ -551,14 +552,7 @@ class SelectSpec:
         the door and not recorded as used (:func:`datamask.pipeline.writer.run_record`)."""
         out: dict[str, str] = {}
         for name in SECTIONS:
-            section = getattr(self, name)
-            for f in fields(section):
-                needs = f.metadata.get("needs")
-                if needs is None or getattr(section, f.name) == f.default:
-                    continue
-                why = needs(self, sharded)
-                if why is not None:
-                    out[f.name] = why
+            out.update(ignored_fields(getattr(self, name), self, sharded))
         return out
 
     def fingerprint(self) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._validation import check_count
+
 __all__ = [
     "AUTO_EXACT_MAX",
     "COVER_EXACT_PAIRS",
@@ -261,8 +263,7 @@ def knn_graph(
     method = resolve_knn(method, n, x.device)
     precision = resolve_precision(precision, x.device)
     n_probe = default_n_probe(n_clusters, method) if n_probe is None else n_probe
-    if isinstance(n_probe, bool) or not isinstance(n_probe, int) or n_probe < 1:
-        raise ValueError(f"n_probe must be an integer >= 1; got {n_probe!r}.")
+    check_count("n_probe", n_probe)
     if method == "faiss":
         return _faiss_graph(x, k, n_probe, n_clusters)
     if method == "exact":
@@ -567,64 +568,18 @@ def nearest_kept(
         raise ValueError("graph lists rows of features; it needs kept, not kept_features.")
     x = _as_tensor(features)
     n = x.shape[0]
-    if kept is not None:
-        kept = np.unique(np.asarray(kept, dtype=np.int64))  # sorted: ties to the lowest row
-        base = x[torch.from_numpy(kept)] if len(kept) else x[:0]
-    else:
-        base = _as_tensor(kept_features).to(x.dtype)
-        if base.ndim != 2 or (len(base) and base.shape[1] != x.shape[1]):
-            raise ValueError(
-                f"kept_features must have shape (m, {x.shape[1]}); got {tuple(base.shape)}."
-            )
+    kept, base = _kept_base(x, kept, kept_features)
     m = base.shape[0]
-    index = np.full(n, -1, dtype=np.int64)  # into base's rows until the end
-    sim = np.full(n, -np.inf, dtype=np.float32)
-    exact = np.zeros(n, dtype=bool)
-    todo = np.ones(n, dtype=bool)
-    counts = dict.fromkeys(("kept", "graph", "exact_search", "ivf_search", "floor", "none"), 0)
+    found = _Found.empty(n)  # index: into base's rows until the end
     if kept is not None and m:
-        todo[kept] = False
-    if graph is not None and m and todo.any():
-        pos = torch.full((n,), -1, dtype=torch.long)  # a row's place among the kept, or -1
-        pos[torch.from_numpy(kept)] = torch.arange(m)
-        g_idx, g_sim = graph
-        # Row blocks of about 2^20 graph entries: the (rows, K) copies and the pairs' rows
-        # stay a few MB (whole-graph temporaries added 200 MB of peak at 56k x K=160).
-        step = _block_rows(g_idx.shape[1], budget=1 << 20)
-        for lo in range(0, n, step):
-            at = pos[g_idx[lo : lo + step].cpu()]
-            s = g_sim[lo : lo + step].cpu().float().masked_fill(at < 0, -math.inf)
-            s = s.masked_fill(s <= 0, -math.inf)  # clipped: the true cosine is unknown
-            best = s.max(1).values
-            tie = torch.where(s == best[:, None], at, m).min(1).values  # lowest kept row
-            ok = torch.isfinite(best).numpy() & todo[lo : lo + step]
-            rows = np.flatnonzero(ok) + lo
-            if not len(rows):
-                continue
-            index[rows] = tie.numpy()[ok]
-            # the cosine of the pair named, not the graph's (clipped) copy
-            r = torch.from_numpy(rows)
-            pair = (x[r] * base[torch.from_numpy(index[rows])]).sum(1)
-            sim[rows] = pair.float().numpy()
-            exact[rows] = graph_exact
-            todo[rows] = False
-            counts["graph"] += len(rows)
-    rest = np.flatnonzero(todo)
-    if m and len(rest):
-        q = x[torch.from_numpy(rest)]
-        how = "exact" if len(rest) * m <= exact_pairs else "ivf"
-        s, i, _ = best_match(
-            q, base, method=how, probe_fraction=probe_fraction, generator=generator
-        )
-        counts[f"{how}_search"] += len(rest)
-        if how == "exact":
-            exact[rest] = True
-        else:
-            padded = i < 0  # empty probed lists: compare those rows with every kept row
-            if bool(padded.any()):
-                s[padded], i[padded], _ = best_match(q[padded], base, method="exact")
-        index[rest], sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
-    if kept is not None and m:
+        found.todo[kept] = False
+    if graph is not None and m and found.todo.any():  # rule 2
+        _from_graph(found, x, base, kept, graph, graph_exact)
+    rest = np.flatnonzero(found.todo)
+    if m and len(rest):  # rule 3
+        _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator)
+    index, sim, exact, counts = found.index, found.sim, found.exact, found.counts
+    if kept is not None and m:  # rule 1
         index[kept] = np.arange(m)
         sim[kept] = 1.0
         exact[kept] = True
@@ -632,7 +587,7 @@ def nearest_kept(
     if kept is not None:  # into rows of features
         index = np.where(index >= 0, kept[np.maximum(index, 0)] if m else -1, -1)
     external = np.zeros(n, dtype=bool)
-    if floor is not None:
+    if floor is not None:  # rule 4
         floor = np.asarray(floor, dtype=np.float32)
         if floor.shape != (n,) or floor_index is None or np.shape(floor_index) != (n,):
             raise ValueError(f"floor and floor_index must have shape ({n},).")
@@ -648,6 +603,105 @@ def nearest_kept(
     exact[none] = True
     counts["none"] = int(none.sum())
     return Cover(index, sim, exact, external, counts)
+
+
+@dataclass
+class _Found:
+    """What :func:`nearest_kept` has found so far, per row: the kept row (into the kept
+    matrix), its cosine, whether it is exact, and which rows are still to resolve."""
+
+    index: np.ndarray
+    sim: np.ndarray
+    exact: np.ndarray
+    todo: np.ndarray
+    counts: dict[str, int]
+
+    @classmethod
+    def empty(cls, n: int) -> _Found:
+        return cls(
+            np.full(n, -1, dtype=np.int64),
+            np.full(n, -np.inf, dtype=np.float32),
+            np.zeros(n, dtype=bool),
+            np.ones(n, dtype=bool),
+            dict.fromkeys(("kept", "graph", "exact_search", "ivf_search", "floor", "none"), 0),
+        )
+
+
+def _kept_base(
+    x: torch.Tensor,
+    kept: np.ndarray | None,
+    kept_features: torch.Tensor | np.ndarray | None,
+) -> tuple[np.ndarray | None, torch.Tensor]:
+    """The kept rows (sorted: ties go to the lowest row) and the matrix of kept features."""
+    if kept is not None:
+        kept = np.unique(np.asarray(kept, dtype=np.int64))
+        return kept, (x[torch.from_numpy(kept)] if len(kept) else x[:0])
+    base = _as_tensor(kept_features).to(x.dtype)  # type: ignore[arg-type]
+    if base.ndim != 2 or (len(base) and base.shape[1] != x.shape[1]):
+        raise ValueError(
+            f"kept_features must have shape (m, {x.shape[1]}); got {tuple(base.shape)}."
+        )
+    return None, base
+
+
+def _from_graph(
+    found: _Found,
+    x: torch.Tensor,
+    base: torch.Tensor,
+    kept: np.ndarray,
+    graph: tuple[torch.Tensor, torch.Tensor],
+    graph_exact: bool,
+) -> None:
+    """Rule 2: each row's most similar listed neighbour that is kept, at a positive
+    similarity; the pair's cosine recomputed."""
+    n, m = x.shape[0], base.shape[0]
+    pos = torch.full((n,), -1, dtype=torch.long)  # a row's place among the kept, or -1
+    pos[torch.from_numpy(kept)] = torch.arange(m)
+    g_idx, g_sim = graph
+    # Row blocks of about 2^20 graph entries: the (rows, K) copies and the pairs' rows
+    # stay a few MB (whole-graph temporaries added 200 MB of peak at 56k x K=160).
+    step = _block_rows(g_idx.shape[1], budget=1 << 20)
+    for lo in range(0, n, step):
+        at = pos[g_idx[lo : lo + step].cpu()]
+        s = g_sim[lo : lo + step].cpu().float().masked_fill(at < 0, -math.inf)
+        s = s.masked_fill(s <= 0, -math.inf)  # clipped: the true cosine is unknown
+        best = s.max(1).values
+        tie = torch.where(s == best[:, None], at, m).min(1).values  # lowest kept row
+        ok = torch.isfinite(best).numpy() & found.todo[lo : lo + step]
+        rows = np.flatnonzero(ok) + lo
+        if not len(rows):
+            continue
+        found.index[rows] = tie.numpy()[ok]
+        # the cosine of the pair named, not the graph's (clipped) copy
+        r = torch.from_numpy(rows)
+        pair = (x[r] * base[torch.from_numpy(found.index[rows])]).sum(1)
+        found.sim[rows] = pair.float().numpy()
+        found.exact[rows] = graph_exact
+        found.todo[rows] = False
+        found.counts["graph"] += len(rows)
+
+
+def _search_rest(
+    found: _Found,
+    x: torch.Tensor,
+    base: torch.Tensor,
+    rest: np.ndarray,
+    exact_pairs: int,
+    probe_fraction: float,
+    generator: torch.Generator | None,
+) -> None:
+    """Rule 3: the rows left compared with every kept row (exact) or found by ivf."""
+    q = x[torch.from_numpy(rest)]
+    how = "exact" if len(rest) * base.shape[0] <= exact_pairs else "ivf"
+    s, i, _ = best_match(q, base, method=how, probe_fraction=probe_fraction, generator=generator)
+    found.counts[f"{how}_search"] += len(rest)
+    if how == "exact":
+        found.exact[rest] = True
+    else:
+        padded = i < 0  # empty probed lists: compare those rows with every kept row
+        if bool(padded.any()):
+            s[padded], i[padded], _ = best_match(q[padded], base, method="exact")
+    found.index[rest], found.sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
 
 
 def _as_tensor(a: torch.Tensor | np.ndarray) -> torch.Tensor:

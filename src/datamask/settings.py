@@ -2,7 +2,9 @@
 
 A setting is declared either as a field of a spec (:func:`setting_field`: the sections of
 :class:`datamask.config.SelectSpec`, :class:`datamask.columns.Columns`,
-:class:`datamask.evaluate.bench_spec.BenchSpec`, :class:`datamask.embed.EmbedSpec`) or in
+:class:`datamask.evaluate.bench_spec.BenchSpec`, :class:`datamask.embed.EmbedSpec`,
+:class:`datamask.apply.spec.ApplySpec`, :class:`datamask.evaluate.evaluate_spec.EvaluateSpec`,
+:class:`datamask.io.input_settings.InputSettings`) or in
 the constraint table of the selector or term that owns it (``_parameter_constraints``,
 scikit-learn's model). :func:`section_settings` and :func:`owned_settings` read them back as
 :class:`Setting` values: what the command line makes its flags from
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
@@ -33,11 +36,13 @@ __all__ = [
     "check_fields",
     "flat_values",
     "check_setting",
+    "ignored_fields",
     "owned_settings",
     "own_defaults",
     "section_settings",
     "setting_field",
     "shared_field",
+    "warn_ignored_settings",
 ]
 
 
@@ -227,3 +232,31 @@ def flat_values(spec_class: type, values: Mapping[str, Any], where: str) -> dict
     if unknown:
         raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {known}.")
     return values
+
+
+def ignored_fields(section: Any, run: Any, sharded: bool = False) -> dict[str, str]:
+    """The declared fields of ``section`` given another value than their default that the
+    run ``run`` does not read, each with why: ``needs(run, sharded)`` of their declarations
+    (see :func:`~datamask._validation.setting_field`)."""
+    out: dict[str, str] = {}
+    for f in fields(section):
+        needs = f.metadata.get("needs")
+        if needs is None or getattr(section, f.name) == f.default:
+            continue
+        why = needs(run, sharded)
+        if why is not None:
+            out[f.name] = why
+    return out
+
+
+def warn_ignored_settings(
+    ignored: Mapping[str, str], values: Mapping[str, Any], *, stacklevel: int = 3
+) -> None:
+    """Warn, once at the door, of each setting given that the run does not read (one
+    wording for every command)."""
+    for key, why in ignored.items():
+        warnings.warn(
+            f"{key}={values[key]!r} is ignored: {why}; it is not recorded as used.",
+            UserWarning,
+            stacklevel=stacklevel,
+        )

@@ -40,14 +40,13 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import check_choice
 from ..io.atomic import OutputLock, to_json
 from ..io.fs import Location, cache_dir, check_reachable, glob_root, resolve
 from ..io.keep import keep_file_name, relative_names
@@ -63,11 +62,11 @@ from .plan import (
     _read_json,
     _selection_meta,
 )
+from .spec import REMOVED_FORMATS, ApplySpec
 from .write import _apply_jsonl, _apply_parquet, _write_removed_ids
 
-__all__ = ["REMOVED_FORMATS", "SHARD_SUFFIXES", "apply_selection"]
+__all__ = ["REMOVED_FORMATS", "SHARD_SUFFIXES", "ApplySpec", "apply_selection"]
 
-REMOVED_FORMATS = ("ids", "rows", "curator")
 STATE_DIR = "_datamask_apply"
 
 
@@ -100,13 +99,15 @@ def apply_selection(
     output: str | Path,
     *,
     removed: str | Path | None = None,
-    removed_format: str = "ids",
-    id_col: str = "chunk_id",
-    batch_size: int = 65_536,
-    progress: bool = True,
-    trust_selection: bool = False,
+    spec: ApplySpec | None = None,
+    **settings: Any,
 ) -> dict[str, Any]:
     """Write the rows of ``input`` that ``selection`` keeps, one output shard per input shard.
+
+    It runs as named phases over one :class:`_ApplyRun`: :func:`_open` (the places, their
+    shards and overlaps), :func:`_plan_run` (the selection's keep lists or ids and the
+    provenance checks), :func:`_check_state` (under the claims: what the output already
+    holds), then :func:`_apply_shards`.
 
     Parameters
     ----------
@@ -120,18 +121,17 @@ def apply_selection(
         Output folder: ``<name>`` for every input shard ``<name>``.
     removed : str or Path, optional
         Folder for what is dropped (see ``removed_format``). Default: not written.
-    removed_format : {"ids", "rows", "curator"}, default="ids"
-        See the module docstring.
-    id_col : str, default="chunk_id"
-        Id column of the input shards.
-    batch_size : int, default=65_536
-        Rows per streamed batch (memory is about one batch of every column).
-    progress : bool, default=True
-        Show a progress bar over rows.
-    trust_selection : bool, default=False
-        Skip the provenance checks (``docs/provenance.md``): the input's fingerprints
-        against the selection's record, and (without keep lists) that the input's ids
-        are of the selection's type and that some are selected.
+    spec : ApplySpec, optional
+        Everything else (default: from ``settings``).
+    **settings
+        Any field of :class:`~datamask.apply.spec.ApplySpec` by its key, instead of
+        ``spec``: ``removed_format`` ({"ids", "rows", "curator"}, default "ids"; see the
+        module docstring), ``id_col`` (default "chunk_id"), ``batch_size`` (default 65_536:
+        rows per streamed batch; memory is about one batch of every column), ``progress``
+        (default True), ``trust_selection`` (default False: skip the provenance checks of
+        ``docs/provenance.md``, the input's fingerprints against the selection's record
+        and, without keep lists, that the input's ids are of the selection's type and that
+        some are selected).
 
     Returns
     -------
@@ -149,9 +149,62 @@ def apply_selection(
         output is never put in place).
     """
     started = time.perf_counter()
-    check_choice("removed_format", removed_format, REMOVED_FORMATS)
-    if int(batch_size) < 1:
-        raise ValueError(f"batch_size must be >= 1; got {batch_size}.")
+    if spec is not None and settings:
+        raise TypeError(
+            f"give the settings either as spec= or as keywords, not both; got spec= and "
+            f"{sorted(settings)}."
+        )
+    spec = ApplySpec.from_mapping(settings) if spec is None else spec
+    run = _open(input, selection, output, removed, spec)
+    _plan_run(run)
+    with ExitStack() as claims:  # released in reverse; on an error, made folders go too
+        claims.enter_context(_claim(run.out))
+        if run.rem is not None:
+            claims.enter_context(_claim(run.rem))
+        _check_state(run)
+        result = _apply_shards(run)
+    seconds = time.perf_counter() - started
+    return {
+        **result,
+        "mode": run.plan.mode,
+        "selection_id": run.plan.selection_id,
+        "seconds": seconds,
+        "rows_per_second": result["rows"] / seconds if seconds > 0 else None,
+    }
+
+
+@dataclass
+class _ApplyRun:
+    """One apply's state, as its phases fill it: the places and their shards (:func:`_open`),
+    the plan, the state record and the row total (:func:`_plan_run`), what the output
+    already holds (:func:`_check_state`) and the counts (:func:`_apply_shards`)."""
+
+    spec: ApplySpec
+    src: Location
+    sel: Location
+    out: Location
+    rem: Location | None
+    shards: list[Location]
+    names: list[str]
+    formats: list[str]
+    plan: _Plan = None  # type: ignore[assignment]  # set by _plan_run
+    state: dict[str, Any] | None = None
+    total: int | None = None
+    state_loc: Location | None = None
+    previous: dict[str, Any] | None = None
+    rows: int = 0
+    kept: int = 0
+    reused: int = 0
+
+
+def _open(
+    input: str | Path,
+    selection: str | Path,
+    output: str | Path,
+    removed: str | Path | None,
+    spec: ApplySpec,
+) -> _ApplyRun:
+    """The places resolved and reachable, the input's shards, and no output over an input."""
     src = resolve(input, what="--input")
     sel = resolve(selection, what="--selection")
     out = resolve(output, what="--output")
@@ -180,160 +233,146 @@ def apply_selection(
         raise ValueError(f"--output {out.uri!r} is a file; apply writes a folder.")
     names = relative_names(glob_root(src), [s.path for s in shards])
     formats = [_format(n) for n in names]
+    return _ApplyRun(spec, src, sel, out, rem, shards, names, formats)
+
+
+def _plan_run(run: _ApplyRun) -> None:
+    """Which rows are kept (keep lists or selected ids), checked against the input before
+    anything is written; the state record and the row total."""
+    spec, sel = run.spec, run.sel
     is_dir, meta = _selection_meta(sel)
-    if not trust_selection:  # before anything is written: is this what it was made from?
-        verify_inputs((meta or {}).get("provenance"), list(zip(names, shards, strict=True)),
-                      selection=sel.uri)  # fmt: skip
-    plan = _plan(sel, is_dir, meta, names, id_col)
-    if rem is not None and removed_format != "curator":  # what --removed carries
-        plan.cover = _read_cover(sel, is_dir, id_col)
-    if plan.mode == "ids" and not trust_selection:
-        _probe_ids(shards, formats, plan, id_col, batch_size, sel.uri)
-    if trust_selection and plan.mode == "keep" and not (meta or {}).get("provenance"):
+    if not spec.trust_selection:  # before anything is written: is this what it was made from?
+        verify_inputs((meta or {}).get("provenance"),
+                      list(zip(run.names, run.shards, strict=True)), selection=sel.uri)  # fmt: skip
+    plan = _plan(sel, is_dir, meta, run.names, spec.id_col)
+    if run.rem is not None and spec.removed_format != "curator":  # what --removed carries
+        plan.cover = _read_cover(sel, is_dir, spec.id_col)
+    if plan.mode == "ids" and not spec.trust_selection:
+        _probe_ids(run.shards, run.formats, plan, spec.id_col, spec.batch_size, sel.uri)
+    if spec.trust_selection and plan.mode == "keep" and not (meta or {}).get("provenance"):
         why = "it holds no provenance record, and its keep lists need no id check"
         warn_trust_unused(sel.uri, why)
-    state = {
+    run.plan = plan
+    run.state = {
         "format": "datamask.apply/1",
-        "input": os.path.abspath(src.path) if src.is_local else src.uri.rstrip("/"),
+        "input": os.path.abspath(run.src.path) if run.src.is_local else run.src.uri.rstrip("/"),
         "selection_id": plan.selection_id,
-        "id_col": id_col,
-        "removed": None if rem is None else rem.uri,
-        "removed_format": None if rem is None else removed_format,
+        "id_col": spec.id_col,
+        "removed": None if run.rem is None else run.rem.uri,
+        "removed_format": None if run.rem is None else spec.removed_format,
     }
-    total = None
-    if all(f == "parquet" for f in formats):
-        total = 0
-        for s in shards:
-            total += parquet_num_rows(s)
+    if all(f == "parquet" for f in run.formats):
+        run.total = sum((parquet_num_rows(s) for s in run.shards), 0)
 
-    with ExitStack() as claims:  # released in reverse; on an error, made folders go too
-        claims.enter_context(_claim(out))
-        if rem is not None:
-            claims.enter_context(_claim(rem))
-        state_loc = out.join(STATE_DIR, "state.json")
-        previous = _read_json(state_loc)
-        if state_loc.is_file() and previous is None:
-            raise ValueError(
-                f"{state_loc.uri} is not readable JSON; delete {out.uri} (or that file) to "
-                "apply again."
-            )
-        if previous is not None and "input" not in previous:  # written before inputs were
-            previous = {**previous, "input": state["input"]}  # recorded: each marker checks
-        if previous is not None and previous != state:
-            changed = [k for k in state if previous.get(k) != state[k]]
-            raise ValueError(
-                f"--output {out.uri!r} holds rows applied with another {changed[0]} "
-                f"({previous.get(changed[0])!r}, now {state[changed[0]]!r}); choose another "
-                "--output or delete it."
-            )
 
-        def record_state() -> None:  # with the first finished shard: a run that fails
-            if previous is None and not state_loc.is_file():  # first leaves no folder
-                state_loc.write_text(to_json(state))
-
-        result = _run(
-            shards,
-            names,
-            formats,
-            out,
-            rem,
-            removed_format,
-            plan,
-            id_col,
-            batch_size,
-            progress,
-            total,
-            record_state,
+def _check_state(run: _ApplyRun) -> None:
+    """Under the claims: an output that holds another selection, input or layout is refused."""
+    state, out = run.state or {}, run.out
+    state_loc = out.join(STATE_DIR, "state.json")
+    previous = _read_json(state_loc)
+    if state_loc.is_file() and previous is None:
+        raise ValueError(
+            f"{state_loc.uri} is not readable JSON; delete {out.uri} (or that file) to "
+            "apply again."
         )
-    seconds = time.perf_counter() - started
-    return {
-        **result,
-        "mode": plan.mode,
-        "selection_id": plan.selection_id,
-        "seconds": seconds,
-        "rows_per_second": result["rows"] / seconds if seconds > 0 else None,
-    }
+    if previous is not None and "input" not in previous:  # written before inputs were
+        previous = {**previous, "input": state["input"]}  # recorded: each marker checks
+    if previous is not None and previous != state:
+        changed = [k for k in state if previous.get(k) != state[k]]
+        raise ValueError(
+            f"--output {out.uri!r} holds rows applied with another {changed[0]} "
+            f"({previous.get(changed[0])!r}, now {state[changed[0]]!r}); choose another "
+            "--output or delete it."
+        )
+    run.state_loc, run.previous = state_loc, previous
 
 
-def _run(
-    shards: list[Location],
-    names: list[str],
-    formats: list[str],
-    out: Location,
-    rem: Location | None,
-    removed_format: str,
-    plan: _Plan,
-    id_col: str,
-    batch_size: int,
-    progress: bool,
-    total: int | None,
-    record_state: Callable[[], None],
-) -> dict[str, Any]:
-    done_dir = out.join(STATE_DIR, "done")
-    rows = kept = reused = 0
+def _record_state(run: _ApplyRun) -> None:
+    """With the first finished shard: a run that fails first leaves no state file."""
+    loc = run.state_loc  # set by _check_state
+    if run.previous is None and loc is not None and not loc.is_file():
+        loc.write_text(to_json(run.state))
+
+
+def _apply_shards(run: _ApplyRun) -> dict[str, Any]:
+    """Every shard in turn: reused when its marker says it is done, else applied."""
     bar = tqdm(
-        total=total,
+        total=run.total,
         desc="apply",
         unit="row",
         unit_scale=True,
-        disable=not progress,
+        disable=not run.spec.progress,
         dynamic_ncols=True,
     )
+    done_dir = run.out.join(STATE_DIR, "done")
     try:
-        for i, (src, name, fmt) in enumerate(zip(shards, names, formats, strict=True)):
+        for i, (src, name) in enumerate(zip(run.shards, run.names, strict=True)):
             marker = done_dir.join(name + ".json")
             stats = _read_json(marker)
             source = _source_stats(src)
             if stats is not None and stats.get("source", source) != source:
                 stats = None  # the input shard changed since it was applied: apply it again
-            if stats is not None:
-                rows += stats["rows"]
-                kept += stats["kept"]
-                reused += 1
-                bar.update(stats["rows"])
-                continue
-            target = out.join(name)
-            target.clean_temporaries()
-            keep = None
-            if plan.mode == "keep":
-                keep = _KeepList(plan.keep_dir.join(keep_file_name(name)), id_col)
-            rem_target = None
-            if rem is not None:
-                rem_target = {
-                    "rows": rem.join(name),
-                    "ids": rem.join(keep_file_name(name)),
-                    "curator": rem.join(f"part.{i}.parquet"),
-                }[removed_format]
-                rem_target.clean_temporaries()
-            args = (src, target, rem_target, removed_format, plan, keep, id_col, batch_size, bar)
-            if fmt == "parquet":
-                n, k, removed_ids = _apply_parquet(*args)
+            if stats is None:
+                stats = _apply_shard(run, i, bar)
+                _record_state(run)
+                marker.write_text(to_json({**stats, "source": source}))
             else:
-                n, k, removed_ids = _apply_jsonl(*args, gz=fmt == "jsonl.gz")
-            if keep is not None and keep.num_rows is not None and keep.num_rows != n:
-                target.delete()
-                raise ValueError(
-                    f"{src.uri} has {n} rows but had {keep.num_rows} when the selection was "
-                    "made; select again."
-                )
-            if rem_target is not None and removed_format != "rows":
-                id_type = removed_ids[0].type if removed_ids else None
-                _write_removed_ids(
-                    removed_ids, rem_target, id_col, removed_format, id_type, plan.cover
-                )
-            stats = {"shard": name, "rows": n, "kept": k, "removed": n - k, "index": i}
-            record_state()
-            marker.write_text(to_json({**stats, "source": source}))
-            rows += n
-            kept += k
+                run.reused += 1
+                bar.update(stats["rows"])
+            run.rows += stats["rows"]
+            run.kept += stats["kept"]
     finally:
         bar.close()
+    n = len(run.shards)
     return {
-        "n_shards": len(shards),
-        "shards_done": len(shards) - reused,
-        "shards_reused": reused,
-        "rows": rows,
-        "kept": kept,
-        "output": out.uri,
-        "removed": None if rem is None else rem.uri,
+        "n_shards": n,
+        "shards_done": n - run.reused,
+        "shards_reused": run.reused,
+        "rows": run.rows,
+        "kept": run.kept,
+        "output": run.out.uri,
+        "removed": None if run.rem is None else run.rem.uri,
     }
+
+
+def _removed_target(run: _ApplyRun, i: int, name: str) -> Location | None:
+    """Where shard ``i``'s dropped rows or ids go (temporaries of a killed run removed)."""
+    if run.rem is None:
+        return None
+    target = {
+        "rows": run.rem.join(name),
+        "ids": run.rem.join(keep_file_name(name)),
+        "curator": run.rem.join(f"part.{i}.parquet"),
+    }[run.spec.removed_format]
+    target.clean_temporaries()
+    return target
+
+
+def _apply_shard(run: _ApplyRun, i: int, bar: Any) -> dict[str, Any]:
+    """Shard ``i`` streamed: its kept rows (and what it drops) written; its counts."""
+    spec, plan = run.spec, run.plan
+    src, name, fmt = run.shards[i], run.names[i], run.formats[i]
+    target = run.out.join(name)
+    target.clean_temporaries()
+    keep = None
+    if plan.mode == "keep":
+        keep = _KeepList(plan.keep_dir.join(keep_file_name(name)), spec.id_col)
+    rem_target = _removed_target(run, i, name)
+    args = (src, target, rem_target, spec.removed_format, plan, keep, spec.id_col,
+            spec.batch_size, bar)  # fmt: skip
+    if fmt == "parquet":
+        n, k, removed_ids = _apply_parquet(*args)
+    else:
+        n, k, removed_ids = _apply_jsonl(*args, gz=fmt == "jsonl.gz")
+    if keep is not None and keep.num_rows is not None and keep.num_rows != n:
+        target.delete()
+        raise ValueError(
+            f"{src.uri} has {n} rows but had {keep.num_rows} when the selection was "
+            "made; select again."
+        )
+    if rem_target is not None and spec.removed_format != "rows":
+        id_type = removed_ids[0].type if removed_ids else None
+        _write_removed_ids(
+            removed_ids, rem_target, spec.id_col, spec.removed_format, id_type, plan.cover
+        )
+    return {"shard": name, "rows": n, "kept": k, "removed": n - k, "index": i}

@@ -3,20 +3,27 @@
     datamask apply --input data/ --selection out/sel --output out/kept
     datamask apply --input 's3://corpus/raw/*.jsonl.gz' --selection s3://corpus/sel.parquet \
         --output s3://corpus/kept --removed s3://corpus/dropped --removed-format curator
+
+The flags are made from the declarations of :class:`~datamask.apply.spec.ApplySpec`; the
+flags given become one spec, checked once, before any output or work.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..apply.core import REMOVED_FORMATS, apply_selection
+from ..apply.core import apply_selection
+from ..apply.spec import ApplySpec
+from ..settings import section_settings
+from .args import add_flag
 from .common import add_trust_argument
 
-__all__ = ["add_apply_parser", "run_apply"]
+__all__ = ["add_apply_parser", "apply_spec_from_args", "run_apply"]
 
 
 def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``datamask apply``."""
+    """Register ``datamask apply``; its settings' flags are made from the declarations of
+    :class:`~datamask.apply.spec.ApplySpec`."""
     p = subparsers.add_parser(
         "apply",
         help="write the selected rows of the input shards (every column), shard by shard",
@@ -39,52 +46,28 @@ def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     add("--output", required=True, help="output folder (one shard per input shard)")
     add("--removed", default=None, help="folder for the dropped rows or ids (default: none)")
-    add(
-        "--removed-format",
-        "--removed_format",
-        dest="removed_format",
-        choices=REMOVED_FORMATS,
-        default="ids",
-        help="ids: <name>.parquet of dropped ids; rows: dropped rows, every column; curator: "
-        "part.<i>.parquet with a sorted `id` column for NeMo Curator's "
-        "TextDuplicatesRemovalWorkflow (default: ids)",
-    )
-    add(
-        "--id-col",
-        "--id_col",
-        dest="id_col",
-        default="chunk_id",
-        help="id column of the input shards (default: chunk_id)",
-    )
-    add(
-        "--batch-size",
-        "--batch_size",
-        dest="batch_size",
-        type=int,
-        default=65_536,
-        help="rows per streamed batch (default: 65536)",
-    )
+    for opt in section_settings(ApplySpec):
+        if opt.name != "trust_selection":  # the escape hatch apply, evaluate and report share
+            add_flag(p, opt)
     add_trust_argument(
         p,
         "the input's fingerprints against the selection's record, the id type, that some "
         "id is selected",
     )
-    add("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     return p
+
+
+def apply_spec_from_args(args: argparse.Namespace) -> ApplySpec:
+    """The one spec the flags given make (checked once, before any output or work)."""
+    given = vars(args)
+    return ApplySpec.from_mapping({o.name: given.get(o.name) for o in section_settings(ApplySpec)})
 
 
 def run_apply(args: argparse.Namespace) -> int:
     """``datamask apply``. Returns the exit status (0)."""
+    spec = apply_spec_from_args(args)
     result = apply_selection(
-        args.input,
-        args.selection,
-        args.output,
-        removed=args.removed,
-        removed_format=args.removed_format,
-        id_col=args.id_col,
-        batch_size=args.batch_size,
-        progress=args.progress,
-        trust_selection=args.trust_selection,
+        args.input, args.selection, args.output, removed=args.removed, spec=spec
     )
     how = "keep lists" if result["mode"] == "keep" else "selected ids"
     print(

@@ -16,7 +16,7 @@ from ..config import selector_settings
 from ..evaluate.bench import BenchSpec, bench, format_markdown
 from ..evaluate.bench_spec import SyntheticSpec
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from ..settings import section_settings
+from ..settings import section_settings, warn_ignored_settings
 from .args import add_flag, add_flags, add_objective_arguments
 from .common import add_data_arguments, read_corpus_arg
 
@@ -72,10 +72,12 @@ def run_bench(args: argparse.Namespace) -> int:
     given = vars(args)
     spec = BenchSpec.from_mapping({k: given.get(k) for k in BenchSpec.flat_keys()})
     keys = [o.name for o in section_settings(SyntheticSpec)]
-    chosen = {k: given[k] for k in keys if given[k] is not None}
-    synthetic = None if args.input else SyntheticSpec(**chosen)
+    synthetic = SyntheticSpec(**{k: given[k] for k in keys if given[k] is not None})
+    # The synthetic data's flags with --input: said, and not recorded (bench.json's
+    # settings hold the data's own width); the bench's own are warned about by bench().
+    warn_ignored_settings(synthetic.ignored(), vars(synthetic), stacklevel=2)
     check_writable(spec.out_dir, folder=True)  # before any method runs
-    if synthetic is not None:
+    if not args.input:
         corpus = synthetic.make()
     else:
         check_no_overlap([spec.out_dir], [args.input], what="--out-dir")

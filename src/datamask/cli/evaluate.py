@@ -1,39 +1,36 @@
 """``datamask evaluate``: score a selection with the objective, every term and diagnostics.
 
 datamask evaluate --input docs.parquet --selection out/selection.parquet
+
+The flags are made from the declarations of
+:class:`~datamask.evaluate.evaluate_spec.EvaluateSpec` (and the objective's, the columns');
+the flags given become one spec, checked once, before any output or work; the library runs
+it (:func:`~datamask.evaluate.evaluate_run.evaluate_file`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-from typing import Any
 
 from .._device import set_threads
-from ..config import ObjectiveSpec, SelectorSpec
-from ..evaluate.report import evaluate_selection, format_report, read_selection
-from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
-from ..io.fs import expect_file
-from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
-from ..io.selection import SELECTION_FILES
-from ..pipeline.given import evaluate_given, read_given
+from ..evaluate.evaluate_run import evaluate_file, evaluation_path
+from ..evaluate.evaluate_spec import EvaluateSpec
+from ..evaluate.report import format_report
 from ..settings import section_settings
-from .args import add_flags
-from .common import (
-    add_data_arguments,
-    add_redundancy_arguments,
-    add_scoring_arguments,
-    add_trust_argument,
-    objective_from,
-    read_corpus_arg,
-)
+from .args import add_column_arguments, add_flag, add_objective_arguments, add_threads_argument
+from .common import add_trust_argument, columns_from_args
 
-__all__ = ["add_evaluate_parser", "run_evaluate"]
+__all__ = ["add_evaluate_parser", "evaluate_spec_from_args", "run_evaluate"]
+
+#: Settings whose flags come from elsewhere: the shared column group (``--split`` and the
+#: columns), the objective's group and the shared escape hatch of apply, evaluate and report.
+_ELSEWHERE = ("objective", "columns", "split", "trust_selection")
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``datamask evaluate``."""
+    """Register ``datamask evaluate``; its settings' flags are made from the declarations
+    of :class:`~datamask.evaluate.evaluate_spec.EvaluateSpec`."""
     p = subparsers.add_parser(
         "evaluate",
         help="score a selection: the objective, every term and diagnostics",
@@ -62,75 +59,31 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     add_trust_argument(
         p, "that --input is the file the selection was made from: its recorded fingerprint"
     )
-    add_flags(
-        p, [o for o in section_settings(SelectorSpec) if o.name in ("given", "given_selection")]
-    )
-    add_scoring_arguments(p)
-    add_data_arguments(p)
-    add_redundancy_arguments(p)
+    for opt in section_settings(EvaluateSpec):
+        if opt.name not in _ELSEWHERE:
+            add_flag(p, opt)
+    add_objective_arguments(p)
+    add_threads_argument(p)
+    add_column_arguments(p)
     return p
+
+
+def evaluate_spec_from_args(args: argparse.Namespace) -> EvaluateSpec:
+    """The one spec the flags given make (checked once, before any output or work)."""
+    given = vars(args)
+    keys = [k for k in EvaluateSpec.flat_keys() if k not in ("objective", "columns")]
+    values = {k: given.get(k) for k in keys}
+    return EvaluateSpec.from_mapping({**values, "columns": columns_from_args(args)})
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """``datamask evaluate``: print the table (or JSON) and write the JSON report."""
     set_threads(args.threads)
-    objective = objective_from(args)  # checked before any work
-    sel = Path(args.selection)
-    output = (
-        Path(args.output)
-        if args.output
-        else sel.with_name(sel.name.removesuffix(sel.suffix) + ".eval.json")
-    )
-    # Before any computation: the report never overwrites the data or the selection.
-    check_writable(output)
-    read = [args.input, args.selection, args.given, args.given_selection]
-    check_no_overlap([output], [path for path in read if path is not None])
-    for path, what in (
-        (args.selection, "--selection"),
-        (args.given_selection, "--given-selection"),
-    ):
-        if path is not None:  # a folder is named one, before the corpus is read
-            expect_file(path, what=what, accepted=SELECTION_FILES)
-    # The selection was made from this input (docs/provenance.md); the report says so.
-    if args.trust_selection and selection_record(args.selection) is None:
-        warn_trust_unused(args.selection, "it holds no provenance record to check")
-    verified = (
-        0
-        if args.trust_selection
-        else verify_selection_file(args.selection, args.input, split=getattr(args, "split", None))
-    )
-    with OutputLock(output):
-        report = _evaluate(args, objective)
-        report["provenance"] = {"trusted": args.trust_selection, "verified_files": verified}
-        atomic_write_json(report, output)
+    spec = evaluate_spec_from_args(args)
+    report = evaluate_file(args.input, args.selection, args.output, spec)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
-        print(f"wrote {output}")
+        print(f"wrote {evaluation_path(args.selection, args.output)}")
     return 0
-
-
-def _evaluate(args: argparse.Namespace, objective: ObjectiveSpec) -> dict[str, Any]:
-    corpus, columns = read_corpus_arg(args, args.input)
-    rows = read_selection(args.selection, corpus.ids, id_col=columns.id_col)
-    report = evaluate_selection(
-        corpus,
-        rows,
-        algorithm=list(objective.algorithm),
-        lamb=objective.lamb,
-        length_col=args.length_col,
-        device=args.device or "auto",
-        dup_thresholds=args.dup_thresholds,
-        dup_search=args.dup_search,
-    )
-    report["selection"] = str(args.selection)
-    if args.given is not None:  # scored given KEPT, as `select --given` scores it
-        kept = read_given(args.given, columns, selection=args.given_selection)
-        report["given"] = evaluate_given(corpus, kept, rows, objective, id_col=columns.id_col)
-    elif args.given_selection is not None:
-        raise ValueError(
-            "--given-selection needs --given, the documents it selects from; got "
-            f"--given-selection {args.given_selection!r} alone."
-        )
-    return report

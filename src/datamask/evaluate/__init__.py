@@ -13,6 +13,8 @@ from .bench import (
     run_method,
 )
 from .browse import ReportSpec, build_report, render_html, write_report
+from .evaluate_run import evaluate_file
+from .evaluate_spec import EvaluateSpec
 from .report import (
     evaluate_selection,
     facility_coverage,
@@ -26,9 +28,11 @@ from .report import (
 __all__ = [
     "DEFAULT_METHODS",
     "BenchSpec",
+    "EvaluateSpec",
     "ReportSpec",
     "bench",
     "build_report",
+    "evaluate_file",
     "evaluate_selection",
     "facility_coverage",
     "format_markdown",

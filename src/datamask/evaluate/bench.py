@@ -47,6 +47,7 @@ from ..data import Corpus
 from ..greedy.disf import GreedyDiSF, batch_quotas
 from ..io.snapshot import load_corpus_npz, save_corpus_npz
 from ..pipeline.step import fit_group
+from ..settings import warn_ignored_settings
 from .bench_spec import DEFAULT_METHODS, REFERENCE, BenchSpec, method_spec
 from .bench_table import YARDSTICK, add_ratios, format_markdown, machine, write_bench
 from .redundancy import redundancy
@@ -232,6 +233,7 @@ def _start(corpus: Corpus, spec: BenchSpec) -> _Bench:
     """Check the corpus and what the output needs, before any method runs; set the
     threads every method runs with."""
     check_corpus(corpus)
+    warn_ignored_settings(spec.ignored(), vars(spec), stacklevel=4)  # said, not recorded
     threads = set_threads(spec.threads)
     if spec.plots and spec.out_dir is not None:
         from .plots import require_matplotlib
@@ -289,6 +291,18 @@ def _score(run: _Bench) -> None:
             one["redundancy"] = rep["redundancy"]["selected"]
 
 
+def _ignored_record(spec: BenchSpec) -> dict[str, Any]:
+    """``ignored_settings``, as a select summary lists them: each setting given that this
+    bench does not read, its value and why (a key present only when there is one)."""
+    ignored = spec.ignored()
+    if not ignored:
+        return {}
+    values = vars(spec)
+    return {
+        "ignored_settings": {k: {"value": values[k], "why": why} for k, why in ignored.items()}
+    }
+
+
 def _tabulate(run: _Bench) -> dict[str, Any]:
     """The result: settings, machine, runs, the whole input's near-duplicates (once, not
     per method) and the ratios to the yardstick."""
@@ -317,6 +331,7 @@ def _tabulate(run: _Bench) -> dict[str, Any]:
         },
         "machine": machine(),
         "runs": runs,
+        **_ignored_record(spec),
         "redundancy_all": dup_all,
     }
     add_ratios(result)

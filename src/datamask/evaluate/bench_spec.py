@@ -38,7 +38,13 @@ from ..config import (
 from ..data import Corpus
 from ..objectives.registry import import_term_modules
 from ..selectors import SELECTORS
-from ..settings import check_fields, section_settings, setting_field, shared_field
+from ..settings import (
+    check_fields,
+    ignored_fields,
+    section_settings,
+    setting_field,
+    shared_field,
+)
 from ..synthetic import make_clustered
 from .redundancy import DuplicateSettings, check_thresholds
 
@@ -68,6 +74,23 @@ def _method_names() -> tuple:
 _COUNT = Interval(int, 1, None, closed="left")
 
 
+def _drawn(spec: Any, sharded: bool) -> str | None:
+    """The map's settings are read only where the PNGs are drawn."""
+    if not spec.plots:
+        return "--no-plots draws no map"
+    return None if spec.out_dir is not None else "no out_dir: nothing is drawn"
+
+
+def _timed_reference(spec: Any, sharded: bool) -> str | None:
+    if "disf-greedy" in spec.methods:
+        return None
+    return "the original DiSF loop is timed beside disf-greedy only, which is not run"
+
+
+def _synthetic_only(spec: Any, sharded: bool) -> str | None:
+    return None if spec.synthetic is not None else "it shapes --synthetic data, not --input"
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     """Everything a bench runs with. Build it with :meth:`from_mapping` (flat keys, as the
@@ -92,6 +115,7 @@ class BenchSpec:
         (Interval(int, 0, None, closed="left"),),
         "also time the original per-candidate DiSF loop on this many batches and "
         "extrapolate to all (0: skip); needs disf-greedy among the methods",
+        needs=_timed_reference,
     )
     isolate: bool = setting_field(
         True,
@@ -106,9 +130,11 @@ class BenchSpec:
         True, (bool,), "draw the PNGs (needs matplotlib; --no-plots: skip them)"
     )
     map_method: str = setting_field(
-        "pca", (Options(str, ("pca", "tsne")),), "projection of the 2-D map"
+        "pca", (Options(str, ("pca", "tsne")),), "projection of the 2-D map", needs=_drawn
     )
-    map_points: int = setting_field(3000, (_COUNT,), "documents drawn on the map")
+    map_points: int = setting_field(
+        3000, (_COUNT,), "documents drawn on the map", needs=_drawn
+    )
     title: str | None = setting_field(None, (str, None), "markdown heading")
     progress: bool = setting_field(True, (bool,), "print one line per finished method")
     dup_thresholds: tuple[float, ...] = shared_field(DuplicateSettings, "dup_thresholds")
@@ -129,6 +155,12 @@ class BenchSpec:
         if unknown:
             raise ValueError(f"method_params names methods not being run: {unknown}.")
         set_(self, "_select_specs", {m: self._select_spec(m) for m in self.methods})
+
+    def ignored(self) -> dict[str, str]:
+        """The settings given another value than their default that this bench does not
+        read (the map's without plots, the DiSF reference without disf-greedy), each with
+        why. They are warned about at the door and listed under ``ignored_settings``."""
+        return ignored_fields(self, self)
 
     # --- what the runs are ------------------------------------------------------------
     def params_of(self, method: str) -> dict[str, Any]:
@@ -299,18 +331,27 @@ class SyntheticSpec:
         (Interval(int, 2, None, closed="left"), None),
         "generate N clustered documents (datamask.make_clustered) instead",
     )
-    dim: int = setting_field(384, (_COUNT,), "--synthetic width")
-    clusters: int = setting_field(50, (_COUNT,), "--synthetic cluster count")
+    dim: int = setting_field(384, (_COUNT,), "--synthetic width", needs=_synthetic_only)
+    clusters: int = setting_field(
+        50, (_COUNT,), "--synthetic cluster count", needs=_synthetic_only
+    )
     data_seed: int = setting_field(
-        0, (Interval(int, 0, None, closed="left"),), "--synthetic generator seed"
+        0,
+        (Interval(int, 0, None, closed="left"),),
+        "--synthetic generator seed",
+        needs=_synthetic_only,
     )
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.synthetic is None:
-            raise ValueError("synthetic must be a number of documents >= 2; got None.")
+
+    def ignored(self) -> dict[str, str]:
+        """The data settings given that a bench of a file (no ``synthetic``) does not read."""
+        return ignored_fields(self, self)
 
     def make(self) -> Corpus:
+        if self.synthetic is None:
+            raise ValueError("synthetic must be a number of documents >= 2; got None.")
         corpus = make_clustered(self.synthetic, self.dim, self.clusters, seed=self.data_seed)
         corpus.source = (
             f"make_clustered({self.synthetic}, {self.dim}, {self.clusters}, seed={self.data_seed})"

@@ -188,13 +188,38 @@ def _img(b64: str, alt: str) -> str:
 
 
 def render_html(report: dict[str, Any]) -> str:
-    """The page of a :func:`build_report` result: one string, no external resource."""
+    """The page of a :func:`build_report` result: one string, no external resource; one
+    section per entry of ``REPORT_SECTIONS``, each made by its own function."""
+    sels = report["selections"]
+    labels = [s["label"] for s in sels]
+    sections = {
+        "overview": ("Overview", _overview_html(report)),
+        "topics": ("Topics", _topics_html(report)),
+        "distributions": ("Quality and length", _distributions_html(report)),
+        "map": ("Map", _map_html(report)),
+        "duplicates": ("Near-duplicates", _duplicates_html(report)),
+        "samples": ("Text samples", _samples_html(report)),
+        "covered": ("Dropped and what covers them", _covered_html(report)),
+        "settings": ("Settings", _settings_html(report)),
+    }
+    nav = "".join(f'<a href="#{sid}">{_e(sections[sid][0])}</a>' for sid in REPORT_SECTIONS)
+    body = "\n".join(_section(sid, *sections[sid]) for sid in REPORT_SECTIONS)
+    return _PAGE.substitute(
+        title=_e(f"datamask report: {', '.join(labels)}"),
+        subtitle=_e(f"{report['source']}: {report['n_docs']:,} documents; seed {report['seed']}"),
+        nav=nav,
+        body=body,
+        ncols=len(sels),
+    )
+
+
+def _overview_html(report: dict[str, Any]) -> str:
+    """The overview table: per selection its file, share kept, quality and length kept
+    and dropped, and its recorded terms."""
     sels = report["selections"]
     labels = [s["label"] for s in sels]
     n = report["n_docs"]
     ql = report["quality_label"]
-
-    # overview
     head = "".join(f"<th>{_e(lab)}</th>" for lab in labels)
     rows = [
         ("file", [f'<span class="muted">{_e(s["path"])}</span>' for s in sels]),
@@ -233,8 +258,14 @@ def render_html(report: dict[str, Any]) -> str:
         + '<p class="muted">Terms are those the selection\'s summary recorded (none for a '
         "plain list of ids).</p>"
     )
+    return overview
 
-    # topics
+
+def _topics_html(report: dict[str, Any]) -> str:
+    """Per topic its words, documents, and per selection what was kept and its quality."""
+    sels = report["selections"]
+    labels = [s["label"] for s in sels]
+    ql = report["quality_label"]
     n_topics = len(report["topics"])
     th = (
         '<tr><th rowspan="2">topic</th><th class="l" rowspan="2">most frequent words</th>'
@@ -270,8 +301,14 @@ def render_html(report: dict[str, Any]) -> str:
         + _img(_fig_topic_shares(report), "share kept per topic")
         + f"<table>{th}{''.join(trs)}</table>"
     )
+    return topics_html
 
-    # distributions
+
+def _distributions_html(report: dict[str, Any]) -> str:
+    """The quality and length histograms of the corpus, the kept and the dropped."""
+    sels = report["selections"]
+    labels = [s["label"] for s in sels]
+    ql = report["quality_label"]
     dist = (
         "<h3>"
         + _e(ql)
@@ -290,8 +327,14 @@ def render_html(report: dict[str, Any]) -> str:
         "<p>Share of documents per bin over the whole corpus (black), the kept (filled) and "
         "the dropped (dashed).</p>" + dist
     )
+    return dist
 
-    # map
+
+def _map_html(report: dict[str, Any]) -> str:
+    """The 2-D map of the seeded sample."""
+    sels = report["selections"]
+    labels = [s["label"] for s in sels]
+    n_topics = len(report["topics"])
     map_html = _img(
         _fig_map(report["_map"], labels, n_topics, report["map_method"]), "map of a sample"
     ) + (
@@ -299,8 +342,14 @@ def render_html(report: dict[str, Any]) -> str:
         f"(seed {report['seed']}); left: coloured by topic (numbers as in the table); then "
         "each selection's kept documents in colour.</p>"
     )
+    return map_html
 
-    # duplicates
+
+def _duplicates_html(report: dict[str, Any]) -> str:
+    """The near-duplicate figures of each kept set and the corpus sample, and each
+    selection's closest kept pairs."""
+    sels = report["selections"]
+    labels = [s["label"] for s in sels]
     ts = report["thresholds"]
     th = (
         '<tr><th class="l">figure</th>'
@@ -333,8 +382,12 @@ def render_html(report: dict[str, Any]) -> str:
         "documents; the last column measures the seeded corpus sample for scale.</p>"
         f"<table>{th}{''.join(trs)}</table>" + f'<div class="grid">{"".join(ex)}</div>'
     )
+    return dup_html
 
-    # samples
+
+def _samples_html(report: dict[str, Any]) -> str:
+    """Text samples kept and dropped, per topic and selection."""
+    sels = report["selections"]
     if report["text_col"] is None:
         samples_html = '<p class="muted">The input has no text column.</p>'
     else:
@@ -363,8 +416,12 @@ def render_html(report: dict[str, Any]) -> str:
             f"<p>Documents of the seeded sample, truncated to {TEXT_CHARS} characters.</p>"
             + "".join(parts)
         )
+    return samples_html
 
-    # dropped documents beside the kept document that covers them
+
+def _covered_html(report: dict[str, Any]) -> str:
+    """Dropped documents beside the kept document that covers them."""
+    sels = report["selections"]
     if report["text_col"] is None:
         covered_html = '<p class="muted">The input has no text column.</p>'
     else:
@@ -391,8 +448,12 @@ def render_html(report: dict[str, Any]) -> str:
             "(<code>covered_by</code>, by cosine): the most similar pairs first, then the "
             "least similar ones.</p>" + f'<div class="grid">{"".join(cols)}</div>'
         )
+    return covered_html
 
-    # settings
+
+def _settings_html(report: dict[str, Any]) -> str:
+    """Each selection's recorded settings."""
+    sels = report["selections"]
     parts = []
     for s in sels:
         settings = s["settings"]
@@ -402,26 +463,7 @@ def render_html(report: dict[str, Any]) -> str:
             f"<pre>{_e(text)}</pre></details>"
         )
     settings_html = "".join(parts)
-
-    sections = {
-        "overview": ("Overview", overview),
-        "topics": ("Topics", topics_html),
-        "distributions": ("Quality and length", dist),
-        "map": ("Map", map_html),
-        "duplicates": ("Near-duplicates", dup_html),
-        "samples": ("Text samples", samples_html),
-        "covered": ("Dropped and what covers them", covered_html),
-        "settings": ("Settings", settings_html),
-    }
-    nav = "".join(f'<a href="#{sid}">{_e(sections[sid][0])}</a>' for sid in REPORT_SECTIONS)
-    body = "\n".join(_section(sid, *sections[sid]) for sid in REPORT_SECTIONS)
-    return _PAGE.substitute(
-        title=_e(f"datamask report: {', '.join(labels)}"),
-        subtitle=_e(f"{report['source']}: {n:,} documents; seed {report['seed']}"),
-        nav=nav,
-        body=body,
-        ncols=len(sels),
-    )
+    return settings_html
 
 
 def write_report(report: dict[str, Any], output: str | Path) -> Path:

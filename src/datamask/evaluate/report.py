@@ -163,62 +163,19 @@ def evaluate_selection(
         (``selected`` and ``all``: pairs, documents, groups, largest group per threshold).
     """
     thresholds = check_thresholds(dup_thresholds)
-    check_corpus(corpus)
-    rows = np.asarray(selected, dtype=np.int64)
-    n = corpus.n_docs
-    if rows.ndim != 1 or len(rows) == 0:
-        raise ValueError(f"selection must hold at least one row; got {len(rows)}.")
-    if rows.min() < 0 or rows.max() >= n:
-        raise ValueError(f"selected rows must lie in [0, {n}); got {rows.min()}..{rows.max()}.")
-    if len(np.unique(rows)) != len(rows):
-        raise ValueError("selected rows must not repeat.")
+    corpus = check_corpus(corpus)
+    rows = _checked_rows(selected, corpus.n_docs)
+    n, k = corpus.n_docs, len(rows)
     dev = resolve_device(device)
-    if objective is None:
-        names = [algorithm] if isinstance(algorithm, str) else list(algorithm or [])
-        objective = resolve_objective(None, names or None, lamb)
-        names = names or [DEFAULT_ALGORITHM]
-        settings: dict[str, Any] = {"algorithm": names, "lamb": float(objective.lamb)}
-    else:
-        objective = resolve_objective(objective, algorithm, lamb)
-        settings = {"objective": repr(objective), "lamb": objective.lamb}
-    k = len(rows)
+    objective, settings = _objective_settings(objective, algorithm, lamb)
     objective.bind(corpus, k, dev)
     terms = {name: float(v) for name, v in objective.term_values(rows).items()}
-
-    x = objective.features_
-    sel = torch.as_tensor(rows, device=dev)
-    every = torch.arange(n, device=dev)
-    q = objective.quality_.double()
-    metrics = {
-        "quality_mean": float(q[sel].mean()),
-        "quality_mean_all": float(q.mean()),
-        "facility_coverage": facility_coverage(x, sel),
-        "mean_pairwise_similarity": mean_pairwise_similarity(x, sel),
-        "mean_pairwise_similarity_all": mean_pairwise_similarity(x, every),
-        "disf_loss": correlation_loss(x[sel]) if k >= 2 else float("nan"),
-        "disf_loss_all": correlation_loss(x),
-        "mean_nn_similarity": mean_nn_similarity(x, sel),
-    }
+    metrics = _metrics(objective, rows, dev)
     mask = np.zeros(n, dtype=bool)
     mask[rows] = True
-    quality_columns = {
-        name: {
-            "selected": float(corpus.quality[mask, j].mean()),
-            "all": float(corpus.quality[:, j].mean()),
-        }
-        for j, name in enumerate(corpus.quality_names)
-    }
-    length = None
-    found = _lengths(corpus, length_col)
-    if found is not None:
-        name, values = found
-        length = {
-            "column": name,
-            "selected": length_stats(values[mask]),
-            "all": length_stats(values),
-        }
-    elif length_col:
-        raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
+    quality_columns = _quality_columns(corpus, mask)
+    length = _length_section(corpus, length_col, mask)
+    x = objective.features_
     dup = {
         "selected": redundancy(x, rows, thresholds=thresholds, method="exact"),
         "all": redundancy(x, thresholds=thresholds, method=dup_search) if dup_all else None,
@@ -234,6 +191,76 @@ def evaluate_selection(
         "length": length,
         "redundancy": dup,
     }
+
+
+def _checked_rows(selected: np.ndarray, n: int) -> np.ndarray:
+    """``selected`` as int64 rows: at least one, each in ``[0, n)``, none repeated."""
+    rows = np.asarray(selected, dtype=np.int64)
+    if rows.ndim != 1 or len(rows) == 0:
+        raise ValueError(f"selection must hold at least one row; got {len(rows)}.")
+    if rows.min() < 0 or rows.max() >= n:
+        raise ValueError(f"selected rows must lie in [0, {n}); got {rows.min()}..{rows.max()}.")
+    if len(np.unique(rows)) != len(rows):
+        raise ValueError("selected rows must not repeat.")
+    return rows
+
+
+def _objective_settings(
+    objective: Objective | None, algorithm: str | Sequence[str] | None, lamb: float | None
+) -> tuple[Objective, dict[str, Any]]:
+    """The objective scored with (``objective``, else one of ``algorithm`` and ``lamb``)
+    and the settings the report names it by."""
+    if objective is None:
+        names = [algorithm] if isinstance(algorithm, str) else list(algorithm or [])
+        objective = resolve_objective(None, names or None, lamb)
+        names = names or [DEFAULT_ALGORITHM]
+        return objective, {"algorithm": names, "lamb": float(objective.lamb)}
+    objective = resolve_objective(objective, algorithm, lamb)
+    return objective, {"objective": repr(objective), "lamb": objective.lamb}
+
+
+def _metrics(objective: Objective, rows: np.ndarray, dev: torch.device) -> dict[str, float]:
+    """The diagnostics of the kept rows of the bound ``objective`` (and of every row where
+    it is cheap: ``*_all``)."""
+    x = objective.features_
+    k = len(rows)
+    sel = torch.as_tensor(rows, device=dev)
+    every = torch.arange(x.shape[0], device=dev)
+    q = objective.quality_.double()
+    return {
+        "quality_mean": float(q[sel].mean()),
+        "quality_mean_all": float(q.mean()),
+        "facility_coverage": facility_coverage(x, sel),
+        "mean_pairwise_similarity": mean_pairwise_similarity(x, sel),
+        "mean_pairwise_similarity_all": mean_pairwise_similarity(x, every),
+        "disf_loss": correlation_loss(x[sel]) if k >= 2 else float("nan"),
+        "disf_loss_all": correlation_loss(x),
+        "mean_nn_similarity": mean_nn_similarity(x, sel),
+    }
+
+
+def _quality_columns(corpus: Corpus, mask: np.ndarray) -> dict[str, dict[str, float]]:
+    """Each raw quality column's mean over the kept rows and over all."""
+    return {
+        name: {
+            "selected": float(corpus.quality[mask, j].mean()),
+            "all": float(corpus.quality[:, j].mean()),
+        }
+        for j, name in enumerate(corpus.quality_names)
+    }
+
+
+def _length_section(
+    corpus: Corpus, length_col: str | None, mask: np.ndarray
+) -> dict[str, Any] | None:
+    """The length distribution of the kept rows and of all (None: no length column read)."""
+    found = _lengths(corpus, length_col)
+    if found is not None:
+        name, values = found
+        return {"column": name, "selected": length_stats(values[mask]), "all": length_stats(values)}
+    if length_col:
+        raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
+    return None
 
 
 def redundancy_rows(dup: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -5,8 +5,10 @@ where the command line and the library meet.
 Each setting is a field declared with :func:`~datamask.settings.setting_field` (its default,
 what it accepts, its help) or shared with the spec that owns it
 (:func:`~datamask.settings.shared_field`: ``dup_thresholds`` is
-:class:`~datamask.evaluate.redundancy.DuplicateSettings`'); ``datamask report``'s flags are
-made from these declarations. A spec that exists is checked (``__post_init__``).
+:class:`~datamask.evaluate.redundancy.DuplicateSettings`', ``split``, ``length_col`` and
+``trust_selection`` are :class:`~datamask.io.input_settings.InputSettings`');
+``datamask report``'s flags are made from these declarations. A spec that exists is
+checked (``__post_init__``).
 
     >>> spec = ReportSpec.from_mapping({"n_topics": 4, "map_method": "tsne"})
     >>> spec.n_topics, spec.map_method, spec.dup_thresholds
@@ -25,6 +27,7 @@ from typing import Any
 
 from .._validation import SEED, Interval, Options
 from ..columns import Columns
+from ..io.input_settings import InputSettings
 from ..settings import (
     check_fields,
     flat_values,
@@ -52,12 +55,7 @@ class ReportSpec:
     several are shown as their weighted mix, each min-max scaled over the corpus.
     """
 
-    split: str | None = setting_field(
-        None,
-        (str, None),
-        "split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "
-        "(default: the only one)",
-    )
+    split: str | None = shared_field(InputSettings, "split")
     columns: Columns = Columns()
     text_col: str | None = setting_field(
         None,
@@ -65,12 +63,7 @@ class ReportSpec:
         "column of the documents' text, for topic words, samples and pair examples "
         "(default: text, when present; else the page shows no texts)",
     )
-    length_col: str | None = setting_field(
-        None,
-        (str, None),
-        "column for the length distribution, numbers or texts (default: the first of "
-        "n_chars, length, n_tokens, text present; none -> no length section)",
-    )
+    length_col: str | None = shared_field(InputSettings, "length_col")
     n_topics: int = setting_field(12, _count(1), "k-means topics of the embeddings")
     sample_size: int = setting_field(
         4000,
@@ -90,12 +83,7 @@ class ReportSpec:
     )
     batch_size: int = setting_field(16384, _count(1), "rows read at a time")
     progress: bool = setting_field(False, (bool,), "show progress bars (stderr)")
-    trust_selection: bool = setting_field(
-        False,
-        (bool,),
-        "skip the check that the input is what each selection was made from (its recorded "
-        "fingerprints, docs/provenance.md), as evaluate and apply check it",
-    )
+    trust_selection: bool = shared_field(InputSettings, "trust_selection")
 
     def __post_init__(self) -> None:
         check_fields(self)

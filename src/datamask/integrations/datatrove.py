@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "(`pip install datamask[datatrove]`)."
     ) from exc
 
+from .._validation import check_count
 from ..api import select_table
 from ..config import SelectSpec
 from ..distributed import group_seeds
@@ -152,8 +153,7 @@ class DatamaskFeatures(PipelineStep):
         chunk_docs: int = 1024,
     ) -> None:
         super().__init__()
-        if chunk_docs < 1:
-            raise ValueError(f"chunk_docs must be >= 1; got {chunk_docs}.")
+        check_count("chunk_docs", chunk_docs)
         self.output_folder = get_datafolder(output_folder)
         self.embedding_key = embedding_key
         self.quality_key = quality_key

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._validation import Interval, Options
+from .._validation import Interval, Options, check_count
 from ..neighbors import KNN_METHODS, _block_rows, knn_graph, resolve_knn
 from .base import Term, TermContext
 from .registry import register_term
@@ -177,11 +177,7 @@ class FacilityLocation(Term):
                 self.k_, n, MAX_NEIGHBORS if cap is None else min(cap, MAX_NEIGHBORS)
             )
         else:
-            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, int):
-                raise TypeError(f"n_neighbors must be an integer; got {self.n_neighbors!r}.")
-            if self.n_neighbors < 1:
-                raise ValueError(f"n_neighbors must be >= 1; got {self.n_neighbors}.")
-            self.n_neighbors_ = min(self.n_neighbors, n)
+            self.n_neighbors_ = min(check_count("n_neighbors", self.n_neighbors), n)
         self.floor_ = self.ctx_.floor  # coverage from documents kept before (--given)
         self.graph_floor_: torch.Tensor | None = None  # what the graph is raised by
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None

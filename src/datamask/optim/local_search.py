@@ -199,43 +199,14 @@ def swap_search(
         result.rounds = rnd + 1
         if scores is None:
             scores = _scores(terms, keep, k)
-        gain, loss, pooled, paired = scores
         m_eff = min(m, k, n - k)
         if m_eff < 1:
             break
-        add_score = gain.masked_fill(keep, -torch.inf)
-        drop_score = -loss.masked_fill(~keep, torch.inf)
-        if pooled:  # DiSF, value-only terms: on a pool of the candidates the others rank best
-            pool = max(t.pool_size(m_eff) for _, t in pooled)
-            add_pool = add_score.topk(min(pool, n - k)).indices
-            drop_pool = drop_score.topk(min(pool, k)).indices
-            rows = torch.nonzero(keep).squeeze(1)
-            add_score = torch.full_like(gain, -torch.inf)
-            drop_score = torch.full_like(loss, -torch.inf)
-            add_score[add_pool] = gain[add_pool]
-            drop_score[drop_pool] = -loss[drop_pool]
-            for w, term in pooled:
-                g, l_ = term.scores(rows, add_pool, drop_pool)
-                add_score[add_pool] += w * g
-                drop_score[drop_pool] -= w * l_
-        adds = add_score.topk(m_eff).indices
-        drops = drop_score.topk(m_eff).indices
-        bound = add_score[adds] + drop_score[drops]
-        for w, term in paired:  # exact cross term of each pair (pairwise similarity)
-            cross = term.pair(adds, drops)
-            if cross is not None:
-                bound = bound + w * cross
+        adds, drops, bound = _candidate_pairs(scores, keep, k, m_eff)
         good = torch.nonzero(bound > tol).squeeze(1)
         if len(good) == 0:
             break
-        # Every positive pair at once; if that does not rise, the non-interacting ones.
-        trial, value = _apply(terms, keep, adds[good], drops[good])
-        if not value > current + tol and len(good) > 1:
-            fp = _footprints(terms, keep, adds[good])
-            pick = _independent(adds[good], drops[good], fp, n)
-            if len(pick) < len(good):
-                good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
-                trial, value = _apply(terms, keep, adds[good], drops[good])
+        good, trial, value = _try_swaps(terms, keep, adds, drops, good, current + tol)
         if value > current + tol:
             keep, current, scores = trial, value, None
             result.swaps += len(good)
@@ -248,3 +219,55 @@ def swap_search(
     result.selected = torch.nonzero(keep).squeeze(1)
     result.value = current
     return result
+
+
+def _candidate_pairs(
+    scores: tuple, keep: torch.Tensor, k: int, m_eff: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``m_eff`` best rows to add and to drop, paired best with best, and each pair's
+    bound on the gain of its swap (with the exact cross term of paired terms)."""
+    gain, loss, pooled, paired = scores
+    n = len(keep)  # k rows of it kept (a swap keeps the count)
+    add_score = gain.masked_fill(keep, -torch.inf)
+    drop_score = -loss.masked_fill(~keep, torch.inf)
+    if pooled:  # DiSF, value-only terms: on a pool of the candidates the others rank best
+        pool = max(t.pool_size(m_eff) for _, t in pooled)
+        add_pool = add_score.topk(min(pool, n - k)).indices
+        drop_pool = drop_score.topk(min(pool, k)).indices
+        rows = torch.nonzero(keep).squeeze(1)
+        add_score = torch.full_like(gain, -torch.inf)
+        drop_score = torch.full_like(loss, -torch.inf)
+        add_score[add_pool] = gain[add_pool]
+        drop_score[drop_pool] = -loss[drop_pool]
+        for w, term in pooled:
+            g, l_ = term.scores(rows, add_pool, drop_pool)
+            add_score[add_pool] += w * g
+            drop_score[drop_pool] -= w * l_
+    adds = add_score.topk(m_eff).indices
+    drops = drop_score.topk(m_eff).indices
+    bound = add_score[adds] + drop_score[drops]
+    for w, term in paired:  # exact cross term of each pair (pairwise similarity)
+        cross = term.pair(adds, drops)
+        if cross is not None:
+            bound = bound + w * cross
+    return adds, drops, bound
+
+
+def _try_swaps(
+    terms: list,
+    keep: torch.Tensor,
+    adds: torch.Tensor,
+    drops: torch.Tensor,
+    good: torch.Tensor,
+    above: float,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Every positive pair at once; if that does not rise above ``above``, the
+    non-interacting ones. The pairs tried, the trial keep mask and its value."""
+    trial, value = _apply(terms, keep, adds[good], drops[good])
+    if not value > above and len(good) > 1:
+        fp = _footprints(terms, keep, adds[good])
+        pick = _independent(adds[good], drops[good], fp, len(keep))
+        if len(pick) < len(good):
+            good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
+            trial, value = _apply(terms, keep, adds[good], drops[good])
+    return good, trial, value

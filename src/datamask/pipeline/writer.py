@@ -12,7 +12,6 @@ every summary and manifest shares: settings, method, counts, terms, versions.
 from __future__ import annotations
 
 import platform
-import warnings
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from .._version import __version__
 from ..config import SelectSpec
 from ..data import Selection
 from ..neighbors import Cover
+from ..settings import warn_ignored_settings
 
 __all__ = [
     "COVER_COLUMNS",
@@ -196,10 +196,4 @@ def run_record(
 
 def warn_ignored(spec: SelectSpec, sharded: bool) -> None:
     """Warn, once at the door, of each setting given that this run does not read."""
-    for key, why in spec.ignored(sharded).items():
-        value = spec.flat()[key]
-        warnings.warn(
-            f"{key}={value!r} is ignored: {why}; it is not recorded as used.",
-            UserWarning,
-            stacklevel=3,
-        )
+    warn_ignored_settings(spec.ignored(sharded), spec.flat(), stacklevel=4)

@@ -1,0 +1,166 @@
+"""One ``datamask evaluate`` run: :func:`evaluate_file` scores a selection file of an input
+and writes the JSON report, as named phases over one :class:`EvaluateRun`.
+
+    >>> evaluation_path("out/selection.parquet")
+    PosixPath('out/selection.eval.json')
+
+:func:`_open` checks the places before any work (the report never overwrites the data or
+the selection; a folder named as a selection file is refused); :func:`_verify` checks that
+the input is what the selection was made from (docs/provenance.md); :func:`_score` reads the
+corpus and the selection and scores it (and ``given`` when set); the report is written
+atomically under the output's lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..columns import Columns
+from ..data import Corpus
+from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
+from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
+from ..io.fs import expect_file
+from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
+from ..io.selection import SELECTION_FILES, read_selection
+from ..pipeline.given import evaluate_given, read_given
+from .evaluate_spec import EvaluateSpec
+from .report import LENGTH_COLUMNS, evaluate_selection
+
+__all__ = ["EvaluateRun", "evaluate_file", "evaluation_path", "read_scored_corpus"]
+
+
+def evaluation_path(selection: str | Path, output: str | Path | None = None) -> Path:
+    """Where the report goes: ``output``, else ``<selection>.eval.json`` beside it."""
+    if output is not None:
+        return Path(output)
+    sel = Path(selection)
+    return sel.with_name(sel.name.removesuffix(sel.suffix) + ".eval.json")
+
+
+@dataclass
+class EvaluateRun:
+    """One evaluation's state, as its phases fill it: the places (:func:`_open`), the
+    number of input files whose fingerprints were checked (:func:`_verify`), then the
+    report (:func:`_score`)."""
+
+    spec: EvaluateSpec
+    input: str
+    selection: str
+    output: Path
+    verified: int = 0
+    report: dict[str, Any] | None = None
+
+
+def evaluate_file(
+    input: str | Path,
+    selection: str | Path,
+    output: str | Path | None = None,
+    spec: EvaluateSpec | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Score the selection file ``selection`` of ``input`` and write the JSON report.
+
+    Parameters
+    ----------
+    input : str or Path
+        The file (or save_to_disk folder) the selection was made from.
+    selection : str or Path
+        ``datamask select``'s output for one input file, a parquet of selected ids, or a
+        text file of ids (one per line).
+    output : str or Path, optional
+        The JSON report (default: ``<selection>.eval.json`` beside it).
+    spec : EvaluateSpec, optional
+        Everything else (default: from ``settings``).
+    **settings
+        Any key :meth:`EvaluateSpec.from_mapping` takes, instead of ``spec``.
+
+    Returns
+    -------
+    dict
+        :func:`~datamask.evaluate.report.evaluate_selection`'s report, with ``selection``,
+        ``given`` (when set) and ``provenance`` (``trusted``, ``verified_files``).
+    """
+    if spec is not None and settings:
+        raise TypeError(
+            f"give the settings either as spec= or as keywords, not both; got spec= and "
+            f"{sorted(settings)}."
+        )
+    spec = EvaluateSpec.from_mapping(settings) if spec is None else spec
+    run = _open(input, selection, output, spec)
+    _verify(run)
+    with OutputLock(run.output):
+        report = _score(run)
+        report["provenance"] = {"trusted": spec.trust_selection, "verified_files": run.verified}
+        atomic_write_json(report, run.output)
+    run.report = report
+    return report
+
+
+def _open(
+    input: str | Path, selection: str | Path, output: str | Path | None, spec: EvaluateSpec
+) -> EvaluateRun:
+    """Before any computation: the report never overwrites the data or the selection, and
+    a folder named as a selection file is refused before the corpus is read."""
+    out = evaluation_path(selection, output)
+    check_writable(out)
+    read = [input, selection, spec.given, spec.given_selection]
+    check_no_overlap([out], [path for path in read if path is not None])
+    for path, what in ((selection, "--selection"), (spec.given_selection, "--given-selection")):
+        if path is not None:
+            expect_file(path, what=what, accepted=SELECTION_FILES)
+    return EvaluateRun(spec, str(input), str(selection), out)
+
+
+def _verify(run: EvaluateRun) -> None:
+    """The selection was made from this input (docs/provenance.md); the report says so."""
+    if run.spec.trust_selection:
+        if selection_record(run.selection) is None:
+            warn_trust_unused(run.selection, "it holds no provenance record to check")
+        return
+    run.verified = verify_selection_file(run.selection, run.input, split=run.spec.split)
+
+
+def _score(run: EvaluateRun) -> dict[str, Any]:
+    """The corpus read, the selection matched to its rows and scored (``given`` too)."""
+    spec = run.spec
+    corpus, columns = read_scored_corpus(
+        run.input, spec.columns, split=spec.split, length_col=spec.length_col
+    )
+    rows = read_selection(run.selection, corpus.ids, id_col=columns.id_col)
+    report = evaluate_selection(
+        corpus,
+        rows,
+        algorithm=list(spec.objective.algorithm),
+        lamb=spec.objective.lamb,
+        length_col=spec.length_col,
+        device=spec.device,
+        dup_thresholds=spec.dup_thresholds,
+        dup_search=spec.dup_search,
+    )
+    report["selection"] = run.selection
+    if spec.given is not None:  # scored given KEPT, as `select --given` scores it
+        kept = read_given(spec.given, columns, selection=spec.given_selection)
+        report["given"] = evaluate_given(corpus, kept, rows, spec.objective, id_col=columns.id_col)
+    return report
+
+
+def read_scored_corpus(
+    path: str | Path, columns: Columns, *, split: str | None = None, length_col: str | None = None
+) -> tuple[Corpus, Columns]:
+    """The corpus at ``path`` with ``columns`` (names not given: from the preset, else the
+    schema), and those columns resolved (what the selection's ids are matched with); one
+    length source is read too (``length_col``, else the first of ``LENGTH_COLUMNS``)."""
+    names = input_column_names(path, split=split) if Path(path).exists() else []
+    columns = columns.resolve(names, where=str(path))
+    extra: list[str] = []
+    wanted = [length_col] if length_col else list(LENGTH_COLUMNS)
+    if Path(path).is_file() or is_save_to_disk(path):
+        present = [c for c in wanted if c in names]
+        if length_col and not present and names:
+            raise ValueError(
+                f"column {length_col!r} not found in {path}; available columns: {names}."
+            )
+        extra = present[:1]  # read one length source only (texts can be large)
+    return read_input_corpus(path, columns, split=split, extra_cols=extra), columns
