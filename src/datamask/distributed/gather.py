@@ -12,8 +12,13 @@ its per-leaf counts), the driver holds only the leaves' totals and the plan
 2. reads those rows, in the order the plan always gave them (by spill, then by row), and
    writes them as one object with, for each row, its input shard and its row there::
 
-       WORK/groups/group-GGGGG.parquet   the run's columns + __datamask_shard, __datamask_row
-       WORK/groups/group-GGGGG.json      marker: rows, pieces read, spills opened, seconds
+       WORK/clusters/groups/group-GGGGG.parquet   the run's columns + __datamask_shard,
+                                                  __datamask_row
+       WORK/clusters/groups/group-GGGGG.json      marker: rows, pieces read, spills
+                                                  opened, seconds
+
+(Under ``clusters/``, beside the spills they come from: ``WORK/groups/`` is the group
+steps' per-row results, read as one dataset.)
 
 Every later step of the group (select, exchange, cover, cap, keep lists) opens that one
 object, not S spills; the keep lists take each kept row's shard and row from it, so no
@@ -54,11 +59,11 @@ SHARD_COLUMN = "__datamask_shard"
 
 def group_object_path(work_dir: str | Path, gid: int) -> Path:
     """The one object a cluster group's steps read."""
-    return storage_path(work_dir) / "groups" / f"group-{gid:05d}.parquet"
+    return storage_path(work_dir) / "clusters" / "groups" / f"group-{gid:05d}.parquet"
 
 
 def _marker(work_dir: str | Path, gid: int) -> Path:
-    return storage_path(work_dir) / "groups" / f"group-{gid:05d}.json"
+    return storage_path(work_dir) / "clusters" / "groups" / f"group-{gid:05d}.json"
 
 
 def _spilled_shards(folder: Path) -> list[int]:
