@@ -1,12 +1,13 @@
 """Rows to groups through storage: one step per cluster group writes the group as ONE object.
 
 After the spill (:func:`~.partition.spill_shard`: every shard's rows sorted by leaf, and
-its per-leaf counts), the driver holds only the leaves' totals and the plan
-(:func:`~.partition.plan_by_cluster`: each group's :data:`~.partition.Unit` s). One
-:func:`gather_group` step per group then
+its per-leaf counts), one :func:`index_spills` step turns the S counts files into one
+leaf-major table of offsets and gives the driver the leaves' totals. The driver holds
+only those and the plan (:func:`~.partition.plan_by_cluster`: each group's
+:data:`~.partition.Unit` s). One :func:`gather_group` step per group then
 
-1. lists the spilled shards (one listing) and reads their per-leaf counts, and from them
-   computes the group's row ranges of every spill (a leaf cut in parts: the same
+1. reads the offsets of its leaves in every spill (ranged reads of the table) and from
+   them computes the group's row ranges of every spill (a leaf cut in parts: the same
    :func:`~.partition.split_across` as ever), so the driver never holds a piece per
    (shard, cluster);
 2. reads those rows, in the order the plan always gave them (by spill, then by row), and
@@ -38,8 +39,8 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb
-from ..io.atomic import atomic_write_json
-from ..io.fs import names_in, storage_path
+from ..io.atomic import atomic_write_bytes, atomic_write_json
+from ..io.fs import names_in, open_input, storage_path
 from ..io.parquet import atomic_write_table
 from ..io.shards import read_rows
 from .executors import Runner
@@ -50,6 +51,7 @@ __all__ = [
     "gather_group",
     "gather_groups",
     "group_object_path",
+    "index_spills",
     "unit_pieces",
 ]
 
@@ -76,22 +78,59 @@ def _spilled_shards(folder: Path) -> list[int]:
     )
 
 
+def index_spills(clusters_dir: str, n_leaves: int) -> list[int]:
+    """One step after the spill: every spilled shard's per-leaf counts as one leaf-major
+    table of offsets, so a gather step reads the few rows it needs, not S counts files.
+
+    Writes ``clusters/offsets.bin`` (int64, ``(leaves + 1) x spills``: row ``l`` is where
+    leaf ``l`` starts in each spill, row ``leaves`` each spill's rows) and then the marker
+    ``clusters/offsets.json`` (the spilled shards in order, and each leaf's total rows),
+    which a rerun returns without redoing the work. Returns the leaves' totals: all the
+    driver needs of the counts. Memory: the table, 8 bytes per (spill, leaf).
+    """
+    folder = storage_path(clusters_dir)
+    marker = folder / "offsets.json"
+    if marker.exists():
+        return json.loads(marker.read_text())["per_leaf"]
+    shards = _spilled_shards(folder)
+    table = np.zeros((n_leaves + 1, len(shards)), dtype=np.int64)
+    for i, s in enumerate(shards):
+        counts = json.loads((folder / f"shard-{s:05d}.json").read_text())["counts"]
+        if len(counts) != n_leaves:
+            raise RuntimeError(
+                f"the spill of shard {s} counts {len(counts)} leaves, not the tree's "
+                f"{n_leaves}; was the work dir written by another run?"
+            )
+        table[1:, i] = np.cumsum(counts, dtype=np.int64)
+    per_leaf = np.diff(table.sum(axis=1)).tolist()
+    atomic_write_bytes(table.tobytes(), folder / "offsets.bin")
+    atomic_write_json({"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf}, marker)
+    return per_leaf
+
+
+def _offset_rows(folder: Path, leaves: Sequence[int], n_spills: int) -> np.ndarray:
+    """Rows ``leaves`` of ``offsets.bin``, shape (spills, len(leaves)): ranged reads."""
+    out = np.empty((len(leaves), n_spills), dtype=np.int64)
+    with open_input(folder / "offsets.bin") as fh:
+        for i, leaf in enumerate(leaves):
+            fh.seek(8 * leaf * n_spills)
+            out[i] = np.frombuffer(fh.read(8 * n_spills), dtype=np.int64)
+    return out.T
+
+
 def unit_pieces(
     clusters_dir: str, units: Sequence[Unit], max_rows: int
 ) -> tuple[list[Piece], dict[str, int]]:
-    """The spill row ranges of one group, from the per-shard counts files.
+    """The spill row ranges of one group, from the offsets :func:`index_spills` wrote.
 
     Returns the pieces in the group's row order (:func:`~.partition.coalesce`: by spill,
-    then by row) and each spill's shard. Memory: two offsets per unit per shard.
+    then by row) and each spill's shard. Memory: two offsets per unit per spill.
     """
     folder = storage_path(clusters_dir)
-    shards = _spilled_shards(folder)
+    shards = json.loads((folder / "offsets.json").read_text())["shards"]
     cuts = sorted({u[0] for u in units} | {u[1] + 1 for u in units})
     at = {leaf: i for i, leaf in enumerate(cuts)}
-    offsets = np.zeros((len(shards), len(cuts)), dtype=np.int64)
-    for i, s in enumerate(shards):
-        counts = json.loads((folder / f"shard-{s:05d}.json").read_text())["counts"]
-        offsets[i] = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])[cuts]
+    offsets = _offset_rows(folder, cuts, len(shards))
     paths = [str(spill_path(folder, s)) for s in shards]
     pieces: list[Piece] = []
     for first, last, part, parts in units:

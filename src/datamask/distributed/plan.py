@@ -20,7 +20,7 @@ from .allocate import allocates_by_gains, want_path, wanted
 from .context import RunContext
 from .executors import Runner, progress_map
 from .fit import fit_partition
-from .gather import gather_groups
+from .gather import gather_groups, index_spills
 from .partition import (
     ClusterTree,
     GroupSpec,
@@ -63,16 +63,17 @@ def plan_partition(
             list(runner.map(fit_partition, [fit], whole_machine=True))
             bar.update(1)
     # 3. One streaming pass filing every row under its leaf (resumable per shard); the
-    #    driver keeps only the leaves' totals, summed as the steps finish.
+    #    driver gets only the leaves' totals back.
     jobs = [
         (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
+    for _ in progress_map(runner, spill_shard, jobs, "assign clusters", progress):
+        pass  # each spill's counts stay in its own file
     tree = ClusterTree.load(tree_path)
-    per_leaf = np.zeros(tree.n_leaves, dtype=np.int64)
-    for _, counts in progress_map(runner, spill_shard, jobs, "assign clusters", progress):
-        per_leaf[: len(counts)] += np.asarray(counts, dtype=np.int64)
+    index = (str(folder), tree.n_leaves)  # one step: S counts files to one table of offsets
+    per_leaf = np.asarray(next(iter(runner.map(index_spills, [index]))), dtype=np.int64)
     # 4. The groups from the totals (neighbouring clusters merged up to --chunk-size,
     #    unless --n-clusters asked for them), then one step per group writes its rows as
     #    one object: every later step of the group opens that, not the S spills.
