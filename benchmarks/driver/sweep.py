@@ -14,7 +14,10 @@ besides their reads) and ``selected_only`` (no cover round), on a two-process
 schedules. Reported per point: the driver's own peak RSS
 (``getrusage(RUSAGE_SELF)``) and its RSS after imports (the fixed base), the workers'
 largest peak (``RUSAGE_CHILDREN``), the driver's and the workers' CPU seconds, the wall
-seconds, the groups and the 1-minute load average before and after. Run it alone
+seconds and the manifest's phases, the group steps' read seconds and the gather steps'
+(from their markers), the groups and the 1-minute load average before and after. The
+code measured is the ``datamask`` on ``PYTHONPATH`` (recorded as ``datamask``), so the
+same script times an older checkout's ``src``. Run it alone
 (``flock -x /work/cpu.lock``): the machine has two cores.
 """
 
@@ -48,6 +51,37 @@ def _mb(kb: int) -> float:
     return kb / 1024
 
 
+def phase_seconds(seconds: dict) -> dict:
+    """The manifest's phases; ``after_s`` is what follows the select round (with
+    ``selected_only`` and a budget per group: the keep lists and the manifest)."""
+    after = seconds["total"] - seconds["plan"] - seconds["select"] - (seconds["global"] or 0)
+    after -= seconds["cover"] or 0
+    return {
+        "plan_s": round(seconds["plan"], 1),
+        "select_s": round(seconds["select"], 1),
+        "after_s": round(after, 1),
+    }
+
+
+def step_seconds(work: Path) -> dict:
+    """From the steps' markers (JSON files of the work dir): the group steps' read seconds
+    (sum and largest) and the gather steps' seconds (sum; absent before issue 30's gather)."""
+    reads = [
+        json.loads(p.read_text())["seconds"]["read"]
+        for p in (work / "completions").iterdir()
+        if p.name.isdigit()
+    ]
+    gathers = [
+        json.loads(p.read_text())["seconds"]
+        for p in (work / "clusters" / "groups").glob("group-*.json")
+    ]
+    return {
+        "group_read_s_sum": round(sum(reads), 2),
+        "group_read_s_max": round(max(reads), 3),
+        "gather_s_sum": round(sum(gathers), 1) if gathers else None,
+    }
+
+
 def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path, dim: int) -> dict:
     """Generate (once) and select one point in this process; returns its figures."""
     corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d{dim}"
@@ -56,6 +90,7 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
         cmd += ["--dim", str(dim), "--n-shards", str(shards), "--n-clusters", str(clusters)]
         subprocess.run(cmd, check=True, capture_output=True)
         (corpus / "_done").write_text("")
+    import datamask
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner, run_selection
 
@@ -83,7 +118,8 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
             )
         finally:
             runner.close()
-    wall = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        steps = step_seconds(Path(tmp) / "out" / "_work")
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
@@ -100,6 +136,9 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
         "driver_cpu_s": round(me.ru_utime + me.ru_stime - self0.ru_utime - self0.ru_stime, 1),
         "workers_cpu_s": round(kids.ru_utime + kids.ru_stime, 1),
         "wall_s": round(wall, 1),
+        **phase_seconds(manifest["totals"]["seconds"]),
+        **steps,
+        "datamask": str(Path(datamask.__file__).parents[1]),
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
     }

@@ -130,11 +130,12 @@ def test_keep_lists_from_steps_are_byte_identical_to_the_serial_writer(
     assert made == sorted(p.name for p in serial.iterdir()) and len(made) == 5
     for name in made:
         assert (out / "keep" / name).read_bytes() == (serial / name).read_bytes(), name
-    # the buckets: group G's kept rows of input shard S, known rows unless from spills
+    # the buckets: group G's kept rows of input shard S, every row known (a cluster group's
+    # object carries each row's shard and row), so no shard is read again to place them
     buckets = sorted((out / "_work" / "keep").glob("shard=*/part-*.parquet"))
     rows = pa.concat_tables([pq.read_table(b) for b in buckets]).column("row").to_numpy()
     assert len(rows) == index["n_selected"]
-    assert (rows < 0).all() if partition == "cluster" else (rows >= 0).all()
+    assert (rows >= 0).all()
 
 
 def test_keep_steps_are_skipped_on_a_rerun(shards, tmp_path):

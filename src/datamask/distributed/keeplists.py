@@ -8,9 +8,10 @@ from groups to input shards that never passes through the driver.
        WORK/keep/shard=SSSSS/part-GGGGG.parquet   row (int64), id: group G's kept rows of
                                                   input shard S
 
-   ``row`` is the row's position in the input shard where the group read that shard
-   itself (``shard`` and ``chunk`` partitions); a group read from the cluster spills
-   (rows reordered by leaf) files -1, and the shard's step finds the row by its id.
+   ``row`` is the row's position in the input shard: known from the piece where the group
+   read that shard itself (``shard`` and ``chunk`` partitions), and read from the group's
+   object where it was gathered from the cluster spills (:mod:`.gather` carries every
+   row's shard and row), so no spill or input shard is read again.
 2. One :func:`write_shard_keep_list` step per input shard reads its bucket and writes the
    shard's keep list (:mod:`datamask.io.keep`: the same file, byte for byte, that the
    serial writer made from every selected id).
@@ -36,7 +37,6 @@ from ..io.atomic import atomic_write_json
 from ..io.fs import storage_path
 from ..io.keep import (
     IdSet,
-    find_kept_rows,
     finish_keep_lists,
     input_names,
     keep_dir_for,
@@ -50,8 +50,9 @@ from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo, read_rows
 from .cover import _kept_ids
 from .executors import Runner
+from .gather import SHARD_COLUMN, group_object_path
 from .lifecycle import read_marker
-from .partition import GroupSpec, Piece, spill_path
+from .partition import ROW_COLUMN, GroupSpec, Piece
 
 __all__ = [
     "file_kept_rows",
@@ -75,20 +76,44 @@ def _shard_marker(work_dir: str | Path, shard: int) -> Path:
     return storage_path(work_dir) / "keep" / "done" / f"shard-{shard:05d}.json"
 
 
+#: The source of a piece that is a gathered group (:mod:`.gather`), not an input shard.
+GATHERED = -1
+
+
+def _kept_in_piece(
+    piece: Piece, shard: int, lookup: IdSet, id_col: str
+) -> list[tuple[int, np.ndarray, pa.Array]]:
+    """``(input shard, rows there, ids)`` of the kept rows among one piece's rows."""
+    columns = [id_col] if shard != GATHERED else [id_col, SHARD_COLUMN, ROW_COLUMN]
+    table = read_rows(piece.path, piece.start, piece.stop, columns)
+    column = table.column(0).combine_chunks()
+    at = lookup.positions(column)
+    if not len(at):
+        return []
+    ids = column.take(pa.array(at))
+    if shard != GATHERED:
+        return [(shard, at + piece.start, ids)]
+    shards = table.column(SHARD_COLUMN).to_numpy()[at]
+    rows = table.column(ROW_COLUMN).to_numpy()[at]
+    return [
+        (int(s), rows[shards == s], ids.filter(pa.array(shards == s))) for s in np.unique(shards)
+    ]
+
+
 def file_kept_rows(
     gid: int,
     pieces: Sequence[Piece],
-    sources: Sequence[tuple[int, bool]],
+    sources: Sequence[int],
     id_col: str,
     work_dir: str,
     out_dir: str,
 ) -> tuple[int, list[list[int]]]:
     """Step 1, one group: file its kept rows by input shard.
 
-    ``sources[i]`` is ``(input shard, direct)`` of ``pieces[i]``: direct when the piece is
-    a row range of the input shard itself (then its rows are known), else a spill.
-    Returns ``(gid, [[shard, kept rows], ...])``. Memory: the group's kept ids and one
-    piece's ids.
+    ``sources[i]`` is the input shard ``pieces[i]`` is a row range of, or
+    :data:`GATHERED` when the piece is the group's gathered object (each row's shard and
+    row are columns of it). Returns ``(gid, [[shard, kept rows], ...])``. Memory: the
+    group's kept ids and one piece's ids.
     """
     marker = _group_marker(work_dir, gid)
     done = read_marker(marker)
@@ -98,14 +123,10 @@ def file_kept_rows(
     lookup = IdSet(kept)
     rows: dict[int, list[np.ndarray]] = {}
     ids: dict[int, list[pa.Array]] = {}
-    for piece, (shard, direct) in zip(pieces, sources, strict=True):
-        column = read_rows(piece.path, piece.start, piece.stop, [id_col]).column(0)
-        column = column.combine_chunks()
-        at = lookup.positions(column)
-        if not len(at):
-            continue
-        rows.setdefault(shard, []).append(at + piece.start if direct else np.full(len(at), -1))
-        ids.setdefault(shard, []).append(column.take(pa.array(at)))
+    for piece, source in zip(pieces, sources, strict=True):
+        for shard, at, found in _kept_in_piece(piece, source, lookup, id_col):
+            rows.setdefault(shard, []).append(at)
+            ids.setdefault(shard, []).append(found)
     counts = [[s, int(sum(len(r) for r in rows[s]))] for s in sorted(rows)]
     if sum(n for _, n in counts) != len(kept):
         raise RuntimeError(
@@ -134,11 +155,8 @@ def write_shard_keep_list(
     work_dir: str,
     keep_dir: str,
 ) -> tuple[int, int]:
-    """Step 2, one input shard: its keep list from the groups' buckets ``gids``.
-
-    Rows every group knew are sorted; otherwise the shard's id column is streamed once
-    and the bucket's ids are found in it (as :func:`~datamask.io.keep.write_keep_lists`
-    does with every selected id). Returns ``(shard, kept)``.
+    """Step 2, one input shard: its keep list from the groups' buckets ``gids``, sorted
+    by row (every group filed its rows' places in the shard). Returns ``(shard, kept)``.
     """
     marker = _shard_marker(work_dir, shard)
     done = read_marker(marker)
@@ -152,13 +170,8 @@ def write_shard_keep_list(
         bucket = pa.concat_tables(tables).combine_chunks()
         rows = bucket.column("row").to_numpy()
         ids = bucket.column(id_col).combine_chunks()
-        if (rows < 0).any():  # rows of spills: find them by id, in one read of the shard
-            rows, ids, seen = find_kept_rows(path, IdSet(ids), id_col)
-            if seen != num_rows:
-                raise RuntimeError(f"{path} has {seen} rows, not {num_rows}; was it changed?")
-        else:
-            order = np.argsort(rows, kind="stable")
-            rows, ids = rows[order], ids.take(pa.array(order))
+        order = np.argsort(rows, kind="stable")
+        rows, ids = rows[order], ids.take(pa.array(order))
     write_keep_list(rows, ids, path, num_rows, keep_dir, name, id_col)
     atomic_write_json({"shard": shard, "kept": len(rows)}, marker)
     return shard, len(rows)
@@ -200,10 +213,8 @@ def keep_round(
     """
     work, out = storage_path(run.work), storage_path(run.out)
     names = input_names(run.source, [i.path for i in infos])
-    sources: dict[str, tuple[int, bool]] = {}
-    for s, info in enumerate(infos):
-        sources[str(info.path)] = (s, True)
-        sources[str(spill_path(work / "clusters", s))] = (s, False)
+    sources = {str(info.path): s for s, info in enumerate(infos)}
+    sources.update({str(group_object_path(work, g.gid)): GATHERED for g in groups})
     jobs = [
         (g.gid, g.pieces, [sources[p.path] for p in g.pieces], id_col, str(work), str(out))
         for g in groups

@@ -9,10 +9,13 @@ selects from. Three ways to form groups:
   sampled share of the corpus is above ``chunk_size`` is split, on the same sample, by a
   k-means of its own rows and a balanced assignment (a :class:`ClusterTree`); then one
   pass files every row under its leaf. The pass writes, per shard, a copy of the needed
-  columns sorted by leaf (``clusters/shard-NNNNN.parquet``, one row group per leaf), so a
-  group later reads only its own rows. Splits the counts do not need are undone, a leaf
-  still above ``chunk_size`` (the sample was off) is cut across its own axis, never by row
-  order, and small neighbouring units are merged up to ``chunk_size``. No group holds
+  columns sorted by leaf (``clusters/shard-NNNNN.parquet``, one row group per leaf, with
+  each row's place in its shard) and the per-leaf counts. The driver plans groups from
+  the leaves' totals alone (:func:`plan_by_cluster`): splits the counts do not need are
+  undone, a leaf still above ``chunk_size`` (the sample was off) is cut across its own
+  axis, never by row order, and small neighbouring units are merged up to
+  ``chunk_size``. Then one step per group gathers its rows from the spills into one
+  object (:mod:`.gather`), which every later step of the group reads. No group holds
   more than ``chunk_size`` rows, which bounds a worker's memory.
 
 The global budget ``k_total = round(select_ratio * N)`` is shared by largest-remainder
@@ -62,7 +65,11 @@ __all__ = [
     "fit_tree",
     "spill_path",
     "spill_shard",
+    "coalesce",
+    "part_rows",
     "plan_by_cluster",
+    "ROW_COLUMN",
+    "Unit",
 ]
 
 PARTITIONS = ("shard", "chunk", "cluster")
@@ -79,6 +86,16 @@ SPLIT_FILL = 0.9
 #: Default k-means clusters per group's worth of rows: finer clusters, merged back with
 #: their neighbours up to ``chunk_size`` (:func:`plan_by_cluster`), fill groups closer to it.
 OVERCLUSTER = 3
+
+
+#: Where a spill keeps each row's position in its input shard (the gathered groups carry
+#: it on, so the keep lists need no second read of the spills or the shards).
+ROW_COLUMN = "__datamask_row"
+
+#: One unit of a cluster group: ``(first leaf, last leaf, part, parts)``: the rows of
+#: leaves ``first..last`` of every spill, or part ``part`` of ``parts`` of one leaf cut
+#: across its axis (:func:`split_across`).
+Unit = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -344,8 +361,9 @@ def spill_shard(
 
     Writes ``clusters_dir/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf,
     one row group per leaf, and inside a leaf along its axis when the tree is
-    ``ordered``) and then ``shard-NNNNN.json`` with the per-leaf row counts; when that
-    JSON exists already, it is returned without redoing the work.
+    ``ordered``; plus :data:`ROW_COLUMN`, each row's place in the shard) and then
+    ``shard-NNNNN.json`` with the per-leaf row counts; when that JSON exists already, it
+    is returned without redoing the work.
 
     Returns
     -------
@@ -374,7 +392,7 @@ def spill_shard(
         order = np.lexsort((-np.concatenate(projections), label))
     else:
         order = np.argsort(label, kind="stable")
-    table = table.take(pa.array(order))
+    table = table.take(pa.array(order)).append_column(ROW_COLUMN, pa.array(order, pa.int64()))
     out = spill_path(folder, shard_index)
     with (
         atomic_write(out) as tmp,
@@ -388,74 +406,78 @@ def spill_shard(
     return shard_index, counts.tolist()
 
 
+def part_rows(n: int, n_parts: int) -> list[int]:
+    """Rows in each of the ``n_parts`` parts :func:`split_across` cuts ``n`` rows into:
+    row ``i`` of the ranking goes to part ``i * n_parts // n``."""
+    return [-(-(j + 1) * n // n_parts) - -(-j * n // n_parts) for j in range(n_parts)]
+
+
 def plan_by_cluster(
-    spills: Sequence[tuple[str, Sequence[int]]],
+    per_leaf: np.ndarray,
     max_rows: int,
     tree: ClusterTree,
     merge: bool = True,
-) -> list[tuple[str, list[Piece]]]:
-    """Groups from the spilled shards: subtrees of at most ``max_rows`` rows, and then
-    small neighbouring ones merged.
+) -> list[tuple[str, list[Unit], int]]:
+    """Groups from the per-leaf row totals: subtrees of at most ``max_rows`` rows, and then
+    small neighbouring ones merged. The driver's part: ``O(leaves + groups)`` numbers.
 
     Walks every k-means cluster of ``tree`` from its root: a node whose leaves hold at
     most ``max_rows`` rows in all is one unit (so a split the sample asked for and the
     counts do not need is undone), else each of its children is planned the same way. A
-    leaf still above ``max_rows`` (the sample was off) is cut across its axis by
-    :func:`split_across`. Empty nodes make no unit. With ``merge``, units are then merged
-    with their nearest neighbours (by centre) while the merge fits ``max_rows``
+    leaf still above ``max_rows`` (the sample was off) is cut across its axis into
+    ``ceil(n / max_rows)`` parts (:func:`split_across`, done by the gather step, which
+    knows each shard's rows). Empty nodes make no unit. With ``merge``, units are then
+    merged with their nearest neighbours (by centre) while the merge fits ``max_rows``
     (:func:`~.balance.merge_neighbours`), so groups come out near ``max_rows``.
 
     Parameters
     ----------
-    spills : sequence of (path, counts)
-        Each spilled shard file and its per-leaf row counts, in shard order.
+    per_leaf : ndarray of int
+        Rows in each leaf of ``tree``, summed over every spilled shard.
     max_rows : int
         The largest group.
     tree : ClusterTree
         The tree the spills were filed by.
     merge : bool, default=True
         Merge neighbouring units (off: every cluster, or each of its parts, is a group).
+
+    Returns
+    -------
+    list of (label, units, n)
+        Per group: its label, its :data:`Unit` s in order and its rows.
     """
-    offsets = [np.concatenate([[0], np.cumsum(c)]) for _, c in spills]
-    per_leaf = np.zeros(tree.n_leaves, dtype=np.int64)
-    for _, c in spills:
-        per_leaf[: len(c)] += np.asarray(c, dtype=np.int64)
     first_last = tree.leaf_range()
-    leaf_sums = np.concatenate([[0], np.cumsum(per_leaf)])
-
-    def pieces(v: int) -> list[Piece]:
-        a, b = first_last[v]
-        return [
-            Piece(path, int(off[a]), int(off[b + 1]))
-            for (path, _), off in zip(spills, offsets, strict=True)
-            if off[b + 1] > off[a]
-        ]
-
-    units: list[tuple[int, list[Piece]]] = []  # (node, pieces)
+    leaf_sums = np.concatenate([[0], np.cumsum(np.asarray(per_leaf, dtype=np.int64))])
+    units: list[tuple[int, Unit, int]] = []  # (node, unit, rows)
     for c in range(len(tree.centroids)):
         stack = [c]
         while stack:
             v = stack.pop()
-            a, b = first_last[v]
+            a, b = (int(i) for i in first_last[v])
             n = int(leaf_sums[b + 1] - leaf_sums[a])
             first, stop = (int(i) for i in tree.children[v])
             if n == 0:
                 continue
             if n <= max_rows:
-                units.append((v, pieces(v)))
+                units.append((v, (a, b, 0, 1), n))
             elif first >= 0:
                 stack += range(stop - 1, first - 1, -1)
             else:  # a leaf the sample put under max_rows: cut across its axis
-                units += [(v, part) for part in split_across(pieces(v), max_rows)]
-    labels = _unit_labels([v for v, _ in units], tree)
-    sizes = [sum(p.n for p in ps) for _, ps in units]
+                parts = math.ceil(n / max_rows)
+                units += [(v, (a, b, j, parts), m) for j, m in enumerate(part_rows(n, parts))]
+    labels = _unit_labels([v for v, _, _ in units], tree)
+    sizes = [m for _, _, m in units]
     merged = (
-        merge_neighbours(sizes, tree.centre[[v for v, _ in units]], max_rows)
+        merge_neighbours(sizes, tree.centre[[v for v, _, _ in units]], max_rows)
         if merge
         else [[u] for u in range(len(units))]
     )
     return [
-        (" + ".join(labels[u] for u in group), _coalesce([p for u in group for p in units[u][1]]))
+        (
+            " + ".join(labels[u] for u in group),
+            [units[u][1] for u in group],
+            sum(sizes[u] for u in group),
+        )
         for group in merged
     ]
 
@@ -478,7 +500,7 @@ def _unit_labels(nodes: Sequence[int], tree: ClusterTree) -> list[str]:
     return out
 
 
-def _coalesce(pieces: Sequence[Piece]) -> list[Piece]:
+def coalesce(pieces: Sequence[Piece]) -> list[Piece]:
     """``pieces`` by file and start, runs that touch joined into one piece."""
     out: list[Piece] = []
     for p in sorted(pieces, key=lambda p: (p.path, p.start)):

@@ -1,6 +1,6 @@
 """Phase 2 of a sharded run: the groups, each one's share of the budget, and what the
 first round asks of it (:mod:`.runner`). The partition itself is :mod:`.partition`'s; this
-module runs its steps (the k-means fit, the spill) and reads their files back."""
+module runs its steps (the k-means fit, the spill, the gather) and reads their counts back."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from .._validation import k_from_ratio
@@ -19,6 +20,7 @@ from .allocate import allocates_by_gains, want_path, wanted
 from .context import RunContext
 from .executors import Runner, progress_map
 from .fit import fit_partition
+from .gather import gather_groups, index_spills
 from .partition import (
     ClusterTree,
     GroupSpec,
@@ -28,7 +30,6 @@ from .partition import (
     plan_by_cluster,
     plan_by_shard,
     sample_plan,
-    spill_path,
     spill_shard,
 )
 from .steps import candidate_count
@@ -61,18 +62,25 @@ def plan_partition(
         with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
             list(runner.map(fit_partition, [fit], whole_machine=True))
             bar.update(1)
-    # 3. One streaming pass filing every row under its leaf (resumable per shard).
+    # 3. One streaming pass filing every row under its leaf (resumable per shard); the
+    #    driver gets only the leaves' totals back.
     jobs = [
         (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
-    counts = dict(progress_map(runner, spill_shard, jobs, "assign clusters", progress))
-    spills = [(str(spill_path(folder, s)), counts[s]) for s, *_ in jobs]
+    for _ in progress_map(runner, spill_shard, jobs, "assign clusters", progress):
+        pass  # each spill's counts stay in its own file
     tree = ClusterTree.load(tree_path)
-    # neighbouring clusters merged up to --chunk-size, unless --n-clusters asked for them
+    index = (str(folder), tree.n_leaves)  # one step: S counts files to one table of offsets
+    per_leaf = np.asarray(next(iter(runner.map(index_spills, [index]))), dtype=np.int64)
+    # 4. The groups from the totals (neighbouring clusters merged up to --chunk-size,
+    #    unless --n-clusters asked for them), then one step per group writes its rows as
+    #    one object: every later step of the group opens that, not the S spills.
     merge = settings.partition.n_clusters is None
-    plan = plan_by_cluster(spills, settings.partition.chunk_size, tree, merge=merge)
+    units = plan_by_cluster(per_leaf, settings.partition.chunk_size, tree, merge=merge)
+    chunk, columns = settings.partition.chunk_size, settings.read_columns
+    plan = gather_groups(units, chunk, columns, folder, work, runner, progress)
     facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
     return plan, facts
 

@@ -27,7 +27,8 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/groups/, candidates/, completions/   the steps' files (:mod:`.steps`)
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
-    WORK/clusters/...                 the cluster tree (tree.npz) and per-shard spills
+    WORK/clusters/...                 the cluster tree (tree.npz), per-shard spills and
+                                      clusters/groups/: one object per group (:mod:`.gather`)
     WORK/ids/bucket=B/, ids/done/     id hashes per (shard, bucket); the bucket steps' finds
                                       (:mod:`.validate`)
     WORK/keep/shard=S/, keep/done/    kept rows per (input shard, group) (:mod:`.keeplists`)
