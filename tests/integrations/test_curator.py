@@ -4,6 +4,8 @@ executor on a local Ray runs the workflow, and its selection is ``datamask selec
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +23,12 @@ pytestmark = pytest.mark.slow
 
 SRC = str(Path(datamask.__file__).resolve().parents[1])  # this checkout, for every worker
 SHARED_DEMO = ROOT.parent / "shared" / "data" / "demo_docs.parquet"
+EXAMPLE_DIR = ROOT / "examples" / "curator"  # curator_pipeline.py: PreEmbedded, the example
 N_SHARDS = 4
 #: Small and fast: about 4 groups of 520 rows, a short learner.
-SETTINGS = dict(select_ratio=0.1, seed=0, n_epochs=20, n_neighbors=16)
 EXTRA = dict(n_epochs=20, n_neighbors=16)
+#: Xenna schedules int(CPUs x cpu_allocation_percentage) CPUs (default 0.95: 1 of 2 here).
+XENNA_CONFIG = {"cpu_allocation_percentage": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -33,53 +37,31 @@ def cluster():
     from datamask.integrations.curator import local_ray_cluster
 
     saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([SRC, str(ROOT)])  # workers import both
+    # Ray's workers import datamask from this checkout and the example's stage by name.
+    os.environ["PYTHONPATH"] = os.pathsep.join([SRC, str(EXAMPLE_DIR)])
+    sys.path.insert(0, str(EXAMPLE_DIR))
     try:
         with local_ray_cluster(num_cpus=2) as address:
             yield address
     finally:
+        sys.path.remove(str(EXAMPLE_DIR))
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
 
 
-def _raw_shards(folder: Path) -> Path:
-    """The demo as a user's corpus: id, text, a quality score and an embedding, 4 shards."""
-    if not SHARED_DEMO.exists():
-        pytest.skip(f"{SHARED_DEMO} not present")
-    table = pq.read_table(SHARED_DEMO, columns=["id", "text", "quality_score", "embedding"])
-    folder.mkdir(parents=True)
-    bounds = np.linspace(0, table.num_rows, N_SHARDS + 1).astype(int)
-    for i in range(N_SHARDS):
-        part = table.slice(bounds[i], bounds[i + 1] - bounds[i])
-        pq.write_table(part, folder / f"raw-{i}.parquet")
-    return folder
-
-
 @pytest.fixture(scope="module")
 def curator_files(cluster, tmp_path_factory) -> tuple[Path, Path]:
     """Embedding files written by Curator's own ParquetWriter, through its executor."""
-    from nemo_curator.backends.ray_data import RayDataExecutor
-    from nemo_curator.pipeline import Pipeline
-    from nemo_curator.stages.text.io.reader import ParquetReader
-    from nemo_curator.stages.text.io.writer import ParquetWriter
+    from curator_pipeline import split_corpus, write_embeddings  # the example's steps
 
-    from tests.integrations.curator_stages import PreEmbedded
-
+    if not SHARED_DEMO.exists():
+        pytest.skip(f"{SHARED_DEMO} not present")
     root = tmp_path_factory.mktemp("curator")
-    raw = _raw_shards(root / "raw")
-    emb = root / "embeddings"
-    pipeline = Pipeline(name="embed")
-    pipeline.add_stage(ParquetReader(file_paths=str(raw), files_per_partition=1))
-    pipeline.add_stage(PreEmbedded())
-    pipeline.add_stage(
-        ParquetWriter(
-            path=str(emb), fields=["id", "embeddings", "fineweb-edu-score-float"]
-        )
-    )
-    pipeline.run(RayDataExecutor())
-    return raw, emb
+    split_corpus(SHARED_DEMO, root / "raw", N_SHARDS)
+    write_embeddings(root / "raw", root / "embeddings", "id")  # Curator's ParquetWriter
+    return root / "raw", root / "embeddings"
 
 
 def test_curator_writer_layout_is_read_by_the_curator_preset(curator_files):
@@ -96,6 +78,7 @@ def test_curator_writer_layout_is_read_by_the_curator_preset(curator_files):
 
 
 def test_workflow_through_xenna_equals_datamask_select(curator_files, tmp_path):
+    from nemo_curator.backends.ray_data import RayDataExecutor
     from nemo_curator.backends.xenna import XennaExecutor
     from nemo_curator.stages.text.deduplication.removal_workflow import (
         TextDuplicatesRemovalWorkflow,
@@ -114,7 +97,7 @@ def test_workflow_through_xenna_equals_datamask_select(curator_files, tmp_path):
         input_path=str(emb), output_path=str(tmp_path / "wf"), id_field="id",
         select_ratio=0.1, seed=0, select_kwargs=EXTRA,
     )  # fmt: skip
-    result = workflow.run(XennaExecutor())
+    result = workflow.run(XennaExecutor(config=XENNA_CONFIG))
     meta = result.metadata
 
     expected = np.sort(read_selected_ids(cli_out, "id").to_numpy(zero_copy_only=False))
@@ -136,11 +119,29 @@ def test_workflow_through_xenna_equals_datamask_select(curator_files, tmp_path):
     )
     assert meta["n_removed"] == 2077 - len(expected)
 
-    # Curator's own removal workflow on the raw shards keeps exactly the selection.
+    # Curator's own removal workflow on the raw shards keeps exactly the selection (on Ray
+    # Data: its reader, removal and writer stages ask Xenna for 3.5 CPUs, more than 2).
     kept_dir = tmp_path / "kept"
     TextDuplicatesRemovalWorkflow(
         input_path=str(raw), ids_to_remove_path=meta["ids_to_remove_path"],
         output_path=str(kept_dir), id_field="id", input_files_per_partition=1,
-    ).run(XennaExecutor())  # fmt: skip
+    ).run(RayDataExecutor())  # fmt: skip
     kept = pq.read_table(kept_dir, columns=["id"]).column("id").to_numpy(zero_copy_only=False)
     np.testing.assert_array_equal(np.sort(kept), expected)
+
+
+def test_example_runs_from_the_shared_demo(tmp_path):
+    """examples/curator/curator_pipeline.py end to end, with its own local Ray."""
+    if not SHARED_DEMO.exists():
+        pytest.skip(f"{SHARED_DEMO} not present")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join([SRC, str(EXAMPLE_DIR)])
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE_DIR / "curator_pipeline.py"), "--input", str(SHARED_DEMO),
+         "--work", str(tmp_path / "work"), "--cpus", "2"],
+        capture_output=True, text=True, env=env, timeout=580, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kept = pq.read_table(tmp_path / "work" / "kept")
+    assert kept.num_rows == round(0.1 * 2077)
+    assert {"id", "text", "quality_score"} <= set(kept.column_names)  # every column kept
