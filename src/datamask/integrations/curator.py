@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 try:
@@ -59,7 +58,7 @@ from .._device import set_threads
 from ..api import select
 from ..apply.write import _write_removed_ids
 from ..distributed.executors import available_cpus
-from ..io.fs import resolve, storage_path
+from ..io.fs import resolve
 from ..io.parquet import read_table
 
 __all__ = [
@@ -203,7 +202,7 @@ class CuratorRunner:
 def _removal_ids_step(covered: str, id_col: str, target: str) -> int:
     """Write the dropped ids of one covered part (``OUT/covered/part-NNNNN.parquet``) in
     Curator's removal layout, with ``datamask apply --removed-format curator``'s writer."""
-    table = read_table(covered, columns=[id_col, "selected"])
+    table = read_table(resolve(covered), columns=[id_col, "selected"])
     dropped = table.filter(pc.invert(table.column("selected"))).column(id_col)
     _write_removed_ids([dropped], resolve(target), id_col, "curator", dropped.type)
     return len(dropped)
@@ -343,13 +342,14 @@ class DatamaskSelectionWorkflow(WorkflowBase):
         return result
 
     def _write_ids_to_remove(self, runner: CuratorRunner) -> int:
-        """One step per covered part: its dropped ids as ``part.<g>.parquet``."""
-        parts = sorted(Path(self.selection_path, "covered").glob("part-*.parquet"))
-        out = storage_path(self.ids_to_remove_path)
-        if isinstance(out, Path):
-            shutil.rmtree(out, ignore_errors=True)  # a rerun leaves no stale part
+        """One step per covered part: its dropped ids as ``part.<g>.parquet`` (local or
+        object storage, as the selection)."""
+        parts = resolve(self.selection_path).join("covered").glob("part-*.parquet")
+        out = resolve(self.ids_to_remove_path)
+        for stale in out.glob("part.*.parquet") if out.is_dir() else []:
+            stale.delete()  # a rerun with fewer groups leaves no stale part
         jobs = [
-            (str(p), self.id_field, f"{self.ids_to_remove_path}/part.{g}.parquet")
+            (p.uri, self.id_field, out.join(f"part.{g}.parquet").uri)
             for g, p in enumerate(parts)
         ]
         return sum(runner.map(_removal_ids_step, jobs))
