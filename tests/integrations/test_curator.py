@@ -19,8 +19,6 @@ import datamask  # noqa: E402
 from datamask.io.keep import read_selected_ids  # noqa: E402
 from tests._data import ROOT  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 SRC = str(Path(datamask.__file__).resolve().parents[1])  # this checkout, for every worker
 SHARED_DEMO = ROOT.parent / "shared" / "data" / "demo_docs.parquet"
 EXAMPLE_DIR = ROOT / "examples" / "curator"  # curator_pipeline.py: PreEmbedded, the example
@@ -64,6 +62,7 @@ def curator_files(cluster, tmp_path_factory) -> tuple[Path, Path]:
     return root / "raw", root / "embeddings"
 
 
+@pytest.mark.slow  # starts Ray
 def test_curator_writer_layout_is_read_by_the_curator_preset(curator_files):
     _, emb = curator_files
     files = sorted(emb.glob("*.parquet"))
@@ -77,6 +76,7 @@ def test_curator_writer_layout_is_read_by_the_curator_preset(curator_files):
     )
 
 
+@pytest.mark.slow  # starts Ray
 def test_workflow_through_xenna_equals_datamask_select(curator_files, tmp_path):
     from nemo_curator.backends.ray_data import RayDataExecutor
     from nemo_curator.backends.xenna import XennaExecutor
@@ -130,6 +130,7 @@ def test_workflow_through_xenna_equals_datamask_select(curator_files, tmp_path):
     np.testing.assert_array_equal(np.sort(kept), expected)
 
 
+@pytest.mark.slow  # starts Ray
 def test_example_runs_from_the_shared_demo(tmp_path):
     """examples/curator/curator_pipeline.py end to end, with its own local Ray."""
     if not SHARED_DEMO.exists():
@@ -145,3 +146,21 @@ def test_example_runs_from_the_shared_demo(tmp_path):
     kept = pq.read_table(tmp_path / "work" / "kept")
     assert kept.num_rows == round(0.1 * 2077)
     assert {"id", "text", "quality_score"} <= set(kept.column_names)  # every column kept
+
+
+def test_bad_arguments_are_refused_at_the_door(tmp_path):
+    from datamask.integrations.curator import CuratorRunner, DatamaskSelectionWorkflow
+
+    with pytest.raises(ValueError, match=r"one of select_ratio and k; got select_ratio=0.1, k=5"):
+        DatamaskSelectionWorkflow(str(tmp_path), str(tmp_path / "o"), select_ratio=0.1, k=5)
+    with pytest.raises(ValueError, match="give one of select_ratio and k"):
+        DatamaskSelectionWorkflow(str(tmp_path), str(tmp_path / "o"))
+    with pytest.raises(TypeError, match="executor must be a Curator executor .* got LocalRunner"):
+        CuratorRunner(datamask.distributed.LocalRunner())
+    wf = DatamaskSelectionWorkflow(
+        str(tmp_path), str(tmp_path / "o"), k=5, quality_fields="q", lamb=0.3, method="topk"
+    )
+    assert wf.select_settings() == {
+        "preset": "curator", "id_col": "id", "feature_col": "embeddings", "seed": 0,
+        "progress": False, "quality_col": ["q"], "k": 5, "lamb": 0.3, "method": "topk",
+    }  # fmt: skip
