@@ -90,7 +90,7 @@ def test_every_reader_takes_one_columns_value(small_corpus, tmp_path):
         assert np.array_equal(corpus.ids, by_preset.ids)
         assert np.array_equal(corpus.features, by_preset.features)
     assert Columns(preset="curator").resolve() == Columns(
-        id_col="id", quality_cols=("fineweb-edu-score",), feature_col="embeddings"
+        id_col="id", quality_cols=("fineweb-edu-score-float",), feature_col="embeddings"
     )
     with pytest.raises(ValueError, match="quality_weights must have one weight per quality"):
         SelectSpec.from_mapping({"quality_col": ["a", "b"]}).evolve(

@@ -5,8 +5,9 @@ one value every corpus reader takes, and the presets that name the ecosystem's l
 * ``fineweb-edu``: ``id``, ``score``, ``embedding``. FineWeb-Edu's own columns (``id``,
   ``text``, ``score`` from the edu classifier, ``int_score``) with an ``embedding`` added.
 * ``curator``: ``id`` (else ``_curator_dedup_id``, the id Curator's deduplication stages
-  assign); the first present of ``fineweb-edu-score`` (Curator's FineWeb-Edu classifier),
-  ``quality_score``, ``score``; ``embeddings`` (Curator's ``EmbeddingCreator``).
+  assign); the first present of ``fineweb-edu-score-float`` (Curator 1.x's FineWeb-Edu
+  classifier), ``fineweb-edu-score`` (its 0.x name), ``quality_score``, ``score``;
+  ``embeddings`` (Curator's embedding stages: a list of floats per document).
 
 A name not given is filled once, by :meth:`Columns.resolve` against the input's schema:
 from the preset, or with no preset, for each role the first present of its candidates
@@ -54,7 +55,7 @@ PRESETS: dict[str, Preset] = {
     "curator": Preset(
         "curator",
         ("id", "_curator_dedup_id"),
-        ("fineweb-edu-score", "quality_score", "score"),
+        ("fineweb-edu-score-float", "fineweb-edu-score", "quality_score", "score"),
         ("embeddings",),
     ),
 }
