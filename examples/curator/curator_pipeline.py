@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> dict:
         "removed": meta["n_removed"],
         "kept_rows_written": kept,
         "kept": str(work / "kept"),
+        "executor": meta["executor"],
+        "steps": sorted({p["step"] for p in meta["pipelines"]}),
         "selection_seconds": round(meta["seconds"]["total"], 1),
         "seconds": round(time.perf_counter() - started, 1),
     }
