@@ -197,7 +197,7 @@ def exchange_group(
     else:
         # 1. The group's rows, and its candidates' positions among them.
         corpus, ids = read_group(spec, settings, quality_range)
-        check_corpus(corpus)
+        corpus = check_corpus(corpus)
         group_floor(corpus, settings, work_dir)  # given KEPT: raise_floor keeps the larger
         n = corpus.n_docs
         row_of = {v: i for i, v in enumerate(ids.to_pylist())}
@@ -209,7 +209,7 @@ def exchange_group(
             if m > 0:
                 t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
                 kept.append(features_matrix(t.column(0)))
-        x = torch.from_numpy(corpus.features)  # unit rows: check_corpus scaled them in place
+        x = torch.from_numpy(corpus.features)  # unit rows: the checked corpus
         floor = _floors(x, kept)
         floors_s = time.perf_counter() - started - read_s
         # 3. The group's objective at the rate it proposed with, coverage above the floor.

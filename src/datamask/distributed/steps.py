@@ -32,6 +32,7 @@ import pyarrow as pa
 import torch
 
 from .._memory import peak_rss_mb, release_heap
+from .._validation import check_corpus
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write, atomic_write_json
@@ -237,6 +238,8 @@ def select_group(
     # 1. Read only this group's rows (row groups overlapping each piece).
     corpus, ids = read_group(spec, settings, quality_range)
     n = corpus.n_docs
+    if n:  # unit rows: what the fit selects from and the candidates hold
+        corpus = check_corpus(corpus)
     floor = group_floor(corpus, settings, work_dir)  # given KEPT: each row's floor
     read_s = time.perf_counter() - started
 
@@ -272,7 +275,7 @@ def select_group(
         logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
         lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
         gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
-        # corpus.features are unit rows: the selector's fit checked and scaled them in place
+        # corpus.features are unit rows: checked after the read
         table = gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col)
         atomic_write_table(table, candidates_path(work_dir, spec.gid))
         graph = sel.meta.pop("neighbor_graph", None)
