@@ -180,8 +180,8 @@ def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any
     """Check ``--given`` against the input, put both on one quality scale and set the
     input's floor. A preparation, in place: ``corpus`` gets the checked unit rows, the
     scale and the floor; ``given.corpus`` becomes its checked copy with the scale.
-    Returns what the summary records: counts, the floor's method, mean and seconds, the quality scale, and
-    ``floor_index`` (the row of ``given.corpus`` giving each floor; not JSON)."""
+    Returns what the summary records: counts, the floor's method, mean and seconds, the
+    quality scale, and ``floor_index`` (the row of ``given.corpus`` giving each floor; not JSON)."""
     started = time.perf_counter()
     docs = check_corpus(given.corpus)  # NaN, empty, duplicate ids inside --given; unit rows
     corpus.features = check_corpus(corpus).features
