@@ -394,3 +394,13 @@ def test_fit_leaves_the_callers_corpus_unchanged(method):
     _assert_unchanged(corpus, before)
     b = _build(method, select_ratio=0.1, seed=0).fit(corpus)  # the same rows from the same input
     np.testing.assert_array_equal(a.selected_, b.selected_)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_check_params_sets_nothing_on_the_selector(method):
+    sel = _build(method, select_ratio=0.1, seed=0)
+    before = dict(vars(sel))
+    sel.check_params()
+    after = vars(sel)
+    assert after.keys() == before.keys()
+    assert all(after[name] is before[name] for name in before)
