@@ -348,3 +348,59 @@ def test_random_keeps_the_same_documents_on_one_file_and_sharded(tmp_path, parti
     assert sorted(shuffled.ids[fitted.selected_].tolist()) == one_ids
     other = RandomSelector(select_ratio=0.1, seed=6, device="cpu").fit(corpus)
     assert sorted(corpus.ids[other.selected_].tolist()) != one_ids
+
+
+def _fields(corpus: Corpus) -> dict:
+    """Every field of ``corpus``: the array objects and a copy of their values."""
+    from dataclasses import fields
+
+    out = {}
+    for f in fields(corpus):
+        value = getattr(corpus, f.name)
+        copy = {k: np.array(v) for k, v in value.items()} if isinstance(value, dict) else value
+        out[f.name] = (value, np.array(copy) if isinstance(copy, np.ndarray) else copy)
+    return out
+
+
+def _assert_unchanged(corpus: Corpus, before: dict) -> None:
+    for name, (obj, values) in before.items():
+        now = getattr(corpus, name)
+        assert now is obj, f"{name} was rebound"
+        if isinstance(values, np.ndarray):
+            assert now.dtype == values.dtype and np.array_equal(now, values), name
+
+
+def test_check_corpus_returns_a_checked_copy_and_leaves_its_argument_unchanged():
+    from datamask._validation import check_corpus
+
+    corpus = make_clustered(50, 6, 3, seed=2)
+    corpus.features = corpus.features * 3.0  # not unit rows: the check must scale a copy
+    corpus.quality_weights = np.array([2.0])
+    before = _fields(corpus)
+    checked = check_corpus(corpus)
+    _assert_unchanged(corpus, before)
+    assert checked is not corpus
+    np.testing.assert_allclose(np.linalg.norm(checked.features, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(checked.quality_weights, [1.0])
+    assert checked.ids is corpus.ids and checked.source == corpus.source
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_fit_leaves_the_callers_corpus_unchanged(method):
+    corpus = make_clustered(80, 6, 3, seed=5)
+    corpus.features = corpus.features * 2.0
+    before = _fields(corpus)
+    a = _build(method, select_ratio=0.1, seed=0).fit(corpus)
+    _assert_unchanged(corpus, before)
+    b = _build(method, select_ratio=0.1, seed=0).fit(corpus)  # the same rows from the same input
+    np.testing.assert_array_equal(a.selected_, b.selected_)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_check_params_sets_nothing_on_the_selector(method):
+    sel = _build(method, select_ratio=0.1, seed=0)
+    before = dict(vars(sel))
+    sel.check_params()
+    after = vars(sel)
+    assert after.keys() == before.keys()
+    assert all(after[name] is before[name] for name in before)

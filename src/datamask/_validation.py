@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -181,7 +181,9 @@ def unit_rows(feats: np.ndarray, where: str, first_row: int = 0, chunk: int = 81
 
 
 def check_corpus(corpus: Corpus) -> Corpus:
-    """Validate shapes, values and ids; L2-normalise features. Returns the corpus."""
+    """Validate shapes, values and ids. Returns the checked corpus: a new :class:`Corpus`
+    with L2-normalised features and quality weights summing to 1; ``corpus`` itself is
+    never changed (use the return value)."""
     where = corpus.source
     n = len(corpus.ids)
     if n == 0:
@@ -210,14 +212,13 @@ def check_corpus(corpus: Corpus) -> Corpus:
             "drop or fix them before selecting."
         )
     check_unique_ids(corpus.ids, where)
-    corpus.features = np.require(unit_rows(feats, where), requirements=["C", "W"])
+    features = np.require(unit_rows(feats, where), requirements=["C", "W"])
     w = np.asarray(corpus.quality_weights, dtype=np.float64)
     if w.shape != (corpus.quality.shape[1],) or not np.all(np.isfinite(w)) or (w < 0).any():
         raise ValueError(f"quality weights must be non-negative, one per column; got {w}.")
     if w.sum() <= 0:
         raise ValueError(f"quality weights must not all be 0; got {w}.")
-    corpus.quality_weights = w / w.sum()
-    return corpus
+    return replace(corpus, features=features, quality_weights=w / w.sum())
 
 
 # --- parameter constraint tables (scikit-learn's ``_parameter_constraints``) ------------------

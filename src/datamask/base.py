@@ -218,7 +218,7 @@ class Selector:
         sharded run's group step does so; its J is the corpus', not the group's.
         """
         start = self._start = time.perf_counter()
-        self._setup(corpus)
+        corpus = self._setup(corpus)  # the checked copy; the caller's corpus is left as is
         self.history_: list[dict[str, Any]] = []
         self._trace: Any = None  # a greedy's GreedyTrace: its history needs the final J
         selected, scores = self._select(corpus, self.objective_)
@@ -241,16 +241,17 @@ class Selector:
             self.history_ = self._trace.history(self.terms_["J"])
         return self
 
-    def _setup(self, corpus: Corpus) -> Objective:
+    def _setup(self, corpus: Corpus) -> Corpus:
         """Check the parameters and the corpus, resolve k and the device, bind the objective
-        and make the generators. Returns the bound objective."""
+        (``objective_``) and make the generators. Returns the checked corpus (a new object:
+        ``corpus`` is not changed)."""
         self.check_params()
         objective = resolve_objective(
             self.objective, self.algorithm, self.lamb, default_algorithm=self.default_algorithm
         )
         if objective is self.objective:  # fit leaves the caller's objective as given
             objective = _copy_to_bind(objective)
-        check_corpus(corpus)
+        corpus = check_corpus(corpus)
         self.device_ = resolve_device(self.device)
         self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
         self.objective_ = objective.bind(
@@ -263,7 +264,7 @@ class Selector:
             if self.max_similarity is None
             else SimilarityCap(self.objective_.features_, self.max_similarity, capacity=self.k_)
         )
-        return self.objective_
+        return corpus
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         """Return (selected rows, per-row scores, higher = kept first). Each selector's own."""

@@ -22,7 +22,8 @@ class Corpus:
     quality : ndarray of shape (n_docs, n_scores), float64
         Raw quality scores, one column per score.
     features : ndarray of shape (n_docs, dim), float32
-        Embeddings, L2-normalised row-wise by :func:`datamask.check_corpus`.
+        Embeddings; :func:`datamask.check_corpus` returns a copy with them
+        L2-normalised row-wise.
     quality_names : list of str
         Name of each quality column.
     quality_weights : ndarray of shape (n_scores,)

@@ -67,7 +67,8 @@ def against_brute(corpus, table, out: Path):
     "settings",
     [
         {"budget": "group"},
-        {},  # global budget, allocated by gains, with the exchange round
+        # global budget, allocated by gains, with the exchange round, in a pool of two
+        pytest.param({}, marks=pytest.mark.slow),
         {"algorithm": "Pair_simi"},  # the central round (part-global.parquet)
     ],
     ids=["group", "gains", "central"],

@@ -280,6 +280,7 @@ def test_one_group_equals_single_process_learner(shard_dir, tmp_path, ray_runner
     np.testing.assert_array_equal(rows.column("logit").to_numpy(), ref.logits_)
 
 
+@pytest.mark.slow  # the folder runs in the local process pool (one worker per core)
 def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, capsys):
     main = cli_main()
     one = tmp_path / "one"

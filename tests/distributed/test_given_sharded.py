@@ -26,6 +26,9 @@ from datamask.distributed.steps import read_group
 from datamask.io.shards import inspect_shards
 from tests._data import reference_table, write
 
+#: every test here runs a sharded select with the local process pool (or kills a run)
+pytestmark = pytest.mark.slow
+
 LAMB = 0.5
 N_KEPT, N_NEW, DIM = 60, 200, 8
 

@@ -56,7 +56,9 @@ def test_a_bench_that_reads_every_flag_warns_of_none(tmp_path, capsys):
 
 
 def test_the_library_warns_alike_and_the_specs_say_why():
-    spec = BenchSpec(methods=("topk",), disf_reference_batches=2, plots=False, map_points=10)
+    spec = BenchSpec(
+        methods=("topk",), disf_reference_batches=2, plots=False, map_points=10, isolate=False
+    )
     assert spec.ignored() == {
         "disf_reference_batches": "the original DiSF loop is timed beside disf-greedy only, "
         "which is not run",

@@ -405,6 +405,7 @@ def _worker_value(path: str, modules: list[str]) -> float:
     return objective.term_values(np.arange(10))["module_spread"]
 
 
+@pytest.mark.slow  # spawns a process
 def test_term_modules_register_user_terms_in_spawned_processes(tmp_path, monkeypatch):
     pkg = tmp_path / "dm_user_terms"
     pkg.mkdir()

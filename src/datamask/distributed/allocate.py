@@ -253,24 +253,35 @@ def allocate_counts(
         if int(lo.sum()) == k_total:
             return lo
         if a == b:  # one value left: ties go to the lower group, then the earlier pick
-            need = k_total - int(lo.sum())
-            for g in np.flatnonzero(hi > lo):
-                take = min(need, int(hi[g] - lo[g]))
-                lo[g] += take
-                need -= take
-            return lo
+            return _fill_in_group_order(lo, hi, k_total - int(lo.sum()))
         if n_window <= window_max:  # 3. Decide among the few gains left.
-            need = k_total - int(lo.sum())
-            values = np.concatenate([w for _, w in window] or [np.zeros(0)])
-            group = np.concatenate([np.full(len(w), g) for g, w in window] or [np.zeros(0, int)])
-            order = np.concatenate([np.arange(len(w)) for _, w in window] or [np.zeros(0, int)])
-            chosen = np.lexsort((order, group, -values))[:need]
-            lo += np.bincount(group[chosen], minlength=len(sizes)).astype(np.int64)
-            return lo
+            return _take_largest(lo, window, k_total - int(lo.sum()))
         knots = [(np.zeros(0, np.int64), np.zeros(0)) for _ in sizes]
         for g, kn in finer:
             knots[g] = kn
     raise RuntimeError("the allocation did not converge; please report this.")
+
+
+def _fill_in_group_order(lo: np.ndarray, hi: np.ndarray, need: int) -> np.ndarray:
+    """Extend the prefixes ``lo`` (in place, returned) by ``need`` rows of the undecided
+    ranges ``[lo, hi)``, the lower group first: all the gains left there are equal."""
+    for g in np.flatnonzero(hi > lo):
+        take = min(need, int(hi[g] - lo[g]))
+        lo[g] += take
+        need -= take
+    return lo
+
+
+def _take_largest(lo: np.ndarray, window: list[tuple[int, np.ndarray]], need: int) -> np.ndarray:
+    """Extend the prefixes ``lo`` (in place, returned) by the ``need`` largest gains of
+    ``window`` (each undecided group's gains, in order); ties: the lower group, then the
+    earlier pick."""
+    values = np.concatenate([w for _, w in window] or [np.zeros(0)])
+    group = np.concatenate([np.full(len(w), g) for g, w in window] or [np.zeros(0, int)])
+    order = np.concatenate([np.arange(len(w)) for _, w in window] or [np.zeros(0, int)])
+    chosen = np.lexsort((order, group, -values))[:need]
+    lo += np.bincount(group[chosen], minlength=len(lo)).astype(np.int64)
+    return lo
 
 
 def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray:

@@ -57,7 +57,7 @@ class _Pass:
     def walk(self, g: GroupSpec, want: int) -> int:
         """Keep up to ``want`` more rows of group ``g``, best rank first. Returns how many."""
         corpus, ids = read_group(g, self.settings)
-        check_corpus(corpus)  # L2-normalised, as the learner saw them
+        corpus = check_corpus(corpus)  # L2-normalised, as the learner saw them
         table = read_table(
             self.work / "groups" / f"{_group_name(g.gid)}.parquet",
             columns=["rank", "logit", "selected"],

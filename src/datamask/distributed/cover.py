@@ -120,7 +120,7 @@ def _read_unit_rows(
 ) -> tuple[np.ndarray, pa.Array]:
     """The group's unit embeddings and ids as stored."""
     corpus, ids = read_group(spec, settings, quality_range)
-    check_corpus(corpus)  # L2-normalised in place, as the selection saw them
+    corpus = check_corpus(corpus)  # L2-normalised, as the selection saw them
     return corpus.features, ids
 
 

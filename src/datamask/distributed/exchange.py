@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
@@ -189,69 +190,13 @@ def exchange_group(
     bound_heap()
     started = time.perf_counter()
     own = read_table(candidates_path(work_dir, spec.gid))
-    id_col = settings.columns.id_col
     if not neighbors or own.num_rows == 0:  # nothing to re-price: the first order stands
         atomic_write_table(own, out)
         gains = own.column("gain").to_numpy()
         stats = {"gid": spec.gid, "floors": 0, "seconds": {"total": 0.0}}
     else:
-        # 1. The group's rows, and its candidates' positions among them.
-        corpus, ids = read_group(spec, settings, quality_range)
-        check_corpus(corpus)
-        group_floor(corpus, settings, work_dir)  # given KEPT: raise_floor keeps the larger
-        n = corpus.n_docs
-        row_of = {v: i for i, v in enumerate(ids.to_pylist())}
-        rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
-        read_s = time.perf_counter() - started
-        # 2. Floors from the neighbours' kept prefixes (their unit embeddings).
-        kept = []
-        for gid, m in neighbors:
-            if m > 0:
-                t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
-                kept.append(features_matrix(t.column(0)))
-        x = torch.from_numpy(corpus.features)  # unit rows: check_corpus scaled them in place
-        floor = _floors(x, kept)
-        floors_s = time.perf_counter() - started - read_s
-        # 3. The group's objective at the rate it proposed with, coverage above the floor.
-        c = len(rows)
-        fit = group_spec(settings, c, n, *totals)
-        objective = fit.objective.make()
-        saved = facility_term(objective)
-        if saved is not None:  # the graph the group's learner used, when its step saved it
-            saved.graph = _saved_graph(graph_path(work_dir, spec.gid))
-        objective = objective.bind(  # bound as the group's selector bound it
-            corpus,
-            c,
-            resolve_device(settings.selector.device),
-            seed=spec.seed,
-            max_neighbors=SELECTORS[settings.selector.method].max_neighbors,
-        )
-        for _, term in objective.terms:
-            if isinstance(term, FacilityLocation):
-                term.raise_floor(floor)  # builds the graph first
-        graph_s = time.perf_counter() - started - read_s - floors_s
-        order, raw = gain_order(objective, rows)
-        order_s = time.perf_counter() - started - read_s - floors_s - graph_s
-        lamb, lamb_g = settings.objective.lamb, fit.objective.lamb
-        gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
-        logits = np.zeros(n, np.float32)
-        logits[rows] = own.column("logit").to_numpy()
-        atomic_write_table(
-            gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col), out
-        )
-        stats = {
-            "gid": spec.gid,
-            "floors": int((floor > 0).sum()),
-            "mean_floor": float(floor.double().mean()),
-            "graph": "saved" if saved is not None and saved.graph_method_ == "given" else "built",
-            "seconds": {
-                "read": read_s,
-                "floors": floors_s,
-                "graph": graph_s,
-                "order": order_s,
-                "total": time.perf_counter() - started,
-            },
-        }
+        group = (spec, neighbors, quality_range, totals)
+        gains, stats = _reprice(own, group, settings, work_dir, started)
     stats.update(
         gain_knots=[a.tolist() for a in gain_knots(np.asarray(gains, dtype=np.float64))],
         candidates=int(own.num_rows),
@@ -261,6 +206,81 @@ def exchange_group(
     graph_path(work_dir, spec.gid).unlink(missing_ok=True)  # used: the disk goes back
     release_heap()
     return {**stats, "reused": False}
+
+
+def _reprice(
+    own: pa.Table,
+    group: tuple[GroupSpec, list[tuple[int, int]], QualityRange, tuple[int, int]],
+    settings: SelectSpec,
+    work_dir: str | Path,
+    started: float,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """:func:`exchange_group`'s work: re-price the candidates ``own`` (a table) above the
+    floors of the neighbours' kept rows and write them to :func:`exchange_path`.
+    ``group``: the arguments of :func:`exchange_group` that name the group. Returns the
+    gains (in ``J`` units, monotone) and the stats (floors, graph, seconds since
+    ``started``)."""
+    spec, neighbors, quality_range, totals = group
+    out = exchange_path(work_dir, spec.gid)
+    id_col = settings.columns.id_col
+    # 1. The group's rows, and its candidates' positions among them.
+    corpus, ids = read_group(spec, settings, quality_range)
+    corpus = check_corpus(corpus)
+    group_floor(corpus, settings, work_dir)  # given KEPT: raise_floor keeps the larger
+    n = corpus.n_docs
+    row_of = {v: i for i, v in enumerate(ids.to_pylist())}
+    rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
+    read_s = time.perf_counter() - started
+    # 2. Floors from the neighbours' kept prefixes (their unit embeddings).
+    kept = []
+    for gid, m in neighbors:
+        if m > 0:
+            t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
+            kept.append(features_matrix(t.column(0)))
+    x = torch.from_numpy(corpus.features)  # unit rows: the checked corpus
+    floor = _floors(x, kept)
+    floors_s = time.perf_counter() - started - read_s
+    # 3. The group's objective at the rate it proposed with, coverage above the floor.
+    c = len(rows)
+    fit = group_spec(settings, c, n, *totals)
+    objective = fit.objective.make()
+    saved = facility_term(objective)
+    if saved is not None:  # the graph the group's learner used, when its step saved it
+        saved.graph = _saved_graph(graph_path(work_dir, spec.gid))
+    objective = objective.bind(  # bound as the group's selector bound it
+        corpus,
+        c,
+        resolve_device(settings.selector.device),
+        seed=spec.seed,
+        max_neighbors=SELECTORS[settings.selector.method].max_neighbors,
+    )
+    for _, term in objective.terms:
+        if isinstance(term, FacilityLocation):
+            term.raise_floor(floor)  # builds the graph first
+    graph_s = time.perf_counter() - started - read_s - floors_s
+    order, raw = gain_order(objective, rows)
+    order_s = time.perf_counter() - started - read_s - floors_s - graph_s
+    lamb, lamb_g = settings.objective.lamb, fit.objective.lamb
+    gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
+    logits = np.zeros(n, np.float32)
+    logits[rows] = own.column("logit").to_numpy()
+    atomic_write_table(
+        gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col), out
+    )
+    stats = {
+        "gid": spec.gid,
+        "floors": int((floor > 0).sum()),
+        "mean_floor": float(floor.double().mean()),
+        "graph": "saved" if saved is not None and saved.graph_method_ == "given" else "built",
+        "seconds": {
+            "read": read_s,
+            "floors": floors_s,
+            "graph": graph_s,
+            "order": order_s,
+            "total": time.perf_counter() - started,
+        },
+    }
+    return gains, stats
 
 
 def exchange_round(

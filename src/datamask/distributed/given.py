@@ -110,11 +110,9 @@ def prepare_kept(settings: SelectSpec, work_dir: str | Path, given: tuple[Any, A
     started = time.perf_counter()
     cols = settings.columns
     kept = read_given(given[0], cols, selection=given[1])
-    check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
-    ids = pa.array(np.asarray(kept.corpus.ids)[kept.rows])
-    table = pa.table(
-        {cols.id_col: ids, "features": features_column(kept.corpus.features[kept.rows])}
-    )
+    docs = check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
+    ids = pa.array(np.asarray(docs.ids)[kept.rows])
+    table = pa.table({cols.id_col: ids, "features": features_column(docs.features[kept.rows])})
     atomic_write_table(table, kept_path(work_dir))
     stats = {
         "n_docs": kept.n_docs,
@@ -141,13 +139,14 @@ def group_floor(corpus: Corpus, settings: SelectSpec, work_dir: str | Path) -> d
     """Set ``corpus.floor`` to each row's best cosine to KEPT (clipped at 0) when the run
     is given KEPT; returns what the group's stats record (sum, method), else None.
 
-    ``corpus`` is checked (unit rows, in place) first."""
+    The floor is taken between unit rows (``corpus`` checked, not changed: only its
+    ``floor`` is set)."""
     if settings.selector.given is None:
         return None
     started = time.perf_counter()
-    check_corpus(corpus)
+    unit = check_corpus(corpus).features
     kept = torch.from_numpy(features_matrix(kept_table(work_dir).column("features")).copy())
-    floor, _, how = given_floor(torch.from_numpy(corpus.features), kept)
+    floor, _, how = given_floor(torch.from_numpy(unit), kept)
     corpus.floor = floor.numpy().astype(np.float32)
     return {
         "sum": float(floor.double().sum()),

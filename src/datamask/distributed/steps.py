@@ -32,6 +32,7 @@ import pyarrow as pa
 import torch
 
 from .._memory import peak_rss_mb, release_heap
+from .._validation import check_corpus
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write, atomic_write_json
@@ -237,16 +238,14 @@ def select_group(
     # 1. Read only this group's rows (row groups overlapping each piece).
     corpus, ids = read_group(spec, settings, quality_range)
     n = corpus.n_docs
+    if n:  # unit rows: what the fit selects from and the candidates hold
+        corpus = check_corpus(corpus)
     floor = group_floor(corpus, settings, work_dir)  # given KEPT: each row's floor
     read_s = time.perf_counter() - started
 
     # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
-    #    Proposing for an allocated budget: at the corpus' exchange rate, with the gain curve.
-    #    Given KEPT with a budget per group: at the union's rate (as the one-file run).
-    fit_settings = settings if totals is None else group_spec(settings, spec.k, n, *totals)
-    if totals is None and floor is not None and rate is not None and n:
-        fit_settings = group_spec(settings, spec.k, n, *rate)
     #    Not scored exactly: a group's own J is not the corpus' (an n x k pass saved).
+    fit_settings = _group_fit_settings(settings, spec.k, n, totals, floor, rate)
     sel = fit_group(
         corpus,
         spec.k,
@@ -258,51 +257,141 @@ def select_group(
     )
     fit_s = time.perf_counter() - started - read_s
 
-    # 3. Write the group's files atomically (the writer ranks: kept rows first, then by
-    #    score, ties by id), then the marker.
+    # 3. Write the group's files atomically, then the marker.
+    proposal = _write_group(
+        sel, spec, settings, fit_settings, corpus, ids, (work_dir, out_dir), propose, totals
+    )
+    del corpus
+    stats = _group_stats(spec, sel, n, started, read_s, fit_s)
+    if floor is not None:
+        stats["floor"] = floor
+    stats.update(proposal)  # gain_knots and centroid, proposing by gains
+    atomic_write_json(stats, marker)
+    release_heap()  # the worker's next step starts from what it holds, not its peak
+    return {**stats, "reused": False}
+
+
+def _write_group(
+    sel: Selection,
+    spec: GroupSpec,
+    settings: SelectSpec,
+    fit_settings: SelectSpec,
+    corpus: Corpus,
+    ids: pa.Array,
+    dirs: tuple[str | Path, str | Path],
+    propose: bool,
+    totals: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """Write a group's files (the writer ranks: kept rows first, then by score, ties by
+    id): its ranked rows, then its candidates (``propose``) or its part of the result.
+    ``dirs``: the work and output folders. Returns what the stats add (proposing by gains:
+    ``gain_knots`` and ``centroid``; else nothing)."""
+    work_dir, out_dir = dirs
     id_col = settings.columns.id_col
     if not settings.run.selected_only or settings.selector.max_similarity is not None:
         atomic_write_table(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
             storage_path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
         )
-    knots = centroid = None
     if propose and totals is not None:
-        order, gains = sel.meta["gain_order"]
-        logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
-        lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
-        gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
-        # corpus.features are unit rows: the selector's fit checked and scaled them in place
-        table = gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col)
-        atomic_write_table(table, candidates_path(work_dir, spec.gid))
-        graph = sel.meta.pop("neighbor_graph", None)
-        if graph is not None and settings.partition.exchange_neighbors > 0:
-            if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in
-                # place; store max(sim, floor), which the exchange round, binding it with
-                # the same floor, raises back to max(0, sim - floor) (not twice)
-                idx, sim = graph
-                graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
-            save_graph(graph, graph_path(work_dir, spec.gid))
-        knots = [a.tolist() for a in gain_knots(gains)]  # what the allocation reads first
-        centroid = corpus.features.mean(0)  # where the exchange round looks
-    elif propose:
-        extra: dict[str, Any] = {"score": sel.scores}
-        if settings.selector.method not in MODULAR:  # what the global round selects from
-            for j in range(len(settings.columns.quality_cols)):
-                extra[f"quality_{j}"] = corpus.quality[:, j]
-            extra["features"] = features_column(corpus.features)
-            for name in settings.objective.columns:  # the terms' columns, for round 2
-                extra[f"extra_{name}"] = corpus.extra[name]
-        table = selection_table(
-            sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True, extra=extra
-        )
-        atomic_write_table(table, candidates_path(work_dir, spec.gid))
+        return _propose_by_gains(sel, spec, settings, fit_settings, corpus, ids, work_dir, totals)
+    if propose:
+        _propose_candidates(sel, spec, settings, corpus, ids, work_dir)
     else:
         table = selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True)
         atomic_write_table(table, part_path(out_dir, spec.gid))
-    del corpus
+    return {}
+
+
+def _group_fit_settings(
+    settings: SelectSpec,
+    k: int,
+    n: int,
+    totals: tuple[int, int] | None,
+    floor: dict | None,
+    rate: tuple[int, int] | None,
+) -> SelectSpec:
+    """The spec a group is fitted with. Proposing for an allocated budget: at the corpus'
+    exchange rate (``totals``). Given KEPT with a budget per group: at the union's rate
+    ``rate`` (as the one-file run). Otherwise the run's."""
+    if totals is not None:
+        return group_spec(settings, k, n, *totals)
+    if floor is not None and rate is not None and n:
+        return group_spec(settings, k, n, *rate)
+    return settings
+
+
+def _propose_by_gains(
+    sel: Selection,
+    spec: GroupSpec,
+    settings: SelectSpec,
+    fit_settings: SelectSpec,
+    corpus: Corpus,
+    ids: pa.Array,
+    work_dir: str | Path,
+    totals: tuple[int, int],
+) -> dict[str, Any]:
+    """Write the group's candidates in greedy order with their marginal gains in ``J``
+    units, and its neighbour graph for the exchange round. Returns what the stats add:
+    ``gain_knots`` (what the allocation reads first) and ``centroid``."""
+    n = corpus.n_docs
+    order, gains = sel.meta["gain_order"]
+    logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
+    lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
+    gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
+    id_col = settings.columns.id_col
+    # corpus.features are unit rows: checked after the read
+    table = gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col)
+    atomic_write_table(table, candidates_path(work_dir, spec.gid))
+    graph = sel.meta.pop("neighbor_graph", None)
+    if graph is not None and settings.partition.exchange_neighbors > 0:
+        if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in
+            # place; store max(sim, floor), which the exchange round, binding it with
+            # the same floor, raises back to max(0, sim - floor) (not twice)
+            idx, sim = graph
+            graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
+        save_graph(graph, graph_path(work_dir, spec.gid))
+    return {
+        "gain_knots": [a.tolist() for a in gain_knots(gains)],
+        "centroid": corpus.features.mean(0).tolist(),  # where the exchange round looks
+    }
+
+
+def _propose_candidates(
+    sel: Selection,
+    spec: GroupSpec,
+    settings: SelectSpec,
+    corpus: Corpus,
+    ids: pa.Array,
+    work_dir: str | Path,
+) -> None:
+    """Round 1 of a global budget: write the ``spec.k`` candidates with their score (and,
+    for a method that is not modular, raw quality, embedding and the terms' columns, what
+    :func:`select_global` selects from)."""
+    extra: dict[str, Any] = {"score": sel.scores}
+    if settings.selector.method not in MODULAR:
+        for j in range(len(settings.columns.quality_cols)):
+            extra[f"quality_{j}"] = corpus.quality[:, j]
+        extra["features"] = features_column(corpus.features)
+        for name in settings.objective.columns:  # the terms' columns, for round 2
+            extra[f"extra_{name}"] = corpus.extra[name]
+    table = selection_table(
+        sel,
+        id_col=settings.columns.id_col,
+        stored_ids=ids,
+        group=spec.gid,
+        kept_only=True,
+        extra=extra,
+    )
+    atomic_write_table(table, candidates_path(work_dir, spec.gid))
+
+
+def _group_stats(
+    spec: GroupSpec, sel: Selection, n: int, started: float, read_s: float, fit_s: float
+) -> dict[str, Any]:
+    """A group's stats: ids, counts, seconds per phase, throughput and where it ran."""
     total_s = time.perf_counter() - started
-    stats = {
+    return {
         "gid": spec.gid,
         "label": spec.label,
         "n": n,
@@ -317,14 +406,6 @@ def select_group(
         "docs_per_second": n / total_s if total_s > 0 else None,
         **_where_it_ran(sel),
     }
-    if floor is not None:
-        stats["floor"] = floor
-    if knots is not None:
-        stats["gain_knots"] = knots
-        stats["centroid"] = centroid.tolist()
-    atomic_write_json(stats, marker)
-    release_heap()  # the worker's next step starts from what it holds, not its peak
-    return {**stats, "reused": False}
 
 
 def select_global(

@@ -225,14 +225,14 @@ def bench(corpus: Corpus, spec: BenchSpec | None = None, **settings: Any) -> dic
     _score(run)
     result = _tabulate(run)
     if spec.out_dir is not None:
-        result["files"] = write_bench(result, corpus, spec)
+        result["files"] = write_bench(result, run.corpus, spec)
     return result
 
 
 def _start(corpus: Corpus, spec: BenchSpec) -> _Bench:
     """Check the corpus and what the output needs, before any method runs; set the
     threads every method runs with."""
-    check_corpus(corpus)
+    corpus = check_corpus(corpus)  # unit rows for every method, the scores and the figures
     warn_ignored_settings(spec.ignored(), vars(spec), stacklevel=4)  # said, not recorded
     threads = set_threads(spec.threads)
     if spec.plots and spec.out_dir is not None:

@@ -405,6 +405,30 @@ class ShardScan:
 ID_HASH_DTYPE = np.dtype([("hash", "<u8"), ("row", "<i8")])
 
 
+def _check_finite_quality(quality: np.ndarray, names: Sequence[str], where: str) -> None:
+    """Refuse NaN/inf quality scores, naming the column, the first bad row and ``where``."""
+    for j, name in enumerate(names):
+        bad = np.flatnonzero(~np.isfinite(quality[:, j]))
+        if len(bad):
+            raise ValueError(
+                f"{name} has {len(bad)} NaN/inf values (first at row {int(bad[0])} of "
+                f"{where}); drop or fill them before selecting."
+            )
+
+
+def _bucket_hashes(hashes: list[np.ndarray], n_buckets: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A shard's id hashes (one array per batch) with their rows, sorted by bucket
+    (``hash % n_buckets``, stable), and the count in each bucket."""
+    h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+    bucket = (h % np.uint64(n_buckets)).astype(np.int64)
+    order = np.argsort(bucket, kind="stable")
+    table_h = np.empty(len(h), dtype=ID_HASH_DTYPE)
+    table_h["hash"] = h[order]
+    table_h["row"] = order
+    counts = tuple(int(c) for c in np.bincount(bucket, minlength=n_buckets))
+    return table_h, counts
+
+
 def scan_shard(
     index: int,
     path: str,
@@ -447,13 +471,7 @@ def scan_shard(
         whole = row == 0 and n == pf.metadata.num_rows
         where = str(path) if whole else f"{path} (rows {row}-{row + n})"
         ids, quality, feats = arrays_from_table(pa.Table.from_batches([batch]), where, columns)
-        for j, name in enumerate(quality_cols):
-            bad = np.flatnonzero(~np.isfinite(quality[:, j]))
-            if len(bad):
-                raise ValueError(
-                    f"{name} has {len(bad)} NaN/inf values (first at row {int(bad[0])} of "
-                    f"{where}); drop or fill them before selecting."
-                )
+        _check_finite_quality(quality, quality_cols, where)
         if len(quality):
             qmin = np.minimum(qmin, quality.min(axis=0))
             qmax = np.maximum(qmax, quality.max(axis=0))
@@ -470,13 +488,7 @@ def scan_shard(
         row += batch.num_rows
     for j, name in enumerate(quality_cols):
         check_quality_span(np.asarray([qmin[j], qmax[j]]), name, str(path))
-    h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    bucket = (h % np.uint64(n_buckets)).astype(np.int64)
-    order = np.argsort(bucket, kind="stable")
-    table_h = np.empty(len(h), dtype=ID_HASH_DTYPE)
-    table_h["hash"] = h[order]
-    table_h["row"] = order
-    counts = tuple(int(c) for c in np.bincount(bucket, minlength=n_buckets))
+    table_h, counts = _bucket_hashes(hashes, n_buckets)
     return ShardScan(
         index=index,
         path=str(path),

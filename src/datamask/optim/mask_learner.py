@@ -246,17 +246,21 @@ class MaskLearner(Selector):
 
     # ----------------------------------------------------------------------------------------
     def _check_param_rules(self) -> None:
-        """The rules between parameters, and the defaults that depend on the estimator."""
-        reinforce = self.estimator == "reinforce"
-        if reinforce and self.n_rollout < 2:
+        """The rules between parameters (checks only: nothing is set)."""
+        if self.estimator == "reinforce" and self.n_rollout < 2:
             raise ValueError(f"n_rollout must be >= 2 to normalise rewards; got {self.n_rollout}.")
-        self.n_epochs_ = (  # expected: set again in fit, from k
-            self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 100)
-        )
-        self.max_lr_ = self.max_lr if self.max_lr is not None else (10.0 if reinforce else 0.5)
-        self.min_lr_ = self.min_lr if self.min_lr is not None else (1.0 if reinforce else 0.02)
-        if self.min_lr_ > self.max_lr_:
-            raise ValueError(f"min_lr ({self.min_lr_}) must not exceed max_lr ({self.max_lr_}).")
+        _, max_lr, min_lr = self._schedule()
+        if min_lr > max_lr:
+            raise ValueError(f"min_lr ({min_lr}) must not exceed max_lr ({max_lr}).")
+
+    def _schedule(self) -> tuple[int, float, float]:
+        """``(n_epochs, max_lr, min_lr)`` with the defaults that depend on the estimator
+        (``expected`` without ``n_epochs``: fit sets the steps from k instead)."""
+        reinforce = self.estimator == "reinforce"
+        n_epochs = self.n_epochs if self.n_epochs is not None else (5000 if reinforce else 100)
+        max_lr = self.max_lr if self.max_lr is not None else (10.0 if reinforce else 0.5)
+        min_lr = self.min_lr if self.min_lr is not None else (1.0 if reinforce else 0.02)
+        return n_epochs, max_lr, min_lr
 
     def _lr(self, step: int) -> float:
         frac = step / max(self.n_epochs_ - 1, 1)
@@ -275,6 +279,7 @@ class MaskLearner(Selector):
     # ----------------------------------------------------------------------------------------
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         """Learn the logits on ``corpus``, round their top k. Returns (rows, scores)."""
+        self.n_epochs_, self.max_lr_, self.min_lr_ = self._schedule()
         if self.n_epochs is None and self.estimator == "expected":
             self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 4)))
         theta = self._init_logits(self.objective_.quality_)

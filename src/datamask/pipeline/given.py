@@ -178,17 +178,18 @@ def given_floor(
 
 def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any]:
     """Check ``--given`` against the input, put both on one quality scale and set the
-    input's floor (in place on ``corpus`` and ``given.corpus``). Returns what the summary
-    records: counts, the floor's method, mean and seconds, the quality scale, and
-    ``floor_index`` (the row of ``given.corpus`` giving each floor; not JSON)."""
+    input's floor. A preparation, in place: ``corpus`` gets the checked unit rows, the
+    scale and the floor; ``given.corpus`` becomes its checked copy with the scale.
+    Returns what the summary records: counts, the floor's method, mean and seconds, the
+    quality scale, and ``floor_index`` (the row of ``given.corpus`` giving each floor; not JSON)."""
     started = time.perf_counter()
-    docs = given.corpus
-    check_corpus(docs)  # NaN, empty, duplicate ids inside --given; unit rows
-    check_corpus(corpus)
+    docs = check_corpus(given.corpus)  # NaN, empty, duplicate ids inside --given; unit rows
+    corpus.features = check_corpus(corpus).features
     _check_pair(corpus, docs, id_col)
     q = np.concatenate([docs.quality, corpus.quality])
     scale = (q.min(axis=0), q.max(axis=0))
-    corpus.quality_range = docs.quality_range = scale
+    given.corpus = replace(docs, quality_range=scale)
+    corpus.quality_range = scale
     new = torch.from_numpy(corpus.features)
     floor, index, how = given_floor(new, given.kept_features())
     index = torch.where(index >= 0, torch.from_numpy(given.rows)[index.clamp_min(0)], -1)

@@ -154,13 +154,13 @@ def fit_group(
         (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
         counts and times) and ``graph``.
     """
+    if cover:  # checked once, here: the fit reads these unit rows and the cover too
+        corpus = check_corpus(corpus)  # a copy; the caller's corpus is unchanged
     sel, objective = _fit(
         corpus, k, spec, seed, stored_ids, progress, describe_graph, gain_curve, evaluate
     )
     if cover:
         started = time.perf_counter()
-        if objective is None:  # no selector ran: its fit did not scale the rows
-            check_corpus(corpus)
         sel.meta["cover"] = cover_rows(corpus, sel.selected, objective, cover_floor)
         sel.meta.setdefault("seconds", {})["cover"] = time.perf_counter() - started
     return sel
@@ -179,9 +179,8 @@ def _all_or_none(
     scores = np.zeros(n)
     selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
     if gain_curve:  # every row is kept; the order still prices them
-        check_corpus(corpus)
         objective = spec.objective.make().bind(
-            corpus,
+            check_corpus(corpus),
             len(selected),
             resolve_device(spec.selector.device),
             seed=spec.selector.seed if seed is None else seed,
@@ -219,7 +218,7 @@ def _fit(
         "graph": None,
     }
     if stored_ids is not None and SELECTORS[method].modular:
-        check_corpus(corpus)  # the same checks and scaling as a selector's fit
+        corpus = check_corpus(corpus)  # the same checks and scaling as a selector's fit
         k = k_from_ratio(spec.selector.select_ratio, n) if k is None else int(k)
         scores = modular_scores(corpus, stored_ids, spec)
         selected = np.sort(rank_order(scores, corpus.ids)[:k])
