@@ -11,7 +11,7 @@ whose default moved by design is passed explicitly: the column names (issue 21 r
 them from a preset), ``--partition`` (issue 18 made k-means groups the default) and
 ``--select-ratio``. It then compares the kept id sets. Where they differ, both sets are
 scored by one evaluator, the after tree's
-:func:`datamask.evaluate.report.evaluate_selection` with the run's objective (its
+:func:`datamask.evaluate.scores.evaluate_selection` with the run's objective (its
 ``--algorithm`` and ``--lamb``), so J before and J after are measured alike; the overlap
 is the number of kept ids in common.
 
@@ -146,7 +146,7 @@ SCORER = r"""
 import json, sys
 import numpy as np
 from datamask.columns import Columns
-from datamask.evaluate.report import evaluate_selection
+from datamask.evaluate.scores import evaluate_selection
 from datamask.io.parquet import read_corpus
 
 job = json.load(open(sys.argv[1]))

@@ -16,7 +16,7 @@ import json
 from .._device import set_threads
 from ..evaluate.evaluate_run import evaluate_file, evaluation_path
 from ..evaluate.evaluate_spec import EvaluateSpec
-from ..evaluate.report import format_report
+from ..evaluate.scores import format_report
 from ..settings import section_settings
 from .args import add_column_arguments, add_flag, add_objective_arguments, add_threads_argument
 from .common import add_trust_argument, columns_from_args

@@ -15,7 +15,7 @@ from .bench import (
 from .browse import ReportSpec, build_report, render_html, write_report
 from .evaluate_run import evaluate_file
 from .evaluate_spec import EvaluateSpec
-from .report import (
+from .scores import (
     evaluate_selection,
     facility_coverage,
     format_report,

@@ -51,7 +51,7 @@ from ..settings import warn_ignored_settings
 from .bench_spec import DEFAULT_METHODS, REFERENCE, BenchSpec, method_spec
 from .bench_table import YARDSTICK, add_ratios, format_markdown, machine, write_bench
 from .redundancy import redundancy
-from .report import evaluate_selection
+from .scores import evaluate_selection
 
 __all__ = [
     "DEFAULT_METHODS",

@@ -51,9 +51,9 @@ from ..io.shards import inspect_shards
 from ..io.text import is_text_type, lengths_from_arrow, text_array
 from .page import REPORT_SECTIONS, render_html, write_report
 from .plots import project_2d, require_matplotlib
-from .report import LENGTH_COLUMNS
 from .report_run import ReportRun, first_pass, second_pass, topics_and_duplicates
 from .report_spec import REPORT_CONSTRAINTS, ReportSpec
+from .scores import LENGTH_COLUMNS
 from .topics import topic_words
 
 __all__ = [

@@ -26,7 +26,7 @@ from ..io.provenance import selection_record, verify_selection_file, warn_trust_
 from ..io.selection import SELECTION_FILES, read_selection
 from ..pipeline.given import evaluate_given, read_given
 from .evaluate_spec import EvaluateSpec
-from .report import LENGTH_COLUMNS, evaluate_selection
+from .scores import LENGTH_COLUMNS, evaluate_selection
 
 __all__ = ["EvaluateRun", "evaluate_file", "evaluation_path", "read_scored_corpus"]
 
@@ -79,7 +79,7 @@ def evaluate_file(
     Returns
     -------
     dict
-        :func:`~datamask.evaluate.report.evaluate_selection`'s report, with ``selection``,
+        :func:`~datamask.evaluate.scores.evaluate_selection`'s report, with ``selection``,
         ``given`` (when set) and ``provenance`` (``trusted``, ``verified_files``).
     """
     if spec is not None and settings:
