@@ -2,7 +2,7 @@
 selection -> Curator's removal -> write.
 
     pip install torch==2.13.0 -e ".[curator]"
-    python examples/curator/curator_pipeline.py --input ../shared/data/demo_docs.parquet \\
+    python examples/curator/curator_pipeline.py --input examples/demo/demo_docs.parquet \\
         --work out/curator --select-ratio 0.1
 
 1. The corpus: ``--input`` split into ``--shards`` parquet files (``WORK/raw/``), as a
@@ -57,11 +57,12 @@ class PreEmbedded(ProcessingStage[DocumentBatch, DocumentBatch]):
     ``fineweb-edu-score-float``, the column of Curator's FineWeb-Edu classifier."""
 
     name: str = "pre_embedded"
+    embedding_field: str = "embedding"
 
     def process(self, task: DocumentBatch) -> DocumentBatch:
         df = task.to_pandas()
-        matrix = np.stack(df["embedding"].to_numpy()).astype(np.float32)
-        df = df.drop(columns=["embedding"]).assign(
+        matrix = np.stack(df[self.embedding_field].to_numpy()).astype(np.float32)
+        df = df.drop(columns=[self.embedding_field]).assign(
             embeddings=matrix.tolist(),
             **{"fineweb-edu-score-float": df["quality_score"].astype("float32")},
         )
@@ -82,11 +83,11 @@ def split_corpus(source: Path, folder: Path, shards: int) -> int:
     return table.num_rows
 
 
-def write_embeddings(raw: Path, out: Path, id_field: str) -> None:
+def write_embeddings(raw: Path, out: Path, id_field: str, embedding_field: str) -> None:
     """Step 2: a Curator pipeline writes the embedding files with its own writer."""
     pipeline = Pipeline(name="embed", description="pre-embedded documents, Curator's layout")
     pipeline.add_stage(ParquetReader(file_paths=str(raw), files_per_partition=1))
-    pipeline.add_stage(PreEmbedded())
+    pipeline.add_stage(PreEmbedded(embedding_field=embedding_field))
     fields = [id_field, "embeddings", "fineweb-edu-score-float"]
     pipeline.add_stage(ParquetWriter(path=str(out), fields=fields))
     pipeline.run(RayDataExecutor())
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> dict:
     n = split_corpus(Path(args.input), work / "raw", args.shards)
     cluster = nullcontext() if os.environ.get("RAY_ADDRESS") else local_ray_cluster(args.cpus)
     with cluster:
-        write_embeddings(work / "raw", work / "embeddings", args.id_field)
+        write_embeddings(work / "raw", work / "embeddings", args.id_field, args.embedding_field)
         selection = DatamaskSelectionWorkflow(
             input_path=str(work / "embeddings"), output_path=str(work / "datamask"),
             id_field=args.id_field, select_ratio=args.select_ratio, seed=args.seed,
@@ -129,15 +130,18 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    default_input = Path(__file__).resolve().parents[2].parent / "shared/data/demo_docs.parquet"
+    default_input = Path(__file__).resolve().parents[1] / "demo" / "demo_docs.parquet"
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", default=str(default_input), help="parquet: id, text, "
-                        "quality_score, embedding (default: the shared demo)")  # fmt: skip
+    parser.add_argument("--input", default=str(default_input),
+                        help="parquet: an id, text, quality_score and an embedding column "
+                        "(default: the shipped demo)")  # fmt: skip
     parser.add_argument("--work", default="out/curator", help="output folder (replaced)")
     parser.add_argument("--shards", type=int, default=4, help="raw shards (default 4)")
     parser.add_argument("--select-ratio", type=float, default=0.1, help="default 0.1")
     parser.add_argument("--seed", type=int, default=0, help="default 0")
-    parser.add_argument("--id-field", default="id", help="id column (default id)")
+    parser.add_argument("--id-field", default="chunk_id", help="id column (default chunk_id)")
+    parser.add_argument("--embedding-field", default="feature_arr",
+                        help="the input's embedding column (default feature_arr)")  # fmt: skip
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 1,
                         help="CPUs of the local Ray and steps at once (default: all)")  # fmt: skip
     args = parser.parse_args(argv)

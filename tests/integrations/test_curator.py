@@ -18,10 +18,9 @@ pytest.importorskip("nemo_curator")
 
 import datamask  # noqa: E402
 from datamask.io.keep import read_selected_ids  # noqa: E402
-from tests._data import ROOT  # noqa: E402
+from tests._data import ROOT, SHIPPED_DEMO  # noqa: E402
 
 SRC = str(Path(datamask.__file__).resolve().parents[1])  # this checkout, for every worker
-SHARED_DEMO = ROOT.parent / "shared" / "data" / "demo_docs.parquet"
 EXAMPLE_DIR = ROOT / "examples" / "curator"  # curator_pipeline.py: PreEmbedded, the example
 N_SHARDS = 4
 
@@ -35,13 +34,11 @@ def test_example_pipeline_equals_datamask_select(tmp_path):
     ``datamask select``'s on the same files and seed, and exactly it was kept."""
     from datamask.cli import main
 
-    if not SHARED_DEMO.exists():
-        pytest.skip(f"{SHARED_DEMO} not present")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and not k.startswith("RAY_")}
     env["PYTHONPATH"] = os.pathsep.join([SRC, str(EXAMPLE_DIR)])
     work = tmp_path / "work"
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLE_DIR / "curator_pipeline.py"), "--input", str(SHARED_DEMO),
+        [sys.executable, str(EXAMPLE_DIR / "curator_pipeline.py"), "--input", str(SHIPPED_DEMO),
          "--work", str(work), "--cpus", "2", "--shards", str(N_SHARDS)],
         capture_output=True, text=True, env=env, timeout=580, cwd=tmp_path,
     )  # fmt: skip
@@ -56,37 +53,34 @@ def test_example_pipeline_equals_datamask_select(tmp_path):
     assert len(files) == N_SHARDS
     schema = pq.read_schema(files[0])
     assert pa.types.is_list(schema.field("embeddings").type)
-    cols = datamask.Columns(preset="curator").resolve(schema.names)
-    assert (cols.id_col, cols.quality_cols, cols.feature_col) == (
-        "id", ("fineweb-edu-score-float",), "embeddings"
-    )
+    cols = datamask.Columns(preset="curator", id_col="chunk_id").resolve(schema.names)
+    assert (cols.quality_cols, cols.feature_col) == (("fineweb-edu-score-float",), "embeddings")
 
     # The workflow's selection is the CLI's on the same files with the same seed.
     cli_out = tmp_path / "cli"
     argv = ["select", "--input", str(emb), "--output", str(cli_out), "--preset", "curator",
-            "--select-ratio", "0.1", "--seed", "0", "--workers", "2", "--no-progress"]  # fmt: skip
+            "--id-col", "chunk_id", "--select-ratio", "0.1", "--seed", "0", "--workers", "2",
+            "--no-progress"]  # fmt: skip
     assert main(argv) == 0
-    expected = np.sort(read_selected_ids(cli_out, "id").to_numpy(zero_copy_only=False))
-    got = np.sort(
-        read_selected_ids(work / "datamask" / "selection", "id").to_numpy(zero_copy_only=False)
-    )
-    assert len(expected) == round(0.1 * 2077)
+    expected = np.sort(read_selected_ids(cli_out, "chunk_id").to_numpy(zero_copy_only=False))
+    got = np.sort(read_selected_ids(work / "datamask" / "selection", "chunk_id").to_numpy(False))
+    assert len(expected) == round(0.1 * 3000)
     np.testing.assert_array_equal(got, expected)
 
     # The ids to remove: every other id, one `id` column; Curator kept exactly the selection.
     parts = sorted((work / "datamask" / "ids_to_remove").glob("part.*.parquet"))
     removed = pa.concat_tables([pq.read_table(p) for p in parts])
     assert removed.column_names == ["id"]
-    all_ids = pq.read_table(emb, columns=["id"]).column("id").to_numpy(zero_copy_only=False)
+    all_ids = pq.read_table(emb, columns=["chunk_id"]).column("chunk_id").to_numpy(False)
     np.testing.assert_array_equal(
         np.sort(removed.column("id").to_numpy(zero_copy_only=False)),
         np.setdiff1d(all_ids, expected),
     )
     kept = pq.read_table(work / "kept")
     np.testing.assert_array_equal(
-        np.sort(kept.column("id").to_numpy(zero_copy_only=False)), expected
+        np.sort(kept.column("chunk_id").to_numpy(zero_copy_only=False)), expected
     )
-    assert {"id", "text", "quality_score"} <= set(kept.column_names)  # every column kept
+    assert {"chunk_id", "text", "quality_score"} <= set(kept.column_names)  # every column kept
 
 
 def test_bad_arguments_are_refused_at_the_door(tmp_path):
