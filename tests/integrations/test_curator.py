@@ -92,6 +92,11 @@ def test_bad_arguments_are_refused_at_the_door(tmp_path):
         DatamaskSelectionWorkflow(str(tmp_path), str(tmp_path / "o"))
     with pytest.raises(TypeError, match="executor must be a Curator executor .* got LocalRunner"):
         CuratorRunner(datamask.distributed.LocalRunner())
+    from nemo_curator.backends.xenna import XennaExecutor
+
+    for bad in (0, 2.0, True):  # the one check of every runner (executors.check_workers)
+        with pytest.raises(ValueError, match=f"workers must be a positive integer; got {bad}"):
+            CuratorRunner(XennaExecutor(), workers=bad)
     wf = DatamaskSelectionWorkflow(
         str(tmp_path), str(tmp_path / "o"), k=5, quality_fields="q", lamb=0.3, method="topk"
     )

@@ -18,7 +18,14 @@ from tqdm.auto import tqdm
 from .._device import set_threads
 from .lifecycle import abort_pool, worker_init
 
-__all__ = ["LocalRunner", "Runner", "available_cpus", "group_memory_bytes", "progress_map"]
+__all__ = [
+    "LocalRunner",
+    "Runner",
+    "available_cpus",
+    "check_workers",
+    "group_memory_bytes",
+    "progress_map",
+]
 
 #: What a group step holds besides its rows: the interpreter, torch, pyarrow (measured:
 #: about 450 MB for a 4,000-row 64-d group, ``benchmarks/scale`` at 100k x 64).
@@ -36,6 +43,13 @@ def group_memory_bytes(n_rows: int, width: int) -> int:
     take, for a scheduler's ``memory=`` request: ``GROUP_MEMORY_BASE +
     GROUP_BYTES_PER_VALUE * n_rows * width``."""
     return int(GROUP_MEMORY_BASE + GROUP_BYTES_PER_VALUE * n_rows * width)
+
+
+def check_workers(workers: Any) -> int:
+    """``workers`` checked to be an int >= 1: the one check every runner makes."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+    return workers
 
 
 # --- runners ---------------------------------------------------------------------------------
@@ -103,9 +117,7 @@ class LocalRunner:
     name = "local"
 
     def __init__(self, workers: int = 1) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a positive integer; got {workers!r}.")
-        self.workers = workers
+        self.workers = check_workers(workers)
         self._pool: Any = None
 
     def map(

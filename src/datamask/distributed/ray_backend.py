@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ..io.fs import storage_env
-from .executors import LocalRunner, available_cpus
+from .executors import LocalRunner, available_cpus, check_workers
 
 __all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S", "MAX_RETRIES"]
 
@@ -140,10 +140,8 @@ class RayRunner:
         ray = import_ray()
         self._ray = ray
         self._started = False
-        if workers is not None and (
-            isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
-        ):
-            raise ValueError(f"workers must be a positive integer; got {workers!r}.")
+        if workers is not None:
+            check_workers(workers)
         if gpus_per_task is not None and not 0 < gpus_per_task <= 1:
             raise ValueError(f"gpus_per_task must be in (0, 1]; got {gpus_per_task!r}.")
         if address and not ray.is_initialized():

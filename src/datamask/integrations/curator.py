@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 from .._device import set_threads
 from ..api import select
 from ..apply.write import _write_removed_ids
-from ..distributed.executors import available_cpus
+from ..distributed.executors import available_cpus, check_workers
 from ..io.fs import resolve
 from ..io.parquet import read_table
 
@@ -150,10 +150,8 @@ class CuratorRunner:
                 "executor must be a Curator executor (nemo_curator.backends: XennaExecutor, "
                 f"RayDataExecutor, RayActorPoolExecutor); got {type(executor).__name__}."
             )
-        if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-            raise ValueError(f"workers must be a positive integer; got {workers!r}.")
         self.executor = executor
-        self.workers = int(workers) if workers is not None else available_cpus()
+        self.workers = check_workers(workers) if workers is not None else available_cpus()
         #: Per map call: the step's name, tasks, and seconds (pipeline start to results).
         self.calls: list[dict[str, Any]] = []
 
