@@ -156,9 +156,7 @@ def _remote(place: Any) -> bool:
         return False
 
 
-def _in_place(
-    source: Any, output: Any, work_dir: Any, shards: bool | None, *given: Any
-) -> bool:
+def _in_place(source: Any, output: Any, work_dir: Any, shards: bool | None, *given: Any) -> bool:
     """A sharded run with an ``s3://`` or ``gs://`` input, output or work dir (and a local
     or no ``--given``): its steps read and write the URIs themselves, wherever they run;
     nothing of the input or the work dir is staged on the driver."""
@@ -409,9 +407,7 @@ def _file_summary(
     }
 
 
-def _file_provenance(
-    source: str, names: list[str], spec: SelectSpec, kept: Any
-) -> dict[str, Any]:
+def _file_provenance(source: str, names: list[str], spec: SelectSpec, kept: Any) -> dict[str, Any]:
     """What ``apply`` and ``evaluate`` check their input against: the input's fingerprints
     (and ``--given``'s files, recorded like the input)."""
     columns = [c for c in spec.read_columns if c in names]

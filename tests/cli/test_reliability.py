@@ -246,9 +246,7 @@ def _width_case(partition: str) -> Callable[[Path], tuple[list, str]]:
         argv = ["select", "--input", root, "--output", t / "out", "--runner", "local"]
         # --chunk-size only where the partition reads it (else a warning line, issue 34)
         size = [] if partition == "shard" else ["--chunk-size", "150"]
-        return [*argv, "--partition", partition, *size, *FAST], (
-            "embedding width 12 in"
-        )
+        return [*argv, "--partition", partition, *size, *FAST], ("embedding width 12 in")
 
     return case
 

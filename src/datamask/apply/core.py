@@ -272,8 +272,7 @@ def _check_state(run: _ApplyRun) -> None:
     previous = _read_json(state_loc)
     if state_loc.is_file() and previous is None:
         raise ValueError(
-            f"{state_loc.uri} is not readable JSON; delete {out.uri} (or that file) to "
-            "apply again."
+            f"{state_loc.uri} is not readable JSON; delete {out.uri} (or that file) to apply again."
         )
     if previous is not None and "input" not in previous:  # written before inputs were
         previous = {**previous, "input": state["input"]}  # recorded: each marker checks

@@ -298,9 +298,7 @@ def _ignored_record(spec: BenchSpec) -> dict[str, Any]:
     if not ignored:
         return {}
     values = vars(spec)
-    return {
-        "ignored_settings": {k: {"value": values[k], "why": why} for k, why in ignored.items()}
-    }
+    return {"ignored_settings": {k: {"value": values[k], "why": why} for k, why in ignored.items()}}
 
 
 def _tabulate(run: _Bench) -> dict[str, Any]:

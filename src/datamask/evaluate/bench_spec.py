@@ -132,9 +132,7 @@ class BenchSpec:
     map_method: str = setting_field(
         "pca", (Options(str, ("pca", "tsne")),), "projection of the 2-D map", needs=_drawn
     )
-    map_points: int = setting_field(
-        3000, (_COUNT,), "documents drawn on the map", needs=_drawn
-    )
+    map_points: int = setting_field(3000, (_COUNT,), "documents drawn on the map", needs=_drawn)
     title: str | None = setting_field(None, (str, None), "markdown heading")
     progress: bool = setting_field(True, (bool,), "print one line per finished method")
     dup_thresholds: tuple[float, ...] = shared_field(DuplicateSettings, "dup_thresholds")
@@ -332,9 +330,7 @@ class SyntheticSpec:
         "generate N clustered documents (datamask.make_clustered) instead",
     )
     dim: int = setting_field(384, (_COUNT,), "--synthetic width", needs=_synthetic_only)
-    clusters: int = setting_field(
-        50, (_COUNT,), "--synthetic cluster count", needs=_synthetic_only
-    )
+    clusters: int = setting_field(50, (_COUNT,), "--synthetic cluster count", needs=_synthetic_only)
     data_seed: int = setting_field(
         0,
         (Interval(int, 0, None, closed="left"),),

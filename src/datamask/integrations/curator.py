@@ -347,8 +347,7 @@ class DatamaskSelectionWorkflow(WorkflowBase):
         for stale in out.glob("part.*.parquet") if out.is_dir() else []:
             stale.delete()  # a rerun with fewer groups leaves no stale part
         jobs = [
-            (p.uri, self.id_field, out.join(f"part.{g}.parquet").uri)
-            for g, p in enumerate(parts)
+            (p.uri, self.id_field, out.join(f"part.{g}.parquet").uri) for g, p in enumerate(parts)
         ]
         return sum(runner.map(_removal_ids_step, jobs))
 
@@ -399,4 +398,3 @@ def local_ray_cluster(num_cpus: int = 2, *, dashboard: bool = True) -> Iterator[
             else:
                 os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
-
