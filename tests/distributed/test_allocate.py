@@ -23,6 +23,7 @@ from datamask.distributed.allocate import (
     saturated,
 )
 from datamask.greedy.lazy import gain_order
+from datamask.pipeline.step import fit_group
 from tests._data import reference_table, write
 
 
@@ -79,6 +80,19 @@ def test_gain_order_is_greedy_on_the_rows_with_exact_gains():
         assert gains[t] == pytest.approx(want, rel=1e-5, abs=1e-7)
         picked.append(best)
     assert np.all(np.diff(gains) <= 1e-7)  # submodular: the curve does not rise
+
+
+def test_a_group_that_keeps_nothing_has_an_empty_gain_curve():
+    """k = 0 with the gain curve (a small group's share rounds to nothing) once crashed in
+    torch.cat over no rows; its curve is empty and the group proposes nothing."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((30, 6))
+    corpus = _corpus(x / np.linalg.norm(x, axis=1, keepdims=True), rng.random(30))
+    spec = SelectSpec.from_mapping({"select_ratio": 0.1, "n_neighbors": 8})
+    sel = fit_group(corpus, 0, spec, gain_curve=True)
+    order, gains = sel.meta["gain_order"]
+    assert len(sel.selected) == 0 and order.shape == (0,) and gains.shape == (0,)
+    assert order.dtype == np.int64 and gains.dtype == np.float64
 
 
 def test_gains_in_j_units_sum_to_the_groups_share_of_corpus_j():

@@ -124,6 +124,8 @@ def gain_order(
     sharded run allocates its budget with. Ties go to the lower row.
     """
     pool = np.sort(np.asarray(rows, dtype=np.int64))  # ascending: ties to the lower row
+    if not len(pool):  # a group that keeps nothing has an empty curve
+        return pool, np.zeros(0, dtype=np.float64)
     rows_t = torch.as_tensor(pool, device=objective.device_)
     state = objective.init_state(graph=True)
     objective.build_graphs()
