@@ -36,6 +36,7 @@ from .objectives.registry import TERMS, import_term_modules
 from .selectors import SELECTORS
 from .settings import (
     Setting,
+    as_names,
     check_setting,
     ignored_fields,
     own_defaults,
@@ -151,10 +152,23 @@ class ObjectiveSpec:
         """The objective of flat settings (``algorithm``, ``lamb``, ``term_modules``, the
         terms' parameters; other keys and None are left out), checked as ``select`` checks
         them (``term_modules`` imported first, so user terms' keys are known)."""
-        import_term_modules(_module_names(values.get("term_modules")))
+        import_term_modules(as_names(values.get("term_modules")))
         keys = cls.flat_keys()
         flat = {k: v for k, v in values.items() if k in keys and v is not None}
         return SelectSpec.from_mapping(flat, where=where).objective
+
+    @classmethod
+    def given_or_flat(
+        cls, values: Mapping[str, Any], other: Mapping[str, Any], where: str
+    ) -> ObjectiveSpec:
+        """``values["objective"]`` when given, else the objective of the flat keys in
+        ``other`` (:meth:`from_mapping`); both at once is refused."""
+        flat = sorted(cls.flat_keys() & set(other))
+        if "objective" in values and flat:
+            raise ValueError(f"give the objective either as objective= or as {flat}, not both.")
+        if "objective" in values:
+            return values["objective"]
+        return cls.from_mapping(other, where=where)
 
 
 @dataclass(frozen=True)
@@ -361,14 +375,6 @@ def _all_settings() -> dict[str, tuple[str, Setting]]:
     return table
 
 
-def _module_names(value: Any) -> tuple:
-    """``term_modules`` as names to import first: one name or several; anything else as
-    none (its setting's check then names what it got)."""
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value) if isinstance(value, list | tuple) else ()
-
-
 def check_settings(
     values: Mapping[str, Any], *, where: str = "settings"
 ) -> dict[str, tuple[str, Any]]:
@@ -380,7 +386,7 @@ def check_settings(
     Errors name the key and ``where``: ``seed in config file 'run.yaml' must be ...``.
     """
     values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-    import_term_modules(_module_names(values.get("term_modules")))
+    import_term_modules(as_names(values.get("term_modules")))
     values = split_quality(values)
     table = _all_settings()
     unknown = sorted(set(values) - set(table) - {"quality_weights"})

@@ -33,6 +33,7 @@ from ._validation import Interval, Options, setting_field, validate_params
 __all__ = [
     "SHARED_PARAMS",
     "Setting",
+    "as_names",
     "check_fields",
     "flat_values",
     "check_setting",
@@ -260,3 +261,11 @@ def warn_ignored_settings(
             UserWarning,
             stacklevel=stacklevel,
         )
+
+
+def as_names(value: Any) -> tuple:
+    """One name or several (``term_modules``, ``methods``) as a tuple; anything else as no
+    names (the setting's own check then names what it got)."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list | tuple) else ()

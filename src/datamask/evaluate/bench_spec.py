@@ -39,6 +39,7 @@ from ..data import Corpus
 from ..objectives.registry import import_term_modules
 from ..selectors import SELECTORS
 from ..settings import (
+    as_names,
     check_fields,
     ignored_fields,
     section_settings,
@@ -204,14 +205,15 @@ class BenchSpec:
         disf-greedy's batch size alone. Unknown keys raise a ValueError naming them.
         """
         values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-        import_term_modules(_names(values.get("term_modules", ())))
+        import_term_modules(as_names(values.get("term_modules", ())))
         unknown = sorted(set(values) - set(cls.flat_keys()))
         if unknown:
             raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {cls.flat_keys()}.")
         own = {f.name for f in fields(cls)}
-        objective = _objective(values, {k: v for k, v in values.items() if k not in own}, where)
+        rest = {k: v for k, v in values.items() if k not in own}
+        objective = ObjectiveSpec.given_or_flat(values, rest, where)
         kept = {k: v for k, v in values.items() if k in own and k != "method_params"}
-        methods = tuple(_names(kept.get("methods", DEFAULT_METHODS)))
+        methods = tuple(as_names(kept.get("methods", DEFAULT_METHODS)))
         params = _method_params(methods, values)
         return cls(**{**kept, "objective": objective, "method_params": params})
 
@@ -229,14 +231,6 @@ def method_spec(objective: ObjectiveSpec, method: str, params: dict[str, Any]) -
     return SelectSpec(objective=objective, selector=selector, partition=one_group).check()
 
 
-def _names(value: Any) -> tuple:
-    """One name or several as a tuple; anything else as no names (the field's own check
-    then names what it got)."""
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value) if isinstance(value, list | tuple) else ()
-
-
 def _held(params: Any) -> tuple:
     """``{method: {key: value}}`` (or its pairs) as nested pairs, in their order."""
     items = params.items() if isinstance(params, Mapping) else params
@@ -249,16 +243,6 @@ def _held(params: Any) -> tuple:
         pairs = own.items() if isinstance(own, Mapping) else own
         out.append((method, tuple((str(k), v) for k, v in pairs)))
     return tuple(out)
-
-
-def _objective(values: dict[str, Any], other: dict[str, Any], where: str) -> ObjectiveSpec:
-    """``objective=`` or the objective's flat keys (checked as ``select`` checks them)."""
-    flat = sorted(ObjectiveSpec.flat_keys() & set(other))
-    if "objective" in values and flat:
-        raise ValueError(f"give the objective either as objective= or as {flat}, not both.")
-    if "objective" in values:
-        return values["objective"]
-    return ObjectiveSpec.from_mapping(other, where=where)
 
 
 def _method_params(methods: tuple, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -274,7 +258,7 @@ def _method_params(methods: tuple, values: dict[str, Any]) -> dict[str, dict[str
                 found.setdefault(method, {})[opt.name] = values[opt.name]
     if "disf_batch_size" in values:
         found.setdefault("disf-greedy", {})["batch_size"] = values["disf_batch_size"]
-    for item in _names(values.get("param", ())):
+    for item in as_names(values.get("param", ())):
         method, name, value = parse_method_param(item)
         found.setdefault(method, {})[name] = value
     for method, own in found.items():

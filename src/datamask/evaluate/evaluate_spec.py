@@ -29,8 +29,7 @@ from ..columns import Columns
 from ..config import ObjectiveSpec, SelectorSpec
 from ..io.input_settings import InputSettings
 from ..objectives.registry import import_term_modules
-from ..settings import check_fields, flat_values, shared_field
-from .bench_spec import _names, _objective
+from ..settings import as_names, check_fields, flat_values, shared_field
 from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = ["EvaluateSpec"]
@@ -77,11 +76,11 @@ class EvaluateSpec:
         ``lamb``, ``term_modules`` and every term's parameters) instead of ``objective``.
         None means "the default"; an unknown key raises a ValueError naming it."""
         values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-        import_term_modules(_names(values.get("term_modules", ())))  # their keys are known
+        import_term_modules(as_names(values.get("term_modules", ())))  # their keys are known
         objective_keys = ObjectiveSpec.flat_keys()
         own = flat_values(cls, {k: v for k, v in values.items() if k not in objective_keys}, where)
         rest = {k: v for k, v in values.items() if k in objective_keys}
-        own["objective"] = _objective(values, rest, where)
+        own["objective"] = ObjectiveSpec.given_or_flat(values, rest, where)
         return cls(**own)
 
     @classmethod
