@@ -57,7 +57,7 @@ from .allocate import (
     knots_of,
     monotone,
 )
-from .executors import Runner
+from .executors import Runner, largest_first
 from .given import group_floor
 from .partition import GroupSpec
 from .steps import candidates_path, gain_table, graph_path, read_group
@@ -313,6 +313,7 @@ def exchange_round(
         )
         for i, g in enumerate(groups)
     ]
+    jobs = [jobs[i] for i in largest_first([g.n for g in groups])]
     results = tqdm(
         runner.map(exchange_group, jobs),
         total=len(jobs),
