@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from datamask.distributed.partition import default_clusters
+
 PHASES = ("check", "fit", "spill", "gather", "select", "exchange", "allocate", "cover", "keep")
 
 
@@ -168,6 +170,11 @@ CLUSTER = {
 }
 
 
+#: The selection digest step per selected id: 0.08 s for the 100,000 ids of the 1M run
+#: (``selection_digest_step`` on its output, warm, load 2.4), on one worker.
+DIGEST_S_PER_ID = 0.8e-6
+
+
 def storage_per_doc(run: dict) -> dict[str, float]:
     """Bytes written per document by each phase (what the next phase reads back)."""
     w, o, n = run["phases"]["work"], run["phases"]["out"], run["n_docs"]
@@ -200,13 +207,18 @@ def storage_seconds(per_doc: dict[str, float], n: float) -> dict[str, float]:
         "cover": per_doc["gather"] + per_doc["select"] / 4,
         "keep": per_doc["cover"],
     }
+    if not per_doc["exchange"]:
+        reads["exchange"] = 0.0  # --budget group: no exchange round
     return {p: (reads[p] + per_doc.get(p, 0.0)) * n / bw for p in reads}
 
 
 def serial_terms(c: dict[str, float], n: float, k: float, g: float, shards: float) -> list:
-    """The driver's serial work at N = ``n`` (and one-step serial work): (term, size, s)."""
+    """The driver's serial work at N = ``n``, and the work one step does alone:
+    (term, its size at N, seconds)."""
     lat, page = CLUSTER["latency_s"], CLUSTER["list_page"]
     listings = 9  # phases whose markers the driver lists once each
+    offsets = 8.0 * (default_clusters(int(n), 100_000) + 1) * shards  # int64 per (leaf, spill)
+    node_bw = CLUSTER["store_bytes_per_s"] / CLUSTER["nodes"]
     return [
         ("marker listings", f"{listings} x {g:,.0f} names", listings * math.ceil(g / page) * lat),
         (
@@ -216,8 +228,8 @@ def serial_terms(c: dict[str, float], n: float, k: float, g: float, shards: floa
         ),
         (
             "offsets table (one step writes it)",
-            f"{8 * (g / 0.66 * 3) * shards / 1e9:,.1f} GB",
-            8 * (g / 0.66 * 3) * shards / CLUSTER["store_bytes_per_s"] * CLUSTER["nodes"],
+            f"{offsets / 1e9:,.2f} GB",
+            offsets / node_bw,
         ),
         ("k-means fit (one step, kmeans_sample rows)", "100,000 rows", c["fit"]),
         ("allocation (driver, 2 passes over knots)", f"G = {g:,.0f}", c["allocate"] * g),
@@ -226,7 +238,7 @@ def serial_terms(c: dict[str, float], n: float, k: float, g: float, shards: floa
             f"G^2 d = {g * g * 384:.1e}" if g <= 20_000 else f"ivf G^1.5 d = {g**1.5 * 384:.1e}",
             2 * (2.0 * (g / 1e4) ** 2 if g <= 20_000 else 1.7 * (g / 3e4) ** 1.5),
         ),
-        ("selection digest (one step reads every kept id)", f"k = {k:,.0f}", k * 1e-6),
+        ("selection digest (one step reads every kept id)", f"k = {k:,.0f}", k * DIGEST_S_PER_ID),
     ]
 
 
@@ -235,8 +247,8 @@ def main() -> None:
     ap.add_argument("--calibrate", type=Path, required=True)
     ap.add_argument("--check", type=Path, nargs="*", default=[])
     ap.add_argument("--at", type=float, nargs="*", default=[], help="documents to plan for")
-    ap.add_argument("--group-size", type=float, default=66_000, help="mean group rows")
-    ap.add_argument("--shard-rows", type=float, default=100_000, help="rows per input shard")
+    ap.add_argument("--group-size", type=float, help="mean group rows (the calibration's)")
+    ap.add_argument("--shard-rows", type=float, help="rows per input shard (the calibration's)")
     ap.add_argument("--workers", type=int, default=None, help="default: the named cluster's")
     args = ap.parse_args()
     cal = json.loads(args.calibrate.read_text())
@@ -249,10 +261,12 @@ def main() -> None:
         print(f"\n{args.calibrate.name} -> {path.name}")
         print_check(p, measured(run))
     per_doc = storage_per_doc(cal)
+    group_size = args.group_size or cal["n_docs"] / cal["n_groups"]
+    shard_rows = args.shard_rows or cal["n_docs"] / cal["n_shards"]
     ratio = cal["phases"]["groups"][0]["k"] / cal["phases"]["groups"][0]["n"]
     for n in args.at:
         workers = args.workers or CLUSTER["nodes"] * CLUSTER["cores"]
-        g = max(1, round(n / args.group_size))
+        g = max(1, round(n / group_size))
         k = 0.1 * n
         p = predict(c, n, k, [(n / g, ratio * n / g)] * g, workers)
         st = storage_seconds(per_doc, n)
@@ -260,7 +274,7 @@ def main() -> None:
         for phase in PHASES:
             print(f"| {phase} | {p[phase]:,.0f} | {st.get(phase, 0.0):,.0f} |")
         print(f"| total | {p['total']:,.0f} | {sum(st.values()):,.0f} |")
-        for term, size, secs in serial_terms(c, n, k, g, n / args.shard_rows):
+        for term, size, secs in serial_terms(c, n, k, g, n / shard_rows):
             print(f"| {term} | {size} | {secs:,.1f} s |")
 
 

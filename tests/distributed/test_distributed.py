@@ -246,6 +246,9 @@ def test_cluster_partition_resumes_to_the_same_selection(shard_dir, tmp_path):
     out = tmp_path / "out"
     first = run_selection(shard_dir, out, settings, progress=False)
     before = selected_ids(out)
+    # the plan phase's parts, which benchmarks/scale/plan.py calibrates on
+    assert set(first["partition"]["seconds"]) == {"fit", "spill", "gather"}
+    assert all(v >= 0 for v in first["partition"]["seconds"].values())
     clusters = out / "_work" / "clusters"
     tree_mtime = (clusters / "tree.npz").stat().st_mtime_ns
     # lose one shard's spill and every group result: the spill is redone, the tree is kept
