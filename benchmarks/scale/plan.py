@@ -182,13 +182,13 @@ def storage_per_doc(run: dict) -> dict[str, float]:
     def size(d: dict, *keys: str) -> float:
         return float(sum(d.get(k, {}).get("bytes", 0) for k in keys))
 
-    spill = size(w, "clusters") - size(w, "clusters/groups")
+    graphs = 128 * 8 * n if w.get("exchange") else 0  # saved for the exchange, then deleted
     return {
         "input": run["phases"]["input_bytes"] / n,
         "check": size(w, "ids/bucket=*") / n,
-        "spill": spill / n,
+        "spill": size(w, "clusters") / n,  # the spills and offsets (groups/ is its own)
         "gather": size(w, "clusters/groups") / n,
-        "select": (size(w, "candidates", "groups") + 128 * 8 * n) / n,  # + graphs, deleted
+        "select": (size(w, "candidates", "groups") + size(o, "selected") + graphs) / n,
         "exchange": size(w, "exchange") / n,
         "cover": (size(w, "cover") + size(o, "covered")) / n,
         "keep": (size(w, "keep/shard=*") + size(o, "keep", "selected")) / n,
