@@ -16,6 +16,7 @@ wrote). W workers, groups g of n_g rows proposing c_g candidates, N documents::
     exchange LPT_W{e_read n_g + e_floor n_g B_g + e_order c_g} + o_ex
              B_g = min(gid, 8) * k / G: the neighbours' kept rows its floors search
     allocate c_alloc * G                   the driver's threshold over every group's knots
+    write    c_write * G / W               every group's kept prefix written as its part
     cover    LPT_W{c_cover * n_g} + o_cov  both passes
     keep     c_keep * N / W                keep lists, digest, manifest (the rest)
 
@@ -39,7 +40,18 @@ import numpy as np
 
 from datamask.distributed.partition import default_clusters
 
-PHASES = ("check", "fit", "spill", "gather", "select", "exchange", "allocate", "cover", "keep")
+PHASES = (
+    "check",
+    "fit",
+    "spill",
+    "gather",
+    "select",
+    "exchange",
+    "allocate",
+    "write",
+    "cover",
+    "keep",
+)
 
 
 def lpt(times: list[float], workers: int) -> float:
@@ -72,7 +84,8 @@ def measured(run: dict) -> dict[str, float]:
         "gather": parts.get("gather", 0.0),
         "select": s["select"],
         "exchange": g.get("exchange", 0.0),
-        "allocate": s["global"] - g.get("exchange", 0.0),
+        "allocate": g.get("allocate", 0.0),  # the driver's threshold (both passes)
+        "write": s["global"] - g.get("exchange", 0.0) - g.get("allocate", 0.0),  # parts
         "cover": cover,
     }
     out["check"] = s["plan"] - out["fit"] - out["spill"] - out["gather"]
@@ -112,6 +125,7 @@ def costs(run: dict) -> dict[str, float]:
         "select_a": float(np.exp(log_a)),
         "select_b": float(b),
         "allocate": m["allocate"] / n_groups,
+        "write": m["write"] * w / n_groups,
         "keep": m["keep"] * w / n,
     }
     c["select_o"] = m["select"] - lpt(list(c["select_a"] * sizes ** c["select_b"]), w)
@@ -144,6 +158,7 @@ def predict(
         "select": lpt([c["select_a"] * s ** c["select_b"] for s in sizes], workers) + c["select_o"],
         "exchange": 0.0,
         "allocate": c["allocate"] * g,
+        "write": c["write"] * g / workers,
         "cover": lpt([c["cover"] * s * cover_rows(k, g) for s in sizes], workers) + c["cover_o"],
         "keep": c["keep"] * n / workers,
     }
