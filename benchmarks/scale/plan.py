@@ -1,123 +1,307 @@
 """The cost model of benchmarks/scale/PLAN.md: calibrate on one run, predict others.
 
-    python benchmarks/scale/plan.py --calibrate results/run-200k.json \
-        --check results/run-1m.json --at 1e10 --nodes 100 --cpus 64
+    python benchmarks/scale/plan.py --calibrate results/run-200k-tp-default.json \\
+        --check results/run-1m-tp-default.json
+    python benchmarks/scale/plan.py --calibrate results/run-1m-tp-default.json --at 1e7 1e9 1e10
 
-A run's figures come from ``run.py --results``. The model has one cost per document and
-worker-second for each parallel phase (plan: validation pass, k-means assignment and the
-regrouping spill; select: every group's learner, its gain curve and any extension round),
-and one cost per group for the allocation and the writes::
+A run's figures come from ``run.py --results`` (its ``phases``: the plan phase's parts,
+every group's size and seconds, the exchange steps' parts, the files and bytes each phase
+wrote). W workers, groups g of n_g rows proposing c_g candidates, N documents::
 
-    T(N, G, W) = c_plan * N / W + max(c_select * N / W, c_select * n_g)
-                 + c_group * G / W + c_merge * N + t_fixed
+    check    c_check  * N / W              every row read and checked, ids to buckets
+    fit      t_fit                         the k-means fit on kmeans_sample rows (one step)
+    spill    c_spill  * N / W              every row assigned to its leaf and written
+    gather   c_gather * N / W              every row read back, written as its group
+    select   LPT_W{a * n_g ** b} + o_sel   round 1 (each group's learner, gain curve)
+    exchange LPT_W{e_read n_g + e_floor n_g B_g + e_order c_g} + o_ex
+             B_g = min(gid, 8) * k / G: the neighbours' kept rows its floors search
+    allocate c_alloc * G                   the driver's threshold over every group's knots
+    write    c_write * G / W               every group's kept prefix written as its part
+    cover    LPT_W{c_cover * n_g} + o_cov  both passes
+    keep     c_keep * N / W                keep lists, digest, manifest (the rest)
 
-``c_select`` is a worker's busy time per document (the sum of the group steps' seconds
-over N), ``n_g`` the largest group; ``c_merge`` (keep lists, manifest) runs on the driver;
-``t_fixed`` (starting the workers) is taken as measured. Groups keep their size
-(``chunk_size``), so the per-document costs hold at any N; that is the assumption the
-check against a larger run tests.
+``LPT_W`` is the makespan of those step times on W workers, longest first (the order the
+runner submits them in); ``o_*`` is what the phase took beyond it (start-up, reads of the
+driver). Groups are known after the plan phase (their sizes come from the clusters), so a
+check predicts a larger run from its own group sizes; a plan (``--at``) takes groups of
+``--group-size`` rows. ``--storage`` adds bytes per phase over an object store's
+throughput and requests over its latency, and the driver's serial terms with their sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
+import math
 from pathlib import Path
+
+import numpy as np
+
+from datamask.distributed.partition import default_clusters
+
+PHASES = (
+    "check",
+    "fit",
+    "spill",
+    "gather",
+    "select",
+    "exchange",
+    "allocate",
+    "write",
+    "cover",
+    "keep",
+)
+
+
+def lpt(times: list[float], workers: int) -> float:
+    """Makespan of ``times`` on ``workers`` machines, longest first (LPT)."""
+    loads = [0.0] * max(1, workers)
+    for t in sorted(times, reverse=True):
+        heapq.heapreplace(loads, loads[0] + t)
+    return max(loads)
+
+
+#: Groups whose kept rows a cover step searches besides its own (cover.COVER_NEIGHBORS).
+COVER_NEIGHBORS = 4
+
+
+def cover_rows(k: float, groups: int) -> float:
+    """Kept rows a group's cover step compares each row with: its own and up to
+    COVER_NEIGHBORS other groups' (k / G each)."""
+    return (1 + min(groups - 1, COVER_NEIGHBORS)) * k / groups
+
+
+def measured(run: dict) -> dict[str, float]:
+    """A run's wall seconds per phase (the plan phase split by its own timings)."""
+    s, ph = run["seconds"], run["phases"]
+    parts = ph.get("plan") or {}
+    g = run.get("global_round_seconds") or {}
+    cover = s.get("cover", 0.0)
+    out = {
+        "fit": parts.get("fit", 0.0),
+        "spill": parts.get("spill", 0.0),
+        "gather": parts.get("gather", 0.0),
+        "select": s["select"],
+        "exchange": g.get("exchange", 0.0),
+        "allocate": g.get("allocate", 0.0),  # the driver's threshold (both passes)
+        "write": s["global"] - g.get("exchange", 0.0) - g.get("allocate", 0.0),  # parts
+        "cover": cover,
+    }
+    out["check"] = s["plan"] - out["fit"] - out["spill"] - out["gather"]
+    out["keep"] = s["total"] - s["plan"] - s["select"] - s["global"] - cover
+    out["total"] = s["wall_incl_ray_start"]
+    return out
+
+
+def _exchange_parts(run: dict) -> list[tuple[float, float, float, float]]:
+    """(n_g, B_g, c_g, seconds) of every exchange step that searched floors."""
+    groups = {g["gid"]: g for g in run["phases"]["groups"]}
+    k, n_groups = run["k"], run["n_groups"]
+    rows = []
+    for e in run["phases"]["exchange"]:
+        if "floors" not in e["seconds"]:
+            continue  # no lower neighbour: the first order stands
+        n = groups[e["gid"]]["n"]
+        rows.append((n, min(e["gid"], 8) * k / n_groups, e["candidates"], e["seconds"]))
+    return rows
 
 
 def costs(run: dict) -> dict[str, float]:
-    """Per-document and per-group costs of one run (seconds)."""
-    s, n, g, w = run["seconds"], run["n_docs"], run["n_groups"], run["workers"]
-    merge = s["total"] - s["plan"] - s["select"] - s["global"]
-    return {
-        # validation pass, k-means assignment and the regrouping spill: parallel
-        "plan_per_doc": s["plan"] * w / n,
-        # a worker's busy time per document in its group's step (learner, gain curve,
-        # extension rounds); wall = busy / workers, or the largest group if longer
-        "select_per_doc": run["group_seconds"]["sum"] / n,
-        # the allocation and the writes: per group, parallel
-        "global_per_group": s["global"] * w / g,
-        # keep lists and the manifest: the driver, serial
-        "merge_per_doc": merge / n,
-        "fixed": s["wall_incl_ray_start"] - s["total"],
+    """Every constant of the model from one run (seconds)."""
+    m, ph = measured(run), run["phases"]
+    n, w, n_groups = run["n_docs"], run["workers"], run["n_groups"]
+    sizes = np.array([g["n"] for g in ph["groups"]], dtype=np.float64)
+    secs = np.array([g["seconds"] for g in ph["groups"]], dtype=np.float64)
+    if len(set(sizes)) > 1:  # t = a n^b by least squares on the logs
+        b, log_a = np.polyfit(np.log(sizes), np.log(secs), 1)
+    else:
+        b, log_a = 1.0, float(np.log(secs.sum() / sizes.sum()))
+    c = {
+        "check": m["check"] * w / n,
+        "fit": m["fit"],
+        "spill": m["spill"] * w / n,
+        "gather": m["gather"] * w / n,
+        "select_a": float(np.exp(log_a)),
+        "select_b": float(b),
+        "allocate": m["allocate"] / n_groups,
+        "write": m["write"] * w / n_groups,
+        "keep": m["keep"] * w / n,
     }
+    c["select_o"] = m["select"] - lpt(list(c["select_a"] * sizes ** c["select_b"]), w)
+    ex = _exchange_parts(run)
+    if ex:
+        c["ex_read"] = sum(s["read"] + s["graph"] for *_, s in ex) / sum(r[0] for r in ex)
+        c["ex_floor"] = sum(s["floors"] for *_, s in ex) / sum(r[0] * r[1] for r in ex)
+        c["ex_order"] = sum(s["order"] for *_, s in ex) / sum(r[2] for r in ex)
+        c["ex_o"] = m["exchange"] - lpt([s["total"] for *_, s in ex], w)
+    cover = ph.get("cover") or {}
+    searched = sizes * cover_rows(run["k"], n_groups)
+    c["cover"] = cover.get("group_sum", 0.0) / searched.sum()
+    c["cover_o"] = m["cover"] - lpt(list(c["cover"] * searched), w)
+    c["fixed"] = run["seconds"]["wall_incl_ray_start"] - run["seconds"]["total"]
+    return c
 
 
 def predict(
-    c: dict[str, float], n: float, groups: float, workers: float, group_size: float
+    c: dict[str, float], n: float, k: float, groups: list[tuple[float, float]], workers: int
 ) -> dict[str, float]:
-    plan = c["plan_per_doc"] * n / workers
-    select = max(c["select_per_doc"] * n / workers, c["select_per_doc"] * group_size)
-    glob = c["global_per_group"] * groups / workers
-    merge = c["merge_per_doc"] * n
+    """Seconds per phase for N = ``n`` documents, budget ``k``, ``groups`` as (n_g, c_g)
+    in group order, on ``workers`` workers."""
+    g = len(groups)
+    sizes = [a for a, _ in groups]
+    out = {
+        "check": c["check"] * n / workers,
+        "fit": c["fit"],
+        "spill": c["spill"] * n / workers,
+        "gather": c["gather"] * n / workers,
+        "select": lpt([c["select_a"] * s ** c["select_b"] for s in sizes], workers) + c["select_o"],
+        "exchange": 0.0,
+        "allocate": c["allocate"] * g,
+        "write": c["write"] * g / workers,
+        "cover": lpt([c["cover"] * s * cover_rows(k, g) for s in sizes], workers) + c["cover_o"],
+        "keep": c["keep"] * n / workers,
+    }
+    if "ex_read" in c:
+        steps = [
+            c["ex_read"] * s + c["ex_floor"] * s * min(i, 8) * k / g + c["ex_order"] * cand
+            for i, (s, cand) in enumerate(groups)
+            if i > 0
+        ]
+        out["exchange"] = lpt(steps, workers) + c["ex_o"]
+    out["total"] = sum(out[p] for p in PHASES) + c["fixed"]
+    return out
+
+
+def print_check(predicted: dict[str, float], actual: dict[str, float]) -> None:
+    """A markdown table: predicted and measured seconds per phase, and the error."""
+    print("| phase | predicted s | measured s | error |")
+    print("|---|---:|---:|---:|")
+    for phase in (*PHASES, "total"):
+        p, a = predicted[phase], actual[phase]
+        err = f"{100 * (p / a - 1):+.0f}%" if a >= 2.0 else "(< 2 s)"
+        print(f"| {phase} | {p:.1f} | {a:.1f} | {err} |")
+
+
+#: The named cluster of PLAN.md's plan (``--storage``): nodes, worker processes per node,
+#: aggregate object-store throughput (bytes/s), request latency (s) and the driver's
+#: listing page (keys per LIST request).
+CLUSTER = {
+    "nodes": 32,
+    "cores": 32,
+    "gpus_per_node": 8,
+    "store_bytes_per_s": 32 * 1.25e9,  # 10 Gb/s of S3 per node, in-region
+    "latency_s": 0.03,
+    "list_page": 1000,
+}
+
+
+#: The selection digest step per selected id: 0.08 s for the 100,000 ids of the 1M run
+#: (``selection_digest_step`` on its output, warm, load 2.4), on one worker.
+DIGEST_S_PER_ID = 0.8e-6
+
+
+def storage_per_doc(run: dict) -> dict[str, float]:
+    """Bytes written per document by each phase (what the next phase reads back)."""
+    w, o, n = run["phases"]["work"], run["phases"]["out"], run["n_docs"]
+
+    def size(d: dict, *keys: str) -> float:
+        return float(sum(d.get(k, {}).get("bytes", 0) for k in keys))
+
+    graphs = 128 * 8 * n if w.get("exchange") else 0  # saved for the exchange, then deleted
     return {
-        "plan": plan,
-        "select": select,
-        "global": glob,
-        "merge": merge,
-        "total": plan + select + glob + merge + c["fixed"],
+        "input": run["phases"]["input_bytes"] / n,
+        "check": size(w, "ids/bucket=*") / n,
+        "spill": size(w, "clusters") / n,  # the spills and offsets (groups/ is its own)
+        "gather": size(w, "clusters/groups") / n,
+        "select": (size(w, "candidates", "groups") + size(o, "selected") + graphs) / n,
+        "exchange": size(w, "exchange") / n,
+        "cover": (size(w, "cover") + size(o, "covered")) / n,
+        "keep": (size(w, "keep/shard=*") + size(o, "keep", "selected")) / n,
     }
 
 
-def print_check(name: str, predicted: dict[str, float], measured: dict[str, float]) -> None:
-    """One line per phase: predicted and measured seconds, and the model's error."""
-    for phase in ("plan", "select", "global", "merge", "total"):
-        err = predicted[phase] / measured[phase] - 1 if measured[phase] else float("nan")
-        print(
-            f"{name} {phase}: predicted {predicted[phase]:.1f} s, measured "
-            f"{measured[phase]:.1f} s ({100 * err:+.0f}%)"
-        )
+def storage_seconds(per_doc: dict[str, float], n: float) -> dict[str, float]:
+    """Each phase's bytes (read + written) over the cluster's store throughput."""
+    bw = CLUSTER["store_bytes_per_s"]
+    reads = {  # what each phase reads, in the bytes the phases wrote
+        "check": per_doc["input"],
+        "spill": per_doc["input"],
+        "gather": per_doc["spill"],
+        "select": per_doc["gather"],
+        "exchange": per_doc["gather"] + per_doc["select"],
+        "cover": per_doc["gather"] + per_doc["select"] / 4,
+        "keep": per_doc["cover"],
+    }
+    if not per_doc["exchange"]:
+        reads["exchange"] = 0.0  # --budget group: no exchange round
+    return {p: (reads[p] + per_doc.get(p, 0.0)) * n / bw for p in reads}
+
+
+def serial_terms(c: dict[str, float], n: float, k: float, g: float, shards: float) -> list:
+    """The driver's serial work at N = ``n``, and the work one step does alone:
+    (term, its size at N, seconds)."""
+    lat, page = CLUSTER["latency_s"], CLUSTER["list_page"]
+    listings = 9  # phases whose markers the driver lists once each
+    offsets = 8.0 * (default_clusters(int(n), 100_000) + 1) * shards  # int64 per (leaf, spill)
+    node_bw = CLUSTER["store_bytes_per_s"] / CLUSTER["nodes"]
+    return [
+        ("marker listings", f"{listings} x {g:,.0f} names", listings * math.ceil(g / page) * lat),
+        (
+            "spill listing + index step (S count files, serial GETs)",
+            f"S = {shards:,.0f}",
+            shards * lat,
+        ),
+        (
+            "offsets table (one step writes it)",
+            f"{offsets / 1e9:,.2f} GB",
+            offsets / node_bw,
+        ),
+        ("k-means fit (one step, kmeans_sample rows)", "100,000 rows", c["fit"]),
+        ("allocation (driver, 2 passes over knots)", f"G = {g:,.0f}", c["allocate"] * g),
+        (
+            "neighbours by centroid (exchange + cover)",
+            f"G^2 d = {g * g * 384:.1e}" if g <= 20_000 else f"ivf G^1.5 d = {g**1.5 * 384:.1e}",
+            2 * (2.0 * (g / 1e4) ** 2 if g <= 20_000 else 1.7 * (g / 3e4) ** 1.5),
+        ),
+        ("selection digest (one step reads every kept id)", f"k = {k:,.0f}", k * DIGEST_S_PER_ID),
+    ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibrate", type=Path, required=True)
     ap.add_argument("--check", type=Path, nargs="*", default=[])
-    ap.add_argument(
-        "--check-10m",
-        type=Path,
-        help="results/run-10m.json (run_10m_report.py --gather): phases from its bars",
-    )
-    ap.add_argument("--at", type=float, default=1e10, help="documents of the plan")
-    ap.add_argument("--group-size", type=float, default=100_000)
-    ap.add_argument("--nodes", type=int, default=100)
-    ap.add_argument("--cpus", type=int, default=64, help="worker processes per node")
+    ap.add_argument("--at", type=float, nargs="*", default=[], help="documents to plan for")
+    ap.add_argument("--group-size", type=float, help="mean group rows (the calibration's)")
+    ap.add_argument("--shard-rows", type=float, help="rows per input shard (the calibration's)")
+    ap.add_argument("--workers", type=int, default=None, help="default: the named cluster's")
     args = ap.parse_args()
     cal = json.loads(args.calibrate.read_text())
     c = costs(cal)
-    print("calibration:", args.calibrate.name, json.dumps({k: round(v, 6) for k, v in c.items()}))
+    print("calibration:", args.calibrate.name, json.dumps({k: round(v, 9) for k, v in c.items()}))
     for path in args.check:
         run = json.loads(path.read_text())
-        largest = run["n_docs"] / run["n_groups"]  # groups are near-equal below chunk_size
-        p = predict(c, run["n_docs"], run["n_groups"], run["workers"], min(largest, 1e5))
-        s = run["seconds"]
-        measured = {
-            "plan": s["plan"],
-            "select": s["select"],
-            "global": s["global"],
-            "merge": s["total"] - s["plan"] - s["select"] - s["global"],
-            "total": s["wall_incl_ray_start"],
-        }
-        print_check(path.name, p, measured)
-    if args.check_10m is not None:
-        from run_10m_report import phase_seconds  # this folder's script
-
-        d = json.loads(args.check_10m.read_text())
-        run = d["run"]
-        n, g = run["n_docs"], run["n_groups"]
-        largest = max(x["n"] for x in d["groups"])
-        p = predict(c, n, g, run["workers"], largest)
-        measured = phase_seconds(d["segments"])
-        measured["total"] = sum(measured[k] for k in ("plan", "select", "global", "merge"))
-        p["total"] -= c["fixed"]  # the bars hold no start-up
-        print_check(args.check_10m.name, p, measured)
-    workers = args.nodes * args.cpus
-    groups = args.at / args.group_size
-    p = predict(c, args.at, groups, workers, args.group_size)
-    print(
-        f"{args.at:.0e} documents, {groups:.0e} groups, {workers} workers: "
-        + ", ".join(f"{k} {v / 3600:.1f} h" for k, v in p.items())
-    )
+        groups = [(g["n"], g["k"]) for g in run["phases"]["groups"]]
+        p = predict(c, run["n_docs"], run["k"], groups, run["workers"])
+        print(f"\n{args.calibrate.name} -> {path.name}")
+        print_check(p, measured(run))
+    per_doc = storage_per_doc(cal)
+    group_size = args.group_size or cal["n_docs"] / cal["n_groups"]
+    shard_rows = args.shard_rows or cal["n_docs"] / cal["n_shards"]
+    ratio = cal["phases"]["groups"][0]["k"] / cal["phases"]["groups"][0]["n"]
+    for n in args.at:
+        workers = args.workers or CLUSTER["nodes"] * CLUSTER["cores"]
+        g = max(1, round(n / group_size))
+        k = 0.1 * n
+        p = predict(c, n, k, [(n / g, ratio * n / g)] * g, workers)
+        st = storage_seconds(per_doc, n)
+        print(f"\nN = {n:.0e}, G = {g:,}, W = {workers:,}: compute + storage (s)")
+        for phase in PHASES:
+            print(f"| {phase} | {p[phase]:,.0f} | {st.get(phase, 0.0):,.0f} |")
+        print(f"| total | {p['total']:,.0f} | {sum(st.values()):,.0f} |")
+        for term, size, secs in serial_terms(c, n, k, g, n / shard_rows):
+            print(f"| {term} | {size} | {secs:,.1f} s |")
 
 
 if __name__ == "__main__":

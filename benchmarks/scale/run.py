@@ -29,6 +29,43 @@ from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, RayRunner, run_selection
 
 
+def folder_sizes(root: Path) -> dict[str, dict[str, int]]:
+    """Files and bytes under every folder of ``root`` (what each phase left there)."""
+    sizes: dict[str, dict[str, int]] = {}
+    for f in root.rglob("*"):
+        if f.is_file():
+            parts = f.parent.relative_to(root).parts  # shard=00001/ etc. as one folder
+            key = "/".join(p.split("=")[0] + "=*" if "=" in p else p for p in parts) or "."
+            entry = sizes.setdefault(key, {"files": 0, "bytes": 0})
+            entry["files"] += 1
+            entry["bytes"] += f.stat().st_size
+    return dict(sorted(sizes.items()))
+
+
+def phase_facts(m: dict, out: Path) -> dict:
+    """What PLAN.md's model (plan.py) calibrates on: the plan phase's parts, every group's
+    size and seconds in each per-group phase, and the files and bytes each phase wrote."""
+    work = Path(m["work_dir"])
+    exchange = [json.loads(f.read_text()) for f in sorted((work / "exchange").glob("*.json"))]
+    budget = m["budget"].get("global_round") or {}
+    return {
+        "plan": m["partition"].get("seconds"),
+        "groups": [
+            {"gid": g["gid"], "n": g["n"], "k": g["k"], "seconds": g["seconds"]["total"]}
+            for g in m["groups"]
+        ],
+        "exchange": [
+            {"gid": e["gid"], "candidates": e["candidates"], "seconds": e["seconds"]}
+            for e in exchange
+        ],
+        "kept_per_group": budget.get("kept_per_group"),
+        "cover": (m.get("cover") or {}).get("seconds"),
+        "input_bytes": sum(f.stat().st_size for f in Path(m["input"]["source"]).glob("*.parquet")),
+        "work": folder_sizes(work),
+        "out": {k: v for k, v in folder_sizes(out).items() if not k.startswith("_work")},
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="folder of parquet shards")
@@ -112,6 +149,7 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
+    figures["phases"] = phase_facts(m, Path(args.out))
     if args.results:
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results).write_text(json.dumps(figures, indent=2) + "\n")

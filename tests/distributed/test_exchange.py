@@ -155,3 +155,19 @@ def test_a_run_with_the_exchange_round_records_it(tmp_path):
 
 def replace_exchange(settings: SelectSpec, n: int) -> SelectSpec:
     return replace(settings, partition=replace(settings.partition, exchange_neighbors=n))
+
+
+def test_floors_are_never_above_the_exact_best_cosine_and_mostly_equal_it():
+    # The exchange's floors probe EXCHANGE_PROBE_FRACTION of the ivf lists: a row whose
+    # best kept row lies in an unprobed list gets a lower floor, never a higher one.
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((40, 32))
+    rows = centres[rng.integers(0, 40, 3000)] + 0.3 * rng.standard_normal((3000, 32))
+    kept = centres[rng.integers(0, 40, 2500)] + 0.3 * rng.standard_normal((2500, 32))
+    x = torch.nn.functional.normalize(torch.from_numpy(rows).float(), dim=1)
+    base = torch.nn.functional.normalize(torch.from_numpy(kept).float(), dim=1)
+    floors = exchange._floors(x, [base[:1200].numpy(), base[1200:].numpy()])
+    exact = (x @ base.T).max(dim=1).values.clamp_min(0.0)
+    assert exchange.EXCHANGE_PROBE_FRACTION < 0.2  # cheaper than the given floors' search
+    assert bool((floors <= exact + 1e-5).all())
+    assert float((floors >= exact - 1e-5).float().mean()) > 0.8

@@ -57,7 +57,7 @@ from ..io.parquet import atomic_write_table, features_column, features_matrix, r
 from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .exchange import exchange_neighbors
-from .executors import Runner
+from .executors import Runner, largest_first
 from .given import kept_table
 from .partition import GroupSpec
 from .steps import GLOBAL_PART, part_path, read_group
@@ -248,7 +248,8 @@ def cover_round(
 ) -> dict[str, Any]:
     """Both passes over every group (:mod:`.cover`); returns the manifest's ``cover``."""
     started = time.perf_counter()
-    jobs = [(g, settings, str(work), str(out), quality_range) for g in groups]
+    first = largest_first([g.n for g in groups])  # submit order only: results by gid
+    jobs = [(groups[i], settings, str(work), str(out), quality_range) for i in first]
     # Centroids as float32 arrays on arrival, not JSON's Python floats (compact_marker's
     # reason: at 10^5 groups of 384-d the lists alone would take over 1 GB).
     kept = {
@@ -273,6 +274,7 @@ def cover_round(
         + (quality_range,)
         for i, g in enumerate(groups)
     ]
+    jobs = [jobs[i] for i in first]
     done = list(
         tqdm(
             runner.map(cover_group, jobs),

@@ -57,7 +57,7 @@ from .allocate import (
     knots_of,
     monotone,
 )
-from .executors import Runner
+from .executors import Runner, largest_first
 from .given import group_floor
 from .partition import GroupSpec
 from .steps import candidates_path, gain_table, graph_path, read_group
@@ -65,6 +65,7 @@ from .validate import QualityRange
 
 __all__ = [
     "EXACT_NEIGHBORS_MAX",
+    "EXCHANGE_PROBE_FRACTION",
     "exchange_applies",
     "exchange_group",
     "exchange_marker",
@@ -93,6 +94,13 @@ def exchange_marker(work_dir: str | Path, gid: int) -> Path:
 EXACT_NEIGHBORS_MAX = 20_000
 APPROX_NEIGHBORS_FACTOR = 8
 APPROX_NEIGHBORS_PROBES = 8
+
+#: The share of the ivf lists each row's floor search probes (``--given``'s floors probe
+#: :data:`~datamask.neighbors.FLOOR_PROBE_FRACTION`, 0.2). The floors were half of the
+#: exchange round's cost at 1M (8 neighbours' kept rows, ~53,000, against every row of a
+#: 100,000-row group); a floor the search misses is a little low, never too high, and at
+#: 0.05 J at 200k stayed where it was (benchmarks/scale/RESULTS.md, "exchange round").
+EXCHANGE_PROBE_FRACTION = 0.05
 
 
 def exchange_neighbors(
@@ -148,14 +156,13 @@ def exchange_neighbors(
 
 def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
     """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search
-    (:data:`~datamask.neighbors.FLOOR_PROBE_FRACTION` of its lists probed). A floor the
-    search misses is a little low, so the group buys a little more coverage than it
-    needs, never less."""
+    (:data:`EXCHANGE_PROBE_FRACTION` of its lists probed). A floor the search misses is a
+    little low, so the group buys a little more coverage than it needs, never less."""
     blocks = [b for b in kept if len(b)]
     if not blocks:
         return torch.zeros(x.shape[0], dtype=x.dtype)
     base = torch.from_numpy(np.concatenate(blocks).astype(np.float32, copy=False))
-    sims, _, _ = best_match(x, base, method="ivf")
+    sims, _, _ = best_match(x, base, method="ivf", probe_fraction=EXCHANGE_PROBE_FRACTION)
     return sims.clamp_min_(0.0)
 
 
@@ -313,6 +320,7 @@ def exchange_round(
         )
         for i, g in enumerate(groups)
     ]
+    jobs = [jobs[i] for i in largest_first([g.n for g in groups])]
     results = tqdm(
         runner.map(exchange_group, jobs),
         total=len(jobs),

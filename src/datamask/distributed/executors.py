@@ -24,6 +24,7 @@ __all__ = [
     "available_cpus",
     "check_workers",
     "group_memory_bytes",
+    "largest_first",
     "progress_map",
 ]
 
@@ -178,6 +179,20 @@ class LocalRunner:
 
     def describe(self) -> dict[str, Any]:
         return {"runner": self.name, "workers": self.workers}
+
+
+def largest_first(sizes: Sequence[int]) -> list[int]:
+    """The order to submit steps of these sizes in: largest first, ties by position.
+
+    A pool starts steps in the order given, so the longest go first and the short ones
+    fill the gaps at the end (LPT scheduling): one long group submitted last would
+    otherwise run alone while every other worker idles. Results are keyed by group,
+    never by position, so the order changes no selection.
+
+    >>> largest_first([5, 9, 5, 7])
+    [1, 3, 0, 2]
+    """
+    return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
 
 
 def progress_map(

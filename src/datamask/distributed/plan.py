@@ -4,6 +4,7 @@ module runs its steps (the k-means fit, the spill, the gather) and reads their c
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def plan_partition(
     )
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
+    clock = time.perf_counter()
     if not tree_path.exists():
         # 1-2. A seeded sample (row groups of the shards that have sampled rows), the
         #    centroids and the cuts of clusters too large for one group: one step, on a
@@ -62,6 +64,7 @@ def plan_partition(
         with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
             list(runner.map(fit_partition, [fit], whole_machine=True))
             bar.update(1)
+    seconds = {"fit": time.perf_counter() - clock}
     # 3. One streaming pass filing every row under its leaf (resumable per shard); the
     #    driver gets only the leaves' totals back.
     jobs = [
@@ -74,6 +77,7 @@ def plan_partition(
     tree = ClusterTree.load(tree_path)
     index = (str(folder), tree.n_leaves)  # one step: S counts files to one table of offsets
     per_leaf = np.asarray(next(iter(runner.map(index_spills, [index]))), dtype=np.int64)
+    seconds["spill"] = time.perf_counter() - clock - seconds["fit"]
     # 4. The groups from the totals (neighbouring clusters merged up to --chunk-size,
     #    unless --n-clusters asked for them), then one step per group writes its rows as
     #    one object: every later step of the group opens that, not the S spills.
@@ -81,7 +85,9 @@ def plan_partition(
     units = plan_by_cluster(per_leaf, settings.partition.chunk_size, tree, merge=merge)
     chunk, columns = settings.partition.chunk_size, settings.read_columns
     plan = gather_groups(units, chunk, columns, folder, work, runner, progress)
-    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
+    seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
+    # the phase's parts (a resumed run's fit is 0): PLAN.md's model calibrates on them
+    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves, "seconds": seconds}
     return plan, facts
 
 

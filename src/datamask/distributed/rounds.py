@@ -30,7 +30,7 @@ from .allocate import (
 )
 from .context import RunContext
 from .exchange import exchange_applies, exchange_path, exchange_round
-from .executors import Runner, group_memory_bytes, progress_map
+from .executors import Runner, group_memory_bytes, largest_first, progress_map
 from .given import kept_counts
 from .lifecycle import read_marker
 from .partition import GroupSpec
@@ -91,6 +91,7 @@ def select_round(
             if marker.name in markers:  # a marker without its result: redo the group
                 marker.unlink(missing_ok=True)
             pending.append(g)
+    pending = [pending[i] for i in largest_first([g.n for g in pending])]
     started = time.perf_counter()
     done_docs = 0
     bar = tqdm(
