@@ -21,6 +21,7 @@ from .context import RunContext
 from .executors import Runner, progress_map
 from .fit import fit_partition
 from .gather import gather_groups, index_spills
+from .kmeans import fit_plan, fit_spread
 from .partition import (
     ClusterTree,
     GroupSpec,
@@ -51,16 +52,25 @@ def plan_partition(
     )
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
-    if not tree_path.exists():
+    part = settings.partition
+    fit = fit_plan(n_clusters, n_total, part.kmeans_sample, part.kmeans_step_rows)
+    kmeans: dict[str, Any] = {"spread": fit.spread, "levels": fit.levels}
+    if not tree_path.exists() and fit.spread:
+        # 1-2. A sample of ROWS_PER_CENTROID rows per centroid, more than one step holds:
+        #    fitted by steps over its parts, only sums travelling (kmeans.py).
+        with tqdm(total=1, desc="k-means fit (spread)", disable=not progress) as bar:
+            kmeans = fit_spread(infos, fit, n_clusters, settings, folder, runner)
+            bar.update(1)
+    elif not tree_path.exists():
         # 1-2. A seeded sample (row groups of the shards that have sampled rows), the
         #    centroids and the cuts of clusters too large for one group: one step, on a
         #    worker, on CPU, from the same sample: the partition is the same on any runner.
-        wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
+        wanted = sample_plan(infos, fit.n_sample, settings.selector.seed)
         jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
-        chunk, seed = settings.partition.chunk_size, settings.selector.seed
-        fit = (jobs, n_clusters, n_total, chunk, seed, str(tree_path))
+        chunk, seed = part.chunk_size, settings.selector.seed
+        job = (jobs, n_clusters, n_total, chunk, seed, str(tree_path))
         with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
-            list(runner.map(fit_partition, [fit], whole_machine=True))
+            list(runner.map(fit_partition, [job], whole_machine=True))
             bar.update(1)
     # 3. One streaming pass filing every row under its leaf (resumable per shard); the
     #    driver gets only the leaves' totals back.
@@ -81,7 +91,7 @@ def plan_partition(
     units = plan_by_cluster(per_leaf, settings.partition.chunk_size, tree, merge=merge)
     chunk, columns = settings.partition.chunk_size, settings.read_columns
     plan = gather_groups(units, chunk, columns, folder, work, runner, progress)
-    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves}
+    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves, "kmeans": kmeans}
     return plan, facts
 
 
