@@ -82,7 +82,8 @@ def test_small_cases_keep_the_one_step_fit(shards, corpus, tmp_path):
     from datamask.distributed.fit import fit_partition
 
     plan, facts, tree = fitted(shards, tmp_path / "w", chunk_size=500)
-    assert facts["kmeans"] == {"spread": False, "levels": 1}
+    assert facts["kmeans"]["spread"] is False and facts["kmeans"]["levels"] == 1
+    assert facts["kmeans"]["sample_rows"] == 4000
     settings = settings_of(chunk_size=500)
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     wanted = sample_plan(infos, 100_000, 0)
