@@ -241,7 +241,8 @@ def fit_subtrees(
     """The subtree of each cluster of one batch, from its rows in every routed part.
 
     ``offsets[i]``: where cluster ``clusters[i]`` starts and stops in each routed part,
-    shape (len(clusters), 2, parts). A cluster given ``fine[i] >= 2`` centroids is first
+    shape (len(clusters), 2, parts); the clusters are consecutive, so each part is read
+    once, over the batch's range. A cluster given ``fine[i] >= 2`` centroids is first
     cut by a fine k-means of its rows (its roots), else its root is its own centroid
     (``centroids[i]``); then :func:`~.partition.grow_tree` splits what is too large.
     Each cluster draws from its own seeded generator, so the batches do not matter.
@@ -253,12 +254,14 @@ def fit_subtrees(
         return {"batch": batch}
     arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("centre", "offset", "axis", "children")}
     sizes, rows = [], 0
+    # the batch's clusters are consecutive: one ranged read of each routed part
+    lo, hi = offsets[0, 0], offsets[-1, 1]
+    held = [
+        _read_rows(_part_path(where, p, "routed"), dim, int(lo[p]), int(hi[p]))
+        for p in range(offsets.shape[2])
+    ]
     for i, c in enumerate(clusters):
-        pieces = [
-            _read_rows(_part_path(where, p, "routed"), dim, int(lo), int(hi))
-            for p, (lo, hi) in enumerate(offsets[i].T)
-            if hi > lo
-        ]
+        pieces = [held[p][int(a - lo[p]) : int(b - lo[p])] for p, (a, b) in enumerate(offsets[i].T)]
         x = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros((0, dim), np.float32))
         gen = _generator(seed, 2, int(c))
         roots = torch.from_numpy(np.ascontiguousarray(centroids[i : i + 1], dtype=np.float32))
