@@ -8,6 +8,8 @@ test's.
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 from datamask import make_clustered
+from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.kmeans import FitPlan, fit_plan, lloyd_part, sample_part
@@ -25,6 +28,7 @@ from datamask.distributed.ray_backend import TaskLimits, task_limits
 from datamask.distributed.tree import ClusterTree
 from datamask.io.shards import inspect_shards, list_shards
 from tests._data import write_corpus_shards
+from tests.io.test_remote import BUCKET, s3  # noqa: F401 (the moto S3 server fixture)
 
 COLUMNS = dict(id_col="chunk_id", quality_cols=("quality_score",), feature_col="feature_arr")
 
@@ -123,6 +127,8 @@ def test_two_levels_give_c_fine_clusters_under_sqrt_c_coarse_ones(shards, corpus
         assert a < 0 or v < a < b
     sizes = [sum(p.n for p in pieces) for _, pieces in plan]
     assert max(sizes) <= 300 and sum(sizes) == 4000
+    # --n-clusters given: every fine cluster its own group, never a whole coarse one
+    assert len(plan) >= fine - 5 and tree.levels == 2
 
 
 def test_spread_fit_is_the_same_resumed(shards, tmp_path):
@@ -207,3 +213,34 @@ def test_lloyd_step_on_cuda_counts_as_on_cpu(shards, tmp_path):
     gpu = lloyd_part(str(tmp_path), 0, 2000, 16, cent, "cuda")
     np.testing.assert_array_equal(cpu[2], gpu[2])
     np.testing.assert_allclose(cpu[1], gpu[1], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_spread_fit_reads_and_writes_s3_in_place(shards, s3, tmp_path, monkeypatch):  # noqa: F811
+    """s3 in, s3 out, the work dir on s3: the spread fit's parts, routed rows and subtrees
+    are objects read by ranged reads, and the selection equals a run on local files."""
+    client, _ = s3
+    for f in sorted(shards.glob("*.parquet")):
+        client.put_object(Bucket=BUCKET, Key=f"kmeans/{f.name}", Body=f.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    flags = ["--chunk-size", "300", "--kmeans-step-rows", "1000", "--select-ratio", "0.1",
+             "--n-epochs", "5", "--n-neighbors", "16", "--runner", "local", "--no-progress",
+             "--id-col", "chunk_id", "--quality-cols", "quality_score",
+             "--feature-col", "feature_arr"]  # fmt: skip
+    uri = f"s3://{BUCKET}"
+    assert main(["select", "--input", f"{uri}/kmeans/", "--output", f"{uri}/km", *flags]) == 0
+    assert main(["select", "--input", str(shards), "--output", str(tmp_path / "km"), *flags]) == 0
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="km/")
+    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    assert "km/_work/clusters/kmeans/part-00000.f32" in keys
+    assert any(k.startswith("km/_work/clusters/kmeans/subtrees-") for k in keys)
+    manifest = json.loads(client.get_object(Bucket=BUCKET, Key="km/manifest.json")["Body"].read())
+    remote = set()
+    for k in keys:
+        if k.startswith("km/selected/") and k.endswith(".parquet"):
+            body = client.get_object(Bucket=BUCKET, Key=k)["Body"].read()
+            remote |= set(pq.read_table(io.BytesIO(body)).column("chunk_id").to_pylist())
+    local = set(pq.read_table(tmp_path / "km" / "selected").column("chunk_id").to_pylist())
+    assert len(local) == 400 and remote == local
+    assert manifest["partition"]["kmeans"]["spread"] is True
+    assert manifest["partition"]["kmeans"]["parts"] == 4  # 4,000 sampled rows, 1,000 a step

@@ -299,7 +299,12 @@ def _leaf(roots: torch.Tensor) -> tuple[np.ndarray, ...]:
 
 
 def join_subtrees(
-    folder: str, n_batches: int, centroids: np.ndarray, ordered: bool, tree_path: str
+    folder: str,
+    n_batches: int,
+    centroids: np.ndarray,
+    ordered: bool,
+    levels: int,
+    tree_path: str,
 ) -> dict[str, Any]:
     """One tree from the batches' subtrees; saved to ``tree_path``.
 
@@ -346,6 +351,7 @@ def join_subtrees(
         axis=np.concatenate(axis),
         children=np.concatenate(children),
         ordered=ordered or base > 1,
+        levels=levels,
     )
     tree.save(tree_path)
     return {"nodes": len(tree.children), "leaves": tree.n_leaves, "peak_rss_mb": peak_rss_mb()}
@@ -413,7 +419,7 @@ def fit_spread(
     ]
     fitted = list(runner.map(fit_subtrees, jobs))
     n_total = sum(i.num_rows for i in infos)
-    join = (kdir, len(batches), cent, n_total > max_rows, str(folder / "tree.npz"))
+    join = (kdir, len(batches), cent, n_total > max_rows, plan.levels, str(folder / "tree.npz"))
     joined = next(iter(runner.map(join_subtrees, [join])))
     peaks = [st.get("peak_rss_mb") or 0 for st in [*stats, *fitted, joined]]
     return {

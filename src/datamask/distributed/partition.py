@@ -449,7 +449,9 @@ def plan_by_cluster(
     ``ceil(n / max_rows)`` parts (:func:`split_across`, done by the gather step, which
     knows each shard's rows). Empty nodes make no unit. With ``merge``, units are then
     merged with their nearest neighbours (by centre) while the merge fits ``max_rows``
-    (:func:`~.balance.merge_neighbours`), so groups come out near ``max_rows``.
+    (:func:`~.balance.merge_neighbours`), so groups come out near ``max_rows``. Without
+    ``merge``, the coarse clusters of a two-level tree are never units: every k-means
+    cluster is its own group (or its parts).
 
     Parameters
     ----------
@@ -479,7 +481,8 @@ def plan_by_cluster(
             first, stop = (int(i) for i in tree.children[v])
             if n == 0:
                 continue
-            if n <= max_rows:
+            coarse = tree.levels == 2 and v < len(tree.centroids) and first >= 0
+            if n <= max_rows and not (coarse and not merge):
                 units.append((v, (a, b, 0, 1), n))
             elif first >= 0:
                 stack += range(stop - 1, first - 1, -1)
