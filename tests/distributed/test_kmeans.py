@@ -22,8 +22,8 @@ from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.kmeans import FitPlan, fit_plan, lloyd_part, sample_part
-from datamask.distributed.partition import sample_plan
-from datamask.distributed.plan import plan_partition
+from datamask.distributed.partition import plan_by_cluster, sample_plan
+from datamask.distributed.plan import fit_cluster_tree, plan_partition
 from datamask.distributed.ray_backend import TaskLimits, task_limits
 from datamask.distributed.tree import ClusterTree
 from datamask.io.shards import inspect_shards, list_shards
@@ -112,35 +112,52 @@ def test_spread_fit_matches_one_step_quality_and_bounds_the_groups(shards, corpu
     assert leaf_cosine(spread[2], x) >= leaf_cosine(one[2], x) - 0.01
 
 
+TWO_LEVELS = dict(chunk_size=300, n_clusters=1100, kmeans_step_rows=1000)
+
+
+def fit_only(shards: Path, folder: Path, runner=None, **partition) -> tuple[dict, ClusterTree]:
+    """Only the k-means fit of the plan phase (no spill, no gather): (facts, tree)."""
+    settings = settings_of(**partition)
+    infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
+    n_clusters = settings.partition.n_clusters
+    facts = fit_cluster_tree(infos, settings, n_clusters, folder, runner or LocalRunner())
+    return facts, ClusterTree.load(folder / "tree.npz")
+
+
 def test_two_levels_give_c_fine_clusters_under_sqrt_c_coarse_ones(shards, corpus, tmp_path):
-    plan, facts, tree = fitted(
-        shards, tmp_path / "w", chunk_size=300, n_clusters=1100, kmeans_step_rows=1000
-    )
-    kmeans = facts["kmeans"]
-    assert kmeans["levels"] == 2 and kmeans["k1"] == 34 == len(tree.centroids)
+    facts, tree = fit_only(shards, tmp_path, **TWO_LEVELS)
+    assert facts["levels"] == 2 and facts["k1"] == 34 == len(tree.centroids)
+    assert tree.levels == 2
     # every coarse cluster with rows is cut into its share of the 1,100 fine ones
     fine = sum(int(b - a) if a >= 0 else 1 for a, b in tree.children[:34])
-    assert 1000 <= fine <= 1100
-    assert tree.n_leaves >= fine
+    assert 1000 <= fine <= 1100 and tree.n_leaves >= fine
     # children are consecutive and numbered above their parent (ClusterTree's contract)
     for v, (a, b) in enumerate(tree.children):
         assert a < 0 or v < a < b
-    sizes = [sum(p.n for p in pieces) for _, pieces in plan]
-    assert max(sizes) <= 300 and sum(sizes) == 4000
-    # --n-clusters given: every fine cluster its own group, never a whole coarse one
-    assert len(plan) >= fine - 5 and tree.levels == 2
+    x = np.asarray(corpus.features, dtype=np.float32)
+    leaf, _ = tree.assign(torch.from_numpy(x / np.linalg.norm(x, axis=1, keepdims=True)))
+    per_leaf = np.bincount(leaf, minlength=tree.n_leaves)
+    for merge in (True, False):
+        plan = plan_by_cluster(per_leaf, 300, tree, merge=merge)
+        sizes = [n for _, _, n in plan]
+        assert max(sizes) <= 300 and sum(sizes) == 4000
+    # --n-clusters given (no merge): every fine cluster its own group, never a coarse one
+    assert len(plan) >= (per_leaf > 0).sum() - 5 >= 990
 
 
 def test_spread_fit_is_the_same_resumed(shards, tmp_path):
-    """Every step is resumable: a second plan in the same work dir redoes nothing and
-    gives the same groups; a fresh dir gives the same tree, bit for bit."""
-    args = dict(chunk_size=300, n_clusters=1100, kmeans_step_rows=1000)
-    first = fitted(shards, tmp_path / "a", **args)
-    again = fitted(shards, tmp_path / "a", **args)
-    fresh = fitted(shards, tmp_path / "b", **args)
-    assert [n for n, _ in first[0]] == [n for n, _ in again[0]]
-    for name in ("centroids", "centre", "offset", "axis", "children"):
-        np.testing.assert_array_equal(getattr(first[2], name), getattr(fresh[2], name))
+    """A fit killed before its tree was joined resumes from its steps' markers (the parts
+    and routed rows are not written again) to the same tree; a fresh folder too."""
+    first = fit_only(shards, tmp_path / "a", **TWO_LEVELS)[1]
+    kdir = tmp_path / "a" / "kmeans"
+    stamps = {f: f.stat().st_mtime_ns for f in kdir.glob("*.json")}
+    (tmp_path / "a" / "tree.npz").unlink()
+    (kdir / "subtrees-00000.npz").unlink()
+    for folder in ("a", "b"):
+        again = fit_only(shards, tmp_path / folder, **TWO_LEVELS)[1]
+        for name in ("centroids", "centre", "offset", "axis", "children"):
+            np.testing.assert_array_equal(getattr(first, name), getattr(again, name))
+    assert stamps and {f: f.stat().st_mtime_ns for f in kdir.glob("*.json")} == stamps
 
 
 def test_lloyd_sums_are_float64_and_count_every_row(shards, tmp_path):
@@ -174,20 +191,21 @@ def test_cpu_and_gpu_steps_have_their_own_in_flight_limits():
 @pytest.mark.slow
 def test_ray_spread_fit_equals_the_local_pool_and_limits_follow_the_cluster(shards, tmp_path):
     """On a local Ray with --workers left out: CPU steps up to its CPUs; the spread,
-    two-level fit gives the same tree as in this process, and a selection equal to the
-    local pool's with 2 workers."""
+    two-level fit gives the same tree as in this process, and a spread selection equals
+    the local pool's with 2 workers."""
     pytest.importorskip("ray")
     from datamask.distributed import RayRunner
 
-    args = dict(chunk_size=300, n_clusters=1100, kmeans_step_rows=1000)
-    local = fitted(shards, tmp_path / "local", **args)
+    local = fit_only(shards, tmp_path / "local", **TWO_LEVELS)[1]
     runner = RayRunner().connect()
     try:
         assert runner.limits.cpu_tasks == runner.n_cpus and runner.cpus_per_task == 1
         assert runner.describe()["gpu_workers"] == runner.limits.gpu_tasks
-        on_ray = fitted(shards, tmp_path / "ray", runner=runner, **args)
+        on_ray = fit_only(shards, tmp_path / "ray", runner=runner, **TWO_LEVELS)[1]
         for name in ("centroids", "centre", "offset", "axis", "children"):
-            np.testing.assert_array_equal(getattr(local[2], name), getattr(on_ray[2], name))
+            np.testing.assert_array_equal(getattr(local, name), getattr(on_ray, name))
+        # the whole selection, with a one-level spread fit (45 clusters, 4 parts)
+        args = dict(chunk_size=300, kmeans_step_rows=1000)
         spec = settings_of(select_ratio=0.1, n_epochs=5, n_neighbors=16, **args)
         run_selection(shards, tmp_path / "out-ray", spec, runner=runner, progress=False)
     finally:
