@@ -243,7 +243,7 @@ def test_spread_fit_reads_and_writes_s3_in_place(shards, s3, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     flags = ["--chunk-size", "300", "--kmeans-step-rows", "1000", "--select-ratio", "0.1",
              "--n-epochs", "5", "--n-neighbors", "16", "--runner", "local", "--no-progress",
-             "--id-col", "chunk_id", "--quality-cols", "quality_score",
+             "--id-col", "chunk_id", "--quality-col", "quality_score",
              "--feature-col", "feature_arr"]  # fmt: skip
     uri = f"s3://{BUCKET}"
     assert main(["select", "--input", f"{uri}/kmeans/", "--output", f"{uri}/km", *flags]) == 0
