@@ -188,11 +188,20 @@ def lloyd_part(
     total = 0.0
     for block in _blocks(_part_path(storage_path(folder), part), dim, n):
         x = torch.from_numpy(block.copy()).to(dev)
-        sims, label = (x @ cent.T).max(1)
+        sims, label = _nearest(x, cent)
         sums.index_add_(0, label, x.double())
         counts += torch.bincount(label, minlength=len(cent))
         total += float(sims.double().sum())
     return part, sums.cpu().numpy(), counts.cpu().numpy(), total
+
+
+def _nearest(x: np.ndarray | torch.Tensor, cent: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Similarity to, and index of, each row's nearest centroid (first on ties), on the
+    centroids' device."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x.copy())
+    sims, label = (x.to(cent.device) @ cent.T).max(1)
+    return sims, label
 
 
 def route_part(
@@ -207,19 +216,8 @@ def route_part(
     dev = resolve_device(device)
     cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(dev)
     x = _read_rows(_part_path(where, part), dim, 0, n)
-    label = (
-        np.concatenate(
-            [
-                (torch.from_numpy(x[lo : lo + _BLOCK].copy()).to(dev) @ cent.T)
-                .argmax(1)
-                .cpu()
-                .numpy()
-                for lo in range(0, n, _BLOCK)
-            ]
-        )
-        if n
-        else np.zeros(0, np.int64)
-    )
+    labels = [_nearest(x[lo : lo + _BLOCK], cent)[1].cpu().numpy() for lo in range(0, n, _BLOCK)]
+    label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
     _write_rows(x[np.argsort(label, kind="stable")], _part_path(where, part, "routed"))
     counts = np.bincount(label, minlength=len(cent)).tolist()
     atomic_write_json({"part": part, "counts": counts}, marker)
