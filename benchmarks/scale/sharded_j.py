@@ -94,6 +94,8 @@ VARIANTS: dict[str, dict] = {
     "chunk7100": {"chunk_size": 7100},
     "chunk3600": {"chunk_size": 3600},
     "chunk5000": {"chunk_size": 5000},
+    # the same, its k-means fitted by steps of 25,000 sample rows (benchmarks/kmeans)
+    "chunk5000-spread": {"chunk_size": 5000, "kmeans_step_rows": 25_000},
 }
 
 

@@ -264,10 +264,19 @@ class PartitionSpec:
         "given: every cluster its own group, or parts of one)",
         needs=clustered,
     )
-    kmeans_sample: int = setting_field(
+    kmeans_sample: int | None = setting_field(
+        None,
+        (_COUNT, None),
+        "rows sampled to fit the k-means centroids (None: 100000, or 64 per centroid "
+        "when that is more, at most 4000000)",
+        needs=clustered,
+    )
+    kmeans_step_rows: int = setting_field(
         100_000,
         (_COUNT,),
-        "rows sampled to fit the k-means centroids",
+        "most sample rows one k-means step holds: a larger sample is fitted by steps over "
+        "parts of it (Lloyd iterations that return only sums), in two levels above 1000 "
+        "clusters",
         needs=clustered,
     )
     budget: str = setting_field(

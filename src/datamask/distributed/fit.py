@@ -5,7 +5,8 @@ The driver only plans which rows of which shard form the seeded sample
 and the cuts of clusters too large for one group (:func:`~.partition.fit_centroids`,
 :func:`~.partition.fit_tree`) and saves the tree. Its memory (the sample, and k-means'
 sample x clusters similarities: 400 MB at 10^5 rows and 1,000 clusters) is a worker's.
-On CPU and with the same sample, so the partition is the same on any runner.
+On CPU and with the same sample, so the partition is the same on any runner. A sample
+above ``--kmeans-step-rows`` is fitted by steps instead (:mod:`.kmeans`).
 """
 
 from __future__ import annotations

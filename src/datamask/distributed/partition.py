@@ -63,6 +63,7 @@ __all__ = [
     "ClusterTree",
     "default_clusters",
     "fit_tree",
+    "grow_tree",
     "spill_path",
     "spill_shard",
     "coalesce",
@@ -312,13 +313,35 @@ def fit_tree(
         int(np.random.SeedSequence([int(seed), _KMEANS_STREAM, 1]).generate_state(1)[0])
     )
     x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
-    scale = n_total / max(len(sample), 1)
     cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
-    top = assign_clusters(x, cent).numpy()
-    centre, offset = list(cent), [torch.zeros(())] * len(cent)
-    children: list[list[int]] = [[-1, -1] for _ in range(len(cent))]
-    rows_of: list[np.ndarray] = [np.flatnonzero(top == c) for c in range(len(cent))]
-    for c in range(len(cent)):  # in cluster order, so the generator is drawn in one order
+    centre, offset, axis, children = grow_tree(
+        x, cent, n_total / max(len(sample), 1), max_rows, gen
+    )
+    return ClusterTree(
+        centroids=cent.numpy(),
+        centre=centre,
+        offset=offset,
+        axis=axis,
+        children=children,
+        ordered=len(children) > 1 or n_total > max_rows,
+    )
+
+
+def grow_tree(
+    x: torch.Tensor, roots: torch.Tensor, scale: float, max_rows: int, gen: torch.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_tree`'s splits of the clusters ``roots`` on their sampled rows ``x``.
+
+    ``scale``: corpus rows per sampled row. Returns the nodes' ``(centre, offset, axis,
+    children)`` (:class:`ClusterTree`'s arrays; ``roots`` are nodes ``0 .. len(roots)-1``),
+    drawing from ``gen`` in cluster order. Also what a spread fit's step runs on the rows
+    of each of its clusters (:mod:`.kmeans`).
+    """
+    top = assign_clusters(x, roots).numpy()
+    centre, offset = list(roots), [torch.zeros(())] * len(roots)
+    children: list[list[int]] = [[-1, -1] for _ in range(len(roots))]
+    rows_of: list[np.ndarray] = [np.flatnonzero(top == c) for c in range(len(roots))]
+    for c in range(len(roots)):  # in cluster order, so the generator is drawn in one order
         rows = rows_of[c]
         parts = min(math.ceil(len(rows) * scale / (SPLIT_FILL * max_rows)), len(rows))
         if parts < 2:
@@ -333,13 +356,11 @@ def fit_tree(
         children += [[-1, -1] for _ in range(len(sub))]
         rows_of += [rows[label == j] for j in range(len(sub))]
     axis = [two_means_axis(x[torch.from_numpy(r)], gen) for r in rows_of]
-    return ClusterTree(
-        centroids=cent.numpy(),
-        centre=torch.stack(centre).numpy().astype(np.float32),
-        offset=torch.stack(offset).numpy().astype(np.float32),
-        axis=torch.stack(axis).numpy().astype(np.float32),
-        children=np.asarray(children, dtype=np.int64),
-        ordered=len(children) > 1 or n_total > max_rows,
+    return (
+        torch.stack(centre).numpy().astype(np.float32),
+        torch.stack(offset).numpy().astype(np.float32),
+        torch.stack(axis).numpy().astype(np.float32),
+        np.asarray(children, dtype=np.int64),
     )
 
 
@@ -428,7 +449,9 @@ def plan_by_cluster(
     ``ceil(n / max_rows)`` parts (:func:`split_across`, done by the gather step, which
     knows each shard's rows). Empty nodes make no unit. With ``merge``, units are then
     merged with their nearest neighbours (by centre) while the merge fits ``max_rows``
-    (:func:`~.balance.merge_neighbours`), so groups come out near ``max_rows``.
+    (:func:`~.balance.merge_neighbours`), so groups come out near ``max_rows``. Without
+    ``merge``, the coarse clusters of a two-level tree are never units: every k-means
+    cluster is its own group (or its parts).
 
     Parameters
     ----------
@@ -458,7 +481,8 @@ def plan_by_cluster(
             first, stop = (int(i) for i in tree.children[v])
             if n == 0:
                 continue
-            if n <= max_rows:
+            coarse = tree.levels == 2 and v < len(tree.centroids) and first >= 0
+            if n <= max_rows and not (coarse and not merge):
                 units.append((v, (a, b, 0, 1), n))
             elif first >= 0:
                 stack += range(stop - 1, first - 1, -1)

@@ -22,6 +22,7 @@ from .context import RunContext
 from .executors import Runner, progress_map
 from .fit import fit_partition
 from .gather import gather_groups, index_spills
+from .kmeans import fit_plan, fit_spread
 from .partition import (
     ClusterTree,
     GroupSpec,
@@ -35,7 +36,7 @@ from .partition import (
 )
 from .steps import candidate_count
 
-__all__ = ["budget_k", "plan_groups", "plan_partition"]
+__all__ = ["budget_k", "fit_cluster_tree", "plan_groups", "plan_partition"]
 
 
 def plan_partition(
@@ -53,17 +54,8 @@ def plan_partition(
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     clock = time.perf_counter()
-    if not tree_path.exists():
-        # 1-2. A seeded sample (row groups of the shards that have sampled rows), the
-        #    centroids and the cuts of clusters too large for one group: one step, on a
-        #    worker, on CPU, from the same sample: the partition is the same on any runner.
-        wanted = sample_plan(infos, settings.partition.kmeans_sample, settings.selector.seed)
-        jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
-        chunk, seed = settings.partition.chunk_size, settings.selector.seed
-        fit = (jobs, n_clusters, n_total, chunk, seed, str(tree_path))
-        with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
-            list(runner.map(fit_partition, [fit], whole_machine=True))
-            bar.update(1)
+    # 1-2. The k-means centroids and the cuts of clusters too large for one group.
+    kmeans = fit_cluster_tree(infos, settings, n_clusters, folder, runner, progress)
     seconds = {"fit": time.perf_counter() - clock}
     # 3. One streaming pass filing every row under its leaf (resumable per shard); the
     #    driver gets only the leaves' totals back.
@@ -87,8 +79,51 @@ def plan_partition(
     plan = gather_groups(units, chunk, columns, folder, work, runner, progress)
     seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
     # the phase's parts (a resumed run's fit is 0): PLAN.md's model calibrates on them
-    facts = {"n_clusters": len(tree.centroids), "n_leaves": tree.n_leaves, "seconds": seconds}
+    facts = {
+        "n_clusters": len(tree.centroids),
+        "n_leaves": tree.n_leaves,
+        "kmeans": kmeans,
+        "seconds": seconds,
+    }
     return plan, facts
+
+
+def fit_cluster_tree(
+    infos: list[ShardInfo],
+    settings: SelectSpec,
+    n_clusters: int,
+    folder: Path,
+    runner: Runner,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Fit the cluster tree of ``--partition cluster`` to ``folder / "tree.npz"`` (unless it
+    is there): in one step, or spread over steps (:mod:`.kmeans`) when the sample is above
+    ``--kmeans-step-rows``. Returns facts about the fit for the manifest."""
+    n_total = sum(i.num_rows for i in infos)
+    tree_path = folder / "tree.npz"
+    part = settings.partition
+    fit = fit_plan(n_clusters, n_total, part.kmeans_sample, part.kmeans_step_rows)
+    kmeans: dict[str, Any] = {"spread": fit.spread, "levels": fit.levels}
+    if tree_path.exists():
+        return kmeans
+    if fit.spread:
+        # A sample of ROWS_PER_CENTROID rows per centroid, more than one step holds:
+        # fitted by steps over its parts, only sums travelling (kmeans.py).
+        with tqdm(total=1, desc="k-means fit (spread)", disable=not progress) as bar:
+            kmeans = fit_spread(infos, fit, n_clusters, settings, folder, runner)
+            bar.update(1)
+        return kmeans
+    # A seeded sample (row groups of the shards that have sampled rows), the centroids and
+    # the cuts of clusters too large for one group: one step, on a worker, on CPU, from the
+    # same sample: the partition is the same on any runner.
+    wanted = sample_plan(infos, fit.n_sample, settings.selector.seed)
+    jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
+    job = (jobs, n_clusters, n_total, part.chunk_size, settings.selector.seed, str(tree_path))
+    with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
+        (stats,) = runner.map(fit_partition, [job], whole_machine=True)
+        bar.update(1)
+    kmeans.update(sample_rows=stats["sample_rows"], step_peak_rss_mb=stats["peak_rss_mb"])
+    return kmeans
 
 
 def plan_groups(

@@ -4,19 +4,23 @@ Ray is imported lazily, so ``import datamask`` never needs it. A local Ray is st
 the first step that needs it: :meth:`RayRunner.validation_runner` hands the validation
 pass to a local process pool, so bad input fails before Ray starts; a cluster given by
 ``address`` is joined before the validation pass, which then runs on it. Each step is one
-task, spread over the nodes (``SPREAD``); at most ``workers`` are in flight. What a task
+task, spread over the nodes (``SPREAD``). CPU steps and GPU steps have separate in-flight
+limits (:func:`task_limits`): with ``workers`` pinned, ``workers`` of either; else CPU
+steps up to the cluster's CPUs and GPU steps up to ``GPUs / gpus_per_task``. What a task
 asks for:
 
-- ``num_cpus``: ``CPUs // workers``, but never more than the smallest node with CPUs
-  offers, so every task fits some node (two 1-CPU nodes and ``workers=1``: one CPU, not
-  two). torch's thread count is set to match, so tasks do not oversubscribe the cores.
+- ``num_cpus``: one (``workers`` not pinned), else ``CPUs // workers``, but never more
+  than the smallest node with CPUs offers, so every task fits some node (two 1-CPU nodes
+  and ``workers=1``: one CPU, not two). torch's thread count is set to match, so tasks do
+  not oversubscribe the cores. A GPU step asks one CPU.
 - ``memory``: for a group step, its estimate from the group's rows and embedding width
   (:func:`~datamask.distributed.executors.group_memory_bytes`), capped at the largest
   node's memory so a task is never unschedulable.
-- ``num_gpus``: when the cluster reports GPUs, group steps ask ``gpus_per_task``
-  (default ``1 / ceil(workers / GPUs)``: the workers share the GPUs; a group needs about
-  1 GB) and the learner's ``device="auto"`` resolves to the GPU Ray assigned (Ray sets
-  ``CUDA_VISIBLE_DEVICES`` per task).
+- ``num_gpus``: when the cluster reports GPUs, GPU steps (groups, the k-means
+  iterations) ask ``gpus_per_task`` (default 1, or ``1 / ceil(workers / GPUs)`` with
+  ``workers`` pinned: the workers share the GPUs; a group needs about 1 GB), and
+  ``device="auto"`` resolves to the GPU Ray assigned (Ray sets ``CUDA_VISIBLE_DEVICES``
+  per task).
 
 Steps are idempotent, so Ray's retries are safe: a task is retried after a lost worker or
 node and after an ``OSError`` (storage hiccups), up to ``MAX_RETRIES`` times.
@@ -34,12 +38,20 @@ import math
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..io.fs import storage_env
 from .executors import LocalRunner, available_cpus, check_workers
 
-__all__ = ["RayRunner", "import_ray", "CONNECT_TIMEOUT_S", "MAX_RETRIES"]
+__all__ = [
+    "RayRunner",
+    "TaskLimits",
+    "import_ray",
+    "task_limits",
+    "CONNECT_TIMEOUT_S",
+    "MAX_RETRIES",
+]
 
 #: Times Ray runs a task again after its worker died or it raised an ``OSError``.
 MAX_RETRIES = 3
@@ -98,13 +110,61 @@ def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
     return result
 
 
+@dataclass(frozen=True)
+class TaskLimits:
+    """What a task asks Ray for, and how many are in flight, in CPU and in GPU phases."""
+
+    cpu_tasks: int
+    cpus_per_task: int
+    gpu_tasks: int
+    gpus_per_task: float
+
+
+def task_limits(
+    n_cpus: int,
+    node_cpus: Sequence[int],
+    n_gpus: int,
+    workers: int | None,
+    use_gpus: bool,
+    gpus_per_task: float | None = None,
+) -> TaskLimits:
+    """In-flight limits of CPU steps and GPU steps, each from its own resource.
+
+    ``workers`` pinned: ``workers`` steps in flight in every phase, each CPU step with
+    ``n_cpus // workers`` CPUs (at most the smallest node's, so every task fits a node)
+    and each GPU step with ``gpus_per_task`` (default ``1 / ceil(workers / GPUs)``).
+    Not pinned: CPU steps ask one CPU each and run up to the cluster's CPUs at once; GPU
+    steps ask ``gpus_per_task`` (default 1) and run up to ``floor(GPUs / gpus_per_task)``
+    at once, so a GPU phase no longer sets how many scans or spills run.
+
+    >>> task_limits(64, [16, 16, 16, 16], 4, None, True, 0.25)
+    TaskLimits(cpu_tasks=64, cpus_per_task=1, gpu_tasks=16, gpus_per_task=0.25)
+    >>> task_limits(64, [16, 16, 16, 16], 4, 8, True)
+    TaskLimits(cpu_tasks=8, cpus_per_task=8, gpu_tasks=8, gpus_per_task=0.5)
+    """
+    if use_gpus and n_gpus < 1:
+        raise ValueError("use_gpus=True but the Ray cluster reports no GPUs.")
+    smallest = min(node_cpus or [n_cpus]) or 1
+    if workers is not None:
+        per_gpu = (gpus_per_task or 1 / math.ceil(workers / n_gpus)) if use_gpus else 0.0
+        cpus = max(1, min(n_cpus // workers, smallest))
+        return TaskLimits(workers, cpus, workers if use_gpus else 0, float(per_gpu))
+    if not use_gpus:
+        return TaskLimits(max(1, n_cpus), 1, 0, 0.0)
+    per_gpu = gpus_per_task or 1.0
+    gpu_tasks = max(1, math.floor(n_gpus / per_gpu + 1e-9))
+    return TaskLimits(max(1, n_cpus), 1, gpu_tasks, float(per_gpu))
+
+
 class RayRunner:
     """Schedule steps as Ray tasks.
 
     Parameters
     ----------
     workers : int, optional
-        Tasks in flight at once. Default: the cluster's GPUs when it has any, else its CPUs.
+        Tasks in flight at once in every phase, each CPU step with ``CPUs // workers``
+        CPUs. Default: separate limits, CPU steps up to the cluster's CPUs (one CPU each)
+        and GPU steps up to ``GPUs / gpus_per_task`` (:func:`task_limits`).
     address : str, optional
         Ray cluster address (``"auto"``, ``"ray://head:10001"``, ...). Default: the Ray
         already initialised in this process, else a new local Ray with ``max(workers,
@@ -113,8 +173,8 @@ class RayRunner:
         Ask GPUs for selection tasks. Default: when the cluster has GPUs and ``device``
         is not ``"cpu"``.
     gpus_per_task : float, optional
-        GPUs a selection task asks for, in (0, 1]. Default ``1 / ceil(workers / GPUs)``:
-        ``workers`` tasks share the cluster's GPUs.
+        GPUs a GPU task asks for, in (0, 1]. Default 1, or ``1 / ceil(workers / GPUs)``
+        with ``workers`` pinned: ``workers`` tasks share the cluster's GPUs.
     device : str, default="auto"
         The learner's device setting, used only to decide ``use_gpus``.
 
@@ -123,7 +183,10 @@ class RayRunner:
     n_cpus, n_gpus : int
         Resources of the cluster when the runner started.
     cpus_per_task : int
-        CPUs a task asks for: ``n_cpus // workers``, at most the smallest node's.
+        CPUs a CPU task asks for: 1, or ``n_cpus // workers`` (pinned), at most the
+        smallest node's.
+    limits : TaskLimits
+        The in-flight limits of CPU and GPU steps (:func:`task_limits`).
     """
 
     name = "ray"
@@ -228,20 +291,18 @@ class RayRunner:
         if use_gpus and self.n_gpus == 0:
             raise ValueError("use_gpus=True but the Ray cluster reports no GPUs.")
         self.use_gpus = use_gpus
-        self._workers = workers or (self.n_gpus if use_gpus else self.n_cpus)
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
         node_cpus = [int(r.get("CPU", 0)) for r in nodes if int(r.get("CPU", 0)) > 0]
-        # a task must fit the smallest node with CPUs, not the cluster's average share
-        smallest = min(node_cpus or [self.n_cpus]) or 1
-        self.cpus_per_task = max(1, min(self.n_cpus // self._workers, smallest))
+        limits = task_limits(
+            self.n_cpus, node_cpus, self.n_gpus, workers, use_gpus, self._gpus_per_task_arg
+        )
+        self.limits = limits
+        self._workers = limits.cpu_tasks
+        self.cpus_per_task = limits.cpus_per_task
+        self.gpus_per_task = limits.gpus_per_task
         # the most CPUs one node offers: what a whole-machine step may ask for
         self.node_cpus = max(node_cpus or [self.n_cpus]) or 1
         self.node_memory = max([int(r.get("memory", 0)) for r in nodes] or [0])
-        self.gpus_per_task = 0.0
-        if use_gpus:
-            self.gpus_per_task = self._gpus_per_task_arg or 1 / math.ceil(
-                self._workers / self.n_gpus
-            )
         self._connected = True
 
     def describe(self) -> dict[str, Any]:
@@ -251,6 +312,7 @@ class RayRunner:
         return {
             "runner": self.name,
             "workers": self.workers,
+            "gpu_workers": self.limits.gpu_tasks,
             "cluster_cpus": self.n_cpus,
             "cluster_gpus": self.n_gpus,
             "gpus_per_task": self.gpus_per_task,
@@ -267,7 +329,9 @@ class RayRunner:
         whole_machine: bool = False,
         memory: Sequence[int] | None = None,
     ) -> Iterator[Any]:
-        """Run ``fn(*args)`` as a task per item, ``workers`` at a time; yield as they finish.
+        """Run ``fn(*args)`` as a task per item; yield as they finish. At most
+        ``limits.gpu_tasks`` GPU steps (``use_gpu`` on a runner with GPUs) are in flight,
+        else ``limits.cpu_tasks`` (:func:`task_limits`).
 
         Starts (or joins) Ray on first use. A ``whole_machine`` task asks for every CPU of
         the largest node. ``memory``: bytes each item's task asks Ray for (capped at the
@@ -280,6 +344,7 @@ class RayRunner:
         ray = self._ray
         gpu = self.gpus_per_task if (use_gpu and self.use_gpus) else 0
         cpus = 1 if gpu else (self.node_cpus if whole_machine else self.cpus_per_task)
+        limit = self.limits.gpu_tasks if gpu else self.limits.cpu_tasks
         remote = ray.remote(_call)
         options = {
             "num_cpus": cpus,
@@ -303,7 +368,7 @@ class RayRunner:
             in_flight.append(task.remote(fn, cpus, *args))
             return True
 
-        for _ in range(self.workers):
+        for _ in range(limit):
             if not submit():
                 break
         # On an error, the tasks still in flight are running (at most ``workers`` are

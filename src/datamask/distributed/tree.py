@@ -50,6 +50,10 @@ class ClusterTree:
     ordered : bool
         Whether spills sort a leaf's rows along its axis (not when the whole corpus is
         one group: its rows keep the input order, as a single-file selection reads them).
+    levels : int, default=1
+        2 when nodes ``0 .. C1-1`` are coarse clusters whose children are the k-means
+        clusters (a two-level fit, :mod:`.kmeans`), so a plan that keeps every k-means
+        cluster its own group looks below them.
     """
 
     centroids: np.ndarray
@@ -58,6 +62,7 @@ class ClusterTree:
     axis: np.ndarray
     children: np.ndarray
     ordered: bool
+    levels: int = 1
 
     @property
     def leaf(self) -> np.ndarray:
@@ -124,6 +129,7 @@ class ClusterTree:
                 axis=self.axis,
                 children=self.children,
                 ordered=np.asarray(self.ordered),
+                **({"levels": np.asarray(self.levels)} if self.levels != 1 else {}),
             )
 
     @classmethod
@@ -132,4 +138,5 @@ class ClusterTree:
             if "centre" not in f:  # hyperplane cuts, before the balanced splits
                 raise ValueError(f"{path} is a cluster tree of an older datamask: remove it.")
             arrays = [f[name] for name in ("centroids", "centre", "offset", "axis", "children")]
-            return cls(*arrays, ordered=bool(f["ordered"]))
+            levels = int(f["levels"]) if "levels" in f else 1
+            return cls(*arrays, ordered=bool(f["ordered"]), levels=levels)

@@ -1,0 +1,528 @@
+"""The k-means fit of ``--partition cluster`` spread over steps, in two levels when C is large.
+
+One fit step (:func:`~.fit.fit_partition`) holds the whole sample and its sample x
+clusters similarities; at 10^4-10^5 clusters the sample a good fit needs (``ROWS_PER_
+CENTROID`` rows per centroid) no longer fits one step. When the sample is larger than
+``--kmeans-step-rows``, the fit runs as steps instead (:func:`fit_spread`), the driver
+holding only centroids and counts:
+
+1. **Sample parts.** The seeded sample (:func:`~.partition.sample_plan`) is cut, by shard,
+   into parts of about ``step_rows`` rows; one step per part reads its rows and writes them
+   to ``WORK/clusters/kmeans/part-PPPPP.f32`` (raw unit float32 rows, marker last).
+2. **Lloyd's iterations over the parts.** Each iteration, one step per part re-reads its
+   part, assigns every row to the current centroids and returns only the per-centroid
+   float64 sums and counts (k x d: small); the driver adds them up in part order (so the
+   result does not depend on the runner or the workers), refills empty centroids from a
+   seeded reserve of sample rows and normalises. The math runs in torch on the step's
+   device (``cuda`` where the step got a GPU, under ``--device auto``), the same code on CPU.
+3. **Two levels when C is large** (C > ``TWO_LEVEL_MIN``): step 2 fits ``ceil(sqrt(C))``
+   coarse centroids; one step per part then files its rows by coarse cluster
+   (``routed-PPPPP.f32``, sorted, and their counts); one step per batch of coarse clusters
+   reads each cluster's rows from every part (ranged reads) and fits a fine k-means of its
+   share of the C centroids (:func:`~datamask.data.apportion` of the sample), then the
+   splits of clusters too large for one group (:func:`~.partition.grow_tree`). With one
+   level, the same route-and-split steps split the C clusters.
+4. **One tree.** A last step joins the subtrees into one :class:`~.tree.ClusterTree`: the
+   coarse clusters are its roots and the fine ones their children, so a spilled row is
+   compared with sqrt(C) + C / sqrt(C) centres, not C.
+
+Every step is a pure function of its arguments and files, resumable from its marker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._device import resolve_device
+from .._memory import peak_rss_mb
+from ..data import apportion
+from ..io.atomic import atomic_write, atomic_write_json
+from ..io.fs import open_input, storage_path
+from ..io.shards import ShardInfo
+from .executors import Runner
+from .partition import _KMEANS_STREAM, grow_tree, read_sample
+from .tree import ClusterTree
+
+__all__ = [
+    "ROWS_PER_CENTROID",
+    "SAMPLE_CAP",
+    "SAMPLE_DEFAULT",
+    "TWO_LEVEL_MIN",
+    "FitPlan",
+    "fit_plan",
+    "fit_spread",
+    "lloyd_part",
+    "route_part",
+    "sample_part",
+    "fit_subtrees",
+    "join_subtrees",
+]
+
+#: Sample rows when ``--kmeans-sample`` is not given and C is small.
+SAMPLE_DEFAULT = 100_000
+#: Sample rows per centroid when C asks for more than ``SAMPLE_DEFAULT`` (faiss warns below
+#: 39 per centroid; 64 leaves each centroid a mean of tens of rows).
+ROWS_PER_CENTROID = 64
+#: Most sample rows by default (6 GB at 384-d, spread over the parts).
+SAMPLE_CAP = 4_000_000
+#: Above this many clusters the spread fit runs in two levels.
+TWO_LEVEL_MIN = 1_000
+#: Lloyd's iterations at each level (as the one-step fit).
+N_ITER = 20
+#: Rows a step reads and assigns at a time.
+_BLOCK = 65_536
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """How the k-means of a cluster partition is fitted.
+
+    Attributes
+    ----------
+    n_sample : int
+        Sample rows.
+    spread : bool
+        Fitted by steps over parts of the sample (else one step holds it all).
+    levels : int
+        1, or 2: ``k1`` coarse centroids, then a fine k-means inside each.
+    k1 : int
+        Centroids of the first (spread) level: C, or ``ceil(sqrt(C))`` with two levels.
+    """
+
+    n_sample: int
+    spread: bool
+    levels: int
+    k1: int
+
+
+def fit_plan(n_clusters: int, n_total: int, kmeans_sample: int | None, step_rows: int) -> FitPlan:
+    """The sample size and the shape of the fit for ``n_clusters`` centroids.
+
+    ``kmeans_sample`` given: that many rows; else ``SAMPLE_DEFAULT``, or
+    ``ROWS_PER_CENTROID * C`` when that is more (at most ``SAMPLE_CAP``); never more than
+    the corpus. Spread when the sample is above ``step_rows``; two levels when also C >
+    ``TWO_LEVEL_MIN``.
+
+    >>> fit_plan(100, 10**6, None, 100_000)
+    FitPlan(n_sample=100000, spread=False, levels=1, k1=100)
+    >>> fit_plan(10_000, 10**6, None, 100_000)
+    FitPlan(n_sample=640000, spread=True, levels=2, k1=100)
+    """
+    if kmeans_sample is None:
+        kmeans_sample = max(SAMPLE_DEFAULT, min(ROWS_PER_CENTROID * n_clusters, SAMPLE_CAP))
+    n_sample = min(kmeans_sample, n_total)
+    spread = n_sample > step_rows
+    two = spread and n_clusters > TWO_LEVEL_MIN
+    k1 = math.ceil(math.sqrt(n_clusters)) if two else n_clusters
+    return FitPlan(n_sample, spread, 2 if two else 1, min(k1, n_sample))
+
+
+def _generator(seed: int, *stream: int) -> torch.Generator:
+    gen = torch.Generator(device="cpu")
+    state = np.random.SeedSequence([int(seed), _KMEANS_STREAM, *stream]).generate_state(1)
+    gen.manual_seed(int(state[0]))
+    return gen
+
+
+# --- raw float32 rows on storage: one object per part, ranged reads ------------------------
+def _write_rows(x: np.ndarray, path: Path) -> None:
+    with atomic_write(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(np.ascontiguousarray(x, dtype=np.float32).tobytes())
+
+
+def _read_rows(path: Path, dim: int, start: int, stop: int) -> np.ndarray:
+    """Rows ``[start, stop)`` of a raw float32 object of ``dim`` columns: one ranged read."""
+    with open_input(path) as fh:
+        fh.seek(4 * dim * start)
+        data = fh.read(4 * dim * (stop - start))
+    return np.frombuffer(data, dtype=np.float32).reshape(stop - start, dim)
+
+
+def _blocks(path: Path, dim: int, n: int) -> Iterator[np.ndarray]:
+    for lo in range(0, n, _BLOCK):
+        yield _read_rows(path, dim, lo, min(n, lo + _BLOCK))
+
+
+def _part_path(folder: Path, part: int, kind: str = "part") -> Path:
+    return folder / f"{kind}-{part:05d}.f32"
+
+
+# --- steps ---------------------------------------------------------------------------------
+def sample_part(part: int, jobs: Sequence[tuple], folder: str) -> dict[str, Any]:
+    """Read one part of the sample (``jobs``: :func:`~.partition.read_sample`'s arguments,
+    in shard order) and write it as ``part-PPPPP.f32``, then its marker; resumable."""
+    where = storage_path(folder)
+    marker = where / f"part-{part:05d}.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    x = np.concatenate([read_sample(*job)[1] for job in jobs])
+    _write_rows(x, _part_path(where, part))
+    stats = {"part": part, "rows": len(x), "dim": int(x.shape[1]), "peak_rss_mb": peak_rss_mb()}
+    atomic_write_json(stats, marker)
+    return stats
+
+
+def part_rows(folder: str, part: int, dim: int, rows: np.ndarray) -> tuple[int, np.ndarray]:
+    """Rows ``rows`` (sorted) of one part: the initial centroids and their reserve."""
+    path = _part_path(storage_path(folder), part)
+    return part, np.stack([_read_rows(path, dim, int(r), int(r) + 1)[0] for r in rows])
+
+
+def lloyd_part(
+    folder: str, part: int, n: int, dim: int, centroids: np.ndarray, device: str
+) -> tuple[int, np.ndarray, np.ndarray, float]:
+    """One Lloyd step on one part: ``(part, sums, counts, sum of similarities)``, the sums
+    of its rows per nearest centroid in float64 (k x d), on ``device``."""
+    dev = resolve_device(device)
+    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(dev)
+    sums = torch.zeros(cent.shape, dtype=torch.float64, device=dev)
+    counts = torch.zeros(len(cent), dtype=torch.int64, device=dev)
+    total = 0.0
+    for block in _blocks(_part_path(storage_path(folder), part), dim, n):
+        x = torch.from_numpy(block.copy()).to(dev)
+        sims, label = _nearest(x, cent)
+        sums.index_add_(0, label, x.double())
+        counts += torch.bincount(label, minlength=len(cent))
+        total += float(sims.double().sum())
+    return part, sums.cpu().numpy(), counts.cpu().numpy(), total
+
+
+def _nearest(x: np.ndarray | torch.Tensor, cent: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Similarity to, and index of, each row's nearest centroid (first on ties), on the
+    centroids' device."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x.copy())
+    sims, label = (x.to(cent.device) @ cent.T).max(1)
+    return sims, label
+
+
+def route_part(
+    folder: str, part: int, n: int, dim: int, centroids: np.ndarray, device: str
+) -> tuple[int, list[int]]:
+    """File one part's rows by nearest centroid: ``routed-PPPPP.f32`` (sorted by centroid,
+    input order within one) and its counts per centroid (the marker); resumable."""
+    where = storage_path(folder)
+    marker = where / f"routed-{part:05d}.json"
+    if marker.exists():
+        return part, json.loads(marker.read_text())["counts"]
+    dev = resolve_device(device)
+    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(dev)
+    x = _read_rows(_part_path(where, part), dim, 0, n)
+    labels = [_nearest(x[lo : lo + _BLOCK], cent)[1].cpu().numpy() for lo in range(0, n, _BLOCK)]
+    label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
+    _write_rows(x[np.argsort(label, kind="stable")], _part_path(where, part, "routed"))
+    counts = np.bincount(label, minlength=len(cent)).tolist()
+    atomic_write_json({"part": part, "counts": counts}, marker)
+    return part, counts
+
+
+def fit_subtrees(
+    folder: str,
+    batch: int,
+    clusters: Sequence[int],
+    offsets: np.ndarray,
+    fine: Sequence[int],
+    centroids: np.ndarray,
+    dim: int,
+    scale: float,
+    max_rows: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The subtree of each cluster of one batch, from its rows in every routed part.
+
+    ``offsets[i]``: where cluster ``clusters[i]`` starts and stops in each routed part,
+    shape (len(clusters), 2, parts); the clusters are consecutive, so each part is read
+    once, over the batch's range. A cluster given ``fine[i] >= 2`` centroids is first
+    cut by a fine k-means of its rows (its roots), else its root is its own centroid
+    (``centroids[i]``); then :func:`~.partition.grow_tree` splits what is too large.
+    Each cluster draws from its own seeded generator, so the batches do not matter.
+    Writes ``subtrees-BBBBB.npz`` (marker: the file itself); returns its sizes.
+    """
+    where = storage_path(folder)
+    out = where / f"subtrees-{batch:05d}.npz"
+    if out.exists():
+        return {"batch": batch}
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("centre", "offset", "axis", "children")}
+    sizes, rows = [], 0
+    # the batch's clusters are consecutive: one ranged read of each routed part
+    lo, hi = offsets[0, 0], offsets[-1, 1]
+    held = [
+        _read_rows(_part_path(where, p, "routed"), dim, int(lo[p]), int(hi[p]))
+        for p in range(offsets.shape[2])
+    ]
+    for i, c in enumerate(clusters):
+        pieces = [held[p][int(a - lo[p]) : int(b - lo[p])] for p, (a, b) in enumerate(offsets[i].T)]
+        x = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros((0, dim), np.float32))
+        gen = _generator(seed, 2, int(c))
+        roots = torch.from_numpy(np.ascontiguousarray(centroids[i : i + 1], dtype=np.float32))
+        if fine[i] >= 2 and len(x) >= 2:
+            roots = _spherical(x, int(fine[i]), gen)
+        tree = grow_tree(x, roots, scale, max_rows, gen) if len(x) else _leaf(roots)
+        for key, value in zip(arrays, tree, strict=True):
+            arrays[key].append(value)
+        sizes.append([len(roots), len(tree[0])])
+        rows += len(x)
+    with atomic_write(out) as tmp, open(tmp, "wb") as fh:
+        np.savez(
+            fh,
+            sizes=np.asarray(sizes, np.int64),
+            **{k: np.concatenate(v) for k, v in arrays.items()},
+        )
+    return {"batch": batch, "rows": rows, "peak_rss_mb": peak_rss_mb()}
+
+
+def _spherical(x: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    from ..neighbors import spherical_kmeans
+
+    return spherical_kmeans(x, k, n_iter=N_ITER, sample=None, generator=gen)
+
+
+def _leaf(roots: torch.Tensor) -> tuple[np.ndarray, ...]:
+    """A cluster the sample left empty: its root, a leaf with no axis."""
+    n, d = roots.shape
+    return (
+        roots.numpy().astype(np.float32),
+        np.zeros(n, np.float32),
+        np.zeros((n, d), np.float32),
+        np.full((n, 2), -1, np.int64),
+    )
+
+
+def join_subtrees(
+    folder: str,
+    n_batches: int,
+    centroids: np.ndarray,
+    ordered: bool,
+    levels: int,
+    tree_path: str,
+) -> dict[str, Any]:
+    """One tree from the batches' subtrees; saved to ``tree_path``.
+
+    The first-level clusters are nodes ``0 .. k1-1``. A cluster with one root keeps its
+    node (the root's children become its own); one with several roots (a fine k-means)
+    gets them as its children. Children keep consecutive ids above their parent's.
+    """
+    where = storage_path(folder)
+    k1, dim = centroids.shape
+    centre = [centroids.astype(np.float32)]
+    offset = [np.zeros(k1, np.float32)]
+    axis = [np.zeros((k1, dim), np.float32)]
+    children = [np.full((k1, 2), -1, np.int64)]
+    top, base = 0, k1
+    for b in range(n_batches):
+        with open_input(where / f"subtrees-{b:05d}.npz") as fh, np.load(fh) as f:
+            sub = {k: f[k] for k in ("sizes", "centre", "offset", "axis", "children")}
+        start = 0
+        for n_roots, n_nodes in sub["sizes"]:
+            own = int(n_roots == 1)  # the root is the cluster's own node; the rest follow
+            new = base + np.arange(n_nodes - own)
+            if own:
+                new = np.concatenate([[top], new])
+            kids = _remap_children(sub["children"][start : start + n_nodes], new)
+            rest = slice(start + own, start + n_nodes)
+            if own:
+                axis[0][top] = sub["axis"][start]
+                children[0][top] = kids[0]
+            else:  # the fine roots become the cluster's children
+                children[0][top] = (base, base + n_roots)
+            centre.append(sub["centre"][rest])
+            offset.append(sub["offset"][rest])
+            axis.append(sub["axis"][rest])
+            children.append(kids[own:])
+            base += n_nodes - own
+            top += 1
+            start += n_nodes
+    if top != k1:
+        raise RuntimeError(f"the subtrees hold {top} clusters, not {k1}; please report this.")
+    tree = ClusterTree(
+        centroids=centroids.astype(np.float32),
+        centre=np.concatenate(centre),
+        offset=np.concatenate(offset),
+        axis=np.concatenate(axis),
+        children=np.concatenate(children),
+        ordered=ordered or base > 1,
+        levels=levels,
+    )
+    tree.save(tree_path)
+    return {"nodes": len(tree.children), "leaves": tree.n_leaves, "peak_rss_mb": peak_rss_mb()}
+
+
+def _remap_children(children: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``[first, stop)`` of each node's children, renumbered by ``new`` (local -> global)."""
+    out = np.full_like(children, -1)
+    inner = children[:, 0] >= 0
+    out[inner, 0] = new[children[inner, 0]]
+    out[inner, 1] = new[children[inner, 1] - 1] + 1
+    return out
+
+
+# --- the driver's part: plans and sums, never rows -----------------------------------------
+def fit_spread(
+    infos: Sequence[ShardInfo],
+    plan: FitPlan,
+    n_clusters: int,
+    settings: Any,
+    folder: Path,
+    runner: Runner,
+) -> dict[str, Any]:
+    """Fit the tree of a cluster partition by steps (see the module), save it to
+    ``folder / "tree.npz"``; returns facts for the manifest. ``settings``: the run's
+    :class:`~datamask.config.SelectSpec`."""
+    from .partition import sample_plan
+
+    seed, step_rows = settings.selector.seed, settings.partition.kmeans_step_rows
+    kdir = str(folder / "kmeans")
+    wanted = sample_plan(infos, plan.n_sample, seed)
+    jobs = [(p, job, kdir) for p, job in enumerate(_cut_parts(wanted, infos, step_rows, settings))]
+    stats = sorted(runner.map(sample_part, jobs), key=lambda st: st["part"])
+    n, dim = [st["rows"] for st in stats], int(stats[0]["dim"])
+    cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
+    device = settings.selector.device
+    iterations, used, moved = 0, 0, True
+    while moved and iterations < N_ITER:  # until no centroid moves, at most N_ITER
+        new, used = _lloyd_round(kdir, n, dim, cent, reserve, used, device, runner)
+        moved = not np.array_equal(new, cent)
+        cent, iterations = new, iterations + 1
+    jobs = [(kdir, p, n[p], dim, cent, device) for p in range(len(n))]
+    routed = dict(runner.map(route_part, jobs, use_gpu=True))
+    counts = np.asarray([routed[p] for p in range(len(n))], dtype=np.int64)  # parts x k1
+    per = counts.sum(axis=0)
+    fine = _fine_counts(per, n_clusters) if plan.levels == 2 else np.ones(plan.k1, np.int64)
+    starts = np.concatenate([np.zeros((len(n), 1), np.int64), np.cumsum(counts, axis=1)], 1)
+    batches = _batches(per, step_rows)
+    scale = sum(i.num_rows for i in infos) / plan.n_sample
+    max_rows = settings.partition.chunk_size
+    jobs = [
+        (
+            kdir,
+            b,
+            list(c),
+            np.stack([starts[:, c].T, starts[:, c + 1].T], 1),
+            fine[c].tolist(),
+            cent[c],
+            dim,
+            scale,
+            max_rows,
+            seed,
+        )
+        for b, c in enumerate(batches)
+    ]
+    fitted = list(runner.map(fit_subtrees, jobs))
+    n_total = sum(i.num_rows for i in infos)
+    join = (kdir, len(batches), cent, n_total > max_rows, plan.levels, str(folder / "tree.npz"))
+    joined = next(iter(runner.map(join_subtrees, [join])))
+    peaks = [st.get("peak_rss_mb") or 0 for st in [*stats, *fitted, joined]]
+    return {
+        "spread": True,
+        "levels": plan.levels,
+        "k1": plan.k1,
+        "sample_rows": plan.n_sample,
+        "parts": len(n),
+        "iterations": iterations,
+        "subtree_steps": len(batches),
+        "step_peak_rss_mb": max(peaks),
+    }
+
+
+def _cut_parts(
+    wanted: dict[int, np.ndarray], infos: Sequence[ShardInfo], step_rows: int, settings: Any
+) -> list[list[tuple]]:
+    """The sample, in (shard, row) order, cut into runs of ``step_rows`` rows: each part's
+    :func:`~.partition.read_sample` jobs. Depends on the sample and ``step_rows`` only."""
+    col = settings.columns.feature_col
+    parts: list[list[tuple]] = [[]]
+    room = step_rows
+    for s in sorted(wanted):
+        rows = wanted[s]
+        while len(rows):
+            if room == 0:
+                parts.append([])
+                room = step_rows
+            take = rows[:room]
+            parts[-1].append((s, infos[s], take, col))
+            room -= len(take)
+            rows = rows[len(take) :]
+    return parts
+
+
+def _initial(
+    kdir: str, n: Sequence[int], dim: int, k: int, seed: int, runner: Runner
+) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` seeded sample rows as the first centroids, and ``k`` more as the reserve that
+    refills empty ones: read by one step per part that holds any."""
+    total = int(sum(n))
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _KMEANS_STREAM, 3]))
+    pick = rng.choice(total, size=min(total, 2 * k), replace=False)
+    bounds = np.concatenate([[0], np.cumsum(n)])
+    part = np.searchsorted(bounds, pick, side="right") - 1
+    jobs = [(kdir, int(p), dim, np.sort(pick[part == p] - bounds[p])) for p in np.unique(part)]
+    got = dict(runner.map(part_rows, jobs))
+    rows = np.empty((len(pick), dim), np.float32)
+    for p, x in got.items():
+        mine = np.flatnonzero(part == p)
+        rows[mine[np.argsort(pick[mine], kind="stable")]] = x
+    return rows[:k].copy(), rows[k:].copy()
+
+
+def _lloyd_round(
+    kdir: str,
+    n: Sequence[int],
+    dim: int,
+    cent: np.ndarray,
+    reserve: np.ndarray,
+    used: int,
+    device: str,
+    runner: Runner,
+) -> tuple[np.ndarray, int]:
+    """One Lloyd iteration over every part; the sums are added in part order (float64),
+    so the result is the same whatever order the steps finish in."""
+    sums = np.zeros(cent.shape, np.float64)
+    counts = np.zeros(len(cent), np.int64)
+    pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    nxt = 0
+    jobs = [(kdir, p, n[p], dim, cent, device) for p in range(len(n))]
+    for part, s, c, _ in runner.map(lloyd_part, jobs, use_gpu=True):
+        pending[part] = (s, c)
+        while nxt in pending:  # only the parts that finished early wait here
+            s, c = pending.pop(nxt)
+            sums += s
+            counts += c
+            nxt += 1
+    for j in np.flatnonzero(counts == 0):  # empty: the next reserve row, else unchanged
+        sums[j] = reserve[used] if used < len(reserve) else cent[j]
+        used += used < len(reserve)
+    norm = np.linalg.norm(sums, axis=1, keepdims=True)
+    return (sums / np.maximum(norm, 1e-12)).astype(np.float32), used
+
+
+def _fine_counts(per: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Fine centroids per coarse cluster: one each that holds sample rows, the rest of
+    ``n_clusters`` shared by sample rows (:func:`~datamask.data.apportion`), never more
+    than its rows."""
+    fine = (per > 0).astype(np.int64)
+    extra = n_clusters - int(fine.sum())
+    if extra > 0:
+        fine[per > 0] += apportion(per[per > 0].tolist(), extra)
+    return np.minimum(fine, per)
+
+
+def _batches(per: np.ndarray, step_rows: int) -> list[np.ndarray]:
+    """Consecutive clusters whose sample rows add up to at most ``step_rows`` (at least
+    one cluster each): one subtree step per batch."""
+    out: list[list[int]] = [[]]
+    room = step_rows
+    for c, m in enumerate(per.tolist()):
+        if out[-1] and m > room:
+            out.append([])
+            room = step_rows
+        out[-1].append(c)
+        room -= m
+    return [np.asarray(b, dtype=np.int64) for b in out]
