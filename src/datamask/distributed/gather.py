@@ -254,13 +254,15 @@ def gather_groups(
     """Run :func:`gather_group` for every planned group without a marker (one listing),
     and return the plan as the group steps read it: one piece, the group's object."""
     done = names_in(_marker(work_dir, 0).parent)
-    jobs = [
-        (gid, units, n, max_rows, list(columns), str(clusters_dir), str(work_dir))
+    shared = list(columns), str(clusters_dir), str(work_dir)  # one copy, not one a job
+    jobs = (
+        (gid, units, n, max_rows, *shared)
         for gid, (_, units, n) in enumerate(plan)
         if _marker(work_dir, gid).name not in done
-    ]
-    steps = runner.map(gather_group, jobs)
-    for _ in tqdm(steps, total=len(jobs), desc="gather groups", unit="group", disable=not progress):
+    )
+    todo = sum(_marker(work_dir, gid).name not in done for gid in range(len(plan)))
+    steps = runner.map(gather_group, jobs)  # jobs made as the runner submits them
+    for _ in tqdm(steps, total=todo, desc="gather groups", unit="group", disable=not progress):
         pass
     return [
         (label, [Piece(str(group_object_path(work_dir, gid)), 0, n)])

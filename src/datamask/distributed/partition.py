@@ -98,9 +98,10 @@ ROW_COLUMN = "__datamask_row"
 Unit = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Piece:
-    """Rows ``[start, stop)`` of one parquet file."""
+    """Rows ``[start, stop)`` of one parquet file (slots: the driver holds one or more a
+    group)."""
 
     path: str
     start: int
@@ -111,9 +112,10 @@ class Piece:
         return self.stop - self.start
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """One selection group: where its rows are, its budget and its seed.
+    """One selection group: where its rows are, its budget and its seed (slots: the
+    driver holds G of them).
 
     Attributes
     ----------
