@@ -91,7 +91,9 @@ def index_spills(
     table of offsets, so a gather step reads the few rows it needs, not S counts files.
 
     Writes ``clusters/offsets.bin`` (int64, ``(leaves + 1) x spills``: row ``l`` is where
-    leaf ``l`` starts in each spill, row ``leaves`` each spill's rows) and then the marker
+    leaf ``l`` starts in each spill, row ``leaves`` each spill's rows),
+    ``clusters/offsets.spills.json`` (the spilled shards: what a gather step reads besides
+    its rows of the table) and then the marker
     ``clusters/offsets.json`` (the spilled shards in order, and each leaf's total rows),
     which a rerun returns without redoing the work. Returns the leaves' totals: all the
     driver needs of the counts.
@@ -118,9 +120,14 @@ def index_spills(
             for i in range(0, len(shards), width)
         ]
         _append_leaf_blocks(panels, n_leaves + 1, len(shards), block_values, table)
+    atomic_write_json({"shards": shards}, _spills_path(folder))  # what the gathers read
     per_leaf_list = per_leaf.tolist()
     atomic_write_json({"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf_list}, marker)
     return per_leaf_list
+
+
+def _spills_path(folder: Path) -> Path:
+    return folder / "offsets.spills.json"
 
 
 def _write_panel(
@@ -180,10 +187,15 @@ def unit_pieces(
     """The spill row ranges of one group, from the offsets :func:`index_spills` wrote.
 
     Returns the pieces in the group's row order (:func:`~.partition.coalesce`: by spill,
-    then by row) and each spill's shard. Memory: two offsets per unit per spill.
+    then by row) and each spill's shard. Reads the spilled shards' list (O(S)) and one
+    row of ``offsets.bin`` per cut (``8 x S`` bytes, a ranged read), never the whole
+    table. Memory: two offsets per unit per spill.
     """
     folder = storage_path(clusters_dir)
-    shards = json.loads((folder / "offsets.json").read_text())["shards"]
+    # The spilled shards: O(S), not the marker's O(S + C) (the leaves' totals are the
+    # driver's); a work dir indexed before this file existed has them in the marker.
+    listed = _spills_path(folder) if _spills_path(folder).exists() else folder / "offsets.json"
+    shards = json.loads(listed.read_text())["shards"]
     cuts = sorted({u[0] for u in units} | {u[1] + 1 for u in units})
     at = {leaf: i for i, leaf in enumerate(cuts)}
     offsets = _offset_rows(folder, cuts, len(shards))
