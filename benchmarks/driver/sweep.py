@@ -50,7 +50,9 @@ POINTS = [
 ]
 
 #: One group step in a fresh process (what a worker needs for one group): reads the
-#: largest group's gathered object and selects it, as the run did; prints its peak RSS (KB).
+#: largest group's gathered object and selects it, as the run did; prints its peak RSS (KB):
+#: its own high-water mark (results-driverkb.jsonl's probe used ru_maxrss, which Linux
+#: starts at the parent's RSS in a forked child: there it is max(driver's RSS, step's)).
 ONE_STEP = """
 import json, resource, sys
 import torch
@@ -60,7 +62,9 @@ torch.set_num_threads(1)
 settings, path, gid, n, k, seed, work, out = json.loads(sys.argv[1])
 spec = GroupSpec(gid, "probe", (Piece(path, 0, n),), k, seed)
 select_group(spec, SelectSpec.from_mapping(settings).check(), work, out)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's RSS (Linux)
+hwm = [x for x in open("/proc/self/status") if x.startswith("VmHWM")]
+print(hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
