@@ -13,7 +13,9 @@ besides their reads) and ``selected_only`` (no cover round), on a two-process
 :class:`~datamask.distributed.LocalRunner`: every step runs in a worker, the driver only
 schedules. Reported per point: the driver's own peak RSS
 (``getrusage(RUSAGE_SELF)``) and its RSS after imports (the fixed base), the workers'
-largest peak (``RUSAGE_CHILDREN``), the driver's and the workers' CPU seconds, the wall
+largest peak (``RUSAGE_CHILDREN``) against one group step's peak alone (the largest group
+selected again in a fresh process: issue 30 asks every worker to stay within 1.2x of it),
+the driver's and the workers' CPU seconds, the wall
 seconds and the manifest's phases, the group steps' read seconds and the gather steps'
 (from their markers), the groups and the 1-minute load average before and after. The
 code measured is the ``datamask`` on ``PYTHONPATH`` (recorded as ``datamask``), so the
@@ -41,10 +43,29 @@ POINTS = [
     (100, 100, 200_000, 0.1),
     (316, 316, 200_000, 0.1),
     (1000, 1000, 200_000, 0.1),
+    (100, 1000, 200_000, 0.1),  # G = 1,000 at S = 100: the driver's bytes per group
     (100, 100, 1_000_000, 0.01),
     (100, 100, 1_000_000, 0.1),
     (100, 100, 1_000_000, 0.4),
 ]
+
+#: One group step in a fresh process (what a worker needs for one group): reads the
+#: largest group's gathered object and selects it, as the run did; prints its peak RSS (KB):
+#: its own high-water mark (results-driverkb.jsonl's probe used ru_maxrss, which Linux
+#: starts at the parent's RSS in a forked child: there it is max(driver's RSS, step's)).
+ONE_STEP = """
+import json, resource, sys
+import torch
+from datamask.config import SelectSpec
+from datamask.distributed import GroupSpec, Piece, select_group
+torch.set_num_threads(1)
+settings, path, gid, n, k, seed, work, out = json.loads(sys.argv[1])
+spec = GroupSpec(gid, "probe", (Piece(path, 0, n),), k, seed)
+select_group(spec, SelectSpec.from_mapping(settings).check(), work, out)
+# VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's RSS (Linux)
+hwm = [x for x in open("/proc/self/status") if x.startswith("VmHWM")]
+print(hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
 
 
 def _mb(kb: int) -> float:
@@ -82,6 +103,25 @@ def step_seconds(work: Path) -> dict:
     }
 
 
+def one_step_peak_kb(mapping: dict, manifest: dict, tmp: Path) -> int:
+    """The peak RSS (KB) of one group step alone: the run's largest group selected again
+    by :func:`~datamask.distributed.select_group` in a fresh process, from its gathered
+    object (``WORK/clusters/groups/group-GGGGG.parquet``), into a scratch work dir. (It
+    is a child too: the caller reads ``RUSAGE_CHILDREN`` before.)"""
+    g = max(manifest["groups"], key=lambda g: g["n"])
+    path = tmp / "out" / "_work" / "clusters" / "groups" / f"group-{g['gid']:05d}.parquet"
+    args = [mapping, str(path), g["gid"], g["n"], g["k"], g["seed"]]
+    args += [str(tmp / "probe-work"), str(tmp / "probe-out")]
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_STEP, json.dumps(args)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise RuntimeError(f"the one-step probe failed: {done.stderr.strip()[-800:]}")
+    return int(done.stdout.strip().splitlines()[-1])
+
+
 def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path, dim: int) -> dict:
     """Generate (once) and select one point in this process; returns its figures."""
     corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d{dim}"
@@ -95,18 +135,17 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
     from datamask.distributed import LocalRunner, run_selection
 
     base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    settings = SelectSpec.from_mapping(
-        dict(
-            method="random",
-            select_ratio=ratio,
-            partition="cluster",
-            n_clusters=clusters,
-            chunk_size=n_docs,
-            budget="group",
-            selected_only=True,
-            seed=0,
-        )
+    mapping = dict(
+        method="random",
+        select_ratio=ratio,
+        partition="cluster",
+        n_clusters=clusters,
+        chunk_size=n_docs,
+        budget="group",
+        selected_only=True,
+        seed=0,
     )
+    settings = SelectSpec.from_mapping(mapping)
     load_before = os.getloadavg()[0]
     self0 = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
@@ -120,8 +159,9 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
             runner.close()
         wall = time.perf_counter() - started
         steps = step_seconds(Path(tmp) / "out" / "_work")
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # before the probe's process
+        step_kb = one_step_peak_kb(mapping, manifest, Path(tmp))
     return {
         "shards": shards,
         "clusters": clusters,
@@ -133,6 +173,8 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
         "driver_peak_mb": round(_mb(me.ru_maxrss), 1),
         "driver_above_base_mb": round(_mb(me.ru_maxrss - base_kb), 1),
         "workers_peak_mb": round(_mb(kids.ru_maxrss), 1),
+        "one_group_step_peak_mb": round(_mb(step_kb), 1),
+        "workers_over_one_step": round(kids.ru_maxrss / step_kb, 2),
         "driver_cpu_s": round(me.ru_utime + me.ru_stime - self0.ru_utime - self0.ru_stime, 1),
         "workers_cpu_s": round(kids.ru_utime + kids.ru_stime, 1),
         "wall_s": round(wall, 1),

@@ -7,6 +7,8 @@ totals, one gather step per group) on a local runner; no selection runs here.
 from __future__ import annotations
 
 import json
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -15,7 +17,12 @@ import pytest
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner
-from datamask.distributed.gather import SHARD_COLUMN, group_object_path
+from datamask.distributed.gather import (
+    SHARD_COLUMN,
+    group_object_path,
+    index_spills,
+    unit_pieces,
+)
 from datamask.distributed.partition import ROW_COLUMN, Piece, part_rows, split_across
 from datamask.distributed.plan import plan_partition
 from datamask.io.shards import inspect_shards, list_shards
@@ -92,3 +99,80 @@ def test_gather_resumes_only_the_groups_without_a_marker(tmp_path):
         assert group_object_path(work, gid).read_bytes() == data
         redone = group_object_path(work, gid).stat().st_mtime_ns != stamps[gid]
         assert redone == (gid == 1)
+
+
+def write_counts(folder, counts):
+    """The spill steps' per-shard counts files (``shard-SSSSS.json``), as they write them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for s, c in enumerate(counts):
+        (folder / f"shard-{s:05d}.json").write_text(json.dumps({"counts": c.tolist()}))
+
+
+def expected_offsets(counts):
+    """The whole table, leaf-major ``(leaves + 1) x spills``, built at once."""
+    table = np.zeros((counts.shape[1] + 1, counts.shape[0]), dtype=np.int64)
+    table[1:] = np.cumsum(counts, axis=1).T
+    return table
+
+
+@pytest.mark.parametrize("block_values", [1, 16, 300, 1 << 22])
+def test_offsets_built_in_blocks_are_the_whole_table(tmp_path, block_values):
+    """Panels of a few spills, blocks of a few leaves (down to one value at a time): the
+    same bytes as the table built at once, and the same leaf totals."""
+    counts = np.random.default_rng(3).integers(0, 9, size=(7, 50))
+    write_counts(tmp_path, counts)
+    per_leaf = index_spills(str(tmp_path), 50, block_values=block_values)
+    assert per_leaf == counts.sum(axis=0).tolist()
+    assert (tmp_path / "offsets.bin").read_bytes() == expected_offsets(counts).tobytes()
+    assert json.loads((tmp_path / "offsets.json").read_text())["shards"] == list(range(7))
+
+
+def test_the_index_step_never_holds_the_whole_table(tmp_path):
+    """200 spills x 4,000 leaves: a 6.4 MB table; the step's Python heap (numpy included)
+    peaks at a small fraction of it: blocks and O(leaves) totals, not O(S x C) (issue 30:
+    80 GB at 10^10)."""
+    counts = np.random.default_rng(4).integers(0, 50, size=(200, 4000))
+    write_counts(tmp_path, counts)
+    whole = expected_offsets(counts)
+    tracemalloc.start()
+    try:
+        index_spills(str(tmp_path), 4000, block_values=4096)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "offsets.bin").read_bytes() == whole.tobytes()
+    assert peak < whole.nbytes / 8, (peak, whole.nbytes)
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read() calls so far (Linux: /proc/self/io)."""
+    line = next(x for x in Path("/proc/self/io").read_text().splitlines() if x.startswith("rchar"))
+    return int(line.split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
+def test_a_gather_step_reads_only_its_leaves_rows_of_the_offsets(tmp_path):
+    """A group of two units (4 leaves) among 5,000 leaves x 40 spills: its pieces are
+    right, and reading them takes the list of spilled shards and one row (S int64, one
+    8 KB buffer) per cut, not the 1.6 MB table nor the leaves' totals, measured by the
+    kernel's count of bytes read."""
+    counts = np.random.default_rng(5).integers(0, 9, size=(40, 5000))
+    write_counts(tmp_path, counts)
+    index_spills(str(tmp_path), 5000)
+    units = [(10, 12, 0, 1), (4000, 4000, 0, 1)]  # cuts: leaves 10, 13, 4000, 4001
+    unit_pieces(str(tmp_path), units, max_rows=10**6)  # imports warm
+    before = _bytes_read()
+    pieces, shard_of = unit_pieces(str(tmp_path), units, max_rows=10**6)
+    read = _bytes_read() - before
+    table = expected_offsets(counts)
+    want = [
+        (s, int(table[a, s]), int(table[b + 1, s]))
+        for s in range(40)
+        for a, b, _, _ in units
+        if table[b + 1, s] > table[a, s]
+    ]
+    assert [(shard_of[p.path], p.start, p.stop) for p in pieces] == sorted(want)
+    listed = (tmp_path / "offsets.spills.json").stat().st_size  # the 40 spilled shards
+    table_bytes = (tmp_path / "offsets.bin").stat().st_size
+    assert read <= listed + 4 * max(8192, 8 * 40) + 4096, (read, listed)
+    assert read < table_bytes / 40, (read, table_bytes)

@@ -29,6 +29,7 @@ candidates (:func:`allocates_by_gains`).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -301,15 +302,29 @@ def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray
 
 # --- the allocation phase of a sharded run ---------------------------------------------------
 def compact_marker(stats: dict[str, Any]) -> dict[str, Any]:
-    """A proposing group's marker as the driver holds it, in place: its knots and centroid
-    as arrays (float32 centroid), not JSON's Python floats. At 10^5 groups of 384-d the
-    lists alone would take over 1 GB; the arrays take 170 MB."""
+    """A group's marker as the driver holds it: its keys (and nested dicts' keys) and
+    its string values interned, so G markers share one copy of each name, ``"cpu"`` and
+    the host, not one per group (unpickled or parsed, each marker brings its own: about
+    1 KB a group); a proposing group's knots and centroid as arrays (float32 centroid),
+    not JSON's Python floats (at 10^5 groups of 384-d the lists alone would take over
+    1 GB; the arrays take 170 MB). Returns the compacted dict (same keys, same order)."""
     if "gain_knots" in stats:
         pos, val = stats["gain_knots"]
         stats["gain_knots"] = (np.asarray(pos, dtype=np.int64), np.asarray(val, dtype=np.float64))
     if stats.get("centroid") is not None:
         stats["centroid"] = np.asarray(stats["centroid"], dtype=np.float32)
-    return stats
+    return _interned(stats)
+
+
+def _interned(value: Any) -> Any:
+    """``value`` with the keys of its dicts and its strings (in dicts and lists) interned."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    return value
 
 
 def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ a step does; the same steps give the same selection under either.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,6 +38,9 @@ GROUP_MEMORY_BASE = 512 * 2**20
 #: Measured 1.35 GB for a 97,000 x 384 group at 1M (docs/scale.md): 25 B per value above
 #: the base; 32 leaves a margin.
 GROUP_BYTES_PER_VALUE = 32
+
+#: Steps a :class:`LocalRunner` keeps submitted per worker: one running, one queued.
+IN_FLIGHT_PER_WORKER = 2
 
 
 def group_memory_bytes(n_rows: int, width: int) -> int:
@@ -130,9 +134,9 @@ class LocalRunner:
         whole_machine: bool = False,
         memory: Sequence[int] | None = None,
     ) -> Iterator[Any]:
-        jobs = list(items)  # one machine: memory is not reserved, the workers share it
+        # one machine: memory is not reserved, the workers share it
         if self.workers == 1:
-            for args in jobs:
+            for args in items:
                 yield fn(*args)
             return
         from concurrent.futures import FIRST_COMPLETED, wait
@@ -149,10 +153,19 @@ class LocalRunner:
             )
         cores = available_cpus()
         threads = cores if whole_machine else max(1, cores // self.workers)
-        pending = {self._pool.submit(_call_with_threads, fn, threads, *args) for args in jobs}
+        # At most IN_FLIGHT_PER_WORKER steps per worker submitted at once, the next as one
+        # finishes: the driver holds O(workers) futures and pickled arguments, not O(jobs).
+        jobs = iter(items)
+        window = IN_FLIGHT_PER_WORKER * self.workers
+        pending = {
+            self._pool.submit(_call_with_threads, fn, threads, *args)
+            for args in itertools.islice(jobs, window)
+        }
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for args in itertools.islice(jobs, len(done)):  # keep the workers busy
+                    pending.add(self._pool.submit(_call_with_threads, fn, threads, *args))
                 for future in done:
                     yield future.result()  # a step's exception is raised here as itself
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: kill the workers, do not wait

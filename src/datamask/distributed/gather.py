@@ -30,6 +30,7 @@ the driver finds the finished groups with one listing.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +40,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb
-from ..io.atomic import atomic_write_bytes, atomic_write_json
+from ..io.atomic import atomic_write, atomic_write_json
 from ..io.fs import names_in, open_input, storage_path
 from ..io.parquet import atomic_write_table
 from ..io.shards import read_rows
@@ -78,34 +79,96 @@ def _spilled_shards(folder: Path) -> list[int]:
     )
 
 
-def index_spills(clusters_dir: str, n_leaves: int) -> list[int]:
+#: int64 values an index step holds at once (32 MB), whatever the spills x leaves: the
+#: offsets table is built in panels of spills and written in blocks of leaves.
+INDEX_BLOCK_VALUES = 1 << 22
+
+
+def index_spills(
+    clusters_dir: str, n_leaves: int, block_values: int = INDEX_BLOCK_VALUES
+) -> list[int]:
     """One step after the spill: every spilled shard's per-leaf counts as one leaf-major
     table of offsets, so a gather step reads the few rows it needs, not S counts files.
 
     Writes ``clusters/offsets.bin`` (int64, ``(leaves + 1) x spills``: row ``l`` is where
-    leaf ``l`` starts in each spill, row ``leaves`` each spill's rows) and then the marker
+    leaf ``l`` starts in each spill, row ``leaves`` each spill's rows),
+    ``clusters/offsets.spills.json`` (the spilled shards: what a gather step reads besides
+    its rows of the table) and then the marker
     ``clusters/offsets.json`` (the spilled shards in order, and each leaf's total rows),
     which a rerun returns without redoing the work. Returns the leaves' totals: all the
-    driver needs of the counts. Memory: the table, 8 bytes per (spill, leaf).
+    driver needs of the counts.
+
+    Memory: two blocks of ``block_values`` int64 values and the leaves' totals, not the table (``8 x
+    spills x leaves`` bytes: 80 GB at 10^5 x 10^5). Each counts file is read once; panels
+    of as many spills as fit in a block are written leaf-major to this process's own
+    temporary folder, then read back a block of leaves at a time (ranged reads, one per
+    panel) and appended to the table.
     """
     folder = storage_path(clusters_dir)
     marker = folder / "offsets.json"
     if marker.exists():
         return json.loads(marker.read_text())["per_leaf"]
     shards = _spilled_shards(folder)
-    table = np.zeros((n_leaves + 1, len(shards)), dtype=np.int64)
+    per_leaf = np.zeros(n_leaves, dtype=np.int64)
+    with (
+        tempfile.TemporaryDirectory(prefix="datamask-offsets-") as tmp,
+        atomic_write(folder / "offsets.bin") as table,
+    ):
+        width = max(1, block_values // (n_leaves + 1))  # spills per panel
+        panels = [
+            _write_panel(folder, shards[i : i + width], n_leaves, Path(tmp), per_leaf)
+            for i in range(0, len(shards), width)
+        ]
+        _append_leaf_blocks(panels, n_leaves + 1, len(shards), block_values, table)
+    atomic_write_json({"shards": shards}, _spills_path(folder))  # what the gathers read
+    per_leaf_list = per_leaf.tolist()
+    atomic_write_json({"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf_list}, marker)
+    return per_leaf_list
+
+
+def _spills_path(folder: Path) -> Path:
+    return folder / "offsets.spills.json"
+
+
+def _write_panel(
+    folder: Path, shards: Sequence[int], n_leaves: int, tmp: Path, per_leaf: np.ndarray
+) -> tuple[Path, int]:
+    """The offsets of ``shards``' spills, leaf-major ``(leaves + 1) x len(shards)``, as a
+    local file; adds their counts to ``per_leaf``. Returns the file and its width."""
+    panel = np.zeros((n_leaves + 1, len(shards)), dtype=np.int64)
     for i, s in enumerate(shards):
-        counts = json.loads((folder / f"shard-{s:05d}.json").read_text())["counts"]
+        counts = np.asarray(
+            json.loads((folder / f"shard-{s:05d}.json").read_text())["counts"], dtype=np.int64
+        )
         if len(counts) != n_leaves:
             raise RuntimeError(
                 f"the spill of shard {s} counts {len(counts)} leaves, not the tree's "
                 f"{n_leaves}; was the work dir written by another run?"
             )
-        table[1:, i] = np.cumsum(counts, dtype=np.int64)
-    per_leaf = np.diff(table.sum(axis=1)).tolist()
-    atomic_write_bytes(table.tobytes(), folder / "offsets.bin")
-    atomic_write_json({"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf}, marker)
-    return per_leaf
+        np.cumsum(counts, out=panel[1:, i])
+        per_leaf += counts
+    path = tmp / f"panel-{shards[0]:05d}.bin"
+    panel.tofile(path)
+    return path, len(shards)
+
+
+def _append_leaf_blocks(
+    panels: Sequence[tuple[Path, int]], n_rows: int, n_spills: int, block_values: int, out: Path
+) -> None:
+    """Write the table to ``out``: blocks of whole rows (leaves), each gathered from every
+    panel with one ranged read, so no more than ``block_values`` values are held."""
+    rows = max(1, block_values // max(1, n_spills))
+    with open(out, "wb") as fh:
+        for lo in range(0, n_rows, rows):
+            hi = min(n_rows, lo + rows)
+            parts = []
+            for path, width in panels:
+                with open(path, "rb") as panel:
+                    panel.seek(8 * lo * width)
+                    part = np.fromfile(panel, dtype=np.int64, count=(hi - lo) * width)
+                parts.append(part.reshape(hi - lo, width))
+            if parts:  # no spill: an empty table
+                fh.write(np.hstack(parts).tobytes())
 
 
 def _offset_rows(folder: Path, leaves: Sequence[int], n_spills: int) -> np.ndarray:
@@ -124,10 +187,15 @@ def unit_pieces(
     """The spill row ranges of one group, from the offsets :func:`index_spills` wrote.
 
     Returns the pieces in the group's row order (:func:`~.partition.coalesce`: by spill,
-    then by row) and each spill's shard. Memory: two offsets per unit per spill.
+    then by row) and each spill's shard. Reads the spilled shards' list (O(S)) and one
+    row of ``offsets.bin`` per cut (``8 x S`` bytes, a ranged read), never the whole
+    table. Memory: two offsets per unit per spill.
     """
     folder = storage_path(clusters_dir)
-    shards = json.loads((folder / "offsets.json").read_text())["shards"]
+    # The spilled shards: O(S), not the marker's O(S + C) (the leaves' totals are the
+    # driver's); a work dir indexed before this file existed has them in the marker.
+    listed = _spills_path(folder) if _spills_path(folder).exists() else folder / "offsets.json"
+    shards = json.loads(listed.read_text())["shards"]
     cuts = sorted({u[0] for u in units} | {u[1] + 1 for u in units})
     at = {leaf: i for i, leaf in enumerate(cuts)}
     offsets = _offset_rows(folder, cuts, len(shards))
@@ -198,13 +266,15 @@ def gather_groups(
     """Run :func:`gather_group` for every planned group without a marker (one listing),
     and return the plan as the group steps read it: one piece, the group's object."""
     done = names_in(_marker(work_dir, 0).parent)
-    jobs = [
-        (gid, units, n, max_rows, list(columns), str(clusters_dir), str(work_dir))
+    shared = list(columns), str(clusters_dir), str(work_dir)  # one copy, not one a job
+    jobs = (
+        (gid, units, n, max_rows, *shared)
         for gid, (_, units, n) in enumerate(plan)
         if _marker(work_dir, gid).name not in done
-    ]
-    steps = runner.map(gather_group, jobs)
-    for _ in tqdm(steps, total=len(jobs), desc="gather groups", unit="group", disable=not progress):
+    )
+    todo = sum(_marker(work_dir, gid).name not in done for gid in range(len(plan)))
+    steps = runner.map(gather_group, jobs)  # jobs made as the runner submits them
+    for _ in tqdm(steps, total=todo, desc="gather groups", unit="group", disable=not progress):
         pass
     return [
         (label, [Piece(str(group_object_path(work_dir, gid)), 0, n)])

@@ -215,10 +215,8 @@ def keep_round(
     names = input_names(run.source, [i.path for i in infos])
     sources = {str(info.path): s for s, info in enumerate(infos)}
     sources.update({str(group_object_path(work, g.gid)): GATHERED for g in groups})
-    jobs = [
-        (g.gid, g.pieces, [sources[p.path] for p in g.pieces], id_col, str(work), str(out))
-        for g in groups
-    ]
+    places = str(work), str(out)  # one copy of each, not one a job
+    jobs = [(g.gid, g.pieces, [sources[p.path] for p in g.pieces], id_col, *places) for g in groups]
     by_shard: dict[int, list[int]] = {}
     for gid, counts in _bar(runner.map(file_kept_rows, jobs), len(jobs), "keep: file", progress):
         for s, _ in counts:

@@ -99,9 +99,10 @@ ROW_COLUMN = "__datamask_row"
 Unit = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Piece:
-    """Rows ``[start, stop)`` of one parquet file."""
+    """Rows ``[start, stop)`` of one parquet file (slots: the driver holds one or more a
+    group)."""
 
     path: str
     start: int
@@ -112,9 +113,10 @@ class Piece:
         return self.stop - self.start
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """One selection group: where its rows are, its budget and its seed.
+    """One selection group: where its rows are, its budget and its seed (slots: the
+    driver holds G of them).
 
     Attributes
     ----------
@@ -377,7 +379,7 @@ def spill_shard(
     columns: Sequence[str],
     feature_col: str,
     batch_size: int = 65_536,
-) -> tuple[int, list[int]]:
+) -> tuple[int, int]:
     """File every row of one shard under its leaf of the tree; a pure, resumable step.
 
     Writes ``clusters_dir/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf,
@@ -388,13 +390,14 @@ def spill_shard(
 
     Returns
     -------
-    (shard_index, counts) : tuple of int and list of int
-        Rows of this shard in each leaf.
+    (shard_index, rows) : tuple of int
+        The rows spilled; the per-leaf counts stay in the JSON (O(leaves) per shard: the
+        driver never receives them, :func:`~.gather.index_spills` reads them).
     """
     folder = storage_path(clusters_dir)
     done = folder / f"shard-{shard_index:05d}.json"
     if done.exists():
-        return shard_index, json.loads(done.read_text())["counts"]
+        return shard_index, int(sum(json.loads(done.read_text())["counts"]))
     tree = ClusterTree.load(tree_path)
     # One read of the shard: the leaves come from its embedding column, then the rows are
     # reordered by leaf. Memory is one shard, whatever the size of the corpus.
@@ -424,7 +427,7 @@ def spill_shard(
             writer.write_table(table.slice(offset, int(counts[c])))
             offset += int(counts[c])
     atomic_write_json({"shard": info.path, "counts": counts.tolist()}, done)
-    return shard_index, counts.tolist()
+    return shard_index, int(counts.sum())
 
 
 def part_rows(n: int, n_parts: int) -> list[int]:

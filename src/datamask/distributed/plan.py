@@ -128,7 +128,7 @@ def fit_cluster_tree(
 
 def plan_groups(
     run: RunContext, infos: list[ShardInfo], k_total: int
-) -> tuple[list[GroupSpec], dict[int, int], dict[str, Any], str]:
+) -> tuple[list[GroupSpec], list[int], dict[str, Any], str]:
     """Phase 2: the groups, each one's share of the budget, and what round 1 asks of it.
 
     Returns ``(groups, shares, facts, combine)``: ``combine`` is how the groups' results
@@ -143,7 +143,7 @@ def plan_groups(
     groups = make_groups(plan, k_total, settings.selector.seed)
     if sum(g.k for g in groups) != k_total:  # apportion guarantees it; check before writing
         raise RuntimeError("group budgets do not add up to the global k; please report this.")
-    shares = {g.gid: g.k for g in groups}
+    shares = [g.k for g in groups]  # by gid (0, 1, ...): one int each, not a dict entry
     if settings.partition.budget == "group" or len(groups) == 1:
         return groups, shares, facts, "group"
     combine = "gains" if allocates_by_gains(settings) else "central"

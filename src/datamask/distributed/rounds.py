@@ -103,10 +103,8 @@ def select_round(
         dynamic_ncols=True,
     )
     try:
-        jobs = [
-            (g, settings, str(work), str(out), quality_range, propose, totals, rate)
-            for g in pending
-        ]
+        places = str(work), str(out)  # one copy of each, not one a job
+        jobs = [(g, settings, *places, quality_range, propose, totals, rate) for g in pending]
         width = _width(pending[0].pieces[0].path, settings.columns.feature_col) if pending else 0
         # given KEPT, every step also reads its kept rows (float32, and a copy for torch)
         kept = kept_counts(work)["n_kept"] if settings.selector.given is not None else 0

@@ -276,7 +276,9 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     # 5. Merge: the parts are the output dataset (stray temporaries of killed runs go),
     #    the similarity cap across groups, keep lists for `apply`, and the manifest.
     clean_stale_temporaries(out / "selected")
-    ordered = [{**stats[g.gid], "share": shares[g.gid]} for g in groups]
+    for g in groups:  # each group's stats as the manifest lists them: in place, not copied
+        stats[g.gid]["share"] = shares[g.gid]
+    ordered = [stats[g.gid] for g in groups]
     cap_facts = None
     if settings.selector.max_similarity is not None and not two_rounds:
         cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)

@@ -284,7 +284,8 @@ def signals_deferred() -> Iterator[None]:
 
 
 def _write_with(path: str | Path, mode: str, body: Callable[[IO[Any]], None]) -> None:
-    with atomic_write(path) as tmp, open(tmp, mode) as fh:
+    text = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}  # bytes as written
+    with atomic_write(path) as tmp, open(tmp, mode, **text) as fh:
         body(fh)
 
 
@@ -314,8 +315,15 @@ def to_json(obj: Any) -> str:
 
 
 def atomic_write_json(obj: Any, path: str | Path) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically."""
-    atomic_write_text(to_json(obj), path)
+    """Write ``obj`` as indented JSON to ``path`` atomically: :func:`to_json`'s bytes,
+    streamed (``json.dumps`` with an indent first lists every piece of the text, tens of
+    bytes each, and holds them all: several KB per group of a sharded run's manifest)."""
+
+    def body(fh: IO[Any]) -> None:
+        json.dump(obj, fh, indent=2, default=_jsonable)
+        fh.write("\n")
+
+    _write_with(path, "w", body)
 
 
 # --- claims on outputs ------------------------------------------------------------------------
