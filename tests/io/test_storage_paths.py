@@ -106,10 +106,12 @@ def test_storage_env_holds_only_the_storage_settings(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9023")  # gs:// endpoint
     monkeypatch.setenv("UNRELATED", "x")
     assert storage_env() == {
         "AWS_SECRET_ACCESS_KEY": "s3cr3t",
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023",
     }
 
 
