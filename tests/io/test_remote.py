@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -342,7 +341,7 @@ def test_a_remote_given_is_read_in_place_by_the_steps(s3, tmp_path, monkeypatch)
     the working directory (before, a remote --given staged the whole run)."""
     import datamask
 
-    client, env = s3
+    client, _ = s3
     kept, chosen, shards = _given_corpus(tmp_path / "local")
     for f in [kept, chosen, *shards]:
         client.upload_file(
@@ -354,9 +353,10 @@ def test_a_remote_given_is_read_in_place_by_the_steps(s3, tmp_path, monkeypatch)
         tmp_path / "local" / "new", tmp_path / "local-out", given=str(kept),
         given_selection=str(chosen), **settings,
     )  # fmt: skip
-    driver = tmp_path / "driver"
+    driver, cache = tmp_path / "driver", tmp_path / "cache"  # this run's own, empty
     driver.mkdir()
     monkeypatch.chdir(driver)
+    monkeypatch.setenv("DATAMASK_CACHE", str(cache))
     uri = f"s3://{BUCKET}/given-run"
     remote = datamask.select(
         f"{uri}/new/", f"{uri}/out", given=f"{uri}/kept.parquet",
@@ -370,10 +370,7 @@ def test_a_remote_given_is_read_in_place_by_the_steps(s3, tmp_path, monkeypatch)
     )
     assert remote["given"]["n_kept"] == local["given"]["n_kept"] == 30
     assert remote["work_dir"] == f"{uri}/out/_work"
-    staged = [
-        p for p in [*driver.rglob("*"), *Path(env["DATAMASK_CACHE"]).rglob("*")] if p.is_file()
-    ]
-    assert staged == []
+    assert [p for p in [*driver.rglob("*"), *cache.rglob("*")] if p.is_file()] == []
 
 
 def test_a_missing_remote_given_is_refused_at_the_door(s3, tmp_path, monkeypatch):
