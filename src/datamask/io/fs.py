@@ -424,7 +424,7 @@ def _s3_retries() -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _gcs(emulator: str | None) -> Any:
+def _gcs(emulator: str | None = None) -> Any:
     """GCS, or the emulator at ``emulator`` (``[http://]host:port``, anonymous requests)."""
     kwargs: dict[str, Any] = {"retry_time_limit": datetime.timedelta(seconds=15)}
     if emulator:
