@@ -157,11 +157,11 @@ def _remote(place: Any) -> bool:
 
 
 def _in_place(source: Any, output: Any, work_dir: Any, shards: bool | None, *given: Any) -> bool:
-    """A sharded run with an ``s3://`` or ``gs://`` input, output or work dir (and a local
-    or no ``--given``): its steps read and write the URIs themselves, wherever they run;
-    nothing of the input or the work dir is staged on the driver."""
+    """A sharded run with an ``s3://`` or ``gs://`` input, output, work dir, ``--given``
+    or ``--given-selection``: its steps read and write the URIs themselves, wherever they
+    run; nothing of the input, ``--given`` or the work dir is staged on the driver."""
     items = list(source) if isinstance(source, list | tuple) else [source]
-    if not any(_remote(p) for p in [*items, output, work_dir]) or any(_remote(g) for g in given):
+    if not any(_remote(p) for p in [*items, output, work_dir, *given]):
         return False
     if shards or isinstance(source, list | tuple):
         return True
@@ -177,6 +177,10 @@ def _select_in_place(
 ) -> dict[str, Any]:
     """:func:`select` of a sharded run on URIs (see :func:`_in_place`)."""
     sources = [resolve(s) for s in (source if isinstance(source, list | tuple) else [source])]
+    given = (spec.selector.given, spec.selector.given_selection)
+    for what, place in zip(("--given", "--given-selection"), given, strict=True):
+        if _remote(place):  # read in place by the steps: reached once here, at the door
+            check_reachable(resolve(place, what=what), what=what)
     for what, place in (("--output", output), ("--work-dir", spec.run.work_dir)):
         if not _remote(place):
             continue
@@ -198,7 +202,7 @@ def _select_in_place(
     try:
         return run_selection(
             source, output, spec, runner=runner, work_dir=spec.run.work_dir,
-            progress=spec.run.progress,
+            progress=spec.run.progress, given=given if given[0] is not None else None,
         )  # fmt: skip
     finally:
         if own:

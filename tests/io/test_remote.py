@@ -314,3 +314,75 @@ def test_the_library_select_takes_the_cli_uris(s3, shards, tmp_path, monkeypatch
     assert remote["k"] == local["k"] == 40 and remote["terms"] == local["terms"]
     assert _table(client, "lib/sel.parquet").equals(pq.read_table(tmp_path / "out" / "sel.parquet"))
     assert {"lib/sel.summary.json", "lib/sel.keep/part-0.parquet"} <= set(_keys(client, "lib/"))
+
+
+def _given_corpus(root):
+    """KEPT (ids 10000+, a file), its selection (half of it) and 3 new shards (ids 0+)."""
+    import numpy as np
+
+    from tests._data import reference_table, write
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(240, 8)).astype(np.float32)
+    q = rng.random(240) * 3
+    kept = write(reference_table(np.arange(10_000, 10_060), q[:60], x[:60]), root / "kept.parquet")
+    chosen = write(pa.table({"chunk_id": np.arange(10_000, 10_060, 2)}), root / "chosen.parquet")
+    shards = [
+        write(reference_table(np.arange(60 * i, 60 * (i + 1)), q[60 * i + 60 : 60 * i + 120],
+                              x[60 * i + 60 : 60 * i + 120]), root / "new" / f"{i:02d}.parquet")
+        for i in range(3)
+    ]  # fmt: skip
+    return kept, chosen, shards
+
+
+def test_a_remote_given_is_read_in_place_by_the_steps(s3, tmp_path, monkeypatch):
+    """A sharded run given KEPT on S3 (and its --given-selection) selects what the same run
+    on local files selects, and stages nothing on this host: no data file in the cache or
+    the working directory (before, a remote --given staged the whole run)."""
+    import datamask
+
+    client, _ = s3
+    kept, chosen, shards = _given_corpus(tmp_path / "local")
+    for f in [kept, chosen, *shards]:
+        client.upload_file(
+            str(f), BUCKET, "given-run/" + f.relative_to(tmp_path / "local").as_posix()
+        )
+    settings = dict(k=37, n_epochs=10, n_neighbors=8, partition="chunk", chunk_size=70,
+                    progress=False, runner="local", workers=2)  # fmt: skip
+    local = datamask.select(
+        tmp_path / "local" / "new", tmp_path / "local-out", given=str(kept),
+        given_selection=str(chosen), **settings,
+    )  # fmt: skip
+    driver, cache = tmp_path / "driver", tmp_path / "cache"  # this run's own, empty
+    driver.mkdir()
+    monkeypatch.chdir(driver)
+    monkeypatch.setenv("DATAMASK_CACHE", str(cache))
+    uri = f"s3://{BUCKET}/given-run"
+    remote = datamask.select(
+        f"{uri}/new/", f"{uri}/out", given=f"{uri}/kept.parquet",
+        given_selection=f"{uri}/chosen.parquet", **settings,
+    )  # fmt: skip
+    ids = []
+    for key in _keys(client, "given-run/out/selected/"):
+        ids += _table(client, key).column("chunk_id").to_pylist()
+    assert sorted(ids) == sorted(
+        pq.read_table(tmp_path / "local-out" / "selected")["chunk_id"].to_pylist()
+    )
+    assert remote["given"]["n_kept"] == local["given"]["n_kept"] == 30
+    assert remote["work_dir"] == f"{uri}/out/_work"
+    assert [p for p in [*driver.rglob("*"), *cache.rglob("*")] if p.is_file()] == []
+
+
+def test_a_missing_remote_given_is_refused_at_the_door(s3, tmp_path, monkeypatch):
+    import datamask
+
+    client, _ = s3
+    _, _, shards = _given_corpus(tmp_path)
+    client.upload_file(str(shards[0]), BUCKET, "nogiven/in/00.parquet")
+    uri = f"s3://{BUCKET}/nogiven"
+    with pytest.raises(ValueError, match=r"^--given 's3://corpus/nogiven/kept/' does not exist\.$"):
+        datamask.select(f"{uri}/in/", f"{uri}/out", given=f"{uri}/kept/", k=3, progress=False)
+    with pytest.raises(ValueError, match=r"bucket 'no-such-bucket' of --given"):
+        datamask.select(f"{uri}/in/", f"{uri}/out", given="s3://no-such-bucket/k/", k=3,
+                        progress=False)  # fmt: skip
+    assert _keys(client, "nogiven/out") == []

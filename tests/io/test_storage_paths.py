@@ -106,8 +106,28 @@ def test_storage_env_holds_only_the_storage_settings(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9023")  # gs:// endpoint
     monkeypatch.setenv("UNRELATED", "x")
     assert storage_env() == {
         "AWS_SECRET_ACCESS_KEY": "s3cr3t",
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023",
     }
+
+
+def test_remote_footers_are_read_concurrently_in_order_first_error_first(bucket):
+    """The driver reads remote shards' footers FOOTER_THREADS at a time (map_files): the
+    infos come back in the shards' order, and the first bad shard in that order is the
+    one named, as when they were read one after another."""
+    from datamask.io.shards import FOOTER_THREADS
+
+    files = []
+    for i in range(FOOTER_THREADS + 5):
+        with (bucket / f"s-{i:03d}.parquet").open_atomic() as fh:
+            pq.write_table(pa.table({"id": list(range(i + 1))}), fh)
+        files.append(bucket / f"s-{i:03d}.parquet")
+    rows = [i.num_rows for i in inspect_shards(files, columns=["id"])]
+    assert rows == list(range(1, FOOTER_THREADS + 6))
+    bad = [*files[:3], bucket / "gone-1.parquet", *files[3:], bucket / "gone-2.parquet"]
+    with pytest.raises(ValueError, match="gone-1.parquet"):
+        inspect_shards(bad)

@@ -39,9 +39,10 @@ from ..config import SelectSpec
 from ..data import Corpus
 from ..io.atomic import atomic_write_json
 from ..io.datasets import input_files
-from ..io.fs import storage_path
+from ..io.fs import Location, expand, storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.selection import read_selection_ids, rows_from_ids
+from ..io.shards import PARQUET_SUFFIXES
 from ..pipeline.given import given_floor, read_given
 
 __all__ = [
@@ -67,7 +68,11 @@ def _marker(work_dir: str | Path) -> Path:
 
 def given_files(given: str) -> list[str]:
     """The parquet files of ``--given`` (a file, a folder or glob of shards, a URI), in a
-    fixed order; a ``save_to_disk`` folder is refused (a sharded run scans parquet)."""
+    fixed order; a ``save_to_disk`` folder is refused (a sharded run scans parquet). A
+    remote one is listed where it lies (read in place by the steps), named ``--given``."""
+    place = storage_path(str(given))
+    if isinstance(place, Location):
+        return [f.uri for f in expand(place, what="--given", suffixes=PARQUET_SUFFIXES)]
     kind, files = input_files(str(given))
     if kind == "arrow":
         raise ValueError(

@@ -13,7 +13,9 @@ Filesystems:
 - ``s3://bucket/key``: ``pyarrow.fs.S3FileSystem``, configured by the usual AWS variables
   (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` or ``AWS_PROFILE``, ``AWS_REGION``,
   ``AWS_ENDPOINT_URL`` for MinIO, moto or another S3 API);
-- ``gs://bucket/key``: ``pyarrow.fs.GcsFileSystem`` (Google default credentials);
+- ``gs://bucket/key``: ``pyarrow.fs.GcsFileSystem`` (Google default credentials;
+  ``STORAGE_EMULATOR_HOST=http://host:port``, as Google's clients read it, for an emulator,
+  unsigned);
 - ``hf://datasets/org/name/path``: ``huggingface_hub.HfFileSystem`` (fsspec) wrapped in
   ``pyarrow.fs.PyFileSystem``; ``HF_TOKEN`` for private repositories.
 
@@ -360,6 +362,7 @@ STORAGE_ENV = (
     "DATAMASK_S3_ANONYMOUS",
     "DATAMASK_S3_RETRIES",
     "GOOGLE_APPLICATION_CREDENTIALS",
+    "STORAGE_EMULATOR_HOST",
     "HF_TOKEN",
 )
 
@@ -420,10 +423,14 @@ def _s3_retries() -> int:
         raise ValueError(f"DATAMASK_S3_RETRIES must be a whole number; got {text!r}.") from None
 
 
-@functools.lru_cache(maxsize=2)
-def _gcs() -> Any:
-    # pyarrow takes the retry limit as a timedelta (``retry_time_limit``).
-    return pafs.GcsFileSystem(retry_time_limit=datetime.timedelta(seconds=15))
+@functools.lru_cache(maxsize=4)
+def _gcs(emulator: str | None = None) -> Any:
+    """GCS, or the emulator at ``emulator`` (``[http://]host:port``, anonymous requests)."""
+    kwargs: dict[str, Any] = {"retry_time_limit": datetime.timedelta(seconds=15)}
+    if emulator:
+        scheme, _, host = emulator.rpartition("://")
+        kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme or "http", anonymous=True)
+    return pafs.GcsFileSystem(**kwargs)
 
 
 @functools.lru_cache(maxsize=2)
@@ -493,7 +500,7 @@ def resolve(text: str | Path, *, what: str = "path") -> Location:
             raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
         return Location(raw, "s3", fs, rest)
     try:
-        fs = _gcs()
+        fs = _gcs(os.environ.get("STORAGE_EMULATOR_HOST") or None)
     except (OSError, ValueError) as exc:
         raise _bad(what, raw, f"cannot be opened: {_first_line(exc)}") from None
     return Location(raw, "gs", fs, rest)
@@ -548,7 +555,7 @@ def check_reachable(loc: Location, *, what: str = "path") -> None:
         hint = {
             "s3": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), AWS_REGION "
             "and AWS_ENDPOINT_URL",
-            "gs": "check GOOGLE_APPLICATION_CREDENTIALS",
+            "gs": "check GOOGLE_APPLICATION_CREDENTIALS (or STORAGE_EMULATOR_HOST)",
             "hf": "check HF_TOKEN and the repository name",
         }[loc.scheme if loc.scheme != "gcs" else "gs"]
         raise ValueError(f"cannot reach {what} {loc.uri!r}: {_first_line(exc)}; {hint}.") from None

@@ -32,7 +32,7 @@ from .datasets import input_files
 from .fs import Location, open_input, resolve, storage_path
 from .keep import input_names
 from .parquet import read_summary
-from .shards import content_checksum
+from .shards import content_checksum, map_files
 
 __all__ = [
     "PROVENANCE_FORMAT",
@@ -122,10 +122,13 @@ def record_inputs(
         "id_col": id_col,
         "id_type": str(id_type),
         "columns": list(columns),
-        "files": {
-            name: _file_record(str(p), columns, checksums.get(str(p)))
-            for p, name in zip(paths, names, strict=True)
-        },
+        "files": dict(
+            zip(
+                names,
+                map_files(lambda p: _file_record(str(p), columns, checksums.get(str(p))), paths),
+                strict=True,
+            )
+        ),
     }
 
 
