@@ -34,7 +34,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from sweep import GENERATE  # noqa: E402  (the same data generator and layout)
+from sweep import corpus_at, light_settings  # noqa: E402  (the same data and run)
 
 #: The two points compared: S = 100 shards, G = C = 100 and 1,000 clusters, 200k docs.
 POINTS = [(100, 100, 200_000, 0.1), (100, 1000, 200_000, 0.1)]
@@ -89,30 +89,14 @@ def _wrap_phases(module: Any, record: dict[str, Any], repo: str, top: int) -> No
 
 
 def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path, top: int) -> dict:
-    corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d16"
-    if not (corpus / "_done").exists():
-        cmd = [sys.executable, str(GENERATE), "--out", str(corpus), "--n-docs", str(n_docs)]
-        cmd += ["--dim", "16", "--n-shards", str(shards), "--n-clusters", str(clusters)]
-        subprocess.run(cmd, check=True, capture_output=True)
-        (corpus / "_done").write_text("")
+    corpus = corpus_at(data, n_docs, shards, clusters, 16)
     import datamask
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner, run_selection
 
     repo = str(Path(datamask.__file__).parent)
     base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    settings = SelectSpec.from_mapping(
-        dict(
-            method="random",
-            select_ratio=ratio,
-            partition="cluster",
-            n_clusters=clusters,
-            chunk_size=n_docs,
-            budget="group",
-            selected_only=True,
-            seed=0,
-        )
-    )
+    settings = SelectSpec.from_mapping(light_settings(clusters, n_docs, ratio))
     import datamask.distributed.runner as driver
 
     phases: dict[str, Any] = {}

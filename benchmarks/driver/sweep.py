@@ -68,6 +68,49 @@ print(hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_
 """
 
 
+def corpus_at(data: Path, n_docs: int, shards: int, clusters: int, dim: int) -> Path:
+    """The generated corpus of one point under ``data`` (generated on first use)."""
+    corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d{dim}"
+    if not (corpus / "_done").exists():
+        cmd = [sys.executable, str(GENERATE), "--out", str(corpus), "--n-docs", str(n_docs)]
+        cmd += ["--dim", str(dim), "--n-shards", str(shards), "--n-clusters", str(clusters)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        (corpus / "_done").write_text("")
+    return corpus
+
+
+def light_settings(clusters: int, n_docs: int, ratio: float) -> dict:
+    """A cluster-partitioned run whose steps cost little besides their reads: one group per
+    k-means cluster (``chunk_size`` = N), ``random`` per group, no cover round."""
+    return dict(
+        method="random",
+        select_ratio=ratio,
+        partition="cluster",
+        n_clusters=clusters,
+        chunk_size=n_docs,
+        budget="group",
+        selected_only=True,
+        seed=0,
+    )
+
+
+def point_row(cmd: list[str], point: object, timeout: float, out: Path | None) -> dict:
+    """Run one point's ``--one`` command in a fresh process; its JSON line (or the error)
+    as a row, printed and appended to ``out``."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 else None
+        row = json.loads(line) if line else {"error": done.stderr.strip()[-500:]}
+    except subprocess.TimeoutExpired:
+        row = {"error": f"not measured: over {timeout:.0f} s"}
+    row = {"point": point, **row}
+    print(json.dumps(row), flush=True)
+    if out:
+        with open(out, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+    return row
+
+
 def _mb(kb: int) -> float:
     return kb / 1024
 
@@ -124,27 +167,13 @@ def one_step_peak_kb(mapping: dict, manifest: dict, tmp: Path) -> int:
 
 def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path, dim: int) -> dict:
     """Generate (once) and select one point in this process; returns its figures."""
-    corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d{dim}"
-    if not (corpus / "_done").exists():
-        cmd = [sys.executable, str(GENERATE), "--out", str(corpus), "--n-docs", str(n_docs)]
-        cmd += ["--dim", str(dim), "--n-shards", str(shards), "--n-clusters", str(clusters)]
-        subprocess.run(cmd, check=True, capture_output=True)
-        (corpus / "_done").write_text("")
+    corpus = corpus_at(data, n_docs, shards, clusters, dim)
     import datamask
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner, run_selection
 
     base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    mapping = dict(
-        method="random",
-        select_ratio=ratio,
-        partition="cluster",
-        n_clusters=clusters,
-        chunk_size=n_docs,
-        budget="group",
-        selected_only=True,
-        seed=0,
-    )
+    mapping = light_settings(clusters, n_docs, ratio)
     settings = SelectSpec.from_mapping(mapping)
     load_before = os.getloadavg()[0]
     self0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -201,17 +230,7 @@ def main() -> None:
     for s, c, n, r in POINTS:
         cmd = [sys.executable, __file__, "--one", str(s), str(c), str(n), str(r)]
         cmd += ["--data", str(args.data), "--dim", str(args.dim)]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 else None
-            row = json.loads(line) if line else {"error": done.stderr.strip()[-500:]}
-        except subprocess.TimeoutExpired:
-            row = {"error": f"not measured: over {args.timeout:.0f} s"}
-        row = {"point": [s, c, n, r], **row}
-        print(json.dumps(row), flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+        point_row(cmd, [s, c, n, r], args.timeout, args.out)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-GENERATE = Path(__file__).resolve().parents[1] / "scale" / "generate.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "driver"))
+from sweep import corpus_at, light_settings, point_row  # noqa: E402  (same data, same run)
+
 SHARDS = (100, 1000, 4000)
 READ = ["chunk_id", "quality_score", "feature_arr"]  # what a group step reads
 
@@ -97,28 +98,12 @@ def per_group_io(work: Path, markers: list[dict]) -> dict:
 
 def one_point(shards: int, n_docs: int, clusters: int, dim: int, data: Path) -> dict:
     """Generate (once) and select one point in this process; returns its figures."""
-    corpus = data / f"n{n_docs}-s{shards}-c{clusters}-d{dim}"
-    if not (corpus / "_done").exists():
-        cmd = [sys.executable, str(GENERATE), "--out", str(corpus), "--n-docs", str(n_docs)]
-        cmd += ["--dim", str(dim), "--n-shards", str(shards), "--n-clusters", str(clusters)]
-        subprocess.run(cmd, check=True, capture_output=True)
-        (corpus / "_done").write_text("")
+    corpus = corpus_at(data, n_docs, shards, clusters, dim)
     import datamask
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner, run_selection
 
-    settings = SelectSpec.from_mapping(
-        dict(
-            method="random",
-            select_ratio=0.1,
-            partition="cluster",
-            n_clusters=clusters,
-            chunk_size=n_docs,
-            budget="group",
-            selected_only=True,
-            seed=0,
-        )
-    )
+    settings = SelectSpec.from_mapping(light_settings(clusters, n_docs, 0.1))
     load_before = os.getloadavg()
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="datamask-group-read-"))
@@ -178,17 +163,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", str(s), "--data", str(args.data)]
         cmd += ["--n-docs", str(args.n_docs), "--clusters", str(args.clusters)]
         cmd += ["--dim", str(args.dim)]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 else None
-            row = json.loads(line) if line else {"error": done.stderr.strip()[-500:]}
-        except subprocess.TimeoutExpired:
-            row = {"error": f"not measured: over {args.timeout:.0f} s"}
-        row = {"point": s, **row}
-        print(json.dumps(row), flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+        point_row(cmd, s, args.timeout, args.out)
 
 
 if __name__ == "__main__":
