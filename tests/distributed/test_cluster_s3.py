@@ -156,9 +156,7 @@ def test_s3_only_cluster_matches_the_local_pool(workers, s3, ray_cluster, corpus
     driver = ray_cluster.root / f"driver-{workers}"
     logs = _finish(_select(s3, ray_cluster, driver, f"out-{workers}", workers))
     assert _selection(client, f"out-{workers}") == corpus
-    manifest = json.loads(
-        client.get_object(Bucket=BUCKET, Key=f"out-{workers}/manifest.json")["Body"].read()
-    )
+    manifest = _read_json(client, f"out-{workers}/manifest.json")
     assert manifest["complete"] and manifest["work_dir"] == f"s3://{BUCKET}/out-{workers}/_work"
     # both worker nodes ran group steps (each step's stats name its Ray node)
     assert {g["ray_node"] for g in manifest["groups"]} == {n["NodeID"] for n in ray_cluster.nodes()}
