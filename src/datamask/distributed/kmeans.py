@@ -47,8 +47,9 @@ from ..data import apportion
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.fs import open_input, storage_path
 from ..io.shards import ShardInfo
+from ..neighbors import spherical_kmeans
 from .executors import Runner
-from .partition import _KMEANS_STREAM, grow_tree, read_sample
+from .partition import _KMEANS_STREAM, KMEANS_ITER, grow_tree, kmeans_generator, read_sample
 from .tree import ClusterTree
 
 __all__ = [
@@ -75,8 +76,6 @@ ROWS_PER_CENTROID = 64
 SAMPLE_CAP = 4_000_000
 #: Above this many clusters the spread fit runs in two levels.
 TWO_LEVEL_MIN = 1_000
-#: Lloyd's iterations at each level (as the one-step fit).
-N_ITER = 20
 #: Rows a step reads and assigns at a time.
 _BLOCK = 65_536
 
@@ -123,13 +122,6 @@ def fit_plan(n_clusters: int, n_total: int, kmeans_sample: int | None, step_rows
     two = spread and n_clusters > TWO_LEVEL_MIN
     k1 = math.ceil(math.sqrt(n_clusters)) if two else n_clusters
     return FitPlan(n_sample, spread, 2 if two else 1, min(k1, n_sample))
-
-
-def _generator(seed: int, *stream: int) -> torch.Generator:
-    gen = torch.Generator(device="cpu")
-    state = np.random.SeedSequence([int(seed), _KMEANS_STREAM, *stream]).generate_state(1)
-    gen.manual_seed(int(state[0]))
-    return gen
 
 
 # --- raw float32 rows on storage: one object per part, ranged reads ------------------------
@@ -261,7 +253,7 @@ def fit_subtrees(
     for i, c in enumerate(clusters):
         pieces = [held[p][int(a - lo[p]) : int(b - lo[p])] for p, (a, b) in enumerate(offsets[i].T)]
         x = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros((0, dim), np.float32))
-        gen = _generator(seed, 2, int(c))
+        gen = kmeans_generator(seed, 2, int(c))
         roots = torch.from_numpy(np.ascontiguousarray(centroids[i : i + 1], dtype=np.float32))
         if fine[i] >= 2 and len(x) >= 2:
             roots = _spherical(x, int(fine[i]), gen)
@@ -280,9 +272,7 @@ def fit_subtrees(
 
 
 def _spherical(x: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
-    from ..neighbors import spherical_kmeans
-
-    return spherical_kmeans(x, k, n_iter=N_ITER, sample=None, generator=gen)
+    return spherical_kmeans(x, k, n_iter=KMEANS_ITER, sample=None, generator=gen)
 
 
 def _leaf(roots: torch.Tensor) -> tuple[np.ndarray, ...]:
@@ -387,7 +377,7 @@ def fit_spread(
     cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
     device = settings.selector.device
     iterations, used, moved = 0, 0, True
-    while moved and iterations < N_ITER:  # until no centroid moves, at most N_ITER
+    while moved and iterations < KMEANS_ITER:  # until no centroid moves, at most that
         new, used = _lloyd_round(kdir, n, dim, cent, reserve, used, device, runner)
         moved = not np.array_equal(new, cent)
         cent, iterations = new, iterations + 1

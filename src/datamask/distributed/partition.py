@@ -78,6 +78,18 @@ PARTITIONS = ("shard", "chunk", "cluster")
 #: Entropy mixed into the seed for the k-means sample, so it never collides with the
 #: per-group seeds spawned from ``seed`` itself.
 _KMEANS_STREAM = 0x6B6D65616E73
+#: Lloyd's iterations of every k-means fit (one step, or spread over steps).
+KMEANS_ITER = 20
+
+
+def kmeans_generator(seed: int, *stream: int) -> torch.Generator:
+    """The CPU generator of one k-means draw: ``seed`` with the k-means entropy and
+    ``stream`` (none: the centroids; 1: the cuts; 2, c: coarse cluster c's fine fit)."""
+    gen = torch.Generator(device="cpu")
+    state = np.random.SeedSequence([int(seed), _KMEANS_STREAM, *stream]).generate_state(1)
+    gen.manual_seed(int(state[0]))
+    return gen
+
 
 #: A (sub)cluster is cut when the sample says it holds more than this share of
 #: ``chunk_size`` rows: the margin keeps a leaf under ``chunk_size`` when the sample's
@@ -268,10 +280,9 @@ def fit_centroids(sample: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
 
     Always on CPU so the partition is the same wherever the driver runs.
     """
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(int(np.random.SeedSequence([int(seed), _KMEANS_STREAM]).generate_state(1)[0]))
+    gen = kmeans_generator(seed)
     x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
-    cent = spherical_kmeans(x, n_clusters, n_iter=20, sample=None, generator=gen)
+    cent = spherical_kmeans(x, n_clusters, n_iter=KMEANS_ITER, sample=None, generator=gen)
     return cent.numpy()
 
 
@@ -310,10 +321,7 @@ def fit_tree(
     seed : int
         The run's seed.
     """
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(
-        int(np.random.SeedSequence([int(seed), _KMEANS_STREAM, 1]).generate_state(1)[0])
-    )
+    gen = kmeans_generator(seed, 1)
     x = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
     cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
     centre, offset, axis, children = grow_tree(
