@@ -86,10 +86,10 @@ def corpus(s3, ray_cluster) -> list:
     return sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
 
 
-def _select(s3, cluster, driver: Path, out: str, workers: int) -> Any:
+def _select(s3, cluster, driver: Path, out: str, workers: int, flags: dict = FLAGS) -> Any:
     """``datamask select`` s3 -> s3 on the cluster, from ``driver`` (its own TMPDIR, HOME
     and cache); the only process given the storage settings."""
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in FLAGS.items()]
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
     cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", f"s3://{BUCKET}/in/"]
     cmd += ["--output", f"s3://{BUCKET}/{out}", "--runner", "ray", "--ray-address"]
     cmd += [cluster.address, "--workers", str(workers), "--no-progress", *flags]
@@ -200,6 +200,26 @@ def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, ray_cluster, corpus):
     assert redone == [], f"{len(redone)} marked steps were redone: {redone[:5]}"
     assert _selection(client, "out-kill") == corpus
     assert _local_data_files(root / "driver-fresh") == []
+
+
+def test_the_spread_kmeans_fit_runs_on_the_cluster(s3, ray_cluster, corpus):
+    """The k-means fitted by steps (sample parts, Lloyd sums, routed rows, subtrees: all
+    objects under the S3 work dir) on nodes that share nothing else: the same selection as
+    the local pool's spread fit, steps on both nodes, no data file on the driver."""
+    client, root = s3["client"], ray_cluster.root
+    flags = {**FLAGS, "kmeans_step_rows": 300}  # 1,200 sampled rows: 4 parts
+    out = root / "local-spread"
+    spec = SelectSpec.from_mapping(flags)
+    run_selection(root / "local-input", out, spec, runner=LocalRunner(2), progress=False)
+    local = sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
+    driver = root / "driver-spread"
+    _finish(_select(s3, ray_cluster, driver, "out-spread", 2, flags))
+    manifest = _read_json(client, "out-spread/manifest.json")
+    assert manifest["partition"]["kmeans"]["spread"] is True
+    assert manifest["partition"]["kmeans"]["parts"] == 4
+    assert _selection(client, "out-spread") == local
+    assert {g["ray_node"] for g in manifest["groups"]} == {n["NodeID"] for n in ray_cluster.nodes()}
+    assert _local_data_files(driver) == []
 
 
 #: The marker of one step of each phase: the assignment of a shard's rows to the clusters
