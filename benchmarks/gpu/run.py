@@ -150,6 +150,24 @@ def sizes_of(args) -> Sizes:
     return replace(sizes, **changes)
 
 
+def caps_of(args) -> dict[str, float]:
+    """Each figure's cap in seconds: ``CAPS``, then each ``--cap FIGURE=SECONDS``."""
+    caps = dict(CAPS)
+    for item in getattr(args, "cap", None) or []:
+        name, _, value = item.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if name not in caps or seconds <= 0:
+            raise ValueError(
+                f"--cap takes FIGURE=SECONDS with FIGURE one of {', '.join(caps)} and "
+                f"SECONDS > 0; got {item!r}."
+            )
+        caps[name] = seconds
+    return caps
+
+
 # --- where results go -------------------------------------------------------------------------
 def results_dir(given: str | None, smoke: bool) -> Path:
     if given:
@@ -766,6 +784,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--in-process", action="store_true", help="no child process per figure")
     p.add_argument("--keep-data", action="store_true", help="keep the generated shards")
     p.add_argument(
+        "--cap",
+        action="append",
+        metavar="FIGURE=SECONDS",
+        help="change one figure's cap (see CAPS), e.g. --cap greedy=120 (repeatable)",
+    )
+    p.add_argument(
         "--size",
         action="append",
         metavar="KEY=VALUE",
@@ -774,7 +798,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.results = results_dir(args.results, args.smoke)
     try:
-        sizes_of(args)  # a bad --size or a missing GPU fails here, before any figure
+        sizes_of(args)  # a bad --size, --cap or a missing GPU fails here, before any figure
+        caps = caps_of(args)
         if not args.report:
             from datamask.measure import resolve_device
 
@@ -803,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.results / f"{name}.json",
             )
             continue
-        limit = min(CAPS[name], left - 5)
+        limit = min(caps[name], left - 5)
         print(f"[{time.perf_counter() - started:6.1f}s] {name} (up to {limit:.0f} s)", flush=True)
         if args.in_process:
             run_figure(name, args)

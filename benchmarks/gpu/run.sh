@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call of the GPU kit:  bash benchmarks/gpu/run.sh PART [run.py flags]
-# (PART 1, 2 or 3; see benchmarks/gpu/README.md). Results land in $OUT when it is set.
+# (PART 1, 2, 3, or all: every figure in one call; see benchmarks/gpu/README.md).
+# Results land in $OUT when it is set; the log beside the generated data (the tool
+# brings back 8 files: 7 figures and RESULTS.md), its tail in the call's output.
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash benchmarks/gpu/run.sh PART [run.py flags]" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
@@ -17,5 +19,8 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 $PY -c "import torch, datamask; print('torch', torch.__version__, '| cuda', torch.cuda.is_available(), '| datamask', datamask.__version__)" || exit 1
-log=${OUT:-/tmp}/log-part$1.txt
-$PY benchmarks/gpu/run.py --part "$@" 2>&1 | tee "$log"
+part=$1
+shift
+if [ "$part" = all ]; then what=(--all); else what=(--part "$part"); fi
+log=/tmp/datamask-gpu-log-$part.txt
+$PY benchmarks/gpu/run.py "${what[@]}" "$@" 2>&1 | tee "$log"
