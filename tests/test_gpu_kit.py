@@ -53,6 +53,12 @@ def test_smoke_runs_every_figure_and_writes_the_report(kit, tmp_path, capsys):
     for name, dim in (("sharded-384", 384), ("sharded-1536", kit.SMOKE.wide_dim)):
         assert figures[name]["dim"] == dim and figures[name]["docs_per_second"] > 0
         assert figures[name]["devices"] == ["cpu"]
+        # the files each phase wrote, by folder: where a run cut off at its cap had got to
+        counts: dict[str, int] = {}
+        for seconds, changed in figures[name]["timeline"]:  # each entry: the changed counts
+            assert seconds >= 0
+            counts.update(changed)
+        assert counts["_work/clusters"] > 0 and counts["keep"] > 0
     embed = figures["embed"]
     assert embed["embed_file_docs_per_second"] > 0 or embed["status"] == "skipped"
     report = (results / "RESULTS.md").read_text()
