@@ -48,6 +48,7 @@ def test_smoke_runs_every_figure_and_writes_the_report(kit, tmp_path, capsys):
         "total",
     }
     assert 0 < group["round_seconds"] <= group["phases"]["learn_and_round"]
+    assert any("datamask/api.py" in line and "(select)" in line for line in group["profile"])
     greedy = figures["greedy"]
     assert greedy["j_ratio"] == pytest.approx(greedy["learner"]["J"] / greedy["greedy"]["J"])
     for name, dim in (("sharded-384", 384), ("sharded-1536", kit.SMOKE.wide_dim)):
