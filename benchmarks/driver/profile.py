@@ -19,22 +19,26 @@ per group, holder by holder, is what the driver holds per group. Run it alone
 
 from __future__ import annotations
 
-import argparse
 import json
 import linecache
 import os
 import resource
-import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from sweep import corpus_at, light_settings  # noqa: E402  (the same data and run)
+from sweep import (  # noqa: E402  (the same data, run and command line)
+    corpus_at,
+    light_settings,
+    point_command,
+    point_of,
+    point_parser,
+    point_row,
+)
 
 #: The two points compared: S = 100 shards, G = C = 100 and 1,000 clusters, 200k docs.
 POINTS = [(100, 100, 200_000, 0.1), (100, 1000, 200_000, 0.1)]
@@ -129,29 +133,18 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, help="append one JSON line per point here")
-    p.add_argument("--data", type=Path, default=Path("/tmp/datamask-driver"))
-    p.add_argument("--one", nargs=4, metavar=("S", "C", "N", "RATIO"), help="one point only")
+    p = point_parser(__doc__.splitlines()[0])
     p.add_argument("--top", type=int, default=40, help="holders reported (default 40)")
     args = p.parse_args()
     if args.one:
-        s, c, n, r = int(args.one[0]), int(args.one[1]), int(args.one[2]), float(args.one[3])
-        print(json.dumps(one_point(s, c, n, r, args.data, args.top)), flush=True)
+        print(json.dumps(one_point(*point_of(args.one), args.data, args.top)), flush=True)
         return
     rows = []
-    for s, c, n, r in POINTS:
-        cmd = [sys.executable, __file__, "--one", str(s), str(c), str(n), str(r)]
-        cmd += ["--data", str(args.data), "--top", str(args.top)]
-        started = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        row = {"point": [s, c, n, r], **json.loads(done.stdout.strip().splitlines()[-1])}
-        row["wall_s"] = round(time.perf_counter() - started, 1)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+    for point in POINTS:
+        cmd = point_command(__file__, point, args.data, "--top", str(args.top))
+        rows.append(row := point_row(cmd, list(point), None, args.out))
+        if "error" in row:  # the per-group arithmetic below needs both points
+            sys.exit(f"point {list(point)} failed: {row['error']}")
     small, large = rows
     dg = large["groups"] - small["groups"]
     print(f"per group (G {small['groups']} -> {large['groups']}):")

@@ -94,16 +94,36 @@ def light_settings(clusters: int, n_docs: int, ratio: float) -> dict:
     )
 
 
-def point_row(cmd: list[str], point: object, timeout: float, out: Path | None) -> dict:
+def point_parser(description: str) -> argparse.ArgumentParser:
+    """The flags of every driver benchmark here: ``--out``, ``--data``, ``--one``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", type=Path, help="append one JSON line per point here")
+    p.add_argument("--data", type=Path, default=Path("/tmp/datamask-driver"))
+    p.add_argument("--one", nargs=4, metavar=("S", "C", "N", "RATIO"), help="one point only")
+    return p
+
+
+def point_of(one: list[str]) -> tuple[int, int, int, float]:
+    """``--one S C N RATIO`` as numbers."""
+    return int(one[0]), int(one[1]), int(one[2]), float(one[3])
+
+
+def point_command(script: str, point: tuple, data: Path, *extra: str) -> list[str]:
+    """The command that measures one point in a fresh process (``script --one ...``)."""
+    return [sys.executable, script, "--one", *map(str, point), "--data", str(data), *extra]
+
+
+def point_row(cmd: list[str], point: object, timeout: float | None, out: Path | None) -> dict:
     """Run one point's ``--one`` command in a fresh process; its JSON line (or the error)
-    as a row, printed and appended to ``out``."""
+    as a row, with its wall seconds, printed and appended to ``out``."""
+    started = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 else None
         row = json.loads(line) if line else {"error": done.stderr.strip()[-500:]}
     except subprocess.TimeoutExpired:
         row = {"error": f"not measured: over {timeout:.0f} s"}
-    row = {"point": point, **row}
+    row = {"point": point, **row, "wall_s": round(time.perf_counter() - started, 1)}
     print(json.dumps(row), flush=True)
     if out:
         with open(out, "a") as fh:
@@ -216,21 +236,16 @@ def one_point(shards: int, clusters: int, n_docs: int, ratio: float, data: Path,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, help="append one JSON line per point here")
-    p.add_argument("--data", type=Path, default=Path("/tmp/datamask-driver"))
+    p = point_parser(__doc__.splitlines()[0])
     p.add_argument("--dim", type=int, default=16, help="embedding width (default 16)")
-    p.add_argument("--one", nargs=4, metavar=("S", "C", "N", "RATIO"), help="one point only")
     p.add_argument("--timeout", type=float, default=300, help="seconds per point (default 300)")
     args = p.parse_args()
     if args.one:
-        s, c, n, r = int(args.one[0]), int(args.one[1]), int(args.one[2]), float(args.one[3])
-        print(json.dumps(one_point(s, c, n, r, args.data, args.dim)), flush=True)
+        print(json.dumps(one_point(*point_of(args.one), args.data, args.dim)), flush=True)
         return
-    for s, c, n, r in POINTS:
-        cmd = [sys.executable, __file__, "--one", str(s), str(c), str(n), str(r)]
-        cmd += ["--data", str(args.data), "--dim", str(args.dim)]
-        point_row(cmd, [s, c, n, r], args.timeout, args.out)
+    for point in POINTS:
+        cmd = point_command(__file__, point, args.data, "--dim", str(args.dim))
+        point_row(cmd, list(point), args.timeout, args.out)
 
 
 if __name__ == "__main__":
