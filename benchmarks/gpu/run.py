@@ -39,10 +39,13 @@ Figures (``--smoke`` runs each at a tiny size):
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib.util
+import io
 import json
 import os
 import platform
+import pstats
 import shutil
 import signal
 import subprocess
@@ -468,10 +471,6 @@ def fig_group(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
 def _profiled(call: Callable[[], Any], lines: int = 40) -> list[str]:
     """The top ``lines`` functions by cumulative time of one ``call`` under cProfile. On
     CUDA the time of queued kernels lands on the next call that waits for them."""
-    import cProfile
-    import io
-    import pstats
-
     profile = cProfile.Profile()
     profile.runcall(call)
     text = io.StringIO()
