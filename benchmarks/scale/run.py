@@ -42,6 +42,21 @@ def folder_sizes(root: Path) -> dict[str, dict[str, int]]:
     return dict(sorted(sizes.items()))
 
 
+def folder_times(root: Path) -> dict[str, dict[str, float | int]]:
+    """Files under every folder of ``root`` and the first and last modification time
+    (epoch seconds): where a failed run was, phase by phase (markers are written last)."""
+    times: dict[str, dict[str, float | int]] = {}
+    for f in root.rglob("*"):
+        if f.is_file():
+            parts = f.parent.relative_to(root).parts
+            key = "/".join(p.split("=")[0] + "=*" if "=" in p else p for p in parts) or "."
+            t = f.stat().st_mtime
+            entry = times.setdefault(key, {"files": 0, "first": t, "last": t})
+            entry["files"] += 1
+            entry["first"], entry["last"] = min(entry["first"], t), max(entry["last"], t)
+    return dict(sorted(times.items()))
+
+
 def phase_facts(m: dict, out: Path) -> dict:
     """What PLAN.md's model (plan.py) calibrates on: the plan phase's parts, every group's
     size and seconds in each per-group phase, and the files and bytes each phase wrote."""
@@ -112,6 +127,22 @@ def main() -> None:
     ray_start = time.perf_counter() - started
     try:
         m = run_selection(args.data, args.out, settings, runner=runner, progress=args.progress)
+    except BaseException as exc:  # a failed run still leaves its record (the 10M rerun did not)
+        if args.results:
+            out = Path(args.out)
+            failed = {
+                "failed": f"{type(exc).__name__}: {exc}",
+                "started_epoch": time.time() - (time.perf_counter() - started),
+                "wall_to_failure": time.perf_counter() - started,
+                "disk": folder_sizes(out) if out.exists() else {},
+                "files_by_folder": folder_times(out) if out.exists() else {},
+                "loadavg_before": load_before,
+                "loadavg_after": os.getloadavg(),
+                "settings": given,
+            }
+            Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.results).write_text(json.dumps(failed, indent=2) + "\n")
+        raise
     finally:
         runner.close()
     wall = time.perf_counter() - started

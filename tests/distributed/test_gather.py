@@ -24,7 +24,7 @@ from datamask.distributed.gather import (
     unit_pieces,
 )
 from datamask.distributed.partition import ROW_COLUMN, Piece, part_rows, split_across
-from datamask.distributed.plan import plan_partition
+from datamask.distributed.plan import check_disk, disk_needed, plan_partition
 from datamask.io.shards import inspect_shards, list_shards
 from tests._data import write_corpus_shards
 
@@ -92,8 +92,10 @@ def test_gather_resumes_only_the_groups_without_a_marker(tmp_path):
     stamps = {gid: group_object_path(work, gid).stat().st_mtime_ns for gid in made}
     marker = group_object_path(work, 1).with_suffix(".json")
     assert json.loads(marker.read_text())["n"] == first[1][1][0].n
-    marker.unlink()  # group 1's object written, its marker lost: it is gathered again
-    again = plan(tmp_path / "in", work, chunk_size=200)
+    # the spills were deleted once every group was gathered
+    assert not list((work / "clusters").glob("shard-*.parquet"))
+    marker.unlink()  # group 1's object written, its marker lost: it is gathered again,
+    again = plan(tmp_path / "in", work, chunk_size=200)  # from the spills made again
     assert again == first
     for gid, data in made.items():
         assert group_object_path(work, gid).read_bytes() == data
@@ -176,3 +178,23 @@ def test_a_gather_step_reads_only_its_leaves_rows_of_the_offsets(tmp_path):
     table_bytes = (tmp_path / "offsets.bin").stat().st_size
     assert read <= listed + 4 * max(8192, 8 * 40) + 4096, (read, listed)
     assert read < table_bytes / 40, (read, table_bytes)
+
+
+def test_disk_estimate_falls_once_the_spills_are_released(tmp_path):
+    """The door's disk estimate: 2.6x the input with the spills to come, 1.94x once they
+    are released, less what the work dir holds; and a disk too small is refused."""
+    corpus = make_clustered(900, 16, 4, seed=1)
+    write_corpus_shards(tmp_path / "in", corpus, 3)
+    infos = inspect_shards(list_shards(tmp_path / "in"))
+    size = sum(i.size_bytes for i in infos)
+    work = tmp_path / "work"
+    assert disk_needed(infos, "cluster", work) == (int(2.6 * size), 2.6)
+    assert disk_needed(infos, "chunk", work) == (int(0.7 * size), 0.7)
+    plan(tmp_path / "in", work, chunk_size=200)
+    held = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
+    assert held > size  # the group objects: every row again
+    needed, factor = disk_needed(infos, "cluster", work)
+    assert factor == 1.94 and needed == max(0, int(1.94 * size) - held)
+    check_disk(10**9, 10**9, 2.6, size, str(work))  # exactly enough: runs
+    with pytest.raises(OSError, match=r"has 0\.5 GB free.*about 1\.0 GB more.*nothing was"):
+        check_disk(10**9, 5 * 10**8, 2.6, size, str(work))

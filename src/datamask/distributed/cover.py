@@ -6,9 +6,10 @@ round or the similarity cap), in two passes of pure, resumable steps:
 
 1. **Kept rows.** Every group reads its rows, finds the ones the output keeps
    (``OUT/selected/``) and writes their ids and unit embeddings to
-   ``WORK/cover/kept-NNNNN.parquet`` (and all its unit rows to ``rows-NNNNN.npy``, its
-   ids to ``ids-NNNNN.parquet``, so pass 2 reads no parquet input again); its marker
-   (the group's centroid) last.
+   ``WORK/cover/kept-NNNNN.parquet``; its marker (the group's centroid) last. Pass 2
+   reads the group's rows again (its object, or its pieces of the input shards), not a
+   cached copy: that copy was the corpus once more on disk, as float32 (15 GB at 10M x
+   384, which filled the 10M run's disk).
 2. **Cover.** Every group loads its rows and, with
    :func:`~datamask.neighbors.nearest_kept`, finds each row's nearest kept row of its own
    group (a kept row covers itself) and, as the floor, its nearest kept row of its
@@ -51,8 +52,8 @@ from tqdm.auto import tqdm
 from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
-from ..io.atomic import atomic_write, atomic_write_json
-from ..io.fs import open_input, storage_path
+from ..io.atomic import atomic_write_json
+from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
@@ -85,16 +86,6 @@ def cover_part_path(out_dir: str | Path, gid: int) -> Path:
 def kept_rows_path(work_dir: str | Path, gid: int) -> Path:
     """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
     return storage_path(work_dir) / "cover" / f"kept-{gid:05d}.parquet"
-
-
-def _rows_path(work_dir: str | Path, gid: int) -> Path:
-    """The group's unit rows as pass 1 read them (float32 ``.npy``), for pass 2, which
-    deletes them once its part is written: one read of the input per group, not two."""
-    return storage_path(work_dir) / "cover" / f"rows-{gid:05d}.npy"
-
-
-def _ids_path(work_dir: str | Path, gid: int) -> Path:
-    return storage_path(work_dir) / "cover" / f"ids-{gid:05d}.parquet"
 
 
 def _kept_marker(work_dir: str | Path, gid: int) -> Path:
@@ -138,9 +129,6 @@ def write_kept_rows(
     started = time.perf_counter()
     id_col = settings.columns.id_col
     x, ids = _read_unit_rows(spec, settings, quality_range)
-    with atomic_write(_rows_path(work_dir, spec.gid)) as tmp, open(tmp, "wb") as fh:
-        np.save(fh, np.ascontiguousarray(x, dtype=np.float32))
-    atomic_write_table(pa.table({id_col: ids}), _ids_path(work_dir, spec.gid))
     rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(out_dir, spec.gid, id_col)))
     table = pa.table({id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])})
     atomic_write_table(table, kept_rows_path(work_dir, spec.gid))
@@ -174,13 +162,7 @@ def cover_group(
         return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     id_col = settings.columns.id_col
-    cached = _rows_path(work_dir, spec.gid)
-    if cached.exists() and _ids_path(work_dir, spec.gid).exists():
-        with open_input(cached) as fh:
-            x = np.load(fh)
-        ids = read_table(_ids_path(work_dir, spec.gid)).column(0).combine_chunks()
-    else:  # pass 1 was reused from a run whose pass 2 had deleted them: read again
-        x, ids = _read_unit_rows(spec, settings, quality_range)
+    x, ids = _read_unit_rows(spec, settings, quality_range)
     own = read_table(kept_rows_path(work_dir, spec.gid), columns=[id_col])
     kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
     read_s = time.perf_counter() - started
@@ -231,8 +213,6 @@ def cover_group(
         "peak_rss_mb": peak_rss_mb(),
     }
     atomic_write_json(stats, marker)
-    cached.unlink(missing_ok=True)  # used: the disk goes back
-    _ids_path(work_dir, spec.gid).unlink(missing_ok=True)
     release_heap()
     return {**stats, "reused": False}
 

@@ -19,7 +19,9 @@ only those and the plan (:func:`~.partition.plan_by_cluster`: each group's
                                                   opened, seconds
 
 (Under ``clusters/``, beside the spills they come from: ``WORK/groups/`` is the group
-steps' per-row results, read as one dataset.)
+steps' per-row results, read as one dataset.) Once every group is gathered,
+:func:`release_spills` steps delete the spills (their counts stay for a resume): they
+held every row a second time.
 
 Every later step of the group (select, exchange, cover, cap, keep lists) opens that one
 object, not S spills; the keep lists take each kept row's shard and row from it, so no
@@ -53,6 +55,8 @@ __all__ = [
     "gather_groups",
     "group_object_path",
     "index_spills",
+    "release_spills",
+    "ungathered",
     "unit_pieces",
 ]
 
@@ -254,6 +258,27 @@ def gather_group(
     return gid, n_rows
 
 
+def ungathered(n_groups: int, work_dir: str | Path) -> int:
+    """How many of the ``n_groups`` groups have no marker yet (one listing)."""
+    done = names_in(_marker(work_dir, 0).parent)
+    return sum(_marker(work_dir, gid).name not in done for gid in range(n_groups))
+
+
+def release_spills(clusters_dir: str, shards: Sequence[int]) -> int:
+    """Delete the spills of ``shards`` once every group is gathered: nothing reads them
+    again, and they hold a second copy of every row. Their ``.json`` counts stay; with
+    :func:`~.partition.spills_released_path` written after these steps, a resumed run
+    reuses the spill and gather steps. Idempotent. Returns the files deleted."""
+    folder = storage_path(clusters_dir)
+    deleted = 0
+    for s in shards:
+        path = spill_path(folder, s)
+        if path.exists():
+            path.unlink(missing_ok=True)
+            deleted += 1
+    return deleted
+
+
 def gather_groups(
     plan: Sequence[tuple[str, list[Unit], int]],
     max_rows: int,
@@ -272,7 +297,7 @@ def gather_groups(
         for gid, (_, units, n) in enumerate(plan)
         if _marker(work_dir, gid).name not in done
     )
-    todo = sum(_marker(work_dir, gid).name not in done for gid in range(len(plan)))
+    todo = ungathered(len(plan), work_dir)
     steps = runner.map(gather_group, jobs)  # jobs made as the runner submits them
     for _ in tqdm(steps, total=todo, desc="gather groups", unit="group", disable=not progress):
         pass

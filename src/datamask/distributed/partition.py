@@ -66,6 +66,7 @@ __all__ = [
     "grow_tree",
     "spill_path",
     "spill_shard",
+    "spills_released_path",
     "coalesce",
     "part_rows",
     "plan_by_cluster",
@@ -379,6 +380,12 @@ def spill_path(clusters_dir: str | Path, shard_index: int) -> Path:
     return storage_path(clusters_dir) / f"shard-{shard_index:05d}.parquet"
 
 
+def spills_released_path(clusters_dir: str | Path) -> Path:
+    """The marker that every group is gathered and the spills deleted
+    (:func:`~.gather.release_spills`): a spill's counts alone then mark it done."""
+    return storage_path(clusters_dir) / "spills-released.json"
+
+
 def spill_shard(
     shard_index: int,
     info: ShardInfo,
@@ -393,8 +400,9 @@ def spill_shard(
     Writes ``clusters_dir/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf,
     one row group per leaf, and inside a leaf along its axis when the tree is
     ``ordered``; plus :data:`ROW_COLUMN`, each row's place in the shard) and then
-    ``shard-NNNNN.json`` with the per-leaf row counts; when that JSON exists already, it
-    is returned without redoing the work.
+    ``shard-NNNNN.json`` with the per-leaf row counts; when that JSON exists already, with
+    its spill or after the spills were released (:func:`spills_released_path`), it is
+    returned without redoing the work.
 
     Returns
     -------
@@ -404,7 +412,8 @@ def spill_shard(
     """
     folder = storage_path(clusters_dir)
     done = folder / f"shard-{shard_index:05d}.json"
-    if done.exists():
+    out = spill_path(folder, shard_index)
+    if done.exists() and (out.exists() or spills_released_path(folder).exists()):
         return shard_index, int(sum(json.loads(done.read_text())["counts"]))
     tree = ClusterTree.load(tree_path)
     # One read of the shard: the leaves come from its embedding column, then the rows are
@@ -425,7 +434,6 @@ def spill_shard(
     else:
         order = np.argsort(label, kind="stable")
     table = table.take(pa.array(order)).append_column(ROW_COLUMN, pa.array(order, pa.int64()))
-    out = spill_path(folder, shard_index)
     with (
         atomic_write(out) as tmp,
         pq.ParquetWriter(tmp, table.schema, compression="zstd", write_page_checksum=True) as writer,

@@ -4,6 +4,8 @@ module runs its steps (the k-means fit, the spill, the gather) and reads their c
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +16,7 @@ from tqdm.auto import tqdm
 
 from .._validation import k_from_ratio
 from ..config import SelectSpec
+from ..io.atomic import atomic_write_json
 from ..io.fs import names_in
 from ..io.shards import ShardInfo
 from ..pipeline.step import MODULAR
@@ -21,7 +24,7 @@ from .allocate import allocates_by_gains, want_path, wanted
 from .context import RunContext
 from .executors import Runner, progress_map
 from .fit import fit_partition
-from .gather import gather_groups, index_spills
+from .gather import gather_groups, index_spills, release_spills, ungathered
 from .kmeans import fit_plan, fit_spread
 from .partition import (
     ClusterTree,
@@ -33,10 +36,28 @@ from .partition import (
     plan_by_shard,
     sample_plan,
     spill_shard,
+    spills_released_path,
 )
 from .steps import candidate_count
 
-__all__ = ["budget_k", "fit_cluster_tree", "plan_groups", "plan_partition"]
+__all__ = [
+    "DISK_PER_INPUT_BYTE",
+    "budget_k",
+    "check_disk",
+    "check_work_disk",
+    "disk_needed",
+    "fit_cluster_tree",
+    "plan_groups",
+    "plan_partition",
+]
+
+#: A sharded run's peak disk in its work dir, per byte of input parquet, with a 10%
+#: margin; measured at 10M x 384 (benchmarks/scale/RUN-10M.md). With ``--partition
+#: cluster`` the spills and the group objects each hold every row (1.16 bytes per input
+#: byte) until the last group is gathered and the spills are deleted; candidates, the
+#: exchange, the cover's kept rows and the id buckets add 0.6 after that. Keys: the
+#: partition, and ``"cluster-gathered"`` once the spills are released (a resumed run).
+DISK_PER_INPUT_BYTE = {"cluster": 2.6, "cluster-gathered": 1.94, "chunk": 0.7, "shard": 0.7}
 
 
 def plan_partition(
@@ -64,19 +85,36 @@ def plan_partition(
         for s, info in enumerate(infos)
         if info.num_rows
     ]
-    for _ in progress_map(runner, spill_shard, jobs, "assign clusters", progress):
-        pass  # each spill's counts stay in its own file
     tree = ClusterTree.load(tree_path)
-    index = (str(folder), tree.n_leaves)  # one step: S counts files to one table of offsets
-    per_leaf = np.asarray(next(iter(runner.map(index_spills, [index]))), dtype=np.int64)
+
+    def spill() -> np.ndarray:
+        for _ in progress_map(runner, spill_shard, jobs, "assign clusters", progress):
+            pass  # each spill's counts stay in its own file
+        index = (str(folder), tree.n_leaves)  # one step: S counts files to one offsets table
+        return np.asarray(next(iter(runner.map(index_spills, [index]))), dtype=np.int64)
+
+    per_leaf = spill()
     seconds["spill"] = time.perf_counter() - clock - seconds["fit"]
     # 4. The groups from the totals (neighbouring clusters merged up to --chunk-size,
     #    unless --n-clusters asked for them), then one step per group writes its rows as
     #    one object: every later step of the group opens that, not the S spills.
     merge = settings.partition.n_clusters is None
     units = plan_by_cluster(per_leaf, settings.partition.chunk_size, tree, merge=merge)
+    released = spills_released_path(folder)
+    if released.exists() and ungathered(len(units), work):  # a group's marker was lost
+        released.unlink()
+        spill()  # the spills again (the same bytes), for the groups still to gather
     chunk, columns = settings.partition.chunk_size, settings.read_columns
     plan = gather_groups(units, chunk, columns, folder, work, runner, progress)
+    # 5. Every row is in its group's object now: the spills' disk goes back (the 10M run
+    #    filled its disk holding both), deleted by steps in batches of shards (again on
+    #    a resume: a spill redone since is deleted too).
+    spilled = [job[0] for job in jobs]
+    batches = [(str(folder), spilled[i : i + 256]) for i in range(0, len(spilled), 256)]
+    for _ in runner.map(release_spills, batches):
+        pass
+    if not released.exists():
+        atomic_write_json({"shards": len(spilled)}, released)
     seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
     # the phase's parts (a resumed run's fit is 0): PLAN.md's model calibrates on them
     facts = {
@@ -86,6 +124,45 @@ def plan_partition(
         "seconds": seconds,
     }
     return plan, facts
+
+
+def disk_needed(infos: list[ShardInfo], partition: str, work: Path) -> tuple[int, float]:
+    """Bytes the run may still write to the local work dir ``work`` at its peak (what is
+    there already counts as written), and the factor of the input's bytes it used."""
+    key = partition
+    if partition == "cluster" and spills_released_path(work / "clusters").exists():
+        key = "cluster-gathered"
+    factor = DISK_PER_INPUT_BYTE[key]
+    written = sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(work)
+        for name in names
+        if os.path.isfile(os.path.join(root, name))
+    )
+    return max(0, int(factor * sum(i.size_bytes for i in infos)) - written), factor
+
+
+def check_disk(needed: int, free: int, factor: float, input_bytes: int, where: str) -> None:
+    """Refuse a run whose work dir's disk cannot hold what it will write (the 10M run
+    filled its disk 91 minutes in); before any step writes."""
+    if free >= needed:
+        return
+    gb = 1e9
+    raise OSError(
+        f"the work dir {where!r} has {free / gb:.1f} GB free, and this sharded run will "
+        f"write about {needed / gb:.1f} GB more there at its peak ({factor}x the input's "
+        f"{input_bytes / gb:.1f} GB, less what the work dir holds already; "
+        "plan.DISK_PER_INPUT_BYTE). Free some disk or give a work dir on a larger disk "
+        "(--work-dir, or an s3:// or gs:// URI); nothing was written."
+    )
+
+
+def check_work_disk(infos: list[ShardInfo], settings: SelectSpec, work: Path) -> None:
+    """:func:`check_disk` for a local work dir (object storage is not checked)."""
+    needed, factor = disk_needed(infos, settings.partition.partition, work)
+    existing = next(p for p in (work, *work.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    check_disk(needed, free, factor, sum(i.size_bytes for i in infos), str(work))
 
 
 def fit_cluster_tree(

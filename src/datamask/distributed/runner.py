@@ -27,7 +27,8 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
     WORK/groups/, candidates/, completions/   the steps' files (:mod:`.steps`)
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
-    WORK/clusters/...                 the cluster tree (tree.npz), per-shard spills and
+    WORK/clusters/...                 the cluster tree (tree.npz), per-shard spill counts
+                                      (the spills are deleted once gathered) and
                                       clusters/groups/: one object per group (:mod:`.gather`)
     WORK/ids/bucket=B/, ids/done/     id hashes per (shard, bucket); the bucket steps' finds
                                       (:mod:`.validate`)
@@ -74,7 +75,7 @@ from .given import check_given_selection, given_files, prepare_kept, rate_totals
 from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
-from .plan import budget_k, plan_groups
+from .plan import budget_k, check_work_disk, plan_groups
 from .rounds import allocate_round, central_round, select_round
 from .validate import (
     QualityRange,
@@ -187,6 +188,8 @@ def _check_inputs(
     infos = inspect_shards(run.files, columns=run.settings.read_columns)
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
+    if isinstance(run.work, Path):  # before the scans write the id buckets
+        check_work_disk(infos, run.settings, run.work)
     docs: list[ShardInfo] = []
     if run.given[0] is not None:
         check_given_terms(run.settings.objective)
