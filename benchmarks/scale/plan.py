@@ -15,7 +15,10 @@ wrote). W workers, groups g of n_g rows proposing c_g candidates, N documents::
     select   LPT_W{a * n_g ** b} + o_sel   round 1 (each group's learner, gain curve)
     exchange LPT_W{e_read n_g + e_floor n_g B_g + e_order c_g} + o_ex
              B_g = min(gid, 8) * k / G: the neighbours' kept rows its floors search
-    allocate c_alloc * G                   the driver's threshold over every group's knots
+    allocate c_alloc * G + LPT_W{a * n_g ** b : g proposes again}
+                                           the driver's threshold over every group's knots,
+                                           and the groups whose whole candidate list was
+                                           kept select again, proposing twice as many
     write    c_write * G / W               every group's kept prefix written as its part
     cover    LPT_W{c_cover * n_g} + o_cov  both passes
     keep     c_keep * N / W                keep lists, digest, manifest (the rest)
@@ -143,13 +146,33 @@ def costs(run: dict) -> dict[str, float]:
     return c
 
 
+#: Groups that propose again in the allocation round: 22 of 121 at 10M (7edaa2e,
+#: RUN-10M.md), none at 200k and 1M. A plan (``--at``) assumes this share; a check
+#: takes the groups that did from the run (their candidates doubled).
+AGAIN_SHARE = 22 / 121
+
+
+def proposed_again(groups: list[tuple[float, float]]) -> list[float]:
+    """Sizes of a run's groups that proposed again: candidates per row above 1.5x the
+    median (the allocation doubles them)."""
+    ratio = float(np.median([cand / n for n, cand in groups]))
+    return [n for n, cand in groups if cand / n > 1.5 * ratio]
+
+
 def predict(
-    c: dict[str, float], n: float, k: float, groups: list[tuple[float, float]], workers: int
+    c: dict[str, float],
+    n: float,
+    k: float,
+    groups: list[tuple[float, float]],
+    workers: int,
+    again: list[float] | None = None,
 ) -> dict[str, float]:
     """Seconds per phase for N = ``n`` documents, budget ``k``, ``groups`` as (n_g, c_g)
-    in group order, on ``workers`` workers."""
+    in group order, on ``workers`` workers; ``again``: the sizes of the groups that
+    propose again (default: none)."""
     g = len(groups)
     sizes = [a for a, _ in groups]
+    redo = lpt([c["select_a"] * s ** c["select_b"] for s in again or []], workers)
     out = {
         "check": c["check"] * n / workers,
         "fit": c["fit"],
@@ -157,7 +180,7 @@ def predict(
         "gather": c["gather"] * n / workers,
         "select": lpt([c["select_a"] * s ** c["select_b"] for s in sizes], workers) + c["select_o"],
         "exchange": 0.0,
-        "allocate": c["allocate"] * g,
+        "allocate": c["allocate"] * g + redo,
         "write": c["write"] * g / workers,
         "cover": lpt([c["cover"] * s * cover_rows(k, g) for s in sizes], workers) + c["cover_o"],
         "keep": c["keep"] * n / workers,
@@ -201,6 +224,13 @@ CLUSTER = {
 DIGEST_S_PER_ID = 0.8e-6
 
 
+def _spills_kept(work: dict) -> bool:
+    """Whether a run's folders still hold its spills (runs before 7edaa2e kept them)."""
+    return work.get("clusters", {}).get("bytes", 0) > work.get("clusters/groups", {}).get(
+        "bytes", 0
+    )
+
+
 def storage_per_doc(run: dict) -> dict[str, float]:
     """Bytes written per document by each phase (what the next phase reads back)."""
     w, o, n = run["phases"]["work"], run["phases"]["out"], run["n_docs"]
@@ -212,12 +242,14 @@ def storage_per_doc(run: dict) -> dict[str, float]:
     return {
         "input": run["phases"]["input_bytes"] / n,
         "check": size(w, "ids/bucket=*") / n,
-        "spill": size(w, "clusters") / n,  # the spills and offsets (groups/ is its own)
+        # the spills and offsets (groups/ is its own); since 7edaa2e the spills are
+        # deleted once gathered: they held the group objects' rows, so count those bytes
+        "spill": (size(w, "clusters") + (0 if _spills_kept(w) else size(w, "clusters/groups"))) / n,
         "gather": size(w, "clusters/groups") / n,
         "select": (size(w, "candidates", "groups") + size(o, "selected") + graphs) / n,
         "exchange": size(w, "exchange") / n,
         "cover": (size(w, "cover") + size(o, "covered")) / n,
-        "keep": (size(w, "keep/shard=*") + size(o, "keep", "selected")) / n,
+        "keep": (size(w, "keep/bucket=*") + size(o, "keep", "selected")) / n,
     }
 
 
@@ -283,8 +315,9 @@ def main() -> None:
     for path in args.check:
         run = json.loads(path.read_text())
         groups = [(g["n"], g["k"]) for g in run["phases"]["groups"]]
-        p = predict(c, run["n_docs"], run["k"], groups, run["workers"])
-        print(f"\n{args.calibrate.name} -> {path.name}")
+        again = proposed_again(groups)
+        p = predict(c, run["n_docs"], run["k"], groups, run["workers"], again)
+        print(f"\n{args.calibrate.name} -> {path.name} ({len(again)} groups proposed again)")
         print_check(p, measured(run))
     per_doc = storage_per_doc(cal)
     group_size = args.group_size or cal["n_docs"] / cal["n_groups"]
@@ -294,7 +327,8 @@ def main() -> None:
         workers = args.workers or CLUSTER["nodes"] * CLUSTER["cores"]
         g = max(1, round(n / group_size))
         k = 0.1 * n
-        p = predict(c, n, k, [(n / g, ratio * n / g)] * g, workers)
+        again = [n / g] * round(AGAIN_SHARE * g)
+        p = predict(c, n, k, [(n / g, ratio * n / g)] * g, workers, again)
         st = storage_seconds(per_doc, n)
         print(f"\nN = {n:.0e}, G = {g:,}, W = {workers:,}: compute + storage (s)")
         for phase in PHASES:

@@ -209,9 +209,13 @@ def spherical_kmeans(
 
 
 def assign_clusters(x: torch.Tensor, centroids: torch.Tensor, top: int = 1) -> torch.Tensor:
-    """Index of the most similar centroid per row (shape (n,), or (n, top) when top > 1)."""
+    """Index of the most similar centroid per row (shape (n,), or (n, top) when top > 1).
+
+    In blocks of 4M similarities (16 MB in float32): at 1,000 centroids a block of the
+    default 64M was 262 MB, the largest thing in the k-means fit step
+    (benchmarks/driver/RESULTS.md)."""
     out = []
-    step = _block_rows(centroids.shape[0])
+    step = _block_rows(centroids.shape[0], budget=1 << 22)
     for lo in range(0, x.shape[0], step):
         sims = x[lo : lo + step] @ centroids.T
         out.append(sims.argmax(1) if top == 1 else sims.topk(top, dim=1).indices)

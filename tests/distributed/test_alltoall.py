@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner, run_selection, validate
+from datamask.distributed import LocalRunner, keeplists, run_selection, validate
 from datamask.io.keep import input_names, read_selected_ids, write_keep_lists
 from datamask.io.shards import list_shards
 from tests._data import write_corpus_shards
@@ -130,12 +131,32 @@ def test_keep_lists_from_steps_are_byte_identical_to_the_serial_writer(
     assert made == sorted(p.name for p in serial.iterdir()) and len(made) == 5
     for name in made:
         assert (out / "keep" / name).read_bytes() == (serial / name).read_bytes(), name
-    # the buckets: group G's kept rows of input shard S, every row known (a cluster group's
-    # object carries each row's shard and row), so no shard is read again to place them
-    buckets = sorted((out / "_work" / "keep").glob("shard=*/part-*.parquet"))
-    rows = pa.concat_tables([pq.read_table(b) for b in buckets]).column("row").to_numpy()
-    assert len(rows) == index["n_selected"]
-    assert (rows >= 0).all()
+    # the buckets: group G's kept rows of a bucket of input shards, every row known (a
+    # cluster group's object carries each row's shard and row), so no shard is read again
+    buckets = sorted((out / "_work" / "keep").glob("bucket=*/part-*.parquet"))
+    table = pa.concat_tables([pq.read_table(b) for b in buckets])
+    assert table.num_rows == index["n_selected"]
+    assert (table.column("row").to_numpy() >= 0).all()
+    assert set(table.column("shard").to_numpy()) <= set(range(len(files)))
+
+
+def test_keep_lists_through_many_buckets_are_the_same_bytes(shards, tmp_path, monkeypatch):
+    """Buckets of 2 shards (the driver's constant goes to the group steps in their jobs):
+    a group's kept rows land in several bucket objects, and the keep lists and the index
+    are the bytes of a run with one bucket."""
+    settings = SelectSpec.from_mapping(dict(partition="cluster", n_clusters=3, **FAST))
+    run_selection(shards, tmp_path / "one", settings, progress=False)
+    monkeypatch.setattr(keeplists, "BUCKET_SHARDS", 2)
+    run_selection(shards, tmp_path / "many", settings, progress=False)
+    one, many = tmp_path / "one" / "keep", tmp_path / "many" / "keep"
+    assert sorted(p.name for p in one.iterdir()) == sorted(p.name for p in many.iterdir())
+    for p in one.iterdir():
+        assert p.read_bytes() == (many / p.name).read_bytes(), p.name
+    work = tmp_path / "many" / "_work" / "keep"
+    n_shards = len(list_shards(shards))
+    assert len(list(work.glob("bucket=*"))) == -(-n_shards // 2)
+    assert len(list((work / "done").glob("bucket-*.json"))) == -(-n_shards // 2)
+    assert max(len(json.loads(m.read_text())["buckets"]) for m in work.glob("done/part-*")) > 1
 
 
 def test_keep_steps_are_skipped_on_a_rerun(shards, tmp_path):
@@ -143,7 +164,7 @@ def test_keep_steps_are_skipped_on_a_rerun(shards, tmp_path):
     out = tmp_path / "out"
     run_selection(shards, out, settings, progress=False)
     done = sorted((out / "_work" / "keep" / "done").glob("*.json"))
-    assert len(done) == 3 + 4  # 3 groups, 4 input shards
+    assert len(done) == 3 + 1  # 3 groups, 1 bucket of the 4 input shards
     stamps = [m.stat().st_mtime_ns for m in done]
     lists = {p: p.read_bytes() for p in (out / "keep").iterdir()}
     run_selection(shards, out, settings, runner=LocalRunner(), progress=False)

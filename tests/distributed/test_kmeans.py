@@ -99,6 +99,30 @@ def test_small_cases_keep_the_one_step_fit(shards, corpus, tmp_path):
         np.testing.assert_array_equal(getattr(tree, name), getattr(old, name))
 
 
+def test_the_one_step_fit_holds_its_sample_once(corpus, tmp_path):
+    """The fit step's numpy heap (tracemalloc traces numpy's buffers) peaks near one
+    sample, not two: its 20 shards' parts are copied into it one at a time, not held
+    while they are concatenated (issue 30: the fit step was the largest worker)."""
+    import tracemalloc
+
+    from datamask.distributed.fit import fit_partition
+
+    write_corpus_shards(tmp_path / "in", corpus, 20)
+    settings = settings_of(chunk_size=500)
+    infos = inspect_shards(list_shards(tmp_path / "in"), columns=settings.read_columns)
+    wanted = sample_plan(infos, 100_000, 0)
+    jobs = [(s, infos[s], rows, "feature_arr") for s, rows in wanted.items()]
+    sample_bytes = sum(len(rows) for rows in wanted.values()) * 16 * 4  # float32, 16-d
+    tracemalloc.start()
+    try:
+        stats = fit_partition(jobs, 12, 4000, 500, 0, str(tmp_path / "tree.npz"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert stats["sample_rows"] == 4000
+    assert sample_bytes <= peak < 1.6 * sample_bytes, (peak, sample_bytes)
+
+
 def test_spread_fit_matches_one_step_quality_and_bounds_the_groups(shards, corpus, tmp_path):
     """The same sample fitted by 9 steps of 450 rows: every row in one group, none above
     --chunk-size, and the rows as near their leaves' centres as the one-step fit's."""

@@ -3,27 +3,31 @@ from groups to input shards that never passes through the driver.
 
 1. One :func:`file_kept_rows` step per group reads the ids the output keeps in it (its
    part, or its rows of the central round's part) and the id column of its rows, and files
-   each kept row under the input shard it came from::
+   each kept row under the bucket of input shards it came from (:data:`BUCKET_SHARDS`
+   consecutive shards a bucket)::
 
-       WORK/keep/shard=SSSSS/part-GGGGG.parquet   row (int64), id: group G's kept rows of
-                                                  input shard S
+       WORK/keep/bucket=BBBBB/part-GGGGG.parquet   shard (int32), row (int64), id: group
+                                                   G's kept rows of bucket B's shards
 
    ``row`` is the row's position in the input shard: known from the piece where the group
    read that shard itself (``shard`` and ``chunk`` partitions), and read from the group's
    object where it was gathered from the cluster spills (:mod:`.gather` carries every
    row's shard and row), so no spill or input shard is read again.
-2. One :func:`write_shard_keep_list` step per input shard reads its bucket and writes the
-   shard's keep list (:mod:`datamask.io.keep`: the same file, byte for byte, that the
-   serial writer made from every selected id).
+2. One :func:`write_bucket_keep_lists` step per bucket lists its folder once, reads every
+   group's part there and writes the keep list of each of its shards (:mod:`datamask.io.keep`:
+   the same file, byte for byte, that the serial writer made from every selected id).
 3. One step digests the selection (:func:`~datamask.io.keep.selection_digest`); the
    driver writes ``_index.json`` from the steps' counts.
 
-The driver sees only paths, group ids and counts. Each step leaves a marker
+A group writes at most ``ceil(S / BUCKET_SHARDS)`` objects, not one per input shard it
+touches (up to S: a k-means cluster spans every shard), and the driver gets back one count
+per group and per shard: never the (group, shard) pairs. Each step leaves a marker
 (``WORK/keep/done/``), so a rerun skips finished ones.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from ..io.atomic import atomic_write_json
-from ..io.fs import storage_path
+from ..io.fs import names_in, storage_path
 from ..io.keep import (
     IdSet,
     finish_keep_lists,
@@ -55,25 +59,33 @@ from .lifecycle import read_marker
 from .partition import ROW_COLUMN, GroupSpec, Piece
 
 __all__ = [
+    "BUCKET_SHARDS",
     "file_kept_rows",
     "keep_bucket_path",
     "keep_round",
     "selection_digest_step",
-    "write_shard_keep_list",
+    "write_bucket_keep_lists",
 ]
 
+#: Consecutive input shards per keep bucket: one object per (group, bucket) it has kept
+#: rows in, one keep step per bucket.
+BUCKET_SHARDS = 256
 
-def keep_bucket_path(work_dir: str | Path, shard: int, gid: int) -> Path:
-    """Group ``gid``'s kept rows of input shard ``shard``."""
-    return storage_path(work_dir) / "keep" / f"shard={shard:05d}" / f"part-{gid:05d}.parquet"
+#: A group's part of a bucket (temporaries of killed steps do not match).
+_PART = re.compile(r"part-(\d{5})\.parquet")
+
+
+def keep_bucket_path(work_dir: str | Path, bucket: int, gid: int) -> Path:
+    """Group ``gid``'s kept rows of the input shards of bucket ``bucket``."""
+    return storage_path(work_dir) / "keep" / f"bucket={bucket:05d}" / f"part-{gid:05d}.parquet"
 
 
 def _group_marker(work_dir: str | Path, gid: int) -> Path:
     return storage_path(work_dir) / "keep" / "done" / f"part-{gid:05d}.json"
 
 
-def _shard_marker(work_dir: str | Path, shard: int) -> Path:
-    return storage_path(work_dir) / "keep" / "done" / f"shard-{shard:05d}.json"
+def _bucket_marker(work_dir: str | Path, bucket: int) -> Path:
+    return storage_path(work_dir) / "keep" / "done" / f"bucket-{bucket:05d}.json"
 
 
 #: The source of a piece that is a gathered group (:mod:`.gather`), not an input shard.
@@ -82,22 +94,19 @@ GATHERED = -1
 
 def _kept_in_piece(
     piece: Piece, shard: int, lookup: IdSet, id_col: str
-) -> list[tuple[int, np.ndarray, pa.Array]]:
-    """``(input shard, rows there, ids)`` of the kept rows among one piece's rows."""
+) -> tuple[np.ndarray, np.ndarray, pa.Array] | None:
+    """``(input shards, rows there, ids)`` of the kept rows among one piece's rows."""
     columns = [id_col] if shard != GATHERED else [id_col, SHARD_COLUMN, ROW_COLUMN]
     table = read_rows(piece.path, piece.start, piece.stop, columns)
     column = table.column(0).combine_chunks()
     at = lookup.positions(column)
     if not len(at):
-        return []
+        return None
     ids = column.take(pa.array(at))
     if shard != GATHERED:
-        return [(shard, at + piece.start, ids)]
-    shards = table.column(SHARD_COLUMN).to_numpy()[at]
-    rows = table.column(ROW_COLUMN).to_numpy()[at]
-    return [
-        (int(s), rows[shards == s], ids.filter(pa.array(shards == s))) for s in np.unique(shards)
-    ]
+        return np.full(len(at), shard, dtype=np.int32), at + piece.start, ids
+    shards = table.column(SHARD_COLUMN).to_numpy()[at].astype(np.int32)
+    return shards, table.column(ROW_COLUMN).to_numpy()[at], ids
 
 
 def file_kept_rows(
@@ -107,74 +116,93 @@ def file_kept_rows(
     id_col: str,
     work_dir: str,
     out_dir: str,
-) -> tuple[int, list[list[int]]]:
-    """Step 1, one group: file its kept rows by input shard.
+    bucket_shards: int = BUCKET_SHARDS,
+) -> tuple[int, int]:
+    """Step 1, one group: file its kept rows by bucket of input shards.
 
     ``sources[i]`` is the input shard ``pieces[i]`` is a row range of, or
     :data:`GATHERED` when the piece is the group's gathered object (each row's shard and
-    row are columns of it). Returns ``(gid, [[shard, kept rows], ...])``. Memory: the
-    group's kept ids and one piece's ids.
+    row are columns of it). Returns ``(gid, kept rows)``. Memory: the group's kept ids
+    and one piece's ids.
     """
     marker = _group_marker(work_dir, gid)
     done = read_marker(marker)
     if done is not None:
-        return gid, done["counts"]
+        return gid, int(done["kept"])
     kept = _kept_ids(out_dir, gid, id_col)
     lookup = IdSet(kept)
-    rows: dict[int, list[np.ndarray]] = {}
-    ids: dict[int, list[pa.Array]] = {}
-    for piece, source in zip(pieces, sources, strict=True):
-        for shard, at, found in _kept_in_piece(piece, source, lookup, id_col):
-            rows.setdefault(shard, []).append(at)
-            ids.setdefault(shard, []).append(found)
-    counts = [[s, int(sum(len(r) for r in rows[s]))] for s in sorted(rows)]
-    if sum(n for _, n in counts) != len(kept):
+    found = [
+        got
+        for piece, source in zip(pieces, sources, strict=True)
+        if (got := _kept_in_piece(piece, source, lookup, id_col)) is not None
+    ]
+    n_found = sum(len(f[0]) for f in found)
+    if n_found != len(kept):
         raise RuntimeError(
-            f"group {gid}: {len(kept) - sum(n for _, n in counts)} kept ids are not among "
-            "its rows; please report this."
+            f"group {gid}: {len(kept) - n_found} kept ids are not among its rows; please "
+            "report this."
         )
-    for s, _ in counts:
-        table = pa.table(
-            {
-                "row": pa.array(np.concatenate(rows[s]).astype(np.int64)),
-                id_col: pa.concat_arrays(ids[s]),
-            }
-        )
-        atomic_write_table(table, keep_bucket_path(work_dir, s, gid))
-    atomic_write_json({"gid": gid, "counts": counts}, marker)
-    return gid, counts
+    buckets: list[int] = []
+    if found:
+        shards = np.concatenate([f[0] for f in found])
+        rows = np.concatenate([f[1] for f in found]).astype(np.int64)
+        ids = pa.concat_arrays([f[2] for f in found])
+        order = np.lexsort((rows, shards))  # by shard, then row
+        shards, rows, ids = shards[order], rows[order], ids.take(pa.array(order))
+        of = shards // bucket_shards
+        cuts = np.flatnonzero(np.diff(of)) + 1
+        for lo, hi in zip([0, *cuts], [*cuts, len(of)], strict=True):
+            bucket = int(of[lo])
+            table = pa.table(
+                {
+                    "shard": pa.array(shards[lo:hi]),
+                    "row": pa.array(rows[lo:hi]),
+                    id_col: ids.slice(lo, hi - lo),
+                }
+            )
+            atomic_write_table(table, keep_bucket_path(work_dir, bucket, gid))
+            buckets.append(bucket)
+    atomic_write_json({"gid": gid, "kept": n_found, "buckets": buckets}, marker)
+    return gid, n_found
 
 
-def write_shard_keep_list(
-    shard: int,
-    path: str,
-    name: str,
-    num_rows: int,
-    gids: Sequence[int],
+def write_bucket_keep_lists(
+    bucket: int,
+    shards: Sequence[tuple[int, str, str, int]],
     id_col: str,
     work_dir: str,
     keep_dir: str,
-) -> tuple[int, int]:
-    """Step 2, one input shard: its keep list from the groups' buckets ``gids``, sorted
-    by row (every group filed its rows' places in the shard). Returns ``(shard, kept)``.
-    """
-    marker = _shard_marker(work_dir, shard)
+) -> list[tuple[int, int]]:
+    """Step 2, one bucket: the keep list of each of its ``shards`` (``(shard, path, name,
+    rows)``) from every group's part in the bucket's folder (one listing), sorted by row.
+    Returns ``[(shard, kept), ...]``."""
+    marker = _bucket_marker(work_dir, bucket)
     done = read_marker(marker)
-    if done is not None and (storage_path(keep_dir) / keep_file_name(name)).exists():
-        return shard, int(done["kept"])
-    tables = [read_table(keep_bucket_path(work_dir, shard, g)) for g in gids]
-    if not tables:
-        id_type = pq.read_schema(path).field(id_col).type
-        rows, ids = np.zeros(0, np.int64), pa.array([], type=id_type)
+    keep = storage_path(keep_dir)
+    if done is not None and all((keep / keep_file_name(name)).exists() for _, _, name, _ in shards):
+        return [(int(s), int(n)) for s, n in done["kept"]]
+    folder = keep_bucket_path(work_dir, bucket, 0).parent
+    parts = sorted(n for n in names_in(folder) if _PART.fullmatch(n))
+    tables = [read_table(folder / n) for n in parts]
+    if tables:
+        table = pa.concat_tables(tables).combine_chunks()
+        of, rows = table.column("shard").to_numpy(), table.column("row").to_numpy()
+        ids = table.column(id_col).combine_chunks()
+        order = np.lexsort((rows, of))  # by shard, then row (each row is in one group)
+        of, rows, ids = of[order], rows[order], ids.take(pa.array(order))
+        id_type = ids.type
     else:
-        bucket = pa.concat_tables(tables).combine_chunks()
-        rows = bucket.column("row").to_numpy()
-        ids = bucket.column(id_col).combine_chunks()
-        order = np.argsort(rows, kind="stable")
-        rows, ids = rows[order], ids.take(pa.array(order))
-    write_keep_list(rows, ids, path, num_rows, keep_dir, name, id_col)
-    atomic_write_json({"shard": shard, "kept": len(rows)}, marker)
-    return shard, len(rows)
+        of, rows = np.zeros(0, np.int32), np.zeros(0, np.int64)
+        id_type = pq.read_schema(shards[0][1]).field(id_col).type
+        ids = pa.array([], type=id_type)
+    counts = []
+    for s, path, name, num_rows in shards:
+        lo, hi = np.searchsorted(of, s, "left"), np.searchsorted(of, s, "right")
+        mine = ids.slice(lo, hi - lo) if hi > lo else pa.array([], type=id_type)
+        write_keep_list(rows[lo:hi], mine, path, num_rows, keep_dir, name, id_col)
+        counts.append((s, int(hi - lo)))
+    atomic_write_json({"bucket": bucket, "kept": counts}, marker)
+    return counts
 
 
 def selection_digest_step(out_dir: str, id_col: str) -> tuple[str, int]:
@@ -215,19 +243,21 @@ def keep_round(
     names = input_names(run.source, [i.path for i in infos])
     sources = {str(info.path): s for s, info in enumerate(infos)}
     sources.update({str(group_object_path(work, g.gid)): GATHERED for g in groups})
-    places = str(work), str(out)  # one copy of each, not one a job
+    places = str(work), str(out), BUCKET_SHARDS  # one copy of each, not one a job
     jobs = [(g.gid, g.pieces, [sources[p.path] for p in g.pieces], id_col, *places) for g in groups]
-    by_shard: dict[int, list[int]] = {}
-    for gid, counts in _bar(runner.map(file_kept_rows, jobs), len(jobs), "keep: file", progress):
-        for s, _ in counts:
-            by_shard.setdefault(s, []).append(gid)
+    for _ in _bar(runner.map(file_kept_rows, jobs), len(jobs), "keep: file", progress):
+        pass  # each group's rows are in its buckets; its count in its marker
     keep_dir = keep_dir_for(str(out), folder=True)
+    shards = [(s, str(i.path), names[s], i.num_rows) for s, i in enumerate(infos)]
     jobs = [
-        (s, str(i.path), names[s], i.num_rows, sorted(by_shard.get(s, ())), id_col, str(work))
-        + (keep_dir,)
-        for s, i in enumerate(infos)
+        (b // BUCKET_SHARDS, shards[b : b + BUCKET_SHARDS], id_col, str(work), keep_dir)
+        for b in range(0, len(shards), BUCKET_SHARDS)
     ]
-    kept = dict(_bar(runner.map(write_shard_keep_list, jobs), len(jobs), "keep lists", progress))
+    kept: dict[int, int] = {}
+    for counts in _bar(
+        runner.map(write_bucket_keep_lists, jobs), len(jobs), "keep lists", progress
+    ):
+        kept.update(counts)
     digest, n_selected = next(iter(runner.map(selection_digest_step, [(str(out), id_col)])))
     index = keep_index(id_col, digest, n_selected)
     for s, info in enumerate(infos):

@@ -32,7 +32,7 @@ Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``
                                       clusters/groups/: one object per group (:mod:`.gather`)
     WORK/ids/bucket=B/, ids/done/     id hashes per (shard, bucket); the bucket steps' finds
                                       (:mod:`.validate`)
-    WORK/keep/shard=S/, keep/done/    kept rows per (input shard, group) (:mod:`.keeplists`)
+    WORK/keep/bucket=B/, keep/done/   kept rows per (bucket of shards, group) (:mod:`.keeplists`)
 
 Every step writes atomically, its marker last, so a run killed at any point finishes, when
 rerun with the same arguments, with the selection an uninterrupted run makes and redoes
