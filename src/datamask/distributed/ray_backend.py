@@ -102,9 +102,14 @@ def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
     import ray
 
     from .._device import set_threads
+    from .._memory import bound_heap, release_heap
 
     set_threads(n_threads)
-    result = fn(*args)
+    bound_heap()  # as the local pool's steps (executors._call_with_threads)
+    try:
+        result = fn(*args)
+    finally:
+        release_heap()
     if isinstance(result, dict):
         result["ray_node"] = ray.get_runtime_context().get_node_id()
     return result
