@@ -29,14 +29,18 @@ from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, RayRunner, run_selection
 
 
+def _folder_key(f: Path, root: Path) -> str:
+    """``f``'s folder under ``root``, partitions (``bucket=00001/`` etc.) as one folder."""
+    parts = f.parent.relative_to(root).parts
+    return "/".join(p.split("=")[0] + "=*" if "=" in p else p for p in parts) or "."
+
+
 def folder_sizes(root: Path) -> dict[str, dict[str, int]]:
     """Files and bytes under every folder of ``root`` (what each phase left there)."""
     sizes: dict[str, dict[str, int]] = {}
     for f in root.rglob("*"):
         if f.is_file():
-            parts = f.parent.relative_to(root).parts  # shard=00001/ etc. as one folder
-            key = "/".join(p.split("=")[0] + "=*" if "=" in p else p for p in parts) or "."
-            entry = sizes.setdefault(key, {"files": 0, "bytes": 0})
+            entry = sizes.setdefault(_folder_key(f, root), {"files": 0, "bytes": 0})
             entry["files"] += 1
             entry["bytes"] += f.stat().st_size
     return dict(sorted(sizes.items()))
@@ -48,10 +52,8 @@ def folder_times(root: Path) -> dict[str, dict[str, float | int]]:
     times: dict[str, dict[str, float | int]] = {}
     for f in root.rglob("*"):
         if f.is_file():
-            parts = f.parent.relative_to(root).parts
-            key = "/".join(p.split("=")[0] + "=*" if "=" in p else p for p in parts) or "."
             t = f.stat().st_mtime
-            entry = times.setdefault(key, {"files": 0, "first": t, "last": t})
+            entry = times.setdefault(_folder_key(f, root), {"files": 0, "first": t, "last": t})
             entry["files"] += 1
             entry["first"], entry["last"] = min(entry["first"], t), max(entry["last"], t)
     return dict(sorted(times.items()))

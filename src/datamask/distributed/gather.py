@@ -258,25 +258,20 @@ def gather_group(
     return gid, n_rows
 
 
-def ungathered(n_groups: int, work_dir: str | Path) -> int:
-    """How many of the ``n_groups`` groups have no marker yet (one listing)."""
+def ungathered(n_groups: int, work_dir: str | Path) -> list[int]:
+    """The groups of the ``n_groups`` that have no marker yet (one listing)."""
     done = names_in(_marker(work_dir, 0).parent)
-    return sum(_marker(work_dir, gid).name not in done for gid in range(n_groups))
+    return [gid for gid in range(n_groups) if _marker(work_dir, gid).name not in done]
 
 
-def release_spills(clusters_dir: str, shards: Sequence[int]) -> int:
+def release_spills(clusters_dir: str, shards: Sequence[int]) -> None:
     """Delete the spills of ``shards`` once every group is gathered: nothing reads them
     again, and they hold a second copy of every row. Their ``.json`` counts stay; with
     :func:`~.partition.spills_released_path` written after these steps, a resumed run
-    reuses the spill and gather steps. Idempotent. Returns the files deleted."""
+    reuses the spill and gather steps. Idempotent: a missing spill is fine."""
     folder = storage_path(clusters_dir)
-    deleted = 0
     for s in shards:
-        path = spill_path(folder, s)
-        if path.exists():
-            path.unlink(missing_ok=True)
-            deleted += 1
-    return deleted
+        spill_path(folder, s).unlink(missing_ok=True)
 
 
 def gather_groups(
@@ -290,16 +285,11 @@ def gather_groups(
 ) -> list[tuple[str, list[Piece]]]:
     """Run :func:`gather_group` for every planned group without a marker (one listing),
     and return the plan as the group steps read it: one piece, the group's object."""
-    done = names_in(_marker(work_dir, 0).parent)
-    shared = list(columns), str(clusters_dir), str(work_dir)  # one copy, not one a job
-    jobs = (
-        (gid, units, n, max_rows, *shared)
-        for gid, (_, units, n) in enumerate(plan)
-        if _marker(work_dir, gid).name not in done
-    )
     todo = ungathered(len(plan), work_dir)
+    shared = list(columns), str(clusters_dir), str(work_dir)  # one copy, not one a job
+    jobs = ((gid, plan[gid][1], plan[gid][2], max_rows, *shared) for gid in todo)
     steps = runner.map(gather_group, jobs)  # jobs made as the runner submits them
-    for _ in tqdm(steps, total=todo, desc="gather groups", unit="group", disable=not progress):
+    for _ in tqdm(steps, total=len(todo), desc="gather groups", unit="group", disable=not progress):
         pass
     return [
         (label, [Piece(str(group_object_path(work_dir, gid)), 0, n)])

@@ -190,16 +190,13 @@ def write_bucket_keep_lists(
         ids = table.column(id_col).combine_chunks()
         order = np.lexsort((rows, of))  # by shard, then row (each row is in one group)
         of, rows, ids = of[order], rows[order], ids.take(pa.array(order))
-        id_type = ids.type
-    else:
+    else:  # no group kept a row of these shards: the id type from the first one's schema
         of, rows = np.zeros(0, np.int32), np.zeros(0, np.int64)
-        id_type = pq.read_schema(shards[0][1]).field(id_col).type
-        ids = pa.array([], type=id_type)
+        ids = pa.array([], type=pq.read_schema(shards[0][1]).field(id_col).type)
     counts = []
     for s, path, name, num_rows in shards:
         lo, hi = np.searchsorted(of, s, "left"), np.searchsorted(of, s, "right")
-        mine = ids.slice(lo, hi - lo) if hi > lo else pa.array([], type=id_type)
-        write_keep_list(rows[lo:hi], mine, path, num_rows, keep_dir, name, id_col)
+        write_keep_list(rows[lo:hi], ids.slice(lo, hi - lo), path, num_rows, keep_dir, name, id_col)
         counts.append((s, int(hi - lo)))
     atomic_write_json({"bucket": bucket, "kept": counts}, marker)
     return counts

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..io.fs import storage_env
-from .executors import LocalRunner, available_cpus, check_workers
+from .executors import LocalRunner, _call_with_threads, available_cpus, check_workers
 
 __all__ = [
     "RayRunner",
@@ -97,19 +97,12 @@ def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
-    """Task body: pin torch's intra-op threads to the task's CPUs, then run the step; a
-    step's stats (a dict) also say which Ray node ran it (``ray_node``)."""
+    """Task body: the local pool's (pin torch's intra-op threads to the task's CPUs, bound
+    the heap, run the step, trim the heap); a step's stats (a dict) also say which Ray
+    node ran it (``ray_node``)."""
     import ray
 
-    from .._device import set_threads
-    from .._memory import bound_heap, release_heap
-
-    set_threads(n_threads)
-    bound_heap()  # as the local pool's steps (executors._call_with_threads)
-    try:
-        result = fn(*args)
-    finally:
-        release_heap()
+    result = _call_with_threads(fn, n_threads, *args)  # as a local pool's step
     if isinstance(result, dict):
         result["ray_node"] = ray.get_runtime_context().get_node_id()
     return result
