@@ -8,6 +8,7 @@ objective, in the same order, for a fraction of the gain evaluations.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from .._validation import Interval
 from ..base import Selector
 from ..data import Corpus
 from ..objectives import Objective
+from ..objectives.base import HostGains
 from ._trace import GreedyTrace, pick_order_scores
 
 __all__ = ["DenseGreedy", "LazyGreedy", "gain_order", "is_submodular", "lazy_picks"]
@@ -122,13 +124,22 @@ def gain_order(
     the objective's units. For a submodular objective the gains do not increase, so any
     prefix of ``order`` is the greedy selection of its size from ``rows``: the gain curve a
     sharded run allocates its budget with. Ties go to the lower row.
+
+    When every term has host gains (:meth:`~datamask.objectives.base.Term.host_gains`:
+    quality and facility location do) and the objective is submodular, the picks run on
+    the host, one heap pop and a few numpy ops each (:func:`_host_gain_order`); else on
+    the objective's tensors (:func:`lazy_picks`, ``batch_size`` stale rows at a time).
     """
     pool = np.sort(np.asarray(rows, dtype=np.int64))  # ascending: ties to the lower row
     if not len(pool):  # a group that keeps nothing has an empty curve
         return pool, np.zeros(0, dtype=np.float64)
+    objective.build_graphs()
+    if is_submodular(objective):
+        hosts = [(w, term.host_gains()) for w, term in objective.terms]
+        if all(h is not None for _, h in hosts):
+            return _host_gain_order(hosts, pool)  # type: ignore[arg-type]
     rows_t = torch.as_tensor(pool, device=objective.device_)
     state = objective.init_state(graph=True)
-    objective.build_graphs()
     bounds = objective.gains(state, rows_t).clone()  # exact gains for the empty selection
     lazy = is_submodular(objective)
     picks = list(
@@ -138,6 +149,34 @@ def gain_order(
     )
     order = pool[np.asarray([j for j, _ in picks], dtype=np.int64)]
     gains = np.asarray([g for _, g in picks], dtype=np.float64)
+    return order, gains
+
+
+def _host_gain_order(
+    hosts: list[tuple[float, HostGains]], pool: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gain_order` on host gains: Minoux's lazy greedy with a heap of stale bounds
+    ``(-gain, row)``, so the top is the largest bound and, among equal ones, the lower
+    row. A top whose bound was computed for the current selection is the pick; else its
+    gain is computed again and pushed back (a stale gain bounds the fresh one)."""
+
+    def gain(j: int) -> float:
+        return sum(w * h.gain(j) for w, h in hosts)
+
+    heap = [(-gain(int(j)), int(j), 0) for j in pool]  # (bound, row, pick it was fresh at)
+    heapq.heapify(heap)
+    order = np.empty(len(pool), dtype=np.int64)
+    gains = np.empty(len(pool), dtype=np.float64)
+    t = 0
+    while heap:
+        neg, j, fresh = heapq.heappop(heap)
+        if fresh == t:
+            order[t], gains[t] = j, -neg
+            for _, h in hosts:
+                h.update(j)
+            t += 1
+        else:
+            heapq.heappush(heap, (-gain(j), j, t))
     return order, gains
 
 

@@ -35,7 +35,7 @@ import torch
 
 from .._device import make_generators, seed_streams
 
-__all__ = ["Term", "TermContext"]
+__all__ = ["HostGains", "Term", "TermContext"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,18 @@ class TermContext:
             max_neighbors=max_neighbors,
             floor=floor,
         )
+
+
+class HostGains(ABC):
+    """A term's greedy gains on the graph, kept on the host (:meth:`Term.host_gains`):
+    ``gain(j)`` is the term's increase if row ``j`` were added to the rows picked so far,
+    in float64; ``update(j)`` adds row ``j``. It starts at the empty selection."""
+
+    @abstractmethod
+    def gain(self, j: int) -> float: ...
+
+    def update(self, j: int) -> None:  # noqa: B027  (a modular term keeps no state)
+        return None
 
 
 class Term(ABC):
@@ -300,6 +312,16 @@ class Term(ABC):
         dev = self.features_.device
         value = self._value_of(torch.as_tensor(rows, dtype=torch.long, device=dev))
         return {"rows": rows, "value": value}
+
+    def host_gains(self) -> HostGains | None:
+        """The term's graph gains as numpy on the host, one row at a time, or None.
+
+        :func:`~datamask.greedy.lazy.gain_order` runs on them when every term has them: a
+        pick then costs a few microseconds of numpy, where ``gains`` and ``update`` cost
+        tens of tensor ops, each a kernel launch and several a sync on CUDA. Default: none
+        (``gain_order`` falls back to the tensor greedy).
+        """
+        return None
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

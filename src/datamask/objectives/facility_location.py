@@ -7,11 +7,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from .._validation import Interval, Options, check_count
 from ..neighbors import KNN_METHODS, _block_rows, knn_graph, resolve_knn
-from .base import Term, TermContext
+from .base import HostGains, Term, TermContext
 from .registry import register_term
 
 __all__ = [
@@ -503,6 +504,33 @@ class FacilityLocation(Term):
         dense = self._dense()
         row = dense[j] if dense is not None else (self.features_ @ self.features_[j])
         return CoverState(torch.maximum(state.cover, row.clamp_min(0.0)), False)
+
+    def host_gains(self) -> HostGains:
+        """The graph gains on the host (the graph's cover starts at zero; a floor is
+        already in the graph's similarities, :meth:`raise_floor`)."""
+        ptr, clients, sims = (t.cpu().numpy() for t in self.reverse_graph())
+        return _GraphGains(ptr, clients, sims)
+
+
+class _GraphGains(HostGains):
+    """Facility-location gains on the reverse K-NN graph, in numpy: row j adds
+    ``sum_{i lists j} max(0, sim_ij - cover_i) / n`` (summed in float64), and picking it
+    raises the cover of the documents that list it."""
+
+    def __init__(self, ptr: np.ndarray, clients: np.ndarray, sims: np.ndarray) -> None:
+        self.ptr, self.clients, self.sims = ptr.tolist(), clients, sims
+        self.n = len(ptr) - 1
+        self.cover = np.zeros(self.n, dtype=sims.dtype)
+
+    def gain(self, j: int) -> float:
+        lo, hi = self.ptr[j], self.ptr[j + 1]
+        lift = self.sims[lo:hi] - self.cover[self.clients[lo:hi]]
+        return float(lift[lift > 0].sum(dtype=np.float64)) / self.n
+
+    def update(self, j: int) -> None:
+        lo, hi = self.ptr[j], self.ptr[j + 1]
+        rows = self.clients[lo:hi]
+        self.cover[rows] = np.maximum(self.cover[rows], self.sims[lo:hi])
 
 
 def facility_term(objective: Any) -> FacilityLocation | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .base import Term
+from .base import HostGains, Term
 
 __all__ = ["Quality"]
 
@@ -39,3 +40,16 @@ class Quality(Term):
 
     def update(self, state: None, j: int) -> None:
         return None
+
+    def host_gains(self) -> HostGains:
+        return _ModularGains((self.quality_.double() / self.k_).cpu().numpy())
+
+
+class _ModularGains(HostGains):
+    """Row j adds ``values[j]``, whatever was picked before."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def gain(self, j: int) -> float:
+        return float(self.values[j])

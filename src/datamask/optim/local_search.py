@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..objectives import Objective
@@ -121,19 +122,24 @@ def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: i
     """The pairs, in order, whose swaps do not interact on facility location: no two adds
     gain on a common document (the gain would be counted twice) and no two drops are the
     best and second-best cover of a common document (its fallback would be gone). Swaps
-    chosen so add up: the objective rises by at least the sum of their bounds."""
+    chosen so add up: the objective rises by at least the sum of their bounds.
+
+    One pass over the pairs in numpy on the host: on CUDA a pair's few tensor ops were
+    each a kernel launch and two a sync (4.3 s of a 1M-row group's 34 s on an H200)."""
     if not footprints:
         return list(range(len(adds)))
-    added = torch.zeros(n, dtype=torch.bool, device=adds.device)
-    dropped = torch.zeros(n, dtype=torch.bool, device=adds.device)
+    host = [
+        tuple(t.cpu().numpy() for t in (ptr, covered, gptr, gained))
+        for (ptr, covered), (gptr, gained) in footprints
+    ]
+    added = np.zeros(n, dtype=bool)
+    dropped = np.zeros(n, dtype=bool)
     chosen = []
     for p, (b, a) in enumerate(zip(adds.tolist(), drops.tolist(), strict=True)):
-        add_rows, drop_rows = [], []
-        for (ptr, covered), (gptr, gained) in footprints:
-            add_rows.append(gained[gptr[b] : gptr[b + 1]])
-            drop_rows.append(covered[ptr[a] : ptr[a + 1]])
-        ra, rd = torch.cat(add_rows), torch.cat(drop_rows)
-        if bool(added[ra].any()) or bool(dropped[rd].any()):
+        ra = [gained[gptr[b] : gptr[b + 1]] for _, _, gptr, gained in host]
+        rd = [covered[ptr[a] : ptr[a + 1]] for ptr, covered, _, _ in host]
+        ra, rd = (np.concatenate(r) if len(r) > 1 else r[0] for r in (ra, rd))
+        if added[ra].any() or dropped[rd].any():
             continue
         added[ra] = True
         dropped[rd] = True
