@@ -153,22 +153,24 @@ def gain_order(
 
 
 def _host_gain_order(
-    hosts: list[tuple[float, HostGains]], pool: np.ndarray
+    hosts: list[tuple[float, HostGains]], pool: np.ndarray, k: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`gain_order` on host gains: Minoux's lazy greedy with a heap of stale bounds
     ``(-gain, row)``, so the top is the largest bound and, among equal ones, the lower
     row. A top whose bound was computed for the current selection is the pick; else its
-    gain is computed again and pushed back (a stale gain bounds the fresh one)."""
+    gain is computed again and pushed back (a stale gain bounds the fresh one). Stops
+    after ``k`` picks (default: every row of ``pool``)."""
 
     def gain(j: int) -> float:
         return sum(w * h.gain(j) for w, h in hosts)
 
     heap = [(-gain(int(j)), int(j), 0) for j in pool]  # (bound, row, pick it was fresh at)
     heapq.heapify(heap)
-    order = np.empty(len(pool), dtype=np.int64)
-    gains = np.empty(len(pool), dtype=np.float64)
+    k = len(pool) if k is None else min(k, len(pool))
+    order = np.empty(k, dtype=np.int64)
+    gains = np.empty(k, dtype=np.float64)
     t = 0
-    while heap:
+    while t < k:
         neg, j, fresh = heapq.heappop(heap)
         if fresh == t:
             order[t], gains[t] = j, -neg
