@@ -759,3 +759,23 @@ def test_bad_input_fails_before_ray_starts(shard_dir, tmp_path):
     )
     assert "refused: cannot read" in proc.stdout, proc.stderr
     assert "ray started: False" in proc.stdout
+
+
+def test_a_group_proposing_again_reuses_its_saved_graph(shard_dir, tmp_path, monkeypatch):
+    """Groups whose whole curve was kept propose again, twice as many: on the graph their
+    first proposal saved for the exchange round, not a new build. The same K's columns of
+    an exact graph are the graph a new build gives, so the selection is the same as when
+    every proposal builds its own (the saved graph hidden from the select step)."""
+    import datamask.distributed.steps as steps
+
+    settings = SelectSpec.from_mapping(
+        dict(partition="cluster", chunk_size=250, budget="global", **FAST)
+    )
+    reused = run_selection(shard_dir, tmp_path / "reused", settings, progress=False)
+    assert reused["budget"]["global_round"]["rounds"] > 1  # some group proposed again
+    again = [g for g in reused["groups"] if g["graph_reused"]]
+    assert again and all(g["graph_reused"] is False for g in reused["groups"] if g not in again)
+    monkeypatch.setattr(steps, "saved_graph", lambda path: None)
+    built = run_selection(shard_dir, tmp_path / "built", settings, progress=False)
+    assert not any(g["graph_reused"] for g in built["groups"])
+    assert selected_ids(tmp_path / "reused") == selected_ids(tmp_path / "built")

@@ -44,7 +44,7 @@ from .._validation import check_corpus
 from ..config import SelectSpec
 from ..greedy.lazy import gain_order
 from ..io.atomic import atomic_write_json
-from ..io.fs import open_input, storage_path
+from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_matrix, read_table
 from ..neighbors import best_match, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
@@ -60,7 +60,7 @@ from .allocate import (
 from .executors import Runner, largest_first
 from .given import group_floor
 from .partition import GroupSpec
-from .steps import candidates_path, gain_table, graph_path, read_group
+from .steps import candidates_path, gain_table, graph_path, read_group, saved_graph
 from .validate import QualityRange
 
 __all__ = [
@@ -166,14 +166,6 @@ def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
     return sims.clamp_min_(0.0)
 
 
-def _saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The graph the group's select step saved (:func:`~.steps.graph_path`), if any."""
-    if not path.exists():
-        return None
-    with open_input(path) as fh, np.load(fh) as saved:
-        return torch.from_numpy(saved["indices"]).long(), torch.from_numpy(saved["sims"])
-
-
 def exchange_group(
     spec: GroupSpec,
     neighbors: list[tuple[int, int]],
@@ -253,7 +245,7 @@ def _reprice(
     objective = fit.objective.make()
     saved = facility_term(objective)
     if saved is not None:  # the graph the group's learner used, when its step saved it
-        saved.graph = _saved_graph(graph_path(work_dir, spec.gid))
+        saved.graph = saved_graph(graph_path(work_dir, spec.gid))
     objective = objective.bind(  # bound as the group's selector bound it
         corpus,
         c,

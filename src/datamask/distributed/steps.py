@@ -36,7 +36,7 @@ from .._validation import check_corpus
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write, atomic_write_json
-from ..io.fs import storage_path
+from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.shards import (
     corpus_from_tables,
@@ -96,6 +96,14 @@ def graph_path(work_dir: str | Path, gid: int) -> Path:
     """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)), saved
     by its select step for the exchange round, which would otherwise build it again."""
     return storage_path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
+
+
+def saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The graph :func:`save_graph` wrote to ``path``, if it is there."""
+    if not path.exists():
+        return None
+    with open_input(path) as fh, np.load(fh) as saved:
+        return torch.from_numpy(saved["indices"]).long(), torch.from_numpy(saved["sims"])
 
 
 def save_graph(graph: tuple[Any, Any], path: Path) -> None:
@@ -245,7 +253,13 @@ def select_group(
 
     # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
     #    Not scored exactly: a group's own J is not the corpus' (an n x k pass saved).
+    #    A group proposing again (its curve was kept whole) re-uses the graph its first
+    #    proposal saved for the exchange round: at 10M the second proposals took 594 s,
+    #    most of it building graphs again. Its first K' <= K columns are the graph a new
+    #    build would give (ivf and fp32 exact candidates do not depend on K; bf16 exact
+    #    on CUDA re-ranks more candidates for a larger K: the re-used graph is as good).
     fit_settings = _group_fit_settings(settings, spec.k, n, totals, floor, rate)
+    graph = saved_graph(graph_path(work_dir, spec.gid)) if totals is not None and n else None
     sel = fit_group(
         corpus,
         spec.k,
@@ -254,6 +268,7 @@ def select_group(
         stored_ids=ids,
         gain_curve=totals is not None,
         evaluate=False,
+        graph=graph,
     )
     fit_s = time.perf_counter() - started - read_s
 
@@ -263,6 +278,7 @@ def select_group(
     )
     del corpus
     stats = _group_stats(spec, sel, n, started, read_s, fit_s)
+    stats["graph_reused"] = graph is not None
     if floor is not None:
         stats["floor"] = floor
     stats.update(proposal)  # gain_knots and centroid, proposing by gains

@@ -108,6 +108,7 @@ def fit_group(
     evaluate: bool = True,
     cover: bool = False,
     cover_floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
+    graph: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Selection:
     """Select exactly ``k`` rows of ``corpus`` (None: ``round(select_ratio * n)``).
 
@@ -145,6 +146,10 @@ def fit_group(
     cover_floor : (floor, rows, exact), optional
         With ``cover``: each row's best cosine to documents kept outside ``corpus`` and
         which row of theirs (``--given``), for :func:`cover_rows`.
+    graph : (indices, similarities), optional
+        A neighbour graph of ``corpus`` already built, most similar first, with at least
+        the K the facility-location term asks for (its first K columns are used): a
+        sharded group proposing again re-uses the graph its first proposal saved.
 
     Returns
     -------
@@ -157,7 +162,7 @@ def fit_group(
     if cover:  # checked once, here: the fit reads these unit rows and the cover too
         corpus = check_corpus(corpus)  # a copy; the caller's corpus is unchanged
     sel, objective = _fit(
-        corpus, k, spec, seed, stored_ids, progress, describe_graph, gain_curve, evaluate
+        corpus, k, spec, seed, stored_ids, progress, describe_graph, gain_curve, evaluate, graph
     )
     if cover:
         started = time.perf_counter()
@@ -200,6 +205,7 @@ def _fit(
     describe_graph: bool,
     gain_curve: bool,
     evaluate: bool,
+    graph: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[Selection, Any]:
     """:func:`fit_group` without the cover: the selection and its bound objective (None
     where no selector ran)."""
@@ -228,6 +234,9 @@ def _fit(
     if k is not None and not 0 < k < n:  # nothing to learn: every score ties
         return _all_or_none(corpus, k, spec, seed, gain_curve, meta), None
     selector = spec.make_selector(k=k, seed=seed, progress=progress)
+    term = facility_term(selector.objective) if graph is not None else None
+    if term is not None:  # built before (a group proposing again): not built twice
+        term.graph = graph
     dev = resolve_device(selector.device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
