@@ -484,7 +484,7 @@ def _profiled(call: Callable[[], Any], lines: int = 40) -> list[str]:
 def fig_greedy(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
     from datamask import MaskLearner, Objective
     from datamask.greedy import LazyGreedy
-    from datamask.greedy.lazy import _host_gain_order
+    from datamask.greedy.lazy import gain_order
     from datamask.io.parquet import read_corpus
     from datamask.neighbors import exact_graph
     from datamask.objectives import FacilityLocation
@@ -518,8 +518,7 @@ def fig_greedy(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
     # greedy datamask has; on the H100 and H200 the tensor one below did not finish at 1M)
     bound = learner.objective_
     started = time.perf_counter()
-    hosts = [(w, t.host_gains()) for w, t in bound.terms]
-    picked, _ = _host_gain_order(hosts, np.arange(n), k=learner.k_)
+    picked, _ = gain_order(bound, np.arange(n), k=learner.k_)  # on host gains
     host_s = time.perf_counter() - started
     host_j = bound.term_values(picked)["J"]
     rec.add(

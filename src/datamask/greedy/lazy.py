@@ -114,7 +114,7 @@ class _Pool:
 
 
 def gain_order(
-    objective: Objective, rows: np.ndarray, *, batch_size: int = 16
+    objective: Objective, rows: np.ndarray, *, batch_size: int = 16, k: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Order ``rows`` greedily on a bound objective and return ``(order, gains)``.
 
@@ -129,6 +129,7 @@ def gain_order(
     quality and facility location do) and the objective is submodular, the picks run on
     the host, one heap pop and a few numpy ops each (:func:`_host_gain_order`); else on
     the objective's tensors (:func:`lazy_picks`, ``batch_size`` stale rows at a time).
+    ``k`` stops after that many picks (the greedy selection of size ``k``; default: all).
     """
     pool = np.sort(np.asarray(rows, dtype=np.int64))  # ascending: ties to the lower row
     if not len(pool):  # a group that keeps nothing has an empty curve
@@ -137,14 +138,19 @@ def gain_order(
     if is_submodular(objective):
         hosts = [(w, term.host_gains()) for w, term in objective.terms]
         if all(h is not None for _, h in hosts):
-            return _host_gain_order(hosts, pool)  # type: ignore[arg-type]
+            return _host_gain_order(hosts, pool, k)  # type: ignore[arg-type]
     rows_t = torch.as_tensor(pool, device=objective.device_)
     state = objective.init_state(graph=True)
     bounds = objective.gains(state, rows_t).clone()  # exact gains for the empty selection
     lazy = is_submodular(objective)
     picks = list(
         lazy_picks(
-            _Pool(objective, rows_t), state, bounds, len(pool), batch_size=batch_size, lazy=lazy
+            _Pool(objective, rows_t),
+            state,
+            bounds,
+            len(pool) if k is None else min(k, len(pool)),
+            batch_size=batch_size,
+            lazy=lazy,
         )
     )
     order = pool[np.asarray([j for j, _ in picks], dtype=np.int64)]
@@ -162,7 +168,10 @@ def _host_gain_order(
     after ``k`` picks (default: every row of ``pool``)."""
 
     def gain(j: int) -> float:
-        return sum(w * h.gain(j) for w, h in hosts)
+        # Rounded to float32, as the tensor greedy's gains are: the similarities' last bit
+        # can differ with the thread count (a pool's worker against one process), and a
+        # float64 sum would carry it into the gains a run writes.
+        return float(np.float32(sum(w * h.gain(j) for w, h in hosts)))
 
     heap = [(-gain(int(j)), int(j), 0) for j in pool]  # (bound, row, pick it was fresh at)
     heapq.heapify(heap)
