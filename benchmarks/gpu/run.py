@@ -699,6 +699,11 @@ def _sharded(rec: Recorder, device: torch.device, sizes: Sizes, args, n: int, di
         n_groups=t["n_groups"],
         k=t["k"],
         group_seconds=s["group_seconds"],
+        # where the group steps' time went, summed over the groups (proposals again too)
+        group_phase_sums={
+            key: round(sum((g.get("seconds") or {}).get(key) or 0.0 for g in m["groups"]), 3)
+            for key in ("read", "fit_graph", "fit_optimise", "fit_gain_order", "write", "total")
+        },
         gpu_peak_mb_per_worker=s["gpu_peak_mb_per_worker"],
         peak_rss_mb_per_worker=s["peak_rss_mb_per_worker"],
         devices=s["devices"],

@@ -418,6 +418,11 @@ def _group_stats(
             "fit": fit_s,
             "write": total_s - read_s - fit_s,
             "total": total_s,
+            # inside the fit: the graph, the method, the gain curve (proposing by gains)
+            **{
+                f"fit_{key}": sel.meta.get("seconds", {}).get(key)
+                for key in ("graph", "optimise", "gain_order")
+            },
         },
         "docs_per_second": n / total_s if total_s > 0 else None,
         **_where_it_ran(sel),

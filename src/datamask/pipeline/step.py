@@ -259,7 +259,9 @@ def _fit(
         graph=graph_summary(selector.objective_) if describe_graph else None,
     )
     if gain_curve:
+        started = time.perf_counter()
         meta["gain_order"] = gain_order(selector.objective_, np.asarray(result.selected))
+        meta["seconds"]["gain_order"] = time.perf_counter() - started
         meta["neighbor_graph"] = facility_graph(selector.objective_)  # the exchange round's
     selection = Selection(
         np.asarray(result.selected, dtype=np.int64),
