@@ -4,8 +4,9 @@
 
 ``gain_order`` (the sharded run's gain curves) runs Minoux's lazy greedy as a heap over
 numpy gains on the host (:meth:`~datamask.objectives.base.Term.host_gains`). The
-``greedy`` baseline (:class:`~datamask.greedy.LazyGreedy`) still runs it on tensors, a few
-tensor ops per re-evaluated row. This times both on the same bound objective and graph
+``greedy`` baseline (:class:`~datamask.greedy.LazyGreedy`) ran it on tensors, a few tensor
+ops per re-evaluated row, when this was first run, and on host gains since (HOST-GREEDY.md).
+This times both on the same bound objective and graph
 (the greedy's default K), facility location with quality, on the real-text corpus and its
 15k sample, and checks that they pick the same rows. The baseline is the strongest
 alternative a user would pick, so a faster one matters to every "against greedy" figure:
