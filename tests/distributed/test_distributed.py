@@ -775,6 +775,7 @@ def test_a_group_proposing_again_reuses_its_saved_graph(shard_dir, tmp_path, mon
     assert reused["budget"]["global_round"]["rounds"] > 1  # some group proposed again
     again = [g for g in reused["groups"] if g["graph_reused"]]
     assert again and all(g["graph_reused"] is False for g in reused["groups"] if g not in again)
+    assert all(g["seconds"]["fit_graph"] == 0.0 for g in again)  # given: no graph built
     monkeypatch.setattr(steps, "saved_graph", lambda path: None)
     built = run_selection(shard_dir, tmp_path / "built", settings, progress=False)
     assert not any(g["graph_reused"] for g in built["groups"])

@@ -194,11 +194,8 @@ def host_picks(
     launches and syncs cost a group of the sharded run 50 s on an H200; on the CPU this is
     1.2-1.4x faster (benchmarks/realtext/HOST-GREEDY.md)."""
 
-    def gain(j: int) -> float:
-        return host_gain(hosts, j)
-
     if bounds is None:
-        bounds = [gain(int(j)) for j in rows]
+        bounds = [host_gain(hosts, int(j)) for j in rows]
     # (-bound, row, the pick it was fresh at); a row with bound -inf may not be picked
     heap = [(-b, int(j), 0) for j, b in zip(rows, bounds, strict=True) if b != -np.inf]
     heapq.heapify(heap)
@@ -211,7 +208,7 @@ def host_picks(
                 if refuse is None or not refuse(j):
                     break
                 continue  # conflicts with a kept row: out of the pool
-            heapq.heappush(heap, (-gain(j), j, t))
+            heapq.heappush(heap, (-host_gain(hosts, j), j, t))
             if counter is not None:
                 counter.n_evaluations_ += 1
         for _, h in hosts:

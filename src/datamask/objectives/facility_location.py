@@ -509,8 +509,8 @@ class FacilityLocation(Term):
     def host_gains(self) -> HostGains:
         """The graph gains on the host (the graph's cover starts at zero; a floor is
         already in the graph's similarities, :meth:`raise_floor`)."""
-        ptr, clients, sims = (t.cpu().numpy() for t in self.reverse_graph())
-        return _GraphGains(ptr, clients, sims)
+        _, clients, sims = self.reverse_graph()
+        return _GraphGains(self._ptr_list, clients.cpu().numpy(), sims.cpu().numpy())
 
 
 class _GraphGains(HostGains):
@@ -518,8 +518,8 @@ class _GraphGains(HostGains):
     ``sum_{i lists j} max(0, sim_ij - cover_i) / n`` (summed in float64), and picking it
     raises the cover of the documents that list it."""
 
-    def __init__(self, ptr: np.ndarray, clients: np.ndarray, sims: np.ndarray) -> None:
-        self.ptr, self.clients, self.sims = ptr.tolist(), clients, sims
+    def __init__(self, ptr: list[int], clients: np.ndarray, sims: np.ndarray) -> None:
+        self.ptr, self.clients, self.sims = ptr, clients, sims  # ptr: python ints, read only
         self.n = len(ptr) - 1
         self.cover = np.zeros(self.n, dtype=sims.dtype)
 
