@@ -9,9 +9,17 @@ every group's size and seconds, the exchange steps' parts, the files and bytes e
 wrote). W workers, groups g of n_g rows proposing c_g candidates, N documents::
 
     check    c_check  * N / W              every row read and checked, ids to buckets
-    fit      t_fit                         the k-means fit on kmeans_sample rows (one step)
+    fit      c_fit * s * C' / P            Lloyd on s sampled rows against C' centroids
+                                           (C, or k1 + C / k1 in two levels), P steps
+                                           (1, or W when spread: kmeans.fit_plan)
     spill    c_spill  * N / W              every row assigned to its leaf and written
-    gather   c_gather * N / W              every row read back, written as its group
+    gather   (c_gather * N + t_open * O) / W
+                                           every row read back, written as its group; O =
+                                           B * S spills opened (a group's rows are in
+                                           every shard; B gather steps, each opening every
+                                           spill once: G before buckets, else
+                                           gather.gather_buckets), t_open each
+                                           (GATHER_OPEN_S)
     select   LPT_W{a * n_g ** b} + o_sel   round 1 (each group's learner, gain curve)
     exchange LPT_W{e_read n_g + e_floor n_g B_g + e_order c_g} + o_ex
              B_g = min(gid, 8) * k / G: the neighbours' kept rows its floors search
@@ -26,8 +34,10 @@ wrote). W workers, groups g of n_g rows proposing c_g candidates, N documents::
 ``LPT_W`` is the makespan of those step times on W workers, longest first (the order the
 runner submits them in); ``o_*`` is what the phase took beyond it (start-up, reads of the
 driver). Groups are known after the plan phase (their sizes come from the clusters), so a
-check predicts a larger run from its own group sizes; a plan (``--at``) takes groups of
-``--group-size`` rows. ``--storage`` adds bytes per phase over an object store's
+check predicts a larger run from its own group sizes; a plan (``--at``) takes
+``N / --group-size`` groups whose sizes are spread as the calibration's were (its sizes
+over their mean, repeated): the group steps cost ``n ** b`` with b > 1, so groups of the
+mean size alone under-count them. ``--storage`` adds bytes per phase over an object store's
 throughput and requests over its latency, and the driver's serial terms with their sizes.
 """
 
@@ -41,7 +51,10 @@ from pathlib import Path
 
 import numpy as np
 
+from datamask.distributed.gather import gather_buckets
+from datamask.distributed.kmeans import fit_plan
 from datamask.distributed.partition import default_clusters
+from datamask.io.shards import FOOTER_THREADS
 
 PHASES = (
     "check",
@@ -110,6 +123,40 @@ def _exchange_parts(run: dict) -> list[tuple[float, float, float, float]]:
     return rows
 
 
+#: Seconds a gather step spends per spill it opens (footer, offsets, a ranged read of the
+#: group's rows there), apart from the rows it reads: solved from the two runs at 7edaa2e
+#: (1M: 13 groups x 100 spills, gather 9.8 s; 10M: 121 x 1,000, 345.1 s; 2 workers):
+#: 4.6 ms an open and 13.6 us a row. One calibration run cannot separate the two (its
+#: groups all open every spill), so the open's cost is this constant.
+GATHER_OPEN_S = 4.58e-3
+
+
+def gather_steps(run: dict) -> int:
+    """A run's gather steps: recorded since the gather runs buckets of groups; before,
+    one step a group."""
+    return run["phases"].get("gather_steps") or run["n_groups"]
+
+
+def _fit(run: dict, n: float) -> tuple[int, object]:
+    """The k-means clusters and :func:`~datamask.distributed.kmeans.fit_plan` for ``n``
+    documents with ``run``'s settings (clusters, sample, step rows)."""
+    st = run["settings"]
+    c = st.get("n_clusters") or default_clusters(int(n), int(st["chunk_size"]))
+    return c, fit_plan(c, int(n), st.get("kmeans_sample"), int(st["kmeans_step_rows"]))
+
+
+def fit_work(run: dict, n: float) -> float:
+    """Row x centroid products of one Lloyd pass of the k-means fit for ``n`` documents:
+    ``s * C``, or ``s * (k1 + C / k1)`` when fitted in two levels."""
+    c, fp = _fit(run, n)
+    return fp.n_sample * (fp.k1 + c / fp.k1 if fp.levels == 2 else c)
+
+
+def fit_steps(run: dict, n: float, workers: int) -> int:
+    """Steps the fit's work is spread over: 1, or ``workers`` when the sample is spread."""
+    return workers if _fit(run, n)[1].spread else 1
+
+
 def costs(run: dict) -> dict[str, float]:
     """Every constant of the model from one run (seconds)."""
     m, ph = measured(run), run["phases"]
@@ -122,9 +169,10 @@ def costs(run: dict) -> dict[str, float]:
         b, log_a = 1.0, float(np.log(secs.sum() / sizes.sum()))
     c = {
         "check": m["check"] * w / n,
-        "fit": m["fit"],
+        "fit": m["fit"] * fit_steps(run, n, w) / fit_work(run, n),
         "spill": m["spill"] * w / n,
-        "gather": m["gather"] * w / n,
+        "gather": max(0.0, m["gather"] * w - GATHER_OPEN_S * gather_steps(run) * run["n_shards"])
+        / n,
         "select_a": float(np.exp(log_a)),
         "select_b": float(b),
         "allocate": m["allocate"] / n_groups,
@@ -161,23 +209,30 @@ def proposed_again(groups: list[tuple[float, float]]) -> list[float]:
 
 def predict(
     c: dict[str, float],
+    cal: dict,
     n: float,
     k: float,
+    shards: float,
     groups: list[tuple[float, float]],
     workers: int,
     again: list[float] | None = None,
+    buckets: int | None = None,
 ) -> dict[str, float]:
-    """Seconds per phase for N = ``n`` documents, budget ``k``, ``groups`` as (n_g, c_g)
-    in group order, on ``workers`` workers; ``again``: the sizes of the groups that
-    propose again (default: none)."""
+    """Seconds per phase for N = ``n`` documents in ``shards`` shards, budget ``k``,
+    ``groups`` as (n_g, c_g) in group order, on ``workers`` workers, with the
+    calibration run ``cal``'s settings; ``again``: the sizes of the groups that propose
+    again (default: none); ``buckets``: the gather steps (default: as the code gathers,
+    :func:`~datamask.distributed.gather.gather_buckets`)."""
     g = len(groups)
     sizes = [a for a, _ in groups]
+    if buckets is None:
+        buckets = len(gather_buckets([round(s) for s in sizes], range(g), workers))
     redo = lpt([c["select_a"] * s ** c["select_b"] for s in again or []], workers)
     out = {
         "check": c["check"] * n / workers,
-        "fit": c["fit"],
+        "fit": c["fit"] * fit_work(cal, n) / fit_steps(cal, n, workers),
         "spill": c["spill"] * n / workers,
-        "gather": c["gather"] * n / workers,
+        "gather": (c["gather"] * n + GATHER_OPEN_S * buckets * shards) / workers,
         "select": lpt([c["select_a"] * s ** c["select_b"] for s in sizes], workers) + c["select_o"],
         "exchange": 0.0,
         "allocate": c["allocate"] * g + redo,
@@ -217,6 +272,11 @@ CLUSTER = {
     "latency_s": 0.03,
     "list_page": 1000,
 }
+
+
+#: Requests per spill a gather step opens on object storage (the moto runs of
+#: benchmarks/storage: a HEAD, then ranged GETs of the footer and the rows).
+REQUESTS_PER_OPEN = 3
 
 
 #: The selection digest step per selected id: 0.08 s for the 100,000 ids of the 1M run
@@ -270,9 +330,17 @@ def storage_seconds(per_doc: dict[str, float], n: float) -> dict[str, float]:
     return {p: (reads[p] + per_doc.get(p, 0.0)) * n / bw for p in reads}
 
 
-def serial_terms(c: dict[str, float], n: float, k: float, g: float, shards: float) -> list:
+def serial_terms(
+    c: dict[str, float], cal: dict, n: float, k: float, g: float, shards: float, workers: int
+) -> list:
     """The driver's serial work at N = ``n``, and the work one step does alone:
     (term, its size at N, seconds)."""
+    clusters, fp = _fit(cal, n)
+    fit_shape = (
+        f"{fp.n_sample:,} rows x C = {clusters:,}"
+        + (f", two levels (k1 = {fp.k1})" if fp.levels == 2 else "")
+        + (f", spread over {workers:,} steps" if fp.spread else ", one step")
+    )
     lat, page = CLUSTER["latency_s"], CLUSTER["list_page"]
     listings = 9  # phases whose markers the driver lists once each
     offsets = 8.0 * (default_clusters(int(n), 100_000) + 1) * shards  # int64 per (leaf, spill)
@@ -289,7 +357,11 @@ def serial_terms(c: dict[str, float], n: float, k: float, g: float, shards: floa
             f"{offsets / 1e9:,.2f} GB",
             offsets / node_bw,
         ),
-        ("k-means fit (one step, kmeans_sample rows)", "100,000 rows", c["fit"]),
+        (
+            "k-means fit (Lloyd passes; a lone step unless spread)",
+            fit_shape,
+            c["fit"] * fit_work(cal, n) / fit_steps(cal, n, workers),
+        ),
         ("allocation (driver, 2 passes over knots)", f"G = {g:,.0f}", c["allocate"] * g),
         (
             "neighbours by centroid (exchange + cover)",
@@ -316,25 +388,54 @@ def main() -> None:
         run = json.loads(path.read_text())
         groups = [(g["n"], g["k"]) for g in run["phases"]["groups"]]
         again = proposed_again(groups)
-        p = predict(c, run["n_docs"], run["k"], groups, run["workers"], again)
+        p = predict(
+            c,
+            cal,
+            run["n_docs"],
+            run["k"],
+            run["n_shards"],
+            groups,
+            run["workers"],
+            again,
+            gather_steps(run),
+        )
         print(f"\n{args.calibrate.name} -> {path.name} ({len(again)} groups proposed again)")
         print_check(p, measured(run))
     per_doc = storage_per_doc(cal)
     group_size = args.group_size or cal["n_docs"] / cal["n_groups"]
     shard_rows = args.shard_rows or cal["n_docs"] / cal["n_shards"]
     ratio = cal["phases"]["groups"][0]["k"] / cal["phases"]["groups"][0]["n"]
+    spread = np.array([gr["n"] for gr in cal["phases"]["groups"]], dtype=np.float64)
+    spread /= spread.mean()  # the calibration's group sizes over their mean
     for n in args.at:
         workers = args.workers or CLUSTER["nodes"] * CLUSTER["cores"]
         g = max(1, round(n / group_size))
         k = 0.1 * n
-        again = [n / g] * round(AGAIN_SHARE * g)
-        p = predict(c, n, k, [(n / g, ratio * n / g)] * g, workers, again)
+        sizes = np.resize(spread, g) * (n / g)  # repeated to G groups, mean n / G
+        sizes *= n / sizes.sum()
+        groups = [(float(s), ratio * float(s)) for s in sorted(sizes, reverse=True)]
+        # the largest groups are the ones that propose again (RUN-10M.md: the 22 at 10M)
+        again = [s for s, _ in groups[: round(AGAIN_SHARE * g)]]
+        # the gather as the calibration's code ran it: buckets of groups, or one a group
+        if cal["phases"].get("gather_steps"):
+            buckets = len(gather_buckets([round(s) for s, _ in groups], range(g), workers))
+        else:
+            buckets = g
+        p = predict(c, cal, n, k, n / shard_rows, groups, workers, again, buckets)
         st = storage_seconds(per_doc, n)
-        print(f"\nN = {n:.0e}, G = {g:,}, W = {workers:,}: compute + storage (s)")
+        # each spill a gather step opens is round trips (a HEAD, the footer, the rows),
+        # FOOTER_THREADS at a time in a step (map_files), the steps side by side
+        opens = buckets * n / shard_rows
+        in_flight = workers * FOOTER_THREADS
+        st["gather"] += opens * REQUESTS_PER_OPEN * CLUSTER["latency_s"] / in_flight
+        print(
+            f"\nN = {n:.0e}, G = {g:,}, W = {workers:,}, gather steps {buckets:,} "
+            f"({opens:,.0f} spill opens): compute + storage (s)"
+        )
         for phase in PHASES:
             print(f"| {phase} | {p[phase]:,.0f} | {st.get(phase, 0.0):,.0f} |")
         print(f"| total | {p['total']:,.0f} | {sum(st.values()):,.0f} |")
-        for term, size, secs in serial_terms(c, n, k, g, n / shard_rows):
+        for term, size, secs in serial_terms(c, cal, n, k, g, n / shard_rows, workers):
             print(f"| {term} | {size} | {secs:,.1f} s |")
 
 

@@ -67,6 +67,8 @@ def phase_facts(m: dict, out: Path) -> dict:
     budget = m["budget"].get("global_round") or {}
     return {
         "plan": m["partition"].get("seconds"),
+        # gather steps (buckets of groups); absent before buckets: one step a group
+        "gather_steps": m["partition"].get("gather_steps"),
         "groups": [
             {"gid": g["gid"], "n": g["n"], "k": g["k"], "seconds": g["seconds"]["total"]}
             for g in m["groups"]

@@ -1,7 +1,7 @@
 """Rows to groups through storage: one gathered object per cluster group (issue 30).
 
 Real parquet shards and the runner's own plan phase (fit, spill, plan from the leaves'
-totals, one gather step per group) on a local runner; no selection runs here.
+totals, gather steps over buckets of groups) on a local runner; no selection runs here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner
+from datamask.distributed import LocalRunner, gather
 from datamask.distributed.gather import (
     SHARD_COLUMN,
     group_object_path,
@@ -101,6 +101,48 @@ def test_gather_resumes_only_the_groups_without_a_marker(tmp_path):
         assert group_object_path(work, gid).read_bytes() == data
         redone = group_object_path(work, gid).stat().st_mtime_ns != stamps[gid]
         assert redone == (gid == 1)
+
+
+def test_a_bucket_opens_each_spill_once_and_writes_what_a_step_a_group_writes(
+    tmp_path, monkeypatch
+):
+    """One worker: every group in one bucket, whose step reads each of the 3 spills once
+    for all the groups. Buckets of one group, and a buffer of 1 byte (a row group per
+    spill read), write the same rows in the same order: a group's rows do not depend on
+    its bucket or on how often the buffer is written out."""
+    corpus = make_clustered(900, 16, 4, seed=2)
+    write_corpus_shards(tmp_path / "in", corpus, 3)
+    together = plan(tmp_path / "in", tmp_path / "a", chunk_size=200)
+    gids = list(range(len(together)))
+    assert len(gids) > 2
+    for gid in gids:
+        marker = json.loads(group_object_path(tmp_path / "a", gid).with_suffix(".json").read_text())
+        assert marker["bucket"] == gids
+        assert marker["bucket_spills_opened"] == 3 == marker["spills_read"]
+    monkeypatch.setattr(gather, "GATHER_BUCKET_GROUPS", 1)
+    monkeypatch.setattr(gather, "GATHER_BUFFER_BYTES", 1)
+    apart = plan(tmp_path / "in", tmp_path / "b", chunk_size=200)
+    assert [(label, [p.n for p in ps]) for label, ps in apart] == [
+        (label, [p.n for p in ps]) for label, ps in together
+    ]
+    for gid in gids:
+        marker = json.loads(group_object_path(tmp_path / "b", gid).with_suffix(".json").read_text())
+        assert marker["bucket"] == [gid]
+        a = group_object_path(tmp_path / "a", gid)
+        b = group_object_path(tmp_path / "b", gid)
+        assert pq.read_table(a).equals(pq.read_table(b))
+
+
+def test_buckets_hold_consecutive_groups_up_to_a_workers_share_of_the_rows(monkeypatch):
+    sizes = [100, 300, 50, 50, 400, 10]
+    for workers in (1, 2, 3, 8):
+        buckets = gather.gather_buckets(sizes, range(6), workers)
+        assert [g for b in buckets for g in b] == list(range(6))
+        for b in buckets:
+            assert len(b) == 1 or sum(sizes[g] for g in b) <= sum(sizes) / workers
+    assert gather.gather_buckets(sizes, [4, 5], 1) == [[4, 5]]
+    monkeypatch.setattr(gather, "GATHER_BUCKET_GROUPS", 2)
+    assert gather.gather_buckets(sizes, range(6), 1) == [[0, 1], [2, 3], [4, 5]]
 
 
 def write_counts(folder, counts):

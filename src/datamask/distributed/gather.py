@@ -1,10 +1,12 @@
-"""Rows to groups through storage: one step per cluster group writes the group as ONE object.
+"""Rows to groups through storage: steps write each cluster group as ONE object.
 
 After the spill (:func:`~.partition.spill_shard`: every shard's rows sorted by leaf, and
 its per-leaf counts), one :func:`index_spills` step turns the S counts files into one
 leaf-major table of offsets and gives the driver the leaves' totals. The driver holds
 only those and the plan (:func:`~.partition.plan_by_cluster`: each group's
-:data:`~.partition.Unit` s). One :func:`gather_group` step per group then
+:data:`~.partition.Unit` s). One :func:`gather_bucket` step per bucket of groups
+(:func:`gather_buckets`: up to :data:`GATHER_BUCKET_BYTES` of rows; each spill opened
+once a bucket, not once a group) then, for each of its groups,
 
 1. reads the offsets of its leaves in every spill (ranged reads of the table) and from
    them computes the group's row ranges of every spill (a leaf cut in parts: the same
@@ -16,7 +18,8 @@ only those and the plan (:func:`~.partition.plan_by_cluster`: each group's
        WORK/clusters/groups/group-GGGGG.parquet   the run's columns + __datamask_shard,
                                                   __datamask_row
        WORK/clusters/groups/group-GGGGG.json      marker: rows, pieces read, spills
-                                                  opened, seconds
+                                                  it has rows in, its bucket, the
+                                                  spills the bucket opened, seconds
 
 (Under ``clusters/``, beside the spills they come from: ``WORK/groups/`` is the group
 steps' per-row results, read as one dataset.) Once every group is gathered,
@@ -35,23 +38,25 @@ import json
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.fs import names_in, open_input, storage_path
-from ..io.parquet import atomic_write_table
-from ..io.shards import read_rows
-from .executors import Runner
+from ..io.shards import iter_files, read_ranges
+from .executors import GROUP_MEMORY_BASE, Runner
 from .partition import ROW_COLUMN, Piece, Unit, coalesce, spill_path, split_across
 
 __all__ = [
     "SHARD_COLUMN",
-    "gather_group",
+    "gather_bucket",
+    "gather_buckets",
     "gather_groups",
     "group_object_path",
     "index_spills",
@@ -220,42 +225,152 @@ def unit_pieces(
     return coalesce(pieces), dict(zip(paths, shards, strict=True))
 
 
-def gather_group(
-    gid: int,
-    units: Sequence[Unit],
-    n_rows: int,
+#: Groups one gather step writes at most: a step opens each spill once for all of them,
+#: so the gather opens S x G / GATHER_BUCKET_GROUPS spills, not S x G (121,000 at 10M,
+#: 345 s of the plan phase; 1.3 x 10^10 at 10^10 documents, PLAN.md). Memory does not
+#: grow with it: the rows stream through (:data:`GATHER_BUFFER_BYTES`).
+GATHER_BUCKET_GROUPS = 64
+
+#: Bytes of rows a gather step holds before it writes them out, as one row group of each
+#: of its groups' objects.
+GATHER_BUFFER_BYTES = 256 * 2**20
+
+
+def gather_buckets(sizes: Sequence[int], todo: Sequence[int], workers: int) -> list[list[int]]:
+    """The groups ``todo`` (of ``sizes`` rows each, by gid) in buckets of consecutive
+    groups, one gather step each: at most :data:`GATHER_BUCKET_GROUPS` groups and at most
+    a ``workers``-th of the rows (so the workers share them; a group above it alone).
+
+    >>> gather_buckets([10, 10, 10, 10], [0, 1, 2, 3], workers=2)
+    [[0, 1], [2, 3]]
+    >>> gather_buckets([10, 10, 10, 10], [1, 3], workers=1)
+    [[1, 3]]
+    """
+    cap = sum(sizes[g] for g in todo) / max(1, workers)
+    buckets: list[list[int]] = []
+    held = 0
+    for gid in todo:
+        if buckets and len(buckets[-1]) < GATHER_BUCKET_GROUPS and held + sizes[gid] <= cap:
+            buckets[-1].append(gid)
+            held += sizes[gid]
+        else:
+            buckets.append([gid])
+            held = sizes[gid]
+    return buckets
+
+
+def _unified_schema(spills: Sequence[str], columns: Sequence[str]) -> pa.Schema:
+    """The schema of a bucket's objects: ``columns`` as every spill stores them, promoted
+    as ``concat_tables(promote_options="permissive")`` would (shards may store a quality
+    column as float32 in one and float64 in another), and the shard column."""
+
+    def schema(path: str) -> pa.Schema:
+        with open_input(path) as fh:
+            return pq.read_schema(fh)
+
+    unified = pa.unify_schemas(list(iter_files(schema, spills)), promote_options="permissive")
+    fields = [unified.field(c) for c in columns]
+    return pa.schema([*fields, pa.field(SHARD_COLUMN, pa.int32())])
+
+
+def gather_bucket(
+    groups: Sequence[tuple[int, Sequence[Unit], int]],
     max_rows: int,
     columns: Sequence[str],
     clusters_dir: str,
     work_dir: str,
-) -> tuple[int, int]:
-    """Write one cluster group as one object (:func:`group_object_path`); a pure,
-    resumable step. Returns ``(gid, rows)``; with its marker in place, does nothing."""
-    marker = _marker(work_dir, gid)
-    if marker.exists():
-        return gid, int(json.loads(marker.read_text())["n"])
+) -> list[tuple[int, int]]:
+    """Write each of a bucket's cluster groups, ``(gid, units, rows)``, as one object
+    (:func:`group_object_path`); a pure, resumable step.
+
+    Every spill is opened once for the whole bucket (one footer read, then each group's
+    ranges in it), so a bucket of B groups costs S opens, not B x S (plus one schema read
+    a spill). The rows stream through: every :data:`GATHER_BUFFER_BYTES` they are written
+    as a row group of each group's object, so memory does not grow with B. A group's rows
+    come in the order the plan always gave them (by spill, then by row), whatever its
+    bucket. The objects are published once all are written, then their markers; a group
+    with its marker in place is not redone. Returns ``(gid, rows)`` per group.
+    """
     started = time.perf_counter()
-    pieces, shard_of = unit_pieces(clusters_dir, units, max_rows)
-    tables = [read_rows(p.path, p.start, p.stop, [*columns, ROW_COLUMN]) for p in pieces]
-    table = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
-    if table.num_rows != n_rows:
+    out, todo = [], []
+    for gid, units, n_rows in groups:
+        marker = _marker(work_dir, gid)
+        if marker.exists():
+            out.append((gid, int(json.loads(marker.read_text())["n"])))
+        else:
+            todo.append((gid, n_rows, *unit_pieces(clusters_dir, units, max_rows)))
+    by_spill: dict[str, list[tuple[int, Piece]]] = {}
+    for i, (_, _, pieces, _) in enumerate(todo):
+        for piece in pieces:
+            by_spill.setdefault(piece.path, []).append((i, piece))
+    spills = sorted(by_spill)  # a group's pieces are in (spill, row) order already
+    if todo and not spills:
         raise RuntimeError(
-            f"group {gid} gathers {table.num_rows} rows from the spills, not the {n_rows} "
-            "planned; were the spills rewritten during the run?"
+            f"groups {[g for g, *_ in todo]} have no rows in any spill; were the spills "
+            "rewritten during the run?"
         )
-    shard = np.repeat([shard_of[p.path] for p in pieces], [p.n for p in pieces])
-    table = table.append_column(SHARD_COLUMN, pa.array(shard.astype(np.int32)))
-    atomic_write_table(table, group_object_path(work_dir, gid))
-    stats = {
-        "gid": gid,
-        "n": n_rows,
-        "pieces": len(pieces),
-        "spills_read": len({p.path for p in pieces}),
-        "seconds": time.perf_counter() - started,
-        "peak_rss_mb": peak_rss_mb(),
-    }
-    atomic_write_json(stats, marker)
-    return gid, n_rows
+    if not todo:
+        return out
+    read_columns = [*columns, ROW_COLUMN]
+    schema = _unified_schema(spills, read_columns)
+    written = [0] * len(todo)
+
+    def ranges(path: str) -> list[pa.Table]:
+        return read_ranges(path, [(p.start, p.stop) for _, p in by_spill[path]], read_columns)
+
+    with ExitStack() as objects:
+        tmps = [
+            objects.enter_context(atomic_write(storage_path(group_object_path(work_dir, gid))))
+            for gid, *_ in todo
+        ]
+        with ExitStack() as open_writers:
+            writers = [
+                open_writers.enter_context(
+                    pq.ParquetWriter(tmp, schema, compression="zstd", write_page_checksum=True)
+                )
+                for tmp in tmps
+            ]
+            buffered: list[list[pa.Table]] = [[] for _ in todo]
+            held = 0
+
+            def flush() -> None:
+                for i, tables in enumerate(buffered):
+                    if tables:
+                        writers[i].write_table(pa.concat_tables(tables).combine_chunks())
+                        written[i] += sum(t.num_rows for t in tables)
+                        tables.clear()
+
+            # on object storage several spills in flight (each read is round trips)
+            for path, tables in zip(spills, iter_files(ranges, spills), strict=True):
+                for (i, piece), table in zip(by_spill[path], tables, strict=True):
+                    shard = pa.array(np.full(table.num_rows, todo[i][3][piece.path], np.int32))
+                    table = table.append_column(SHARD_COLUMN, shard).cast(schema)
+                    buffered[i].append(table)
+                    held += table.nbytes
+                if held >= GATHER_BUFFER_BYTES:
+                    flush()
+                    held = 0
+            flush()
+        for (gid, n_rows, *_), rows in zip(todo, written, strict=True):
+            if rows != n_rows:  # raised inside: no object of the bucket is published
+                raise RuntimeError(
+                    f"group {gid} gathers {rows} rows from the spills, not the {n_rows} "
+                    "planned; were the spills rewritten during the run?"
+                )
+    for gid, n_rows, pieces, _ in todo:
+        stats = {
+            "gid": gid,
+            "n": n_rows,
+            "pieces": len(pieces),
+            "spills_read": len({p.path for p in pieces}),
+            "bucket": [g for g, *_ in todo],
+            "bucket_spills_opened": len(spills),
+            "bucket_seconds": time.perf_counter() - started,
+            "peak_rss_mb": peak_rss_mb(),
+        }
+        atomic_write_json(stats, _marker(work_dir, gid))
+        out.append((gid, n_rows))
+    return out
 
 
 def ungathered(n_groups: int, work_dir: str | Path) -> list[int]:
@@ -282,16 +397,22 @@ def gather_groups(
     work_dir: str | Path,
     runner: Runner,
     progress: bool = False,
-) -> list[tuple[str, list[Piece]]]:
-    """Run :func:`gather_group` for every planned group without a marker (one listing),
-    and return the plan as the group steps read it: one piece, the group's object."""
+) -> tuple[list[tuple[str, list[Piece]]], int]:
+    """Run :func:`gather_bucket` for every planned group without a marker (one listing),
+    in buckets (:func:`gather_buckets`). Returns the plan as the group steps read it (one
+    piece, the group's object) and the gather steps run."""
     todo = ungathered(len(plan), work_dir)
+    buckets = gather_buckets([n for *_, n in plan], todo, runner.workers)
     shared = list(columns), str(clusters_dir), str(work_dir)  # one copy, not one a job
-    jobs = ((gid, plan[gid][1], plan[gid][2], max_rows, *shared) for gid in todo)
-    steps = runner.map(gather_group, jobs)  # jobs made as the runner submits them
-    for _ in tqdm(steps, total=len(todo), desc="gather groups", unit="group", disable=not progress):
-        pass
-    return [
+    jobs = (([(g, plan[g][1], plan[g][2]) for g in b], max_rows, *shared) for b in buckets)
+    # Ray's memory= per step: the buffer, its concatenation, the reads in flight
+    memory = [GROUP_MEMORY_BASE + 3 * GATHER_BUFFER_BYTES] * len(buckets)
+    steps = runner.map(gather_bucket, jobs, memory=memory)  # jobs made as submitted
+    with tqdm(total=len(todo), desc="gather groups", unit="group", disable=not progress) as bar:
+        for done in steps:
+            bar.update(len(done))
+    read_plan = [
         (label, [Piece(str(group_object_path(work_dir, gid)), 0, n)])
         for gid, (label, _, n) in enumerate(plan)
     ]
+    return read_plan, len(buckets)

@@ -105,7 +105,7 @@ def plan_partition(
         released.unlink()
         spill()  # the spills again (the same bytes), for the groups still to gather
     chunk, columns = settings.partition.chunk_size, settings.read_columns
-    plan = gather_groups(units, chunk, columns, folder, work, runner, progress)
+    plan, gather_steps = gather_groups(units, chunk, columns, folder, work, runner, progress)
     # 5. Every row is in its group's object now: the spills' disk goes back (the 10M run
     #    filled its disk holding both), deleted by steps in batches of shards (again on
     #    a resume: a spill redone since is deleted too).
@@ -121,6 +121,7 @@ def plan_partition(
         "n_clusters": len(tree.centroids),
         "n_leaves": tree.n_leaves,
         "kmeans": kmeans,
+        "gather_steps": gather_steps,  # buckets of groups, each opening every spill once
         "seconds": seconds,
     }
     return plan, facts

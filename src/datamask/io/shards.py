@@ -11,8 +11,9 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,8 @@ __all__ = [
     "list_shards",
     "inspect_shards",
     "read_rows",
+    "read_ranges",
+    "iter_files",
     "corpus_from_tables",
     "ShardScan",
     "ID_HASH_DTYPE",
@@ -242,10 +245,25 @@ def map_files(fn: Callable[[Any], T], files: Sequence[Any]) -> list[T]:
     """``[fn(f) for f in files]``, in order; on object storage ``FOOTER_THREADS`` at a
     time (each a few round trips that release the GIL), so the driver's O(S) footer reads
     take S / 16 round trips, not S. The first failing file in order raises, as in a loop."""
+    return list(iter_files(fn, files))
+
+
+def iter_files(fn: Callable[[Any], T], files: Sequence[Any]) -> Iterator[T]:
+    """:func:`map_files` as an iterator: ``fn(f)`` for every file, yielded in order, with
+    at most ``FOOTER_THREADS`` calls running or done ahead of the one yielded (on object
+    storage; one at a time on a local disk), so a caller that streams the results holds
+    ``FOOTER_THREADS`` of them at most, never all."""
     if len(files) < 2 or not isinstance(storage_path(files[0]), Location):
-        return [fn(f) for f in files]
+        yield from (fn(f) for f in files)
+        return
     with ThreadPoolExecutor(min(FOOTER_THREADS, len(files))) as pool:
-        return list(pool.map(fn, files))
+        ahead: deque[Future[T]] = deque()
+        for f in files:
+            ahead.append(pool.submit(fn, f))
+            if len(ahead) >= FOOTER_THREADS:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
 
 
 def read_rows(
@@ -274,27 +292,44 @@ def read_rows(
     ValueError
         When the file cannot be read (a corrupt page, say); the message names it.
     """
+    return read_ranges(path, [(start, stop)], columns, row_group_rows=row_group_rows)[0]
+
+
+def read_ranges(
+    path: str | Path,
+    ranges: Sequence[tuple[int, int]],
+    columns: Sequence[str],
+    *,
+    row_group_rows: Sequence[int] | None = None,
+) -> list[pa.Table]:
+    """:func:`read_rows` of several row ranges of one file, which is opened once (one
+    footer read, however many ranges): a gather step reads many groups' rows from each
+    spill this way. Returns one table per range, in the order given."""
     pf = _open(path)
+    out = []
     try:
         if row_group_rows is None:
             meta = pf.metadata
             row_group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         starts = np.concatenate([[0], np.cumsum(row_group_rows, dtype=np.int64)])
-        if not 0 <= start <= stop <= starts[-1]:
-            raise ValueError(
-                f"rows [{start}, {stop}) are out of range for {str(path)!r} "
-                f"({int(starts[-1])} rows); was the shard rewritten during the run?"
-            )
-        if start == stop:
-            return pf.schema_arrow.empty_table().select(list(columns))
-        first = int(np.searchsorted(starts, start, side="right") - 1)
-        last = int(np.searchsorted(starts, stop, side="left"))  # exclusive
-        table = pf.read_row_groups(list(range(first, last)), columns=list(columns))
+        for start, stop in ranges:
+            if not 0 <= start <= stop <= starts[-1]:
+                raise ValueError(
+                    f"rows [{start}, {stop}) are out of range for {str(path)!r} "
+                    f"({int(starts[-1])} rows); was the shard rewritten during the run?"
+                )
+            if start == stop:
+                out.append(pf.schema_arrow.empty_table().select(list(columns)))
+                continue
+            first = int(np.searchsorted(starts, start, side="right") - 1)
+            last = int(np.searchsorted(starts, stop, side="left"))  # exclusive
+            table = pf.read_row_groups(list(range(first, last)), columns=list(columns))
+            out.append(table.slice(start - int(starts[first]), stop - start))
     except ValueError:
         raise
     except Exception as exc:  # decompression and decoding errors of a corrupt page
         raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
-    return table.slice(start - int(starts[first]), stop - start)
+    return out
 
 
 # --- validation pass --------------------------------------------------------------------------
