@@ -232,7 +232,7 @@ def unit_pieces(
 GATHER_BUCKET_GROUPS = 64
 
 #: Bytes of rows a gather step holds before it writes them out, as one row group of each
-#: of its groups' objects.
+#: of its groups' objects (or fewer: never more rows than its largest group).
 GATHER_BUFFER_BYTES = 256 * 2**20
 
 
@@ -285,8 +285,9 @@ def gather_bucket(
 
     Every spill is opened once for the whole bucket (one footer read, then each group's
     ranges in it), so a bucket of B groups costs S opens, not B x S (plus one schema read
-    a spill). The rows stream through: every :data:`GATHER_BUFFER_BYTES` they are written
-    as a row group of each group's object, so memory does not grow with B. A group's rows
+    a spill). The rows stream through: every :data:`GATHER_BUFFER_BYTES`, or as many rows
+    as its largest group has, they are written as a row group of each group's object, so
+    memory does not grow with B: it is what gathering that largest group alone took. A group's rows
     come in the order the plan always gave them (by spill, then by row), whatever its
     bucket. The objects are published once all are written, then their markers; a group
     with its marker in place is not redone. Returns ``(gid, rows)`` per group.
@@ -331,7 +332,10 @@ def gather_bucket(
                 for tmp in tmps
             ]
             buffered: list[list[pa.Table]] = [[] for _ in todo]
-            held = 0
+            held = held_rows = 0
+            # never more rows than the bucket's largest group: memory stays what a step
+            # gathering that group alone took, whatever the bucket's size
+            most_rows = max(n for _, n, *_ in todo)
 
             def flush() -> None:
                 for i, tables in enumerate(buffered):
@@ -347,9 +351,10 @@ def gather_bucket(
                     table = table.append_column(SHARD_COLUMN, shard).cast(schema)
                     buffered[i].append(table)
                     held += table.nbytes
-                if held >= GATHER_BUFFER_BYTES:
+                    held_rows += table.num_rows
+                if held >= GATHER_BUFFER_BYTES or held_rows >= most_rows:
                     flush()
-                    held = 0
+                    held = held_rows = 0
             flush()
         for (gid, n_rows, *_), rows in zip(todo, written, strict=True):
             if rows != n_rows:  # raised inside: no object of the bucket is published
