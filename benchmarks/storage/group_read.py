@@ -63,8 +63,20 @@ def per_group_io(work: Path, markers: list[dict]) -> dict:
         opened = [1] * len(markers)
         read = [_read_bytes(gathered / f"group-{m['gid']:05d}.parquet") for m in markers]
         gather = [json.loads(p.read_text()) for p in gathered.glob("group-*.json")]
+        # since the gather runs in buckets, a marker names its bucket and the bucket's time
+        steps: dict[tuple, dict] = {}  # a bucket's time: its last marker's
+        for g in sorted(gather, key=lambda g: g.get("bucket_seconds", 0.0)):
+            if "bucket" in g:
+                steps[tuple(g["bucket"])] = g
         extra = {
-            "gather_steps_s_sum": round(sum(g["seconds"] for g in gather), 1),
+            "gather_steps_s_sum": round(
+                sum(g["seconds"] for g in gather if "bucket" not in g)
+                + sum(g["bucket_seconds"] for g in steps.values()),
+                1,
+            ),
+            "gather_steps": len(steps) + sum("bucket" not in g for g in gather),
+            "gather_spills_opened": sum(g["bucket_spills_opened"] for g in steps.values())
+            + sum(g["spills_read"] for g in gather if "bucket" not in g),
             "gather_spills_read_mean": round(float(np.mean([g["spills_read"] for g in gather])), 1),
         }
     else:  # one group per cluster, one leaf per cluster: the spill's row group of it
