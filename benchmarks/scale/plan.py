@@ -23,10 +23,13 @@ wrote). W workers, groups g of n_g rows proposing c_g candidates, N documents::
     select   LPT_W{a * n_g ** b} + o_sel   round 1 (each group's learner, gain curve)
     exchange LPT_W{e_read n_g + e_floor n_g B_g + e_order c_g} + o_ex
              B_g = min(gid, 8) * k / G: the neighbours' kept rows its floors search
-    allocate c_alloc * G + LPT_W{a * n_g ** b : g proposes again}
+    allocate c_alloc * G + LPT_W{(1 - s_graph) a * n_g ** b : g proposes again}
                                            the driver's threshold over every group's knots,
                                            and the groups whose whole candidate list was
-                                           kept select again, proposing twice as many
+                                           kept select again, proposing twice as many,
+                                           re-using the graph they saved (s_graph: the
+                                           graph's share of the calibration's group steps;
+                                           0 where it recorded none)
     write    c_write * G / W               every group's kept prefix written as its part
     cover    LPT_W{c_cover * n_g} + o_cov  both passes
     keep     c_keep * N / W                keep lists, digest, manifest (the rest)
@@ -180,6 +183,9 @@ def costs(run: dict) -> dict[str, float]:
         "keep": m["keep"] * w / n,
     }
     c["select_o"] = m["select"] - lpt(list(c["select_a"] * sizes ** c["select_b"]), w)
+    # a group proposing again re-uses its saved graph (since 21834ea): it pays the rest
+    graphs = [g.get("graph") for g in ph["groups"]]
+    c["graph_share"] = float(sum(graphs) / secs.sum()) if graphs and None not in graphs else 0.0
     ex = _exchange_parts(run)
     if ex:
         c["ex_read"] = sum(s["read"] + s["graph"] for *_, s in ex) / sum(r[0] for r in ex)
@@ -227,7 +233,10 @@ def predict(
     sizes = [a for a, _ in groups]
     if buckets is None:
         buckets = len(gather_buckets([round(s) for s in sizes], range(g), workers))
-    redo = lpt([c["select_a"] * s ** c["select_b"] for s in again or []], workers)
+    redo = lpt(
+        [(1 - c["graph_share"]) * c["select_a"] * s ** c["select_b"] for s in again or []],
+        workers,
+    )
     out = {
         "check": c["check"] * n / workers,
         "fit": c["fit"] * fit_work(cal, n) / fit_steps(cal, n, workers),

@@ -70,7 +70,13 @@ def phase_facts(m: dict, out: Path) -> dict:
         # gather steps (buckets of groups); absent before buckets: one step a group
         "gather_steps": m["partition"].get("gather_steps"),
         "groups": [
-            {"gid": g["gid"], "n": g["n"], "k": g["k"], "seconds": g["seconds"]["total"]}
+            {
+                "gid": g["gid"],
+                "n": g["n"],
+                "k": g["k"],
+                "seconds": g["seconds"]["total"],
+                "graph": g["seconds"].get("fit_graph"),  # the K-NN graph, inside the fit
+            }
             for g in m["groups"]
         ],
         "exchange": [
