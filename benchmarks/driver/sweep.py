@@ -150,19 +150,18 @@ def phase_seconds(seconds: dict) -> dict:
 def step_seconds(work: Path) -> dict:
     """From the steps' markers (JSON files of the work dir): the group steps' read seconds
     (sum and largest) and the gather steps' seconds (sum; absent before issue 30's gather)."""
+    from datamask.distributed.gather import gather_summary  # the measured code's, on PYTHONPATH
+
     reads = [
         json.loads(p.read_text())["seconds"]["read"]
         for p in (work / "completions").iterdir()
         if p.name.isdigit()
     ]
-    gathers = [
-        json.loads(p.read_text())["seconds"]
-        for p in (work / "clusters" / "groups").glob("group-*.json")
-    ]
+    gathered = (work / "clusters" / "groups").is_dir()
     return {
         "group_read_s_sum": round(sum(reads), 2),
         "group_read_s_max": round(max(reads), 3),
-        "gather_s_sum": round(sum(gathers), 1) if gathers else None,
+        "gather_s_sum": round(gather_summary(work)["seconds"], 1) if gathered else None,
     }
 
 

@@ -58,26 +58,18 @@ def _read_bytes(path: Path, row_groups: list[int] | None = None) -> int:
 
 def per_group_io(work: Path, markers: list[dict]) -> dict:
     """Objects opened and bytes read by each group step, from the files it read."""
+    from datamask.distributed.gather import gather_summary  # the measured code's, on PYTHONPATH
+
     gathered = work / "clusters" / "groups"
     if gathered.is_dir():
         opened = [1] * len(markers)
         read = [_read_bytes(gathered / f"group-{m['gid']:05d}.parquet") for m in markers]
-        gather = [json.loads(p.read_text()) for p in gathered.glob("group-*.json")]
-        # since the gather runs in buckets, a marker names its bucket and the bucket's time
-        steps: dict[tuple, dict] = {}  # a bucket's time: its last marker's
-        for g in sorted(gather, key=lambda g: g.get("bucket_seconds", 0.0)):
-            if "bucket" in g:
-                steps[tuple(g["bucket"])] = g
+        done = gather_summary(work)
         extra = {
-            "gather_steps_s_sum": round(
-                sum(g["seconds"] for g in gather if "bucket" not in g)
-                + sum(g["bucket_seconds"] for g in steps.values()),
-                1,
-            ),
-            "gather_steps": len(steps) + sum("bucket" not in g for g in gather),
-            "gather_spills_opened": sum(g["bucket_spills_opened"] for g in steps.values())
-            + sum(g["spills_read"] for g in gather if "bucket" not in g),
-            "gather_spills_read_mean": round(float(np.mean([g["spills_read"] for g in gather])), 1),
+            "gather_steps_s_sum": round(done["seconds"], 1),
+            "gather_steps": done["steps"],
+            "gather_spills_opened": done["spills_opened"],
+            "gather_spills_read_mean": round(done["spills_read_mean"], 1),
         }
     else:  # one group per cluster, one leaf per cluster: the spill's row group of it
         counts = {

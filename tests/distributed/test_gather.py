@@ -119,6 +119,8 @@ def test_a_bucket_opens_each_spill_once_and_writes_what_a_step_a_group_writes(
         marker = json.loads(group_object_path(tmp_path / "a", gid).with_suffix(".json").read_text())
         assert marker["bucket"] == gids
         assert marker["bucket_spills_opened"] == 3 == marker["spills_read"]
+    summary = gather.gather_summary(tmp_path / "a")
+    assert (summary["steps"], summary["spills_opened"]) == (1, 3)
     monkeypatch.setattr(gather, "GATHER_BUCKET_GROUPS", 1)
     monkeypatch.setattr(gather, "GATHER_BUFFER_BYTES", 1)
     apart = plan(tmp_path / "in", tmp_path / "b", chunk_size=200)
@@ -131,6 +133,8 @@ def test_a_bucket_opens_each_spill_once_and_writes_what_a_step_a_group_writes(
         a = group_object_path(tmp_path / "a", gid)
         b = group_object_path(tmp_path / "b", gid)
         assert pq.read_table(a).equals(pq.read_table(b))
+    summary = gather.gather_summary(tmp_path / "b")
+    assert (summary["steps"], summary["spills_opened"]) == (len(gids), 3 * len(gids))
 
 
 def test_buckets_hold_consecutive_groups_up_to_a_workers_share_of_the_rows(monkeypatch):

@@ -58,6 +58,7 @@ __all__ = [
     "gather_bucket",
     "gather_buckets",
     "gather_groups",
+    "gather_summary",
     "group_object_path",
     "index_spills",
     "release_spills",
@@ -376,6 +377,32 @@ def gather_bucket(
         atomic_write_json(stats, _marker(work_dir, gid))
         out.append((gid, n_rows))
     return out
+
+
+def gather_summary(work_dir: str | Path) -> dict[str, float]:
+    """What a run's gather did, from its markers: ``steps`` (buckets; a marker written
+    before buckets is a step of its own), ``seconds`` (summed over the steps: a bucket's
+    is its last marker's), ``spills_opened`` (summed over the steps) and
+    ``spills_read_mean`` (spills a group has rows in, mean over the groups)."""
+    folder = storage_path(work_dir) / "clusters" / "groups"
+    markers = [
+        json.loads((folder / n).read_text())
+        for n in sorted(names_in(folder))
+        if n.startswith("group-") and n.endswith(".json")
+    ]
+    steps: dict[tuple[int, ...], tuple[float, int]] = {}
+    for m in markers:
+        if "bucket" in m:
+            key, secs, opened = tuple(m["bucket"]), m["bucket_seconds"], m["bucket_spills_opened"]
+        else:
+            key, secs, opened = (m["gid"],), m["seconds"], m["spills_read"]
+        steps[key] = max(steps.get(key, (0.0, 0)), (secs, opened))
+    return {
+        "steps": len(steps),
+        "seconds": sum(secs for secs, _ in steps.values()),
+        "spills_opened": sum(opened for _, opened in steps.values()),
+        "spills_read_mean": float(np.mean([m["spills_read"] for m in markers])) if markers else 0.0,
+    }
 
 
 def ungathered(n_groups: int, work_dir: str | Path) -> list[int]:
