@@ -140,6 +140,19 @@ def gather_steps(run: dict) -> int:
     return run["phases"].get("gather_steps") or run["n_groups"]
 
 
+def bucketed(run: dict) -> bool:
+    """Whether a run's code gathers in buckets (it records its gather steps)."""
+    return bool(run["phases"].get("gather_steps"))
+
+
+def spill_opens(run: dict, shards: float, steps: float | None = None) -> float:
+    """Spill opens of a gather of ``steps`` steps (default: the run's) over ``shards``
+    spills, at ``run``'s code: each step opens every spill, twice in buckets (its schema,
+    then its rows)."""
+    steps = gather_steps(run) if steps is None else steps
+    return (2 if bucketed(run) else 1) * steps * shards
+
+
 def _fit(run: dict, n: float) -> tuple[int, object]:
     """The k-means clusters and :func:`~datamask.distributed.kmeans.fit_plan` for ``n``
     documents with ``run``'s settings (clusters, sample, step rows)."""
@@ -174,8 +187,7 @@ def costs(run: dict) -> dict[str, float]:
         "check": m["check"] * w / n,
         "fit": m["fit"] * fit_steps(run, n, w) / fit_work(run, n),
         "spill": m["spill"] * w / n,
-        "gather": max(0.0, m["gather"] * w - GATHER_OPEN_S * gather_steps(run) * run["n_shards"])
-        / n,
+        "gather": max(0.0, m["gather"] * w - GATHER_OPEN_S * spill_opens(run, run["n_shards"])) / n,
         "select_a": float(np.exp(log_a)),
         "select_b": float(b),
         "allocate": m["allocate"] / n_groups,
@@ -241,7 +253,7 @@ def predict(
         "check": c["check"] * n / workers,
         "fit": c["fit"] * fit_work(cal, n) / fit_steps(cal, n, workers),
         "spill": c["spill"] * n / workers,
-        "gather": (c["gather"] * n + GATHER_OPEN_S * buckets * shards) / workers,
+        "gather": (c["gather"] * n + GATHER_OPEN_S * spill_opens(cal, shards, buckets)) / workers,
         "select": lpt([c["select_a"] * s ** c["select_b"] for s in sizes], workers) + c["select_o"],
         "exchange": 0.0,
         "allocate": c["allocate"] * g + redo,
@@ -283,8 +295,9 @@ CLUSTER = {
 }
 
 
-#: Requests per spill a gather step opens on object storage (the moto runs of
-#: benchmarks/storage: a HEAD, then ranged GETs of the footer and the rows).
+#: Requests per spill open of a gather step on object storage (the moto runs of
+#: benchmarks/storage: a HEAD, then ranged GETs of the footer and the rows; a schema
+#: read is fewer, counted the same).
 REQUESTS_PER_OPEN = 3
 
 
@@ -426,7 +439,7 @@ def main() -> None:
         # the largest groups are the ones that propose again (RUN-10M.md: the 22 at 10M)
         again = [s for s, _ in groups[: round(AGAIN_SHARE * g)]]
         # the gather as the calibration's code ran it: buckets of groups, or one a group
-        if cal["phases"].get("gather_steps"):
+        if bucketed(cal):
             buckets = len(gather_buckets([round(s) for s, _ in groups], range(g), workers))
         else:
             buckets = g
@@ -434,7 +447,7 @@ def main() -> None:
         st = storage_seconds(per_doc, n)
         # each spill a gather step opens is round trips (a HEAD, the footer, the rows),
         # FOOTER_THREADS at a time in a step (map_files), the steps side by side
-        opens = buckets * n / shard_rows
+        opens = spill_opens(cal, n / shard_rows, buckets)
         in_flight = workers * FOOTER_THREADS
         st["gather"] += opens * REQUESTS_PER_OPEN * CLUSTER["latency_s"] / in_flight
         print(
