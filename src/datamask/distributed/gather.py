@@ -5,8 +5,9 @@ its per-leaf counts), one :func:`index_spills` step turns the S counts files int
 leaf-major table of offsets and gives the driver the leaves' totals. The driver holds
 only those and the plan (:func:`~.partition.plan_by_cluster`: each group's
 :data:`~.partition.Unit` s). One :func:`gather_bucket` step per bucket of groups
-(:func:`gather_buckets`: up to :data:`GATHER_BUCKET_BYTES` of rows; each spill opened
-once a bucket, not once a group) then, for each of its groups,
+(:func:`gather_buckets`: up to :data:`GATHER_BUCKET_GROUPS` groups, at most a worker's
+share of the rows; each spill opened once a bucket, not once a group) then, for each of
+its groups,
 
 1. reads the offsets of its leaves in every spill (ranged reads of the table) and from
    them computes the group's row ranges of every spill (a leaf cut in parts: the same
@@ -288,10 +289,12 @@ def gather_bucket(
     ranges in it), so a bucket of B groups costs S opens, not B x S (plus one schema read
     a spill). The rows stream through: every :data:`GATHER_BUFFER_BYTES`, or as many rows
     as its largest group has, they are written as a row group of each group's object, so
-    memory does not grow with B: it is what gathering that largest group alone took. A group's rows
-    come in the order the plan always gave them (by spill, then by row), whatever its
-    bucket. The objects are published once all are written, then their markers; a group
-    with its marker in place is not redone. Returns ``(gid, rows)`` per group.
+    memory does not grow with B: it is what gathering that largest group alone took.
+    (On object storage each object is written to the worker's ``$TMPDIR`` first: the
+    bucket's rows, not one group's, on its local disk until they are uploaded.) A group's
+    rows come in the order the plan always gave them (by spill, then by row), whatever
+    its bucket. The objects are published once all are written, then their markers; a
+    group with its marker in place is not redone. Returns ``(gid, rows)`` per group.
     """
     started = time.perf_counter()
     out, todo = [], []
