@@ -366,16 +366,19 @@ def gather_bucket(
                     f"group {gid} gathers {rows} rows from the spills, not the {n_rows} "
                     "planned; were the spills rewritten during the run?"
                 )
+    bucket = {  # the same in every marker of the bucket
+        "bucket": [g for g, *_ in todo],
+        "bucket_spills_opened": len(spills),
+        "bucket_seconds": time.perf_counter() - started,
+        "peak_rss_mb": peak_rss_mb(),
+    }
     for gid, n_rows, pieces, _ in todo:
         stats = {
             "gid": gid,
             "n": n_rows,
             "pieces": len(pieces),
             "spills_read": len({p.path for p in pieces}),
-            "bucket": [g for g, *_ in todo],
-            "bucket_spills_opened": len(spills),
-            "bucket_seconds": time.perf_counter() - started,
-            "peak_rss_mb": peak_rss_mb(),
+            **bucket,
         }
         atomic_write_json(stats, _marker(work_dir, gid))
         out.append((gid, n_rows))
@@ -384,9 +387,9 @@ def gather_bucket(
 
 def gather_summary(work_dir: str | Path) -> dict[str, float]:
     """What a run's gather did, from its markers: ``steps`` (buckets; a marker written
-    before buckets is a step of its own), ``seconds`` (summed over the steps: a bucket's
-    is its last marker's), ``spills_opened`` (summed over the steps) and
-    ``spills_read_mean`` (spills a group has rows in, mean over the groups)."""
+    before buckets is a step of its own), ``seconds`` and ``spills_opened`` (summed over
+    the steps; a bucket's markers all carry its own) and ``spills_read_mean`` (spills a
+    group has rows in, mean over the groups)."""
     folder = storage_path(work_dir) / "clusters" / "groups"
     markers = [
         json.loads((folder / n).read_text())
@@ -396,10 +399,9 @@ def gather_summary(work_dir: str | Path) -> dict[str, float]:
     steps: dict[tuple[int, ...], tuple[float, int]] = {}
     for m in markers:
         if "bucket" in m:
-            key, secs, opened = tuple(m["bucket"]), m["bucket_seconds"], m["bucket_spills_opened"]
+            steps[tuple(m["bucket"])] = m["bucket_seconds"], m["bucket_spills_opened"]
         else:
-            key, secs, opened = (m["gid"],), m["seconds"], m["spills_read"]
-        steps[key] = max(steps.get(key, (0.0, 0)), (secs, opened))
+            steps[(m["gid"],)] = m["seconds"], m["spills_read"]
     return {
         "steps": len(steps),
         "seconds": sum(secs for secs, _ in steps.values()),
