@@ -57,11 +57,11 @@ ONE_STEP = """
 import json, resource, sys
 import torch
 from datamask.config import SelectSpec
-from datamask.distributed import GroupSpec, Piece, select_group
+from datamask.distributed import Group, GroupJob, Piece, SelectGroup, execute
 torch.set_num_threads(1)
 settings, path, gid, n, k, seed, work, out = json.loads(sys.argv[1])
-spec = GroupSpec(gid, "probe", (Piece(path, 0, n),), k, seed)
-select_group(spec, SelectSpec.from_mapping(settings).check(), work, out)
+group = Group(gid, "probe", (Piece(path, 0, n),), k, seed)
+execute(SelectGroup(), GroupJob(group, SelectSpec.from_mapping(settings).check(), work, out))
 # VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's RSS (Linux)
 hwm = [x for x in open("/proc/self/status") if x.startswith("VmHWM")]
 print(hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -167,7 +167,7 @@ def step_seconds(work: Path) -> dict:
 
 def one_step_peak_kb(mapping: dict, manifest: dict, tmp: Path) -> int:
     """The peak RSS (KB) of one group step alone: the run's largest group selected again
-    by :func:`~datamask.distributed.select_group` in a fresh process, from its gathered
+    by :class:`~datamask.distributed.SelectGroup` in a fresh process, from its gathered
     object (``WORK/clusters/groups/group-GGGGG.parquet``), into a scratch work dir. (It
     is a child too: the caller reads ``RUSAGE_CHILDREN`` before.)"""
     g = max(manifest["groups"], key=lambda g: g["n"])

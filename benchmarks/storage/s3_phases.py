@@ -22,7 +22,7 @@ request arriving while a ``map`` is open is that phase's (its steps', or the dri
 own marker listing for it); requests between two maps are the driver's, reported as
 ``driver after <phase>`` (the last of them is the manifest).
 
-Per group step (the ``select_group`` phase): objects opened (distinct keys GET or HEAD
+Per group step (the ``SelectGroup`` phase): objects opened (distinct keys GET or HEAD
 naming the group's number, plus keys naming no group read in that phase, divided by the
 steps), requests and bytes, and the read seconds each step's completion marker records
 (``seconds.read``: the group's rows from S3 into a Corpus).
@@ -146,17 +146,20 @@ def start_s3() -> tuple[Any, Counting, str]:
 
 def phase_runner(workers: int) -> Any:
     """A LocalRunner that names the phase of every request by its ``map``'s step."""
-    from datamask.distributed import LocalRunner
+    from datamask.distributed import LocalRunner, Step
 
     class PhaseRunner(LocalRunner):
         def map(self, fn: Any, items: Any, **kwargs: Any) -> Any:
-            _enter(fn.__name__)
             jobs = list(items)
-            STEPS[fn.__name__] += len(jobs)
+            # a step of the engine (run_steps maps (step, index, job)): its class names it
+            engine_step = jobs and isinstance(jobs[0][0], Step)
+            name = type(jobs[0][0]).__name__ if engine_step else fn.__name__
+            _enter(name)
+            STEPS[name] += len(jobs)
             try:
                 yield from super().map(fn, jobs, **kwargs)
             finally:
-                _enter(f"driver after {fn.__name__}")
+                _enter(f"driver after {name}")
 
     return PhaseRunner(workers)
 
@@ -203,7 +206,7 @@ def _summarise(records: list[tuple[str, str, str, int, int]]) -> dict[str, Any]:
 
 def _group_steps(records: list, markers: list[dict]) -> dict[str, Any]:
     """Objects, requests and bytes per group step of the select phase; read seconds."""
-    mine = [r for r in records if r[0] == "select_group"]
+    mine = [r for r in records if r[0] == "SelectGroup"]
     by_group: dict[int, set[str]] = defaultdict(set)
     shared: set[str] = set()
     for _, verb, key, _, _ in mine:

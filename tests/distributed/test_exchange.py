@@ -12,18 +12,20 @@ import torch
 
 from datamask import FacilityLocation, make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import exchange, run_selection
+from datamask.distributed import exchange, execute, run_selection
 from datamask.distributed.exchange import (
-    exchange_group,
+    ExchangeGroup,
+    ExchangeJob,
     exchange_neighbors,
     exchange_path,
 )
 from datamask.distributed.partition import make_groups, plan_by_chunk
 from datamask.distributed.steps import (
+    GroupJob,
+    SelectGroup,
     candidate_count,
     candidates_path,
     graph_path,
-    select_group,
 )
 from datamask.io.shards import inspect_shards
 from tests._data import reference_table, write, write_corpus_shards
@@ -96,16 +98,22 @@ def steps_setup(tmp_path_factory):
     qr = ([float(q.min())], [float(q.max())])
     work, out = root / "work", root / "out"
     for g in groups:
-        select_group(g, settings, work, out, qr, propose=True, totals=(k, n))
+        job = GroupJob(g, settings, str(work), str(out), qr, propose=True, totals=(k, n))
+        execute(SelectGroup(), job)
         with np.load(graph_path(work, g.gid)) as saved:  # kept for the exchange round
             assert saved["indices"].shape == saved["sims"].shape
             assert saved["indices"].shape[0] == g.n and saved["indices"].max() < g.n
     return groups, settings, work, qr, (k, n)
 
 
+def _exchange(group, neighbors, spec, work, qr, totals):
+    job = ExchangeJob(group, tuple(neighbors), spec, str(work), qr, totals)
+    return execute(ExchangeGroup(), job)
+
+
 def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
     groups, settings, work, qr, totals = steps_setup
-    stats = exchange_group(groups[2], [(0, 0), (1, 0)], settings, work, qr, totals)
+    stats = _exchange(groups[2], [(0, 0), (1, 0)], settings, work, qr, totals)
     first = pq.read_table(candidates_path(work, 2))
     again = pq.read_table(exchange_path(work, 2))
     assert stats["floors"] == 0 and not stats["reused"]
@@ -114,13 +122,13 @@ def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
     assert again.column("chunk_id").equals(first.column("chunk_id"))
     assert np.array_equal(again.column("gain").to_numpy(), first.column("gain").to_numpy())
     # with its marker in place the step returns it and computes nothing
-    assert exchange_group(groups[2], [(0, 0)], settings, work, qr, totals)["reused"]
+    assert _exchange(groups[2], [(0, 0)], settings, work, qr, totals)["reused"]
 
 
 def test_a_covered_border_is_priced_lower(steps_setup):
     groups, settings, work, qr, totals = steps_setup
     kept = [int(groups[h].k // 2) for h in range(3)]
-    stats = exchange_group(groups[3], [(h, kept[h]) for h in range(3)], settings, work, qr, totals)
+    stats = _exchange(groups[3], [(h, kept[h]) for h in range(3)], settings, work, qr, totals)
     first = pq.read_table(candidates_path(work, 3)).column("gain").to_numpy()
     again = pq.read_table(exchange_path(work, 3))
     gains = again.column("gain").to_numpy()

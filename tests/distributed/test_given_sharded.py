@@ -21,7 +21,7 @@ import datamask
 from datamask.config import SelectSpec
 from datamask.distributed import run_selection
 from datamask.distributed.given import group_floor
-from datamask.distributed.partition import GroupSpec, plan_by_chunk
+from datamask.distributed.partition import Group, plan_by_chunk
 from datamask.distributed.steps import read_group
 from datamask.io.shards import inspect_shards
 from tests._data import reference_table, write
@@ -99,7 +99,7 @@ def test_one_group_selects_as_the_one_file_run_with_brute_force_floors(data, tmp
     settings = settings.evolve(columns=settings.columns.resolve(names, where="shards"))
     infos = inspect_shards(files, columns=settings.read_columns)
     for label, pieces in plan_by_chunk(infos, 50):
-        spec = GroupSpec(gid=0, label=label, pieces=tuple(pieces), k=1, seed=0)
+        spec = Group(gid=0, label=label, pieces=tuple(pieces), k=1, seed=0)
         corpus, ids = read_group(spec, settings)
         group_floor(corpus, settings, out / "_work")
         want = brute[np.asarray(ids.to_pylist())]

@@ -27,7 +27,7 @@ import datamask.pipeline.step as step
 from datamask._memory import rss_mb
 from datamask.config import SelectSpec
 from datamask.distributed.allocate import group_spec
-from datamask.distributed.partition import ClusterTree, GroupSpec, plan_by_cluster
+from datamask.distributed.partition import ClusterTree, Group, plan_by_cluster
 from datamask.distributed.steps import read_group
 
 
@@ -73,7 +73,7 @@ def main() -> None:
         g = by_gid[gid]
         if g["label"] not in pieces:
             sys.exit(f"group {gid} is {g['label']!r}: only the groups of a cluster partition.")
-        group = GroupSpec(gid, g["label"], pieces[g["label"]], g["k"], g["seed"])
+        group = Group(gid, g["label"], pieces[g["label"]], g["k"], g["seed"])
         corpus, ids = read_group(group, settings, quality_range)  # as select_group reads it
         spec = group_spec(settings.check(), g["k"], corpus.n_docs, k_total, n_total)
         start = time.perf_counter() - t0

@@ -6,20 +6,25 @@ run itself. See :mod:`.runner` for the layout of a run and :mod:`.partition` for
 and the exact global budget.
 """
 
+from .engine import Step, execute, run_steps
 from .executors import LocalRunner
-from .partition import PARTITIONS, GroupSpec, Piece, apportion, group_seeds
+from .partition import PARTITIONS, Group, Piece, apportion, group_seeds
 from .ray_backend import RayRunner
 from .runner import run_selection
-from .steps import select_group
+from .steps import GroupJob, SelectGroup
 
 __all__ = [
     "PARTITIONS",
-    "GroupSpec",
+    "Group",
+    "GroupJob",
     "LocalRunner",
     "Piece",
     "RayRunner",
+    "SelectGroup",
+    "Step",
     "apportion",
+    "execute",
     "group_seeds",
     "run_selection",
-    "select_group",
+    "run_steps",
 ]

@@ -30,7 +30,7 @@ candidates (:func:`allocates_by_gains`).
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..objectives.combined import group_lamb
 from ..pipeline.step import MODULAR
+from .engine import Step
 from .lifecycle import read_marker
 
 __all__ = [
@@ -59,7 +60,8 @@ __all__ = [
     "group_spec",
     "monotone",
     "saturated",
-    "write_allocated",
+    "AllocatedJob",
+    "WriteAllocated",
 ]
 
 
@@ -358,33 +360,41 @@ def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list
     ]
 
 
-def write_allocated(
-    gid: int, m: int, settings: SelectSpec, work_dir: str, part: str, candidates: str
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AllocatedJob:
+    """One group's allocated part: its first ``m`` candidates, read from ``candidates``
+    (its candidates or its exchanged ones), written to ``part``."""
+
+    gid: int
+    m: int
+    spec: SelectSpec
+    part: str
+    candidates: str
+
+
+class WriteAllocated(Step[AllocatedJob]):
     """Step 3 for one group: its first ``m`` candidates in pick order as its selected part
-    (id, group, rank within the group, logit, gain in J units). Pure and idempotent."""
-    table = read_table(candidates).slice(0, int(m))
-    id_col = settings.columns.id_col
-    atomic_write_table(
-        pa.table(
-            {
-                id_col: table.column(id_col),
-                "group": table.column("group"),
-                "rank": table.column("rank"),
-                "logit": table.column("logit"),
-                "gain": table.column("gain"),
-            }
-        ),
-        part,
-    )
-    gains = table.column("gain").to_numpy()
-    return {
-        "gid": gid,
-        "kept": int(m),
-        "gain_sum": float(gains.sum()),
-        "last_gain": float(gains[-1]) if m else None,
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    (id, group, rank within the group, logit, gain in J units). Idempotent: no marker
+    (round 2's marker covers the parts)."""
+
+    name = "write"
+
+    def size(self, job: AllocatedJob) -> int:
+        return job.m
+
+    def run(self, job: AllocatedJob) -> dict[str, Any]:
+        table = read_table(job.candidates).slice(0, int(job.m))
+        id_col = job.spec.columns.id_col
+        columns = [id_col, "group", "rank", "logit", "gain"]
+        atomic_write_table(pa.table({c: table.column(c) for c in columns}), job.part)
+        gains = table.column("gain").to_numpy()
+        return {
+            "gid": job.gid,
+            "kept": int(job.m),
+            "gain_sum": float(gains.sum()),
+            "last_gain": float(gains[-1]) if job.m else None,
+            "peak_rss_mb": peak_rss_mb(),
+        }
 
 
 def global_marker(work_dir: str | Path) -> Path:

@@ -39,7 +39,7 @@ from ..config import SelectSpec
 from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
-from .partition import GroupSpec
+from .partition import Group
 from .steps import _group_name, part_path, read_group
 
 __all__ = ["cap_across_groups"]
@@ -54,7 +54,7 @@ class _Pass:
         self.kept: dict[int, np.ndarray] = {}  # gid -> rows kept, in walk order
         self.tables: dict[int, tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]] = {}
 
-    def walk(self, g: GroupSpec, want: int) -> int:
+    def walk(self, g: Group, want: int) -> int:
         """Keep up to ``want`` more rows of group ``g``, best rank first. Returns how many."""
         corpus, ids = read_group(g, self.settings)
         corpus = check_corpus(corpus)  # L2-normalised, as the learner saw them
@@ -82,7 +82,7 @@ class _Pass:
 
 
 def cap_across_groups(
-    groups: list[GroupSpec],
+    groups: list[Group],
     settings: SelectSpec,
     work: Path,
     out: Path,

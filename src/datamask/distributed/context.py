@@ -23,7 +23,7 @@ class RunContext:
     files: list[Path | Location]
     out: Path | Location
     work: Path | Location
-    settings: SelectSpec
+    spec: SelectSpec
     runner: Runner
     progress: bool
     given: tuple[Any, Any] = (None, None)  # --given and --given-selection, as steps read them

@@ -60,7 +60,7 @@ from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .exchange import exchange_neighbors
 from .executors import Runner, largest_first
 from .given import kept_table
-from .partition import GroupSpec
+from .partition import Group
 from .steps import GLOBAL_PART, part_path, read_group
 from .validate import QualityRange
 
@@ -107,7 +107,7 @@ def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
 
 
 def _read_unit_rows(
-    spec: GroupSpec, settings: SelectSpec, quality_range: QualityRange
+    spec: Group, settings: SelectSpec, quality_range: QualityRange
 ) -> tuple[np.ndarray, pa.Array]:
     """The group's unit embeddings and ids as stored."""
     corpus, ids = read_group(spec, settings, quality_range)
@@ -116,7 +116,7 @@ def _read_unit_rows(
 
 
 def write_kept_rows(
-    spec: GroupSpec,
+    spec: Group,
     settings: SelectSpec,
     work_dir: str | Path,
     out_dir: str | Path,
@@ -145,7 +145,7 @@ def write_kept_rows(
 
 
 def cover_group(
-    spec: GroupSpec,
+    spec: Group,
     neighbors: list[int],
     searched_all: bool,
     settings: SelectSpec,
@@ -218,7 +218,7 @@ def cover_group(
 
 
 def cover_round(
-    groups: list[GroupSpec],
+    groups: list[Group],
     settings: SelectSpec,
     work: Path,
     out: Path,

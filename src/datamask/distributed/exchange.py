@@ -26,24 +26,22 @@ Files: ``WORK/exchange/NNNNN.parquet`` (the candidates re-ordered, the layout of
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
-from tqdm.auto import tqdm
 
 from .._device import resolve_device
 from .._memory import bound_heap, peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..greedy.lazy import gain_order
-from ..io.atomic import atomic_write_json
 from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_matrix, read_table
 from ..neighbors import best_match, ivf_search
@@ -57,9 +55,10 @@ from .allocate import (
     knots_of,
     monotone,
 )
-from .executors import Runner, largest_first
+from .context import RunContext
+from .engine import Step, run_steps
 from .given import group_floor
-from .partition import GroupSpec
+from .partition import Group
 from .steps import candidates_path, gain_table, graph_path, read_group, saved_graph
 from .validate import QualityRange
 
@@ -67,7 +66,8 @@ __all__ = [
     "EXACT_NEIGHBORS_MAX",
     "EXCHANGE_PROBE_FRACTION",
     "exchange_applies",
-    "exchange_group",
+    "ExchangeGroup",
+    "ExchangeJob",
     "exchange_marker",
     "exchange_neighbors",
     "exchange_path",
@@ -166,66 +166,73 @@ def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
     return sims.clamp_min_(0.0)
 
 
-def exchange_group(
-    spec: GroupSpec,
-    neighbors: list[tuple[int, int]],
-    settings: SelectSpec,
-    work_dir: str | Path,
-    quality_range: QualityRange,
-    totals: tuple[int, int],
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ExchangeJob:
+    """One group's exchange: its neighbours ``(gid, m)`` (a neighbouring group and how
+    many of its candidates the first allocation kept), the run's spec and work dir, the
+    corpus-wide quality range and the ``(k, N)`` of the rate."""
+
+    group: Group
+    neighbors: tuple[tuple[int, int], ...]
+    spec: SelectSpec
+    work: str
+    quality_range: QualityRange
+    totals: tuple[int, int]
+
+
+class ExchangeGroup(Step[ExchangeJob]):
     """Re-price one group's candidates above the coverage its lower neighbours' kept rows
-    give (steps 2-3 of the module's docstring); a pure, resumable step.
+    give (steps 2-3 of the module's docstring). Writes :func:`exchange_path`; the engine
+    writes :func:`exchange_marker` (with the curve's knots) last, and the group's saved
+    graph is deleted once marked (:meth:`release`)."""
 
-    ``neighbors`` holds ``(gid, m)``: a neighbouring group and how many of its candidates
-    the first allocation kept. Writes :func:`exchange_path` and then :func:`exchange_marker`
-    (with the curve's knots); with the marker in place, returns it without recomputing.
-    """
-    marker = exchange_marker(work_dir, spec.gid)
-    out = exchange_path(work_dir, spec.gid)
-    if marker.exists() and out.exists():
-        graph_path(work_dir, spec.gid).unlink(missing_ok=True)  # killed before its delete
-        return {**json.loads(marker.read_text()), "reused": True}
-    bound_heap()
-    started = time.perf_counter()
-    own = read_table(candidates_path(work_dir, spec.gid))
-    if not neighbors or own.num_rows == 0:  # nothing to re-price: the first order stands
-        atomic_write_table(own, out)
-        gains = own.column("gain").to_numpy()
-        stats = {"gid": spec.gid, "floors": 0, "seconds": {"total": 0.0}}
-    else:
-        group = (spec, neighbors, quality_range, totals)
-        gains, stats = _reprice(own, group, settings, work_dir, started)
-    stats.update(
-        gain_knots=[a.tolist() for a in gain_knots(np.asarray(gains, dtype=np.float64))],
-        candidates=int(own.num_rows),
-        peak_rss_mb=peak_rss_mb(),
-    )
-    atomic_write_json(stats, marker)
-    graph_path(work_dir, spec.gid).unlink(missing_ok=True)  # used: the disk goes back
-    release_heap()
-    return {**stats, "reused": False}
+    name = "exchange"
+
+    def marker(self, job: ExchangeJob) -> Path:
+        return exchange_marker(job.work, job.group.gid)
+
+    def outputs(self, job: ExchangeJob) -> tuple[Path, ...]:
+        return (exchange_path(job.work, job.group.gid),)
+
+    def size(self, job: ExchangeJob) -> int:
+        return job.group.n
+
+    def release(self, job: ExchangeJob) -> None:
+        graph_path(job.work, job.group.gid).unlink(missing_ok=True)  # used: disk goes back
+
+    def run(self, job: ExchangeJob) -> dict[str, Any]:
+        bound_heap()
+        started = time.perf_counter()
+        gid = job.group.gid
+        own = read_table(candidates_path(job.work, gid))
+        if not job.neighbors or own.num_rows == 0:  # nothing to re-price: the order stands
+            atomic_write_table(own, exchange_path(job.work, gid))
+            gains = own.column("gain").to_numpy()
+            stats = {"gid": gid, "floors": 0, "seconds": {"total": 0.0}}
+        else:
+            gains, stats = _reprice(own, job, started)
+        stats.update(
+            gain_knots=[a.tolist() for a in gain_knots(np.asarray(gains, dtype=np.float64))],
+            candidates=int(own.num_rows),
+            peak_rss_mb=peak_rss_mb(),
+        )
+        release_heap()
+        return stats
 
 
-def _reprice(
-    own: pa.Table,
-    group: tuple[GroupSpec, list[tuple[int, int]], QualityRange, tuple[int, int]],
-    settings: SelectSpec,
-    work_dir: str | Path,
-    started: float,
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """:func:`exchange_group`'s work: re-price the candidates ``own`` (a table) above the
-    floors of the neighbours' kept rows and write them to :func:`exchange_path`.
-    ``group``: the arguments of :func:`exchange_group` that name the group. Returns the
-    gains (in ``J`` units, monotone) and the stats (floors, graph, seconds since
+def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarray, dict[str, Any]]:
+    """:class:`ExchangeGroup`'s work: re-price the candidates ``own`` (a table) above the
+    floors of the neighbours' kept rows and write them to :func:`exchange_path`. Returns
+    the gains (in ``J`` units, monotone) and the stats (floors, graph, seconds since
     ``started``)."""
-    spec, neighbors, quality_range, totals = group
-    out = exchange_path(work_dir, spec.gid)
-    id_col = settings.columns.id_col
+    group, neighbors, spec, work_dir = job.group, job.neighbors, job.spec, job.work
+    totals = job.totals
+    out = exchange_path(work_dir, group.gid)
+    id_col = spec.columns.id_col
     # 1. The group's rows, and its candidates' positions among them.
-    corpus, ids = read_group(spec, settings, quality_range)
+    corpus, ids = read_group(group, spec, job.quality_range)
     corpus = check_corpus(corpus)
-    group_floor(corpus, settings, work_dir)  # given KEPT: raise_floor keeps the larger
+    group_floor(corpus, spec, work_dir)  # given KEPT: raise_floor keeps the larger
     n = corpus.n_docs
     row_of = {v: i for i, v in enumerate(ids.to_pylist())}
     rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
@@ -241,17 +248,17 @@ def _reprice(
     floors_s = time.perf_counter() - started - read_s
     # 3. The group's objective at the rate it proposed with, coverage above the floor.
     c = len(rows)
-    fit = group_spec(settings, c, n, *totals)
+    fit = group_spec(spec, c, n, *totals)
     objective = fit.objective.make()
     saved = facility_term(objective)
     if saved is not None:  # the graph the group's learner used, when its step saved it
-        saved.graph = saved_graph(graph_path(work_dir, spec.gid))
+        saved.graph = saved_graph(graph_path(work_dir, group.gid))
     objective = objective.bind(  # bound as the group's selector bound it
         corpus,
         c,
-        resolve_device(settings.selector.device),
-        seed=spec.seed,
-        max_neighbors=SELECTORS[settings.selector.method].max_neighbors,
+        resolve_device(spec.selector.device),
+        seed=group.seed,
+        max_neighbors=SELECTORS[spec.selector.method].max_neighbors,
     )
     for _, term in objective.terms:
         if isinstance(term, FacilityLocation):
@@ -259,15 +266,15 @@ def _reprice(
     graph_s = time.perf_counter() - started - read_s - floors_s
     order, raw = gain_order(objective, rows)
     order_s = time.perf_counter() - started - read_s - floors_s - graph_s
-    lamb, lamb_g = settings.objective.lamb, fit.objective.lamb
+    lamb, lamb_g = spec.objective.lamb, fit.objective.lamb
     gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
     logits = np.zeros(n, np.float32)
     logits[rows] = own.column("logit").to_numpy()
     atomic_write_table(
-        gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col), out
+        gain_table(ids, order, group.gid, logits, gains, corpus.features, id_col), out
     )
     stats = {
-        "gid": spec.gid,
+        "gid": group.gid,
         "floors": int((floor > 0).sum()),
         "mean_floor": float(floor.double().mean()),
         "graph": "saved" if saved is not None and saved.graph_method_ == "given" else "built",
@@ -283,44 +290,33 @@ def _reprice(
 
 
 def exchange_round(
-    groups: list[GroupSpec],
+    run: RunContext,
+    groups: list[Group],
     counts: np.ndarray,
     centroids: dict[int, Any],
-    settings: SelectSpec,
-    work: Path,
     quality_range: QualityRange,
     totals: tuple[int, int],
-    runner: Runner,
-    progress: bool,
-    k_total: int | None = None,
+    k_total: int,
 ) -> np.ndarray:
     """The exchange round (:mod:`.exchange`): every group re-orders its candidates above
-    the cover of its nearest lower groups' kept rows, then the budget is allocated again.
-    ``totals`` is the ``(k, N)`` of the rate (:func:`~.given.rate_totals`); ``k_total`` the
-    budget (default ``totals[0]``)."""
+    the cover of its nearest lower groups' kept rows, then the budget ``k_total`` is
+    allocated again. ``totals`` is the ``(k, N)`` of the rate (:func:`~.given.rate_totals`)."""
     near = exchange_neighbors(  # it stacks them into its own copy: no second one here
-        [centroids[g.gid] for g in groups], settings.partition.exchange_neighbors
+        [centroids[g.gid] for g in groups], run.spec.partition.exchange_neighbors
     )
+    work = str(run.work)
     jobs = [
-        (
+        ExchangeJob(
             g,
-            [(groups[h].gid, int(counts[h])) for h in near[i]],
-            settings,
-            str(work),
+            tuple((groups[h].gid, int(counts[h])) for h in near[i]),
+            run.spec,
+            work,
             quality_range,
             totals,
         )
         for i, g in enumerate(groups)
     ]
-    jobs = [jobs[i] for i in largest_first([g.n for g in groups])]
-    results = tqdm(
-        runner.map(exchange_group, jobs),
-        total=len(jobs),
-        desc="exchange",
-        unit="group",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
+    results = run_steps(run.runner, ExchangeGroup(), jobs, progress=run.progress)
     done = {r["gid"]: r for r in results}
     return allocate_counts(
         [knots_of(done[g.gid]) for g in groups],
@@ -330,7 +326,7 @@ def exchange_round(
             .column(0)
             .to_numpy()[lo:hi]
         ),
-        totals[0] if k_total is None else k_total,
+        k_total,
     )
 
 

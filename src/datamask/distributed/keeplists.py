@@ -56,7 +56,7 @@ from .cover import _kept_ids
 from .executors import Runner
 from .gather import SHARD_COLUMN, group_object_path
 from .lifecycle import read_marker
-from .partition import ROW_COLUMN, GroupSpec, Piece
+from .partition import ROW_COLUMN, Group, Piece
 
 __all__ = [
     "BUCKET_SHARDS",
@@ -214,7 +214,7 @@ def _bar(results: Iterator[Any], total: int, desc: str, progress: bool) -> Any:
 
 
 def keep_round(
-    groups: Sequence[GroupSpec],
+    groups: Sequence[Group],
     infos: Sequence[ShardInfo],
     id_col: str,
     run: Any,
@@ -225,7 +225,7 @@ def keep_round(
 
     Parameters
     ----------
-    groups : sequence of GroupSpec
+    groups : sequence of Group
         The run's groups, their final parts written.
     infos : sequence of ShardInfo
         The input shards, in the run's order.

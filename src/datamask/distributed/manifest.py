@@ -14,7 +14,7 @@ from ..io.keep import input_names
 from ..io.provenance import record_inputs
 from ..pipeline.writer import run_record
 from .context import Checked, RunContext
-from .partition import GroupSpec
+from .partition import Group
 from .validate import QualityRange
 
 __all__ = ["Outcome", "build_manifest"]
@@ -25,7 +25,7 @@ class Outcome:
     """Phases 2 to 5's facts: the groups and their stats (in group order, with their
     shares), how they were combined, and the rounds' facts and seconds."""
 
-    groups: list[GroupSpec]
+    groups: list[Group]
     ordered: list[dict[str, Any]]
     plan_facts: dict[str, Any]
     combine: str
@@ -44,7 +44,7 @@ class Outcome:
 
 def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str, Any]:
     """The manifest of a complete run (the caller writes it, last)."""
-    settings, infos, global_stats = run.settings, checked.infos, done.global_stats
+    settings, infos, global_stats = run.spec, checked.infos, done.global_stats
     n_total, groups, ordered = checked.n_total, done.groups, done.ordered
     computed = [s for s in ordered if not s["reused"]]
     manifest = {
@@ -107,7 +107,7 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
 
 
 def _budget_block(run: RunContext, quality_range: QualityRange, done: Outcome) -> dict[str, Any]:
-    settings, two_rounds, global_stats = run.settings, done.two_rounds, done.global_stats
+    settings, two_rounds, global_stats = run.spec, done.two_rounds, done.global_stats
     allocating = done.combine == "gains"
     return {
         "mode": "global" if two_rounds else "group",
@@ -178,8 +178,8 @@ def _given_block(
     scale and the floors (mean over the input, methods, from the groups' stats)."""
     floors = [s["floor"] for s in ordered if s.get("floor")]
     return {
-        "source": str(run.settings.selector.given),
-        "selection": run.settings.selector.given_selection,
+        "source": str(run.spec.selector.given),
+        "selection": run.spec.selector.given_selection,
         "n_docs": kept["n_docs"],
         "n_kept": kept["n_kept"],
         "quality_scale": "min-max over --given and --input together",

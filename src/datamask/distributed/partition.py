@@ -50,7 +50,7 @@ from .tree import ClusterTree
 __all__ = [
     "PARTITIONS",
     "Piece",
-    "GroupSpec",
+    "Group",
     "apportion",
     "group_seeds",
     "plan_by_shard",
@@ -127,7 +127,7 @@ class Piece:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupSpec:
+class Group:
     """One selection group: where its rows are, its budget and its seed (slots: the
     driver holds G of them).
 
@@ -230,13 +230,13 @@ def split_across(pieces: Sequence[Piece], max_rows: int) -> list[list[Piece]]:
 
 def make_groups(
     plan: Sequence[tuple[str, Sequence[Piece]]], k_total: int, seed: int
-) -> list[GroupSpec]:
+) -> list[Group]:
     """Number the planned groups, give each its budget (:func:`apportion`) and seed."""
     sizes = [sum(p.n for p in pieces) for _, pieces in plan]
     budgets = apportion(sizes, k_total)
     seeds = group_seeds(seed, len(plan))
     return [
-        GroupSpec(gid, label, tuple(pieces), int(budgets[gid]), seeds[gid])
+        Group(gid, label, tuple(pieces), int(budgets[gid]), seeds[gid])
         for gid, (label, pieces) in enumerate(plan)
     ]
 

@@ -28,7 +28,7 @@ from .gather import gather_groups, index_spills, release_spills, ungathered
 from .kmeans import fit_plan, fit_spread
 from .partition import (
     ClusterTree,
-    GroupSpec,
+    Group,
     default_clusters,
     make_groups,
     plan_by_chunk,
@@ -206,7 +206,7 @@ def fit_cluster_tree(
 
 def plan_groups(
     run: RunContext, infos: list[ShardInfo], k_total: int
-) -> tuple[list[GroupSpec], list[int], dict[str, Any], str]:
+) -> tuple[list[Group], list[int], dict[str, Any], str]:
     """Phase 2: the groups, each one's share of the budget, and what round 1 asks of it.
 
     Returns ``(groups, shares, facts, combine)``: ``combine`` is how the groups' results
@@ -215,7 +215,7 @@ def plan_groups(
     of the candidates, GreeDi). Under a global budget a group's ``k`` is the candidates it
     proposes (more where an earlier allocation asked for more).
     """
-    settings = run.settings
+    settings = run.spec
     n_total = sum(i.num_rows for i in infos)
     plan, facts = plan_partition(infos, settings, run.work, run.runner, run.progress)
     groups = make_groups(plan, k_total, settings.selector.seed)

@@ -1,24 +1,24 @@
 """Phases 3 and 4 of a sharded run (:mod:`.runner`): every group selects (or proposes
 candidates), then the candidates become one selection of exactly ``k``: allocated by the
 groups' gain curves (:mod:`.allocate`, with :mod:`.exchange`'s re-pricing) or by one
-central round (:func:`~.steps.select_global`). Each round skips what a killed run finished.
+central round (:class:`~.steps.SelectGlobal`). Each round skips what a killed run finished
+(:func:`~.engine.run_steps`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
-from ..config import SelectSpec
-from ..io.fs import names_in, open_input
+from ..io.fs import open_input
 from ..io.parquet import read_table
 from .allocate import (
+    AllocatedJob,
+    WriteAllocated,
     allocate_counts,
     ask_for_more,
     compact_marker,
@@ -26,21 +26,14 @@ from .allocate import (
     global_marker,
     knots_of,
     saturated,
-    write_allocated,
 )
 from .context import RunContext
+from .engine import run_steps
 from .exchange import exchange_applies, exchange_path, exchange_round
-from .executors import Runner, group_memory_bytes, largest_first, progress_map
 from .given import kept_counts
 from .lifecycle import read_marker
-from .partition import GroupSpec
-from .steps import (
-    candidates_path,
-    completion_path,
-    part_path,
-    select_global,
-    select_group,
-)
+from .partition import Group
+from .steps import GlobalJob, GroupJob, SelectGlobal, SelectGroup, candidates_path, part_path
 from .validate import QualityRange
 
 __all__ = ["allocate_round", "central_round", "select_round"]
@@ -57,139 +50,76 @@ def _width(path: str, feature_col: str) -> int:
 
 
 def select_round(
-    groups: list[GroupSpec],
-    settings: SelectSpec,
-    work: Path,
-    out: Path,
+    run: RunContext,
+    groups: list[Group],
     quality_range: QualityRange,
-    propose: bool,
-    totals: tuple[int, int] | None,
-    runner: Runner,
     stats: dict[int, dict[str, Any]],
-    desc: str,
-    progress: bool,
+    *,
+    propose: bool,
+    totals: tuple[int, int] | None = None,
     rate: tuple[int, int] | None = None,
+    desc: str = "select groups",
 ) -> int:
-    """Run :func:`select_group` for every group without a finished result (a marker for
-    its candidate count and its file); fills ``stats``, returns the documents computed."""
+    """Run :class:`~.steps.SelectGroup` for every group without a finished result; fills
+    ``stats`` (by gid), returns the documents computed (not reused)."""
+    spec, work, out = run.spec, str(run.work), str(run.out)
+    todo = [g for g in groups if g.n]
+    width = _width(todo[0].pieces[0].path, spec.columns.feature_col) if todo else 0
+    n_kept = kept_counts(run.work)["n_kept"] if spec.selector.given is not None else 0
+    jobs = [
+        GroupJob(g, spec, work, out, quality_range, propose, totals, rate, width, n_kept)
+        for g in groups
+    ]
+    computed = 0
 
-    def result_path(gid: int) -> Path:
-        return candidates_path(work, gid) if propose else part_path(out, gid)
+    def keep(result: dict[str, Any]) -> None:
+        nonlocal computed
+        stats[result["gid"]] = compact_marker(result)
+        computed += 0 if result["reused"] else result["n"]
 
-    # Which groups are done: one listing of the markers and one of the results, then only
-    # the markers present are read (not one exists() request per group on object storage).
-    markers = names_in(completion_path(work, 0).parent)
-    results = names_in(result_path(0).parent)
-    pending = []
-    for g in groups:
-        marker = completion_path(work, g.gid)
-        present = marker.name in markers and result_path(g.gid).name in results
-        done = read_marker(marker) if present else None
-        if done is not None and done.get("k") == g.k:
-            stats[g.gid] = compact_marker({**done, "reused": True})
-        else:
-            if marker.name in markers:  # a marker without its result: redo the group
-                marker.unlink(missing_ok=True)
-            pending.append(g)
-    pending = [pending[i] for i in largest_first([g.n for g in pending])]
-    started = time.perf_counter()
-    done_docs = 0
-    bar = tqdm(
-        total=len(groups),
-        initial=len(groups) - len(pending),  # a resumed run starts where the last one stopped
-        desc=desc,
-        unit="group",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    try:
-        places = str(work), str(out)  # one copy of each, not one a job
-        jobs = [(g, settings, *places, quality_range, propose, totals, rate) for g in pending]
-        width = _width(pending[0].pieces[0].path, settings.columns.feature_col) if pending else 0
-        # given KEPT, every step also reads its kept rows (float32, and a copy for torch)
-        kept = kept_counts(work)["n_kept"] if settings.selector.given is not None else 0
-        memory = [group_memory_bytes(g.n, width) + 8 * kept * width for g in pending]
-        for result in runner.map(select_group, jobs, use_gpu=True, memory=memory):
-            stats[result["gid"]] = compact_marker(result)
-            done_docs += result["n"]
-            elapsed = time.perf_counter() - started
-            bar.set_postfix(docs_per_s=f"{done_docs / max(elapsed, 1e-9):,.0f}")
-            bar.update(1)
-    finally:
-        bar.close()
-    markers = names_in(completion_path(work, 0).parent)
-    missing = [g.gid for g in groups if completion_path(work, g.gid).name not in markers]
-    if missing:
-        raise RuntimeError(f"groups {missing[:10]} did not complete; rerun to resume.")
-    return sum(g.n for g in pending)
+    run_steps(run.runner, SelectGroup(), jobs, progress=run.progress, desc=desc, on_result=keep)
+    return computed
 
 
 def allocate_round(
-    groups: list[GroupSpec],
-    settings: SelectSpec,
-    work: Path,
-    out: Path,
+    run: RunContext,
+    groups: list[Group],
     quality_range: QualityRange,
     totals: tuple[int, int],
-    runner: Runner,
     stats: dict[int, dict[str, Any]],
-    progress: bool,
     k_total: int,
-) -> tuple[dict[str, Any], list[GroupSpec]]:
+) -> tuple[dict[str, Any], list[Group]]:
     """Round 2 of a budget allocated by gains (:mod:`.allocate`): the threshold from every
     group's knots, then again for groups whose whole curve was kept (they propose twice as
     many), then every group's kept prefix written as its part; the marker last.
     ``totals``: the ``(k, N)`` of the gains' units (:func:`~.given.rate_totals`);
     ``k_total``: the budget."""
-    knots = {g: knots_of(s) for g, s in stats.items()}  # read once, not into the manifest
-    centroids = {g: s.pop("centroid", None) for g, s in stats.items()}
+    work = run.work
+    curves = _Curves(
+        {g: knots_of(s) for g, s in stats.items()},  # read once, not into the manifest
+        {g: s.pop("centroid", None) for g, s in stats.items()},
+        stats,
+    )
     done = read_marker(global_marker(work))
     if done is not None:
         return {**done, "reused": True}, groups
     started = time.perf_counter()
-    counts, rounds = _allocate_until_settled(
-        groups,
-        knots,
-        centroids,
-        stats,
-        settings,
-        work,
-        out,
-        quality_range,
-        totals,
-        runner,
-        progress,
-        k_total,
-    )
+    counts, rounds = _allocate_until_settled(run, groups, curves, quality_range, totals, k_total)
     source, exchange_started = candidates_path, time.perf_counter()
-    if exchange_applies(settings):  # every group re-prices above its neighbours' cover
+    if exchange_applies(run.spec):  # every group re-prices above its neighbours' cover
         counts = exchange_round(
-            groups,
-            counts,
-            centroids,
-            settings,
-            work,
-            quality_range,
-            totals,
-            runner,
-            progress,
-            k_total=k_total,
+            run, groups, counts, curves.centroids, quality_range, totals, k_total
         )
         source = exchange_path
     exchange_s = time.perf_counter() - exchange_started
     allocate_s = time.perf_counter() - started
     jobs = [
-        (
-            g.gid,
-            int(m),
-            settings,
-            str(work),
-            str(part_path(out, g.gid)),
-            str(source(work, g.gid)),
+        AllocatedJob(
+            g.gid, int(m), run.spec, str(part_path(run.out, g.gid)), str(source(work, g.gid))
         )
         for g, m in zip(groups, counts, strict=True)
     ]
-    written = list(progress_map(runner, write_allocated, jobs, "write", progress))
+    written = run_steps(run.runner, WriteAllocated(), jobs, progress=run.progress)
     seconds = {
         "allocate": allocate_s - exchange_s,
         "exchange": exchange_s,
@@ -201,27 +131,31 @@ def allocate_round(
     return {**global_stats, "reused": False}, groups
 
 
+@dataclass
+class _Curves:
+    """What the allocation holds per group: its knots, its centroid and its stats (by
+    gid; a group proposing again replaces its three)."""
+
+    knots: dict[int, Any]
+    centroids: dict[int, Any]
+    stats: dict[int, dict[str, Any]]
+
+
 def _allocate_until_settled(
-    groups: list[GroupSpec],
-    knots: dict[int, Any],
-    centroids: dict[int, Any],
-    stats: dict[int, dict[str, Any]],
-    settings: SelectSpec,
-    work: Path,
-    out: Path,
+    run: RunContext,
+    groups: list[Group],
+    curves: _Curves,
     quality_range: QualityRange,
     totals: tuple[int, int],
-    runner: Runner,
-    progress: bool,
     k_total: int,
 ) -> tuple[Any, int]:
     """The threshold from every group's knots, again until no group is cut off by its
-    own candidate count (those propose twice as many; ``groups``, ``knots``,
-    ``centroids`` and ``stats`` are updated in place). Returns the counts and the rounds."""
-    rounds = 1
+    own candidate count (those propose twice as many; ``groups`` and ``curves`` are
+    updated in place). Returns the counts and the rounds."""
+    work, rounds = run.work, 1
     while True:
         counts = allocate_counts(
-            [knots[g.gid] for g in groups],
+            [curves.knots[g.gid] for g in groups],
             [g.k for g in groups],
             lambda i, lo, hi: (
                 read_table(candidates_path(work, groups[i].gid), columns=["gain"])
@@ -233,42 +167,27 @@ def _allocate_until_settled(
         cut_off = saturated(counts, [g.k for g in groups], [g.n for g in groups])
         if not cut_off:
             break
-        # Groups cut off by their own candidate count propose again, twice as many.
+        # Groups cut off by their own candidate count propose again, twice as many (the
+        # engine redoes a group whose marker holds another k).
         for i in cut_off:
             g = groups[i]
             groups[i] = replace(g, k=min(g.n, 2 * g.k))
             ask_for_more(work, g.gid, groups[i].k)
-            completion_path(work, g.gid).unlink(missing_ok=True)
-        again = [groups[i] for i in cut_off]
         fresh: dict[int, dict[str, Any]] = {}
-        select_round(
-            again,
-            settings,
-            work,
-            out,
-            quality_range,
-            True,
-            totals,
-            runner,
-            fresh,
-            f"propose more ({rounds})",
-            progress,
-        )
+        again = [groups[i] for i in cut_off]
+        desc = f"propose more ({rounds})"
+        select_round(run, again, quality_range, fresh, propose=True, totals=totals, desc=desc)
         for gid, s in fresh.items():
-            knots[gid], centroids[gid] = knots_of(s), s.pop("centroid", None)
-            stats[gid] = s
+            curves.knots[gid], curves.centroids[gid] = knots_of(s), s.pop("centroid", None)
+            curves.stats[gid] = s
         rounds += 1
     return counts, rounds
 
 
 def central_round(
-    run: RunContext, groups: list[GroupSpec], k_total: int, quality_range: QualityRange
+    run: RunContext, groups: list[Group], k_total: int, quality_range: QualityRange
 ) -> dict[str, Any]:
     """Phase 4 (central): one selection of exactly ``k`` over the union of the candidates,
     on one worker that may use the whole machine."""
-    job = (groups, run.settings, str(run.work), str(run.out), k_total, quality_range)
-    with tqdm(total=1, desc="global round", disable=not run.progress) as bar:
-        results = run.runner.map(select_global, [job], use_gpu=True, whole_machine=True)
-        stats = list(results)[0]
-        bar.update(1)
-    return stats
+    job = GlobalJob(tuple(groups), run.spec, str(run.work), str(run.out), k_total, quality_range)
+    return run_steps(run.runner, SelectGlobal(), [job], progress=run.progress)[0]

@@ -185,27 +185,27 @@ def _check_inputs(
     ``--given``'s with them (one width, one id type, no id in both, one quality range);
     nothing is written for a run whose input is bad, and no group starts before all are
     checked. Returns the input's shards, ``--given``'s, the checksums and the range."""
-    infos = inspect_shards(run.files, columns=run.settings.read_columns)
+    infos = inspect_shards(run.files, columns=run.spec.read_columns)
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
     if isinstance(run.work, Path):  # before the scans write the id buckets
-        check_work_disk(infos, run.settings, run.work)
+        check_work_disk(infos, run.spec, run.work)
     docs: list[ShardInfo] = []
     if run.given[0] is not None:
-        check_given_terms(run.settings.objective)
-        docs = inspect_shards(given_files(run.given[0]), columns=run.settings.columns.read)
+        check_given_terms(run.spec.objective)
+        docs = inspect_shards(given_files(run.given[0]), columns=run.spec.columns.read)
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
     ids_dir = id_buckets_dir(run.work)  # written by the scans, read by the bucket steps
     try:
-        jobs = scan_jobs(infos + docs, run.settings, ids_dir)
+        jobs = scan_jobs(infos + docs, run.spec, ids_dir)
         scans = list(progress_map(checker, scan_step, jobs, "check inputs", run.progress))
         checksums, quality_range = check_scans(
-            scans, infos + docs, run.settings, checker, ids_dir, len(infos) if docs else None
+            scans, infos + docs, run.spec, checker, ids_dir, len(infos) if docs else None
         )
         if run.given[1] is not None:  # every id of --given-selection is in --given
-            list(checker.map(check_given_selection, [(run.given, run.settings.columns)]))
+            list(checker.map(check_given_selection, [(run.given, run.spec.columns)]))
     finally:
         if checker is not run.runner:
             checker.close()
@@ -219,13 +219,13 @@ def _check_and_claim(run: RunContext) -> Checked:
     with dropped_on_error(id_buckets_dir(run.work)):  # a run refused here leaves nothing
         infos, docs, checksums, quality_range = _check_inputs(run)
         n_total = sum(i.num_rows for i in infos)
-        k_total = budget_k(run.settings, n_total)
-        record = fingerprint(run.settings, infos + docs, checksums)
+        k_total = budget_k(run.spec, n_total)
+        record = fingerprint(run.spec, infos + docs, checksums)
         resumed = claim(run.work, run.out, record)
     kept = None
     if docs:
         with tqdm(total=1, desc="given: kept rows", disable=not run.progress) as bar:
-            job = (run.settings, str(run.work), run.given)
+            job = (run.spec, str(run.work), run.given)
             kept = list(run.runner.map(prepare_kept, [job]))[0]
             bar.update(1)
     rate = rate_totals(k_total, n_total, kept)
@@ -234,7 +234,7 @@ def _check_and_claim(run: RunContext) -> Checked:
 
 def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     """:func:`run_selection` once the output is claimed: five phases."""
-    out, work, settings = run.out, run.work, run.settings
+    out, work, settings = run.out, run.work, run.spec
     runner, progress = run.runner, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
@@ -250,18 +250,14 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     select_started = time.perf_counter()
     desc = "propose candidates" if two_rounds else "select groups"
     n_pending_docs = select_round(
+        run,
         groups,
-        settings,
-        work,
-        out,
         quality_range,
-        two_rounds,
-        totals,
-        runner,
         stats,
-        desc,
-        progress,
-        checked.rate,
+        propose=two_rounds,
+        totals=totals,
+        rate=checked.rate,
+        desc=desc,
     )
     select_s = time.perf_counter() - select_started
 
@@ -269,9 +265,7 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     global_started = time.perf_counter()
     global_stats = None
     if combine == "gains":
-        global_stats, groups = allocate_round(
-            groups, settings, work, out, quality_range, totals, runner, stats, progress, k_total
-        )
+        global_stats, groups = allocate_round(run, groups, quality_range, totals, stats, k_total)
     elif combine == "central":
         global_stats = central_round(run, groups, k_total, quality_range)
     global_s = time.perf_counter() - global_started if two_rounds else 0.0

@@ -19,11 +19,11 @@ Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
-from ..io.atomic import atomic_write, atomic_write_json
+from ..io.atomic import atomic_write
 from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.shards import (
@@ -51,9 +51,11 @@ from .allocate import (
     group_spec,
     monotone,
 )
+from .engine import Step
+from .executors import group_memory_bytes
 from .given import group_floor, kept_counts
 from .partition import (
-    GroupSpec,
+    Group,
 )
 from .validate import QualityRange
 
@@ -67,8 +69,10 @@ __all__ = [
     "part_path",
     "read_group",
     "save_graph",
-    "select_global",
-    "select_group",
+    "GlobalJob",
+    "GroupJob",
+    "SelectGlobal",
+    "SelectGroup",
 ]
 
 
@@ -145,7 +149,7 @@ def gain_table(
 
 
 def read_group(
-    spec: GroupSpec, settings: SelectSpec, quality_range: QualityRange | None = None
+    group: Group, spec: SelectSpec, quality_range: QualityRange | None = None
 ) -> tuple[Any, pa.Array]:
     """The rows of one group as a Corpus (not yet validated) and its ids as stored.
 
@@ -154,18 +158,18 @@ def read_group(
     """
     tables = [
         (
-            read_rows(p.path, p.start, p.stop, settings.read_columns),
+            read_rows(p.path, p.start, p.stop, spec.read_columns),
             f"{p.path} (rows {p.start}-{p.stop})",
         )
-        for p in spec.pieces
+        for p in group.pieces
     ]
     corpus, ids = corpus_from_tables(
         tables,
-        settings.columns,
-        source=f"group {spec.gid} ({spec.label})",
+        spec.columns,
+        source=f"group {group.gid} ({group.label})",
         quality_range=quality_range or None,
     )
-    for name in settings.objective.columns:  # what the terms read (requires_columns)
+    for name in spec.objective.columns:  # what the terms read (requires_columns)
         corpus.extra[name] = np.concatenate(
             [t.column(name).to_numpy(zero_copy_only=False) for t, _ in tables]
         )
@@ -202,125 +206,146 @@ def _where_it_ran(sel: Selection) -> dict[str, Any]:
     }
 
 
-def select_group(
-    spec: GroupSpec,
-    settings: SelectSpec,
-    work_dir: str | Path,
-    out_dir: str | Path,
-    quality_range: QualityRange | None = None,
-    propose: bool = False,
-    totals: tuple[int, int] | None = None,
-    rate: tuple[int, int] | None = None,
-) -> dict[str, Any]:
-    """Select ``spec.k`` documents of one group and write its files; a pure, resumable step.
+@dataclass(frozen=True)
+class GroupJob:
+    """What a group step reads: the group, the run's spec and places, the corpus-wide
+    quality range, and how the group proposes.
+
+    ``propose``: round 1 of a global budget (candidates, not the group's part);
+    ``totals``: the corpus' ``(k, N)`` when the budget is allocated by gains;
+    ``rate``: the union's ``(k, N)`` given KEPT with a budget per group; ``width`` and
+    ``n_kept`` (KEPT's kept rows every step reads) size the job's memory request.
+    """
+
+    group: Group
+    spec: SelectSpec
+    work: str
+    out: str
+    quality_range: QualityRange | None = None
+    propose: bool = False
+    totals: tuple[int, int] | None = None
+    rate: tuple[int, int] | None = None
+    width: int = 0
+    n_kept: int = 0
+
+
+class SelectGroup(Step[GroupJob]):
+    """Select ``group.k`` documents of one group and write its files.
 
     Reads only the group's rows (quality scaled by the corpus-wide ``quality_range``), runs
-    the method with ``spec.seed``, then writes ``WORK/groups/NNNNN.parquet`` (unless
-    ``settings.run.selected_only``), its result, and last the marker ``WORK/completions/NNNNN``.
-    The result is ``OUT/selected/part-NNNNN.parquet`` (ids kept); with ``propose`` (round 1
-    of a global budget) it is ``WORK/candidates/NNNNN.parquet`` instead: the ``spec.k``
-    candidates with their rank, score, raw quality and embedding (score and rank only for
-    :data:`MODULAR` methods), which :func:`select_global` reads. With ``totals``, the
-    corpus' ``(k, N)``, the group proposes for a budget allocated by gains instead
-    (:mod:`datamask.distributed.allocate`): it selects at the corpus' exchange rate between
-    quality and coverage and writes its candidates in greedy order with their marginal
-    gains in ``J`` units (id, group, rank, gain). Given KEPT (``settings.selector.given``)
-    the group's rows get their floors against KEPT's kept rows
-    (:func:`~datamask.distributed.given.group_floor`) and, with a budget per group, the
-    objective runs at the rate of ``rate``, the union's ``(k, N)``
-    (:func:`~datamask.distributed.given.rate_totals`). When the marker exists already the
-    step returns its stats without recomputing.
+    the method with ``group.seed``, then writes ``WORK/groups/NNNNN.parquet`` (unless
+    ``spec.run.selected_only``) and its result; the engine writes the marker
+    ``WORK/completions/NNNNN`` last. The result is ``OUT/selected/part-NNNNN.parquet``
+    (ids kept); with ``propose`` (round 1 of a global budget) it is
+    ``WORK/candidates/NNNNN.parquet`` instead: the ``group.k`` candidates with their rank,
+    score, raw quality and embedding (score and rank only for :data:`MODULAR` methods),
+    which :class:`SelectGlobal` reads. With ``totals``, the corpus' ``(k, N)``, the group
+    proposes for a budget allocated by gains instead (:mod:`datamask.distributed.allocate`):
+    it selects at the corpus' exchange rate between quality and coverage and writes its
+    candidates in greedy order with their marginal gains in ``J`` units (id, group, rank,
+    gain). Given KEPT (``spec.selector.given``) the group's rows get their floors against
+    KEPT's kept rows (:func:`~datamask.distributed.given.group_floor`) and, with a budget
+    per group, the objective runs at the rate of ``rate``, the union's ``(k, N)``
+    (:func:`~datamask.distributed.given.rate_totals`).
 
-    Returns
-    -------
-    dict
-        Stats of the group: ``gid``, ``label``, ``n``, ``k``, ``seconds`` (read, fit,
-        write, total), ``docs_per_second``, ``peak_rss_mb``, ``gpu_peak_mb``, ``device``,
-        ``host``, ``pid``, ``terms`` (empty: the group is not scored on its own),
-        ``term_labels`` (the terms it optimised) and ``reused``.
+    Stats: ``gid``, ``label``, ``n``, ``k``, ``seconds`` (read, fit, write, total),
+    ``docs_per_second``, ``peak_rss_mb``, ``gpu_peak_mb``, ``device``, ``host``, ``pid``,
+    ``terms`` (empty: the group is not scored on its own), ``term_labels`` (the terms it
+    optimised) and ``reused``.
     """
-    marker = completion_path(work_dir, spec.gid)
-    if marker.exists():
-        return {**json.loads(marker.read_text()), "reused": True}
-    started = time.perf_counter()
-    # 1. Read only this group's rows (row groups overlapping each piece).
-    corpus, ids = read_group(spec, settings, quality_range)
-    n = corpus.n_docs
-    if n:  # unit rows: what the fit selects from and the candidates hold
-        corpus = check_corpus(corpus)
-    floor = group_floor(corpus, settings, work_dir)  # given KEPT: each row's floor
-    read_s = time.perf_counter() - started
 
-    # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one step.
-    #    Not scored exactly: a group's own J is not the corpus' (an n x k pass saved).
-    #    A group proposing again (its curve was kept whole) re-uses the graph its first
-    #    proposal saved for the exchange round: at 10M the second proposals took 594 s,
-    #    most of it building graphs again. Its first K' <= K columns are the graph a new
-    #    build would give (ivf and fp32 exact candidates do not depend on K; bf16 exact
-    #    on CUDA re-ranks more candidates for a larger K: the re-used graph is as good).
-    fit_settings = _group_fit_settings(settings, spec.k, n, totals, floor, rate)
-    graph = saved_graph(graph_path(work_dir, spec.gid)) if totals is not None and n else None
-    sel = fit_group(
-        corpus,
-        spec.k,
-        fit_settings,
-        seed=spec.seed,
-        stored_ids=ids,
-        gain_curve=totals is not None,
-        evaluate=False,
-        graph=graph,
-    )
-    fit_s = time.perf_counter() - started - read_s
+    name = "select"
+    use_gpu = True
 
-    # 3. Write the group's files atomically, then the marker.
-    proposal = _write_group(
-        sel, spec, settings, fit_settings, corpus, ids, (work_dir, out_dir), propose, totals
-    )
-    del corpus
-    stats = _group_stats(spec, sel, n, started, read_s, fit_s)
-    stats["graph_reused"] = graph is not None
-    if floor is not None:
-        stats["floor"] = floor
-    stats.update(proposal)  # gain_knots and centroid, proposing by gains
-    atomic_write_json(stats, marker)
-    release_heap()  # the worker's next step starts from what it holds, not its peak
-    return {**stats, "reused": False}
+    def marker(self, job: GroupJob) -> Path:
+        return completion_path(job.work, job.group.gid)
+
+    def outputs(self, job: GroupJob) -> tuple[Path, ...]:
+        gid = job.group.gid
+        return (candidates_path(job.work, gid) if job.propose else part_path(job.out, gid),)
+
+    def accepts(self, job: GroupJob, done: dict[str, Any]) -> bool:
+        return done.get("k") == job.group.k  # asked for more candidates since: not done
+
+    def size(self, job: GroupJob) -> int:
+        return job.group.n
+
+    def memory(self, job: GroupJob) -> int:
+        # given KEPT, every step also reads its kept rows (float32, and a copy for torch)
+        return group_memory_bytes(job.group.n, job.width) + 8 * job.n_kept * job.width
+
+    def run(self, job: GroupJob) -> dict[str, Any]:
+        group, spec, work_dir = job.group, job.spec, job.work
+        started = time.perf_counter()
+        # 1. Read only this group's rows (row groups overlapping each piece).
+        corpus, ids = read_group(group, spec, job.quality_range)
+        n = corpus.n_docs
+        if n:  # unit rows: what the fit selects from and the candidates hold
+            corpus = check_corpus(corpus)
+        floor = group_floor(corpus, spec, work_dir)  # given KEPT: each row's floor
+        read_s = time.perf_counter() - started
+
+        # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one
+        #    step. Not scored exactly: a group's own J is not the corpus' (an n x k pass
+        #    saved). A group proposing again (its curve was kept whole) re-uses the graph
+        #    its first proposal saved for the exchange round (building it again was most
+        #    of the second proposals' time). Its first K' <= K columns are the graph a new
+        #    build would give (ivf and fp32 exact candidates do not depend on K; bf16
+        #    exact on CUDA re-ranks more candidates for a larger K: as good or better).
+        fit_spec = _group_fit_settings(spec, group.k, n, job.totals, floor, job.rate)
+        graph = None
+        if job.totals is not None and n:
+            graph = saved_graph(graph_path(work_dir, group.gid))
+        sel = fit_group(
+            corpus,
+            group.k,
+            fit_spec,
+            seed=group.seed,
+            stored_ids=ids,
+            gain_curve=job.totals is not None,
+            evaluate=False,
+            graph=graph,
+        )
+        fit_s = time.perf_counter() - started - read_s
+
+        # 3. Write the group's files atomically (the engine writes the marker last).
+        proposal = _write_group(sel, job, fit_spec, corpus, ids)
+        del corpus
+        stats = _group_stats(group, sel, n, started, read_s, fit_s)
+        stats["graph_reused"] = graph is not None
+        if floor is not None:
+            stats["floor"] = floor
+        stats.update(proposal)  # gain_knots and centroid, proposing by gains
+        release_heap()  # the worker's next step starts from what it holds, not its peak
+        return stats
 
 
 def _write_group(
-    sel: Selection,
-    spec: GroupSpec,
-    settings: SelectSpec,
-    fit_settings: SelectSpec,
-    corpus: Corpus,
-    ids: pa.Array,
-    dirs: tuple[str | Path, str | Path],
-    propose: bool,
-    totals: tuple[int, int] | None,
+    sel: Selection, job: GroupJob, fit_spec: SelectSpec, corpus: Corpus, ids: pa.Array
 ) -> dict[str, Any]:
     """Write a group's files (the writer ranks: kept rows first, then by score, ties by
-    id): its ranked rows, then its candidates (``propose``) or its part of the result.
-    ``dirs``: the work and output folders. Returns what the stats add (proposing by gains:
-    ``gain_knots`` and ``centroid``; else nothing)."""
-    work_dir, out_dir = dirs
-    id_col = settings.columns.id_col
-    if not settings.run.selected_only or settings.selector.max_similarity is not None:
+    id): its ranked rows, then its candidates (``job.propose``) or its part of the result.
+    Returns what the stats add (proposing by gains: ``gain_knots`` and ``centroid``; else
+    nothing)."""
+    group, spec = job.group, job.spec
+    id_col = spec.columns.id_col
+    if not spec.run.selected_only or spec.selector.max_similarity is not None:
         atomic_write_table(
-            selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, probability=True),
-            storage_path(work_dir) / "groups" / f"{_group_name(spec.gid)}.parquet",
+            selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, probability=True),
+            storage_path(job.work) / "groups" / f"{_group_name(group.gid)}.parquet",
         )
-    if propose and totals is not None:
-        return _propose_by_gains(sel, spec, settings, fit_settings, corpus, ids, work_dir, totals)
-    if propose:
-        _propose_candidates(sel, spec, settings, corpus, ids, work_dir)
+    if job.propose and job.totals is not None:
+        return _propose_by_gains(sel, job, fit_spec, corpus, ids)
+    if job.propose:
+        _propose_candidates(sel, group, spec, corpus, ids, job.work)
     else:
-        table = selection_table(sel, id_col=id_col, stored_ids=ids, group=spec.gid, kept_only=True)
-        atomic_write_table(table, part_path(out_dir, spec.gid))
+        table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
+        atomic_write_table(table, part_path(job.out, group.gid))
     return {}
 
 
 def _group_fit_settings(
-    settings: SelectSpec,
+    spec: SelectSpec,
     k: int,
     n: int,
     totals: tuple[int, int] | None,
@@ -331,42 +356,37 @@ def _group_fit_settings(
     exchange rate (``totals``). Given KEPT with a budget per group: at the union's rate
     ``rate`` (as the one-file run). Otherwise the run's."""
     if totals is not None:
-        return group_spec(settings, k, n, *totals)
+        return group_spec(spec, k, n, *totals)
     if floor is not None and rate is not None and n:
-        return group_spec(settings, k, n, *rate)
-    return settings
+        return group_spec(spec, k, n, *rate)
+    return spec
 
 
 def _propose_by_gains(
-    sel: Selection,
-    spec: GroupSpec,
-    settings: SelectSpec,
-    fit_settings: SelectSpec,
-    corpus: Corpus,
-    ids: pa.Array,
-    work_dir: str | Path,
-    totals: tuple[int, int],
+    sel: Selection, job: GroupJob, fit_spec: SelectSpec, corpus: Corpus, ids: pa.Array
 ) -> dict[str, Any]:
     """Write the group's candidates in greedy order with their marginal gains in ``J``
     units, and its neighbour graph for the exchange round. Returns what the stats add:
     ``gain_knots`` (what the allocation reads first) and ``centroid``."""
+    group, spec, work_dir = job.group, job.spec, job.work
+    assert job.totals is not None  # proposing by gains
     n = corpus.n_docs
     order, gains = sel.meta["gain_order"]
     logits = sel.logits if sel.logits is not None else sel.scores  # as the writer's
-    lamb, lamb_g = settings.objective.lamb, fit_settings.objective.lamb
-    gains = monotone(gains_in_j_units(gains, lamb, lamb_g, spec.k, n, *totals))
-    id_col = settings.columns.id_col
+    lamb, lamb_g = spec.objective.lamb, fit_spec.objective.lamb
+    gains = monotone(gains_in_j_units(gains, lamb, lamb_g, group.k, n, *job.totals))
+    id_col = spec.columns.id_col
     # corpus.features are unit rows: checked after the read
-    table = gain_table(ids, order, spec.gid, logits, gains, corpus.features, id_col)
-    atomic_write_table(table, candidates_path(work_dir, spec.gid))
+    table = gain_table(ids, order, group.gid, logits, gains, corpus.features, id_col)
+    atomic_write_table(table, candidates_path(work_dir, group.gid))
     graph = sel.meta.pop("neighbor_graph", None)
-    if graph is not None and settings.partition.exchange_neighbors > 0:
+    if graph is not None and spec.partition.exchange_neighbors > 0:
         if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in
             # place; store max(sim, floor), which the exchange round, binding it with
             # the same floor, raises back to max(0, sim - floor) (not twice)
             idx, sim = graph
             graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
-        save_graph(graph, graph_path(work_dir, spec.gid))
+        save_graph(graph, graph_path(work_dir, group.gid))
     return {
         "gain_knots": [a.tolist() for a in gain_knots(gains)],
         "centroid": corpus.features.mean(0).tolist(),  # where the exchange round looks
@@ -375,44 +395,44 @@ def _propose_by_gains(
 
 def _propose_candidates(
     sel: Selection,
-    spec: GroupSpec,
-    settings: SelectSpec,
+    group: Group,
+    spec: SelectSpec,
     corpus: Corpus,
     ids: pa.Array,
     work_dir: str | Path,
 ) -> None:
-    """Round 1 of a global budget: write the ``spec.k`` candidates with their score (and,
+    """Round 1 of a global budget: write the ``group.k`` candidates with their score (and,
     for a method that is not modular, raw quality, embedding and the terms' columns, what
     :func:`select_global` selects from)."""
     extra: dict[str, Any] = {"score": sel.scores}
-    if settings.selector.method not in MODULAR:
-        for j in range(len(settings.columns.quality_cols)):
+    if spec.selector.method not in MODULAR:
+        for j in range(len(spec.columns.quality_cols)):
             extra[f"quality_{j}"] = corpus.quality[:, j]
         extra["features"] = features_column(corpus.features)
-        for name in settings.objective.columns:  # the terms' columns, for round 2
+        for name in spec.objective.columns:  # the terms' columns, for round 2
             extra[f"extra_{name}"] = corpus.extra[name]
     table = selection_table(
         sel,
-        id_col=settings.columns.id_col,
+        id_col=spec.columns.id_col,
         stored_ids=ids,
-        group=spec.gid,
+        group=group.gid,
         kept_only=True,
         extra=extra,
     )
-    atomic_write_table(table, candidates_path(work_dir, spec.gid))
+    atomic_write_table(table, candidates_path(work_dir, group.gid))
 
 
 def _group_stats(
-    spec: GroupSpec, sel: Selection, n: int, started: float, read_s: float, fit_s: float
+    group: Group, sel: Selection, n: int, started: float, read_s: float, fit_s: float
 ) -> dict[str, Any]:
     """A group's stats: ids, counts, seconds per phase, throughput and where it ran."""
     total_s = time.perf_counter() - started
     return {
-        "gid": spec.gid,
-        "label": spec.label,
+        "gid": group.gid,
+        "label": group.label,
         "n": n,
         "k": len(sel.selected),
-        "seed": spec.seed,
+        "seed": group.seed,
         "seconds": {
             "read": read_s,
             "fit": fit_s,
@@ -429,36 +449,64 @@ def _group_stats(
     }
 
 
-def select_global(
-    groups: list[GroupSpec],
-    settings: SelectSpec,
-    work_dir: str | Path,
-    out_dir: str | Path,
-    k_total: int,
-    quality_range: QualityRange,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GlobalJob:
+    """Round 2 of a global budget: every group's candidates, the budget, the places."""
+
+    groups: tuple[Group, ...]
+    spec: SelectSpec
+    work: str
+    out: str
+    k_total: int
+    quality_range: QualityRange
+
+
+class SelectGlobal(Step[GlobalJob]):
     """Round 2 of a global budget: exactly ``k_total`` documents from the groups' candidates.
 
     :data:`MODULAR` methods merge the candidates' scores: the ``k_total`` best (ties by id)
     are exactly the global top k (each group proposed ``min(n_g, k_total)``). Every other
     method runs once more, with the run's seed, on the union of the candidates (quality
     scaled by the corpus-wide range), as in GreeDi (Mirzasoleiman et al. 2013). Writes
-    ``OUT/selected/part-global.parquet`` (id, group, rank, logit) and then the marker
-    ``WORK/completions/global``; a pure, resumable step like :func:`select_group`.
+    ``OUT/selected/part-global.parquet`` (id, group, rank, logit); the engine writes the
+    marker ``WORK/completions/global`` last.
     """
-    marker = global_marker(work_dir)
+
+    name = "global round"
+    unit = "round"
+    use_gpu = True
+    whole_machine = True
+
+    def marker(self, job: GlobalJob) -> Path:
+        return global_marker(job.work)
+
+    def outputs(self, job: GlobalJob) -> tuple[Path, ...]:
+        return (storage_path(job.out) / "selected" / GLOBAL_PART,)
+
+    def run(self, job: GlobalJob) -> dict[str, Any]:
+        return _select_global(
+            job.groups, job.spec, job.work, job.out, job.k_total, job.quality_range
+        )
+
+
+def _select_global(
+    groups: tuple[Group, ...],
+    spec: SelectSpec,
+    work_dir: str,
+    out_dir: str,
+    k_total: int,
+    quality_range: QualityRange,
+) -> dict[str, Any]:
     final = storage_path(out_dir) / "selected" / GLOBAL_PART
-    if marker.exists() and final.exists():
-        return {**json.loads(marker.read_text()), "reused": True}
     started = time.perf_counter()
     tables = [read_table(candidates_path(work_dir, g.gid)) for g in groups]
     table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
     del tables
-    ids = table.column(settings.columns.id_col).combine_chunks()
+    ids = table.column(spec.columns.id_col).combine_chunks()
     ids_np = ids.to_numpy(zero_copy_only=False)
     n = table.num_rows
     read_s = time.perf_counter() - started
-    if settings.selector.method in MODULAR:  # an exact merge of comparable scores
+    if spec.selector.method in MODULAR:  # an exact merge of comparable scores
         scores = table.column("score").to_numpy()
         sel = Selection(np.sort(rank_order(scores, ids_np)[:k_total]), scores, ids=ids_np)
         sel.meta.update(terms={}, term_labels=[], device="none", gpu_peak_mb=None)
@@ -470,42 +518,40 @@ def select_global(
                 axis=1,
             ),
             features=features_matrix(table.column("features")),
-            quality_names=list(settings.columns.quality_cols),
+            quality_names=list(spec.columns.quality_cols),
             quality_weights=None
-            if settings.columns.quality_weights is None
-            else np.asarray(settings.columns.quality_weights, float),
+            if spec.columns.quality_weights is None
+            else np.asarray(spec.columns.quality_weights, float),
             source="the candidates of every group",
             quality_range=(np.asarray(quality_range[0]), np.asarray(quality_range[1])),
             extra={
                 name: table.column(f"extra_{name}").to_numpy(zero_copy_only=False)
-                for name in settings.objective.columns
+                for name in spec.objective.columns
             },
         )
         table = table.drop_columns(["features"])
-        fit_settings = settings
-        if group_floor(corpus, settings, work_dir) is not None:  # given KEPT
+        fit_spec = spec
+        if group_floor(corpus, spec, work_dir) is not None:  # given KEPT
             # the candidates stand for the new documents, as in the one-file run
             counts = kept_counts(work_dir)
-            fit_settings = group_spec(
-                settings, k_total, n, counts["n_kept"] + k_total, counts["n_docs"] + n
+            fit_spec = group_spec(
+                spec, k_total, n, counts["n_kept"] + k_total, counts["n_docs"] + n
             )
-        sel = fit_group(corpus, k_total, fit_settings, seed=int(settings.selector.seed))
+        sel = fit_group(corpus, k_total, fit_spec, seed=int(spec.selector.seed))
         del corpus
     fit_s = time.perf_counter() - started - read_s
     out = selection_table(
         sel,
-        id_col=settings.columns.id_col,
+        id_col=spec.columns.id_col,
         stored_ids=ids,
         group=table.column("group").combine_chunks(),
         kept_only=True,
     )
     atomic_write_table(out, final)
     total_s = time.perf_counter() - started
-    stats = {
+    return {
         "n_candidates": n,
         "k": len(sel.selected),
         "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
         **_where_it_ran(sel),
     }
-    atomic_write_json(stats, marker)
-    return {**stats, "reused": False}
