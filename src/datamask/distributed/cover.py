@@ -39,26 +39,25 @@ row lies when groups are k-means clusters (the default: 99.3% of sampled rows ex
 
 from __future__ import annotations
 
-import json
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
-from ..io.atomic import atomic_write_json
 from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
+from .context import RunContext
+from .engine import Step, run_steps
 from .exchange import exchange_neighbors
-from .executors import Runner, largest_first
 from .given import kept_table
 from .partition import Group
 from .steps import GLOBAL_PART, part_path, read_group
@@ -66,11 +65,12 @@ from .validate import QualityRange
 
 __all__ = [
     "COVER_NEIGHBORS",
-    "cover_group",
     "cover_part_path",
     "cover_round",
     "kept_rows_path",
-    "write_kept_rows",
+    "CoverGroup",
+    "CoverJob",
+    "KeptRows",
 ]
 
 #: A group's rows are compared with the kept rows of this many nearest groups (by the
@@ -107,68 +107,93 @@ def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
 
 
 def _read_unit_rows(
-    spec: Group, settings: SelectSpec, quality_range: QualityRange
+    group: Group, spec: SelectSpec, quality_range: QualityRange
 ) -> tuple[np.ndarray, pa.Array]:
     """The group's unit embeddings and ids as stored."""
-    corpus, ids = read_group(spec, settings, quality_range)
+    corpus, ids = read_group(group, spec, quality_range)
     corpus = check_corpus(corpus)  # L2-normalised, as the selection saw them
     return corpus.features, ids
 
 
-def write_kept_rows(
-    spec: Group,
-    settings: SelectSpec,
-    work_dir: str | Path,
-    out_dir: str | Path,
-    quality_range: QualityRange,
-) -> dict[str, Any]:
-    """Pass 1: write the group's kept rows (id, unit embedding) and return its centroid."""
-    marker = _kept_marker(work_dir, spec.gid)
-    if marker.exists() and kept_rows_path(work_dir, spec.gid).exists():
-        return {**json.loads(marker.read_text()), "reused": True}
-    started = time.perf_counter()
-    id_col = settings.columns.id_col
-    x, ids = _read_unit_rows(spec, settings, quality_range)
-    rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(out_dir, spec.gid, id_col)))
-    table = pa.table({id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])})
-    atomic_write_table(table, kept_rows_path(work_dir, spec.gid))
-    stats = {
-        "gid": spec.gid,
-        "kept": len(rows),
-        "centroid": x.mean(0).tolist() if len(x) else [0.0] * x.shape[1],
-        "seconds": time.perf_counter() - started,
-        "peak_rss_mb": peak_rss_mb(),
-    }
-    atomic_write_json(stats, marker)
-    release_heap()
-    return {**stats, "reused": False}
-
-
-def cover_group(
-    spec: Group,
-    neighbors: list[int],
-    searched_all: bool,
-    settings: SelectSpec,
-    work_dir: str | Path,
-    out_dir: str | Path,
-    quality_range: QualityRange,
-) -> dict[str, Any]:
-    """Pass 2: every row's nearest kept row, of its own group or of ``neighbors`` (gids),
-    written as the group's part of ``OUT/covered/``; ``searched_all``: the neighbours are
+@dataclass(frozen=True)
+class CoverJob:
+    """One group's cover: the group, its neighbouring groups (gids) and whether they are
     every other group (then an exact search is exact over the whole corpus)."""
-    marker = _cover_marker(work_dir, spec.gid)
-    out = cover_part_path(out_dir, spec.gid)
-    if marker.exists() and out.exists():
-        return {**json.loads(marker.read_text()), "reused": True}
+
+    group: Group
+    spec: SelectSpec
+    work: str
+    out: str
+    quality_range: QualityRange
+    neighbors: tuple[int, ...] = ()
+    searched_all: bool = False
+
+
+class KeptRows(Step[CoverJob]):
+    """Pass 1: write the group's kept rows (id, unit embedding); stats: its centroid."""
+
+    name = "cover: kept rows"
+
+    def marker(self, job: CoverJob) -> Path:
+        return _kept_marker(job.work, job.group.gid)
+
+    def outputs(self, job: CoverJob) -> tuple[Path, ...]:
+        return (kept_rows_path(job.work, job.group.gid),)
+
+    def size(self, job: CoverJob) -> int:
+        return job.group.n
+
+    def run(self, job: CoverJob) -> dict[str, Any]:
+        started = time.perf_counter()
+        group, id_col = job.group, job.spec.columns.id_col
+        x, ids = _read_unit_rows(group, job.spec, job.quality_range)
+        rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(job.out, group.gid, id_col)))
+        table = pa.table({id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])})
+        atomic_write_table(table, kept_rows_path(job.work, group.gid))
+        release_heap()
+        return {
+            "gid": group.gid,
+            "kept": len(rows),
+            "centroid": x.mean(0).tolist() if len(x) else [0.0] * x.shape[1],
+            "seconds": time.perf_counter() - started,
+            "peak_rss_mb": peak_rss_mb(),
+        }
+
+
+class CoverGroup(Step[CoverJob]):
+    """Pass 2: every row's nearest kept row, of its own group or of its neighbours,
+    written as the group's part of ``OUT/covered/``."""
+
+    name = "cover"
+
+    def marker(self, job: CoverJob) -> Path:
+        return _cover_marker(job.work, job.group.gid)
+
+    def outputs(self, job: CoverJob) -> tuple[Path, ...]:
+        return (cover_part_path(job.out, job.group.gid),)
+
+    def size(self, job: CoverJob) -> int:
+        return job.group.n
+
+    def run(self, job: CoverJob) -> dict[str, Any]:
+        stats = _cover(job)
+        release_heap()
+        return stats
+
+
+def _cover(job: CoverJob) -> dict[str, Any]:
+    """:class:`CoverGroup`'s work: the floor from the neighbours' kept rows (and KEPT's),
+    then every row's nearest kept row above it; writes the group's cover part."""
+    group, spec, work_dir, neighbors = job.group, job.spec, job.work, job.neighbors
     started = time.perf_counter()
-    id_col = settings.columns.id_col
-    x, ids = _read_unit_rows(spec, settings, quality_range)
-    own = read_table(kept_rows_path(work_dir, spec.gid), columns=[id_col])
+    id_col = spec.columns.id_col
+    x, ids = _read_unit_rows(group, spec, job.quality_range)
+    own = read_table(kept_rows_path(work_dir, group.gid), columns=[id_col])
     kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
     read_s = time.perf_counter() - started
     # The neighbours' kept rows: the floor, and which of their rows it is.
     tables = [read_table(kept_rows_path(work_dir, h)) for h in neighbors]
-    if settings.selector.given is not None:  # KEPT's rows cover too, where they are nearer
+    if spec.selector.given is not None:  # KEPT's rows cover too, where they are nearer
         given = kept_table(work_dir)
         tables.append(given.set_column(0, id_col, given.column(0).cast(ids.type)))
     tables = [t for t in tables if t.num_rows]
@@ -183,26 +208,25 @@ def cover_group(
         floor = np.nan_to_num(floor, nan=-np.inf)
     cover = nearest_kept(x, kept, floor=floor, floor_index=floor_index, floor_exact=floor_exact)
     cols = cover_columns(cover, ids, other_ids)
-    exact = cover.exact & searched_all  # exact over the whole corpus, not just these groups
+    exact = cover.exact & job.searched_all  # exact over the whole corpus, not these groups
     mask = np.zeros(len(ids), dtype=bool)
     mask[kept] = True
     table = pa.table(
         {
             id_col: ids,
-            "group": pa.array(np.full(len(ids), spec.gid, dtype=np.int32)),
+            "group": pa.array(np.full(len(ids), group.gid, dtype=np.int32)),
             "selected": pa.array(mask),
             **cols,
             "covered_exact": pa.array(exact),
         }
     )
-    atomic_write_table(table, out)
-    routes = dict(cover.counts)
+    atomic_write_table(table, cover_part_path(job.out, group.gid))
     floor_routes = {k: int(v) for k, v in far.counts.items() if v} if tables else {}
-    stats = {
-        "gid": spec.gid,
+    return {
+        "gid": group.gid,
         "rows": len(ids),
         "exact": int(exact.sum()),
-        "routes": routes,
+        "routes": dict(cover.counts),
         "floor_routes": floor_routes,  # how the neighbours' kept rows were searched
         "neighbors": list(neighbors),
         "seconds": {
@@ -212,35 +236,20 @@ def cover_group(
         },
         "peak_rss_mb": peak_rss_mb(),
     }
-    atomic_write_json(stats, marker)
-    release_heap()
-    return {**stats, "reused": False}
 
 
 def cover_round(
-    groups: list[Group],
-    settings: SelectSpec,
-    work: Path,
-    out: Path,
-    quality_range: QualityRange,
-    runner: Runner,
-    progress: bool,
+    run: RunContext, groups: list[Group], quality_range: QualityRange
 ) -> dict[str, Any]:
     """Both passes over every group (:mod:`.cover`); returns the manifest's ``cover``."""
     started = time.perf_counter()
-    first = largest_first([g.n for g in groups])  # submit order only: results by gid
-    jobs = [(groups[i], settings, str(work), str(out), quality_range) for i in first]
+    spec, work, out = run.spec, str(run.work), str(run.out)
+    jobs = [CoverJob(g, spec, work, out, quality_range) for g in groups]
     # Centroids as float32 arrays on arrival, not JSON's Python floats (compact_marker's
     # reason: at 10^5 groups of 384-d the lists alone would take over 1 GB).
     kept = {
         r["gid"]: {**r, "centroid": np.asarray(r["centroid"], dtype=np.float32)}
-        for r in tqdm(
-            runner.map(write_kept_rows, jobs),
-            total=len(jobs),
-            desc="cover: kept rows",
-            unit="group",
-            disable=not progress,
-        )
+        for r in run_steps(run.runner, KeptRows(), jobs, progress=run.progress)
     }
     kept_s = time.perf_counter() - started
     near = exchange_neighbors(
@@ -250,20 +259,10 @@ def cover_round(
     )
     searched_all = len(groups) - 1 <= COVER_NEIGHBORS
     jobs = [
-        (g, [groups[h].gid for h in near[i]], searched_all, settings, str(work), str(out))
-        + (quality_range,)
-        for i, g in enumerate(groups)
+        replace(job, neighbors=tuple(groups[h].gid for h in near[i]), searched_all=searched_all)
+        for i, job in enumerate(jobs)
     ]
-    jobs = [jobs[i] for i in first]
-    done = list(
-        tqdm(
-            runner.map(cover_group, jobs),
-            total=len(jobs),
-            desc="cover",
-            unit="group",
-            disable=not progress,
-        )
-    )
+    done = run_steps(run.runner, CoverGroup(), jobs, progress=run.progress)
     routes: dict[str, int] = {}
     floor_routes: dict[str, int] = {}
     for r in done:
@@ -274,7 +273,7 @@ def cover_round(
     exact = sum(r["exact"] for r in done)
     rss = [r["peak_rss_mb"] for r in [*kept.values(), *done] if r.get("peak_rss_mb")]
     return {
-        "dataset": str(out / "covered"),
+        "dataset": str(run.out / "covered"),
         "columns": list(COVER_COLUMNS),
         "rows": rows,
         "exact": exact,

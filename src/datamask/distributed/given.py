@@ -6,7 +6,7 @@ The one-file rules (:mod:`datamask.pipeline.given`) carried over to the groups:
   validation pass (:func:`given_files`, then the scans of :mod:`.validate`): one
   embedding width and one id type over the input and ``--given``, no id in both, and the
   quality range taken over both (one min-max scale, by which every group scales).
-- **Written once.** :func:`prepare_kept`, one step, reads ``--given`` (and
+- **Written once.** :class:`PrepareKept`, one step, reads ``--given`` (and
   ``--given-selection``) and writes the kept rows' ids and unit embeddings to
   ``WORK/given/kept.parquet``, its marker last (the counts the rate needs). The driver
   holds only those counts.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +38,23 @@ from .._validation import check_corpus
 from ..columns import Columns
 from ..config import SelectSpec
 from ..data import Corpus
-from ..io.atomic import atomic_write_json
 from ..io.datasets import input_files
 from ..io.fs import Location, expand, storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.selection import read_selection_ids, rows_from_ids
 from ..io.shards import PARQUET_SUFFIXES
 from ..pipeline.given import given_floor, read_given
+from .engine import Step
 
 __all__ = [
+    "GivenJob",
+    "PrepareKept",
     "check_given_selection",
     "given_files",
     "group_floor",
     "kept_path",
     "kept_counts",
     "kept_table",
-    "prepare_kept",
     "rate_totals",
 ]
 
@@ -103,40 +105,53 @@ def check_given_selection(given: tuple[Any, Any], columns: Columns) -> int:
     return len(rows_from_ids(ids, chosen, f"--given-selection {given[1]}"))
 
 
-def prepare_kept(settings: SelectSpec, work_dir: str | Path, given: tuple[Any, Any]) -> dict:
-    """Write KEPT's kept rows (id, unit embedding) to :func:`kept_path`, then the marker;
-    a pure, resumable step. ``given``: the paths of ``--given`` and ``--given-selection``.
+@dataclass(frozen=True)
+class GivenJob:
+    """Where the run's ``--given`` and ``--given-selection`` are, and its work dir."""
 
-    Holds all of ``--given`` once (``n_docs x dim`` floats), in this one step. Returns
-    ``n_docs``, ``n_kept``, the files read and the seconds."""
-    marker = _marker(work_dir)
-    if marker.exists() and kept_path(work_dir).exists():
-        return {**json.loads(marker.read_text()), "reused": True}
-    started = time.perf_counter()
-    cols = settings.columns
-    kept = read_given(given[0], cols, selection=given[1])
-    docs = check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
-    ids = pa.array(np.asarray(docs.ids)[kept.rows])
-    table = pa.table({cols.id_col: ids, "features": features_column(docs.features[kept.rows])})
-    atomic_write_table(table, kept_path(work_dir))
-    stats = {
-        "n_docs": kept.n_docs,
-        "n_kept": kept.n_kept,
-        "files": kept.files,
-        "seconds": time.perf_counter() - started,
-        "peak_rss_mb": peak_rss_mb(),
-    }
-    atomic_write_json(stats, marker)
-    return {**stats, "reused": False}
+    spec: SelectSpec
+    work: str
+    given: tuple[Any, Any]
+
+
+class PrepareKept(Step[GivenJob]):
+    """Write KEPT's kept rows (id, unit embedding) to :func:`kept_path`; the engine writes
+    the marker last. Holds all of ``--given`` once (``n_docs x dim`` floats), in this one
+    step. Stats: ``n_docs``, ``n_kept``, the files read and the seconds."""
+
+    name = "given: kept rows"
+    unit = "step"
+
+    def marker(self, job: GivenJob) -> Path:
+        return _marker(job.work)
+
+    def outputs(self, job: GivenJob) -> tuple[Path, ...]:
+        return (kept_path(job.work),)
+
+    def run(self, job: GivenJob) -> dict[str, Any]:
+        started = time.perf_counter()
+        cols = job.spec.columns
+        kept = read_given(job.given[0], cols, selection=job.given[1])
+        docs = check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
+        ids = pa.array(np.asarray(docs.ids)[kept.rows])
+        features = features_column(docs.features[kept.rows])
+        atomic_write_table(pa.table({cols.id_col: ids, "features": features}), kept_path(job.work))
+        return {
+            "n_docs": kept.n_docs,
+            "n_kept": kept.n_kept,
+            "files": kept.files,
+            "seconds": time.perf_counter() - started,
+            "peak_rss_mb": peak_rss_mb(),
+        }
 
 
 def kept_counts(work_dir: str | Path) -> dict[str, Any]:
-    """What :func:`prepare_kept` recorded: ``n_docs``, ``n_kept``, the files read."""
+    """What :class:`PrepareKept` recorded: ``n_docs``, ``n_kept``, the files read."""
     return json.loads(_marker(work_dir).read_text())
 
 
 def kept_table(work_dir: str | Path) -> pa.Table:
-    """KEPT's kept rows as :func:`prepare_kept` wrote them (id, features)."""
+    """KEPT's kept rows as :class:`PrepareKept` wrote them (id, features)."""
     return read_table(kept_path(work_dir))
 
 

@@ -48,8 +48,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..config import SelectSpec
 from ..io.atomic import (
     OutputLock,
@@ -70,8 +68,9 @@ from ..pipeline.given import check_given_terms
 from .cap import cap_across_groups
 from .context import Checked, RunContext
 from .cover import cover_round
+from .engine import run_steps
 from .executors import LocalRunner, Runner, progress_map
-from .given import check_given_selection, given_files, prepare_kept, rate_totals
+from .given import GivenJob, PrepareKept, check_given_selection, given_files, rate_totals
 from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
@@ -224,10 +223,8 @@ def _check_and_claim(run: RunContext) -> Checked:
         resumed = claim(run.work, run.out, record)
     kept = None
     if docs:
-        with tqdm(total=1, desc="given: kept rows", disable=not run.progress) as bar:
-            job = (run.spec, str(run.work), run.given)
-            kept = list(run.runner.map(prepare_kept, [job]))[0]
-            bar.update(1)
+        job = GivenJob(run.spec, str(run.work), run.given)
+        (kept,) = run_steps(run.runner, PrepareKept(), [job], progress=run.progress)
     rate = rate_totals(k_total, n_total, kept)
     return Checked(infos, docs, checksums, quality_range, k_total, record, resumed, kept, rate)
 
@@ -288,7 +285,7 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     cover_facts = None
     if not settings.run.selected_only:
         clean_stale_temporaries(out / "covered")
-        cover_facts = cover_round(groups, settings, work, out, quality_range, runner, progress)
+        cover_facts = cover_round(run, groups, quality_range)
     keep = keep_round(groups, checked.infos, settings.columns.id_col, run, runner, progress)
     seconds = {"plan": plan_s, "select": select_s, "global": global_s}
     seconds["total"] = time.perf_counter() - started
