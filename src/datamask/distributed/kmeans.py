@@ -31,7 +31,6 @@ Every step is a pure function of its arguments and files, resumable from its mar
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,10 +43,11 @@ import torch
 from .._device import resolve_device
 from .._memory import peak_rss_mb
 from ..data import apportion
-from ..io.atomic import atomic_write, atomic_write_json
+from ..io.atomic import atomic_write
 from ..io.fs import open_input, storage_path
 from ..io.shards import ShardInfo
 from ..neighbors import spherical_kmeans
+from .engine import Step, run_steps
 from .executors import Runner
 from .partition import _KMEANS_STREAM, KMEANS_ITER, grow_tree, kmeans_generator, read_sample
 from .tree import ClusterTree
@@ -60,10 +60,13 @@ __all__ = [
     "FitPlan",
     "fit_plan",
     "fit_spread",
-    "lloyd_part",
-    "route_part",
-    "sample_part",
-    "fit_subtrees",
+    "FitSubtrees",
+    "JoinSubtrees",
+    "LloydPart",
+    "PartJob",
+    "PartRows",
+    "RoutePart",
+    "SamplePart",
     "join_subtrees",
 ]
 
@@ -148,43 +151,74 @@ def _part_path(folder: Path, part: int, kind: str = "part") -> Path:
 
 
 # --- steps ---------------------------------------------------------------------------------
-def sample_part(part: int, jobs: Sequence[tuple], folder: str) -> dict[str, Any]:
-    """Read one part of the sample (``jobs``: :func:`~.partition.read_sample`'s arguments,
-    in shard order) and write it as ``part-PPPPP.f32``, then its marker; resumable."""
-    where = storage_path(folder)
-    marker = where / f"part-{part:05d}.json"
-    if marker.exists():
-        return json.loads(marker.read_text())
-    x = np.concatenate([read_sample(*job)[1] for job in jobs])
-    _write_rows(x, _part_path(where, part))
-    stats = {"part": part, "rows": len(x), "dim": int(x.shape[1]), "peak_rss_mb": peak_rss_mb()}
-    atomic_write_json(stats, marker)
-    return stats
+@dataclass(frozen=True, eq=False)
+class PartJob:
+    """One part of the k-means sample in ``folder`` (``kdir``): its number, and what the
+    step that reads or routes it needs (the sample's read jobs, the rows, centroids...)."""
+
+    folder: str
+    part: int
+    n: int = 0
+    dim: int = 0
+    reads: tuple = ()  # SamplePart: read_sample's arguments, in shard order
+    rows: np.ndarray | None = None  # PartRows: sorted rows to read
+    centroids: np.ndarray | None = None  # LloydPart, RoutePart
+    device: str = "cpu"
 
 
-def part_rows(folder: str, part: int, dim: int, rows: np.ndarray) -> tuple[int, np.ndarray]:
-    """Rows ``rows`` (sorted) of one part: the initial centroids and their reserve."""
-    path = _part_path(storage_path(folder), part)
-    return part, np.stack([_read_rows(path, dim, int(r), int(r) + 1)[0] for r in rows])
+class SamplePart(Step[PartJob]):
+    """Read one part of the sample and write it as ``part-PPPPP.f32``; marker last."""
+
+    name = "k-means: sample"
+    unit = "part"
+
+    def marker(self, job: PartJob) -> Path:
+        return storage_path(job.folder) / f"part-{job.part:05d}.json"
+
+    def outputs(self, job: PartJob) -> tuple[Path, ...]:
+        return (_part_path(storage_path(job.folder), job.part),)
+
+    def run(self, job: PartJob) -> dict[str, Any]:
+        x = np.concatenate([read_sample(*read)[1] for read in job.reads])
+        _write_rows(x, _part_path(storage_path(job.folder), job.part))
+        rss = peak_rss_mb()
+        return {"part": job.part, "rows": len(x), "dim": int(x.shape[1]), "peak_rss_mb": rss}
 
 
-def lloyd_part(
-    folder: str, part: int, n: int, dim: int, centroids: np.ndarray, device: str
-) -> tuple[int, np.ndarray, np.ndarray, float]:
+class PartRows(Step[PartJob]):
+    """Rows ``job.rows`` (sorted) of one part: the initial centroids and their reserve."""
+
+    name = "k-means: initial"
+    unit = "part"
+
+    def run(self, job: PartJob) -> tuple[int, np.ndarray]:
+        path = _part_path(storage_path(job.folder), job.part)
+        assert job.rows is not None
+        rows = [_read_rows(path, job.dim, int(r), int(r) + 1)[0] for r in job.rows]
+        return job.part, np.stack(rows)
+
+
+class LloydPart(Step[PartJob]):
     """One Lloyd step on one part: ``(part, sums, counts, sum of similarities)``, the sums
-    of its rows per nearest centroid in float64 (k x d), on ``device``."""
-    dev = resolve_device(device)
-    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(dev)
-    sums = torch.zeros(cent.shape, dtype=torch.float64, device=dev)
-    counts = torch.zeros(len(cent), dtype=torch.int64, device=dev)
-    total = 0.0
-    for block in _blocks(_part_path(storage_path(folder), part), dim, n):
-        x = torch.from_numpy(block.copy()).to(dev)
-        sims, label = _nearest(x, cent)
-        sums.index_add_(0, label, x.double())
-        counts += torch.bincount(label, minlength=len(cent))
-        total += float(sims.double().sum())
-    return part, sums.cpu().numpy(), counts.cpu().numpy(), total
+    of its rows per nearest centroid in float64 (k x d), on ``job.device``."""
+
+    name = "k-means: lloyd"
+    unit = "part"
+    use_gpu = True
+
+    def run(self, job: PartJob) -> tuple[int, np.ndarray, np.ndarray, float]:
+        dev = resolve_device(job.device)
+        cent = torch.from_numpy(np.ascontiguousarray(job.centroids, dtype=np.float32)).to(dev)
+        sums = torch.zeros(cent.shape, dtype=torch.float64, device=dev)
+        counts = torch.zeros(len(cent), dtype=torch.int64, device=dev)
+        total = 0.0
+        for block in _blocks(_part_path(storage_path(job.folder), job.part), job.dim, job.n):
+            x = torch.from_numpy(block.copy()).to(dev)
+            sims, label = _nearest(x, cent)
+            sums.index_add_(0, label, x.double())
+            counts += torch.bincount(label, minlength=len(cent))
+            total += float(sims.double().sum())
+        return job.part, sums.cpu().numpy(), counts.cpu().numpy(), total
 
 
 def _nearest(x: np.ndarray | torch.Tensor, cent: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -196,38 +230,49 @@ def _nearest(x: np.ndarray | torch.Tensor, cent: torch.Tensor) -> tuple[torch.Te
     return sims, label
 
 
-def route_part(
-    folder: str, part: int, n: int, dim: int, centroids: np.ndarray, device: str
-) -> tuple[int, list[int]]:
+class RoutePart(Step[PartJob]):
     """File one part's rows by nearest centroid: ``routed-PPPPP.f32`` (sorted by centroid,
-    input order within one) and its counts per centroid (the marker); resumable."""
-    where = storage_path(folder)
-    marker = where / f"routed-{part:05d}.json"
-    if marker.exists():
-        return part, json.loads(marker.read_text())["counts"]
-    dev = resolve_device(device)
-    cent = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(dev)
-    x = _read_rows(_part_path(where, part), dim, 0, n)
-    labels = [_nearest(x[lo : lo + _BLOCK], cent)[1].cpu().numpy() for lo in range(0, n, _BLOCK)]
-    label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
-    _write_rows(x[np.argsort(label, kind="stable")], _part_path(where, part, "routed"))
-    counts = np.bincount(label, minlength=len(cent)).tolist()
-    atomic_write_json({"part": part, "counts": counts}, marker)
-    return part, counts
+    input order within one); its counts per centroid are the marker."""
+
+    name = "k-means: route"
+    unit = "part"
+    use_gpu = True
+
+    def marker(self, job: PartJob) -> Path:
+        return storage_path(job.folder) / f"routed-{job.part:05d}.json"
+
+    def outputs(self, job: PartJob) -> tuple[Path, ...]:
+        return (_part_path(storage_path(job.folder), job.part, "routed"),)
+
+    def run(self, job: PartJob) -> dict[str, Any]:
+        where, n = storage_path(job.folder), job.n
+        dev = resolve_device(job.device)
+        cent = torch.from_numpy(np.ascontiguousarray(job.centroids, dtype=np.float32)).to(dev)
+        x = _read_rows(_part_path(where, job.part), job.dim, 0, n)
+        blocks = range(0, n, _BLOCK)
+        labels = [_nearest(x[lo : lo + _BLOCK], cent)[1].cpu().numpy() for lo in blocks]
+        label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
+        _write_rows(x[np.argsort(label, kind="stable")], _part_path(where, job.part, "routed"))
+        return {"part": job.part, "counts": np.bincount(label, minlength=len(cent)).tolist()}
 
 
-def fit_subtrees(
-    folder: str,
-    batch: int,
-    clusters: Sequence[int],
-    offsets: np.ndarray,
-    fine: Sequence[int],
-    centroids: np.ndarray,
-    dim: int,
-    scale: float,
-    max_rows: int,
-    seed: int,
-) -> dict[str, Any]:
+@dataclass(frozen=True, eq=False)
+class SubtreeJob:
+    """One batch of consecutive clusters to grow subtrees for (see :class:`FitSubtrees`)."""
+
+    folder: str
+    batch: int
+    clusters: tuple[int, ...]
+    offsets: np.ndarray
+    fine: tuple[int, ...]
+    centroids: np.ndarray
+    dim: int
+    scale: float
+    max_rows: int
+    seed: int
+
+
+class FitSubtrees(Step[SubtreeJob]):
     """The subtree of each cluster of one batch, from its rows in every routed part.
 
     ``offsets[i]``: where cluster ``clusters[i]`` starts and stops in each routed part,
@@ -236,12 +281,29 @@ def fit_subtrees(
     cut by a fine k-means of its rows (its roots), else its root is its own centroid
     (``centroids[i]``); then :func:`~.partition.grow_tree` splits what is too large.
     Each cluster draws from its own seeded generator, so the batches do not matter.
-    Writes ``subtrees-BBBBB.npz`` (marker: the file itself); returns its sizes.
+    Writes ``subtrees-BBBBB.npz``; stats: its rows.
     """
+
+    name = "k-means: subtrees"
+    unit = "batch"
+
+    def marker(self, job: SubtreeJob) -> Path:
+        return storage_path(job.folder) / f"subtrees-{job.batch:05d}.json"
+
+    def outputs(self, job: SubtreeJob) -> tuple[Path, ...]:
+        return (storage_path(job.folder) / f"subtrees-{job.batch:05d}.npz",)
+
+    def run(self, job: SubtreeJob) -> dict[str, Any]:
+        return _fit_subtrees(job)
+
+
+def _fit_subtrees(job: SubtreeJob) -> dict[str, Any]:
+    """:class:`FitSubtrees`' work."""
+    folder, batch, clusters, offsets = job.folder, job.batch, job.clusters, job.offsets
+    fine, centroids, dim, seed = job.fine, job.centroids, job.dim, job.seed
+    scale, max_rows = job.scale, job.max_rows
     where = storage_path(folder)
     out = where / f"subtrees-{batch:05d}.npz"
-    if out.exists():
-        return {"batch": batch}
     arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("centre", "offset", "axis", "children")}
     sizes, rows = [], 0
     # the batch's clusters are consecutive: one ranged read of each routed part
@@ -284,6 +346,30 @@ def _leaf(roots: torch.Tensor) -> tuple[np.ndarray, ...]:
         np.zeros((n, d), np.float32),
         np.full((n, 2), -1, np.int64),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class JoinJob:
+    """The batches' subtrees in ``folder`` to join into one tree at ``tree_path``."""
+
+    folder: str
+    n_batches: int
+    centroids: np.ndarray
+    ordered: bool
+    levels: int
+    tree_path: str
+
+
+class JoinSubtrees(Step[JoinJob]):
+    """One tree from the batches' subtrees (:func:`join_subtrees`)."""
+
+    name = "k-means: join"
+    unit = "step"
+
+    def run(self, job: JoinJob) -> dict[str, Any]:
+        return join_subtrees(
+            job.folder, job.n_batches, job.centroids, job.ordered, job.levels, job.tree_path
+        )
 
 
 def join_subtrees(
@@ -371,8 +457,9 @@ def fit_spread(
     seed, step_rows = settings.selector.seed, settings.partition.kmeans_step_rows
     kdir = str(folder / "kmeans")
     wanted = sample_plan(infos, plan.n_sample, seed)
-    jobs = [(p, job, kdir) for p, job in enumerate(_cut_parts(wanted, infos, step_rows, settings))]
-    stats = sorted(runner.map(sample_part, jobs), key=lambda st: st["part"])
+    parts = _cut_parts(wanted, infos, step_rows, settings)
+    jobs = [PartJob(kdir, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
+    stats = run_steps(runner, SamplePart(), jobs, progress=False)
     n, dim = [st["rows"] for st in stats], int(stats[0]["dim"])
     cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
     device = settings.selector.device
@@ -381,9 +468,9 @@ def fit_spread(
         new, used = _lloyd_round(kdir, n, dim, cent, reserve, used, device, runner)
         moved = not np.array_equal(new, cent)
         cent, iterations = new, iterations + 1
-    jobs = [(kdir, p, n[p], dim, cent, device) for p in range(len(n))]
-    routed = dict(runner.map(route_part, jobs, use_gpu=True))
-    counts = np.asarray([routed[p] for p in range(len(n))], dtype=np.int64)  # parts x k1
+    jobs = [PartJob(kdir, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
+    routed = run_steps(runner, RoutePart(), jobs, progress=False)
+    counts = np.asarray([r["counts"] for r in routed], dtype=np.int64)  # parts x k1
     per = counts.sum(axis=0)
     fine = _fine_counts(per, n_clusters) if plan.levels == 2 else np.ones(plan.k1, np.int64)
     starts = np.concatenate([np.zeros((len(n), 1), np.int64), np.cumsum(counts, axis=1)], 1)
@@ -391,12 +478,12 @@ def fit_spread(
     scale = sum(i.num_rows for i in infos) / plan.n_sample
     max_rows = settings.partition.chunk_size
     jobs = [
-        (
+        SubtreeJob(
             kdir,
             b,
-            list(c),
+            tuple(c.tolist()),
             np.stack([starts[:, c].T, starts[:, c + 1].T], 1),
-            fine[c].tolist(),
+            tuple(fine[c].tolist()),
             cent[c],
             dim,
             scale,
@@ -405,10 +492,11 @@ def fit_spread(
         )
         for b, c in enumerate(batches)
     ]
-    fitted = list(runner.map(fit_subtrees, jobs))
+    fitted = run_steps(runner, FitSubtrees(), jobs, progress=False)
     n_total = sum(i.num_rows for i in infos)
-    join = (kdir, len(batches), cent, n_total > max_rows, plan.levels, str(folder / "tree.npz"))
-    joined = next(iter(runner.map(join_subtrees, [join])))
+    tree = str(folder / "tree.npz")
+    join = JoinJob(kdir, len(batches), cent, n_total > max_rows, plan.levels, tree)
+    (joined,) = run_steps(runner, JoinSubtrees(), [join], progress=False)
     peaks = [st.get("peak_rss_mb") or 0 for st in [*stats, *fitted, joined]]
     return {
         "spread": True,
@@ -453,8 +541,11 @@ def _initial(
     pick = rng.choice(total, size=min(total, 2 * k), replace=False)
     bounds = np.concatenate([[0], np.cumsum(n)])
     part = np.searchsorted(bounds, pick, side="right") - 1
-    jobs = [(kdir, int(p), dim, np.sort(pick[part == p] - bounds[p])) for p in np.unique(part)]
-    got = dict(runner.map(part_rows, jobs))
+    jobs = [
+        PartJob(kdir, int(p), dim=dim, rows=np.sort(pick[part == p] - bounds[p]))
+        for p in np.unique(part)
+    ]
+    got = dict(run_steps(runner, PartRows(), jobs, progress=False))
     rows = np.empty((len(pick), dim), np.float32)
     for p, x in got.items():
         mine = np.flatnonzero(part == p)
@@ -478,8 +569,8 @@ def _lloyd_round(
     counts = np.zeros(len(cent), np.int64)
     pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     nxt = 0
-    jobs = [(kdir, p, n[p], dim, cent, device) for p in range(len(n))]
-    for part, s, c, _ in runner.map(lloyd_part, jobs, use_gpu=True):
+    jobs = [PartJob(kdir, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
+    for part, s, c, _ in run_steps(runner, LloydPart(), jobs, progress=False):
         pending[part] = (s, c)
         while nxt in pending:  # only the parts that finished early wait here
             s, c = pending.pop(nxt)
