@@ -16,9 +16,11 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner, gather
+from datamask.distributed import LocalRunner, execute, gather
 from datamask.distributed.gather import (
     SHARD_COLUMN,
+    IndexJob,
+    IndexSpills,
     group_object_path,
     index_spills,
     unit_pieces,
@@ -169,7 +171,8 @@ def test_offsets_built_in_blocks_are_the_whole_table(tmp_path, block_values):
     same bytes as the table built at once, and the same leaf totals."""
     counts = np.random.default_rng(3).integers(0, 9, size=(7, 50))
     write_counts(tmp_path, counts)
-    per_leaf = index_spills(str(tmp_path), 50, block_values=block_values)
+    job = IndexJob(str(tmp_path), 50, block_values=block_values)
+    per_leaf = execute(IndexSpills(), job)["per_leaf"]  # with its marker
     assert per_leaf == counts.sum(axis=0).tolist()
     assert (tmp_path / "offsets.bin").read_bytes() == expected_offsets(counts).tobytes()
     assert json.loads((tmp_path / "offsets.json").read_text())["shards"] == list(range(7))

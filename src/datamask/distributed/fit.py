@@ -12,14 +12,44 @@ above ``--kmeans-step-rows`` is fitted by steps instead (:mod:`.kmeans`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .._memory import peak_rss_mb
+from .engine import Step
 from .partition import fit_centroids, fit_tree, read_sample
 
-__all__ = ["fit_partition"]
+__all__ = ["FitJob", "FitPartition", "fit_partition"]
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """The seeded sample's reads (:func:`~.partition.read_sample`'s arguments per shard)
+    and what the tree is fitted with; the tree is saved to ``tree_path``."""
+
+    reads: tuple[tuple, ...]
+    n_clusters: int
+    n_total: int
+    max_rows: int
+    seed: int
+    tree_path: str
+
+
+class FitPartition(Step[FitJob]):
+    """:func:`fit_partition` as one step on a worker that may use the whole machine; the
+    tree is its output (a fitted tree is not fitted again: :func:`~.plan.fit_cluster_tree`
+    checks it before planning the step)."""
+
+    name = "k-means fit"
+    unit = "step"
+    whole_machine = True
+
+    def run(self, job: FitJob) -> dict[str, Any]:
+        return fit_partition(
+            job.reads, job.n_clusters, job.n_total, job.max_rows, job.seed, job.tree_path
+        )
 
 
 def fit_partition(

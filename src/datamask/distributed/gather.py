@@ -40,17 +40,19 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from .._memory import peak_rss_mb
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.fs import names_in, open_input, storage_path
 from ..io.shards import iter_files, read_ranges
+from .engine import Step, run_steps
 from .executors import GROUP_MEMORY_BASE, Runner
 from .partition import ROW_COLUMN, Piece, Unit, coalesce, spill_path, split_across
 
@@ -61,6 +63,12 @@ __all__ = [
     "gather_groups",
     "gather_summary",
     "group_object_path",
+    "IndexJob",
+    "IndexSpills",
+    "ReleaseJob",
+    "ReleaseSpills",
+    "GatherBucket",
+    "GatherJob",
     "index_spills",
     "release_spills",
     "ungathered",
@@ -95,19 +103,58 @@ def _spilled_shards(folder: Path) -> list[int]:
 INDEX_BLOCK_VALUES = 1 << 22
 
 
+@dataclass(frozen=True)
+class IndexJob:
+    clusters: str
+    n_leaves: int
+    block_values: int = INDEX_BLOCK_VALUES
+
+
+class IndexSpills(Step[IndexJob]):
+    """:func:`index_spills` as a step; its marker ``clusters/offsets.json`` (the spilled
+    shards in order, and each leaf's total rows: all the driver reads of the counts)."""
+
+    name = "index spills"
+    unit = "step"
+
+    def marker(self, job: IndexJob) -> Path:
+        return storage_path(job.clusters) / "offsets.json"
+
+    def outputs(self, job: IndexJob) -> tuple[Path, ...]:
+        folder = storage_path(job.clusters)
+        return (folder / "offsets.bin", _spills_path(folder))
+
+    def run(self, job: IndexJob) -> dict[str, Any]:
+        return index_spills(job.clusters, job.n_leaves, job.block_values)
+
+
+@dataclass(frozen=True)
+class ReleaseJob:
+    clusters: str
+    shards: tuple[int, ...]
+
+
+class ReleaseSpills(Step[ReleaseJob]):
+    """Delete the spills of ``shards`` once every group is gathered (:func:`release_spills`)."""
+
+    name = "release spills"
+    unit = "batch"
+
+    def run(self, job: ReleaseJob) -> None:
+        release_spills(job.clusters, job.shards)
+
+
 def index_spills(
     clusters_dir: str, n_leaves: int, block_values: int = INDEX_BLOCK_VALUES
-) -> list[int]:
+) -> dict[str, Any]:
     """One step after the spill: every spilled shard's per-leaf counts as one leaf-major
     table of offsets, so a gather step reads the few rows it needs, not S counts files.
 
     Writes ``clusters/offsets.bin`` (int64, ``(leaves + 1) x spills``: row ``l`` is where
     leaf ``l`` starts in each spill, row ``leaves`` each spill's rows),
     ``clusters/offsets.spills.json`` (the spilled shards: what a gather step reads besides
-    its rows of the table) and then the marker
-    ``clusters/offsets.json`` (the spilled shards in order, and each leaf's total rows),
-    which a rerun returns without redoing the work. Returns the leaves' totals: all the
-    driver needs of the counts.
+    its rows of the table). Returns what :class:`IndexSpills` records as its marker: the
+    spilled shards in order, and each leaf's total rows.
 
     Memory: two blocks of ``block_values`` int64 values and the leaves' totals, not the table (``8 x
     spills x leaves`` bytes: 80 GB at 10^5 x 10^5). Each counts file is read once; panels
@@ -116,9 +163,6 @@ def index_spills(
     panel) and appended to the table.
     """
     folder = storage_path(clusters_dir)
-    marker = folder / "offsets.json"
-    if marker.exists():
-        return json.loads(marker.read_text())["per_leaf"]
     shards = _spilled_shards(folder)
     per_leaf = np.zeros(n_leaves, dtype=np.int64)
     with (
@@ -132,9 +176,7 @@ def index_spills(
         ]
         _append_leaf_blocks(panels, n_leaves + 1, len(shards), block_values, table)
     atomic_write_json({"shards": shards}, _spills_path(folder))  # what the gathers read
-    per_leaf_list = per_leaf.tolist()
-    atomic_write_json({"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf_list}, marker)
-    return per_leaf_list
+    return {"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf.tolist()}
 
 
 def _spills_path(folder: Path) -> Path:
@@ -293,17 +335,14 @@ def gather_bucket(
     (On object storage each object is written to the worker's ``$TMPDIR`` first: the
     bucket's rows, not one group's, on its local disk until they are uploaded.) A group's
     rows come in the order the plan always gave them (by spill, then by row), whatever
-    its bucket. The objects are published once all are written, then their markers; a
-    group with its marker in place is not redone. Returns ``(gid, rows)`` per group.
+    its bucket. The objects are published once all are written, then their markers.
+    Returns ``(gid, rows)`` per group. Which groups are done is the driver's to say
+    (:func:`gather_groups`: one listing of the markers): a group's marker, not its
+    bucket's, is the unit of resume, as buckets are made of the groups still to gather.
     """
     started = time.perf_counter()
-    out, todo = [], []
-    for gid, units, n_rows in groups:
-        marker = _marker(work_dir, gid)
-        if marker.exists():
-            out.append((gid, int(json.loads(marker.read_text())["n"])))
-        else:
-            todo.append((gid, n_rows, *unit_pieces(clusters_dir, units, max_rows)))
+    out: list[tuple[int, int]] = []
+    todo = [(gid, n, *unit_pieces(clusters_dir, units, max_rows)) for gid, units, n in groups]
     by_spill: dict[str, list[tuple[int, Piece]]] = {}
     for i, (_, _, pieces, _) in enumerate(todo):
         for piece in pieces:
@@ -426,6 +465,35 @@ def release_spills(clusters_dir: str, shards: Sequence[int]) -> None:
         spill_path(folder, s).unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class GatherJob:
+    """A bucket of consecutive cluster groups ``(gid, units, rows)`` to gather."""
+
+    groups: tuple[tuple[int, tuple[Unit, ...], int], ...]
+    max_rows: int
+    columns: tuple[str, ...]
+    clusters: str
+    work: str
+
+
+class GatherBucket(Step[GatherJob]):
+    """:func:`gather_bucket` as a step: no marker of its own (its groups' markers are
+    written by the step, and :func:`gather_groups` lists them to make the buckets)."""
+
+    name = "gather groups"
+    unit = "bucket"
+
+    def size(self, job: GatherJob) -> int:
+        return sum(n for *_, n in job.groups)
+
+    def memory(self, job: GatherJob) -> int:
+        # Ray's memory=: the buffer, its concatenation, the reads in flight
+        return GROUP_MEMORY_BASE + 3 * GATHER_BUFFER_BYTES
+
+    def run(self, job: GatherJob) -> list[tuple[int, int]]:
+        return gather_bucket(job.groups, job.max_rows, job.columns, job.clusters, job.work)
+
+
 def gather_groups(
     plan: Sequence[tuple[str, list[Unit], int]],
     max_rows: int,
@@ -440,14 +508,12 @@ def gather_groups(
     piece, the group's object) and the gather steps run."""
     todo = ungathered(len(plan), work_dir)
     buckets = gather_buckets([n for *_, n in plan], todo, runner.workers)
-    shared = list(columns), str(clusters_dir), str(work_dir)  # one copy, not one a job
-    jobs = (([(g, plan[g][1], plan[g][2]) for g in b], max_rows, *shared) for b in buckets)
-    # Ray's memory= per step: the buffer, its concatenation, the reads in flight
-    memory = [GROUP_MEMORY_BASE + 3 * GATHER_BUFFER_BYTES] * len(buckets)
-    steps = runner.map(gather_bucket, jobs, memory=memory)  # jobs made as submitted
-    with tqdm(total=len(todo), desc="gather groups", unit="group", disable=not progress) as bar:
-        for done in steps:
-            bar.update(len(done))
+    shared = tuple(columns), str(clusters_dir), str(work_dir)
+    jobs = [
+        GatherJob(tuple((g, tuple(plan[g][1]), plan[g][2]) for g in b), max_rows, *shared)
+        for b in buckets
+    ]
+    run_steps(runner, GatherBucket(), jobs, progress=progress)
     read_plan = [
         (label, [Piece(str(group_object_path(work_dir, gid)), 0, n)])
         for gid, (label, _, n) in enumerate(plan)

@@ -119,7 +119,7 @@ class FileJob:
     id_col: str
     work: str
     out: str
-    bucket_shards: int = BUCKET_SHARDS
+    bucket_shards: int
 
 
 class FileKeptRows(Step[FileJob]):
@@ -269,9 +269,9 @@ def keep_round(
     names = input_names(run.source, [i.path for i in infos])
     sources = {str(info.path): s for s, info in enumerate(infos)}
     sources.update({str(group_object_path(work, g.gid)): GATHERED for g in groups})
-    w, o = str(work), str(out)  # one copy of each, not one a job
+    w, o, per = str(work), str(out), BUCKET_SHARDS  # one copy of each, not one a job
     jobs = [
-        FileJob(g.gid, tuple(g.pieces), tuple(sources[p.path] for p in g.pieces), id_col, w, o)
+        FileJob(g.gid, tuple(g.pieces), tuple(sources[p.path] for p in g.pieces), id_col, w, o, per)
         for g in groups
     ]
     run_steps(runner, FileKeptRows(), jobs, progress=progress)

@@ -26,7 +26,6 @@ exactly and do not depend on scheduling.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,12 +38,13 @@ import torch
 
 from .._validation import unit_rows
 from ..data import apportion
-from ..io.atomic import atomic_write, atomic_write_json
+from ..io.atomic import atomic_write
 from ..io.fs import storage_path
 from ..io.parquet import features_from_arrow
 from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
 from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
+from .engine import Step
 from .tree import ClusterTree
 
 __all__ = [
@@ -65,7 +65,8 @@ __all__ = [
     "fit_tree",
     "grow_tree",
     "spill_path",
-    "spill_shard",
+    "SpillJob",
+    "SpillShard",
     "spills_released_path",
     "coalesce",
     "part_rows",
@@ -386,36 +387,53 @@ def spills_released_path(clusters_dir: str | Path) -> Path:
     return storage_path(clusters_dir) / "spills-released.json"
 
 
-def spill_shard(
-    shard_index: int,
-    info: ShardInfo,
-    tree_path: str,
-    clusters_dir: str,
-    columns: Sequence[str],
-    feature_col: str,
-    batch_size: int = 65_536,
-) -> tuple[int, int]:
-    """File every row of one shard under its leaf of the tree; a pure, resumable step.
+@dataclass(frozen=True)
+class SpillJob:
+    """One input shard to file under the leaves of the tree at ``tree_path``; ``released``:
+    the spills were deleted once gathered (then the counts alone finish the job)."""
 
-    Writes ``clusters_dir/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf,
-    one row group per leaf, and inside a leaf along its axis when the tree is
-    ``ordered``; plus :data:`ROW_COLUMN`, each row's place in the shard) and then
-    ``shard-NNNNN.json`` with the per-leaf row counts; when that JSON exists already, with
-    its spill or after the spills were released (:func:`spills_released_path`), it is
-    returned without redoing the work.
+    shard: int
+    info: ShardInfo
+    tree_path: str
+    clusters: str
+    columns: tuple[str, ...]
+    feature_col: str
+    released: bool = False
+    batch_size: int = 65_536
 
-    Returns
-    -------
-    (shard_index, rows) : tuple of int
-        The rows spilled; the per-leaf counts stay in the JSON (O(leaves) per shard: the
-        driver never receives them, :func:`~.gather.index_spills` reads them).
+
+class SpillShard(Step[SpillJob]):
+    """File every row of one shard under its leaf of the tree.
+
+    Writes ``clusters/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf, one
+    row group per leaf, and inside a leaf along its axis when the tree is ``ordered``;
+    plus :data:`ROW_COLUMN`, each row's place in the shard); the engine writes
+    ``shard-NNNNN.json`` with the per-leaf row counts last (O(leaves) per shard: the
+    driver never reads them, :func:`~.gather.index_spills` does).
     """
-    folder = storage_path(clusters_dir)
-    done = folder / f"shard-{shard_index:05d}.json"
-    out = spill_path(folder, shard_index)
-    if done.exists() and (out.exists() or spills_released_path(folder).exists()):
-        return shard_index, int(sum(json.loads(done.read_text())["counts"]))
-    tree = ClusterTree.load(tree_path)
+
+    name = "assign clusters"
+    unit = "shard"
+
+    def marker(self, job: SpillJob) -> Path:
+        return storage_path(job.clusters) / f"shard-{job.shard:05d}.json"
+
+    def outputs(self, job: SpillJob) -> tuple[Path, ...]:
+        return () if job.released else (spill_path(storage_path(job.clusters), job.shard),)
+
+    def size(self, job: SpillJob) -> int:
+        return job.info.num_rows
+
+    def run(self, job: SpillJob) -> dict:
+        return _spill(job)
+
+
+def _spill(job: SpillJob) -> dict:
+    """:class:`SpillShard`'s work; returns the marker's stats (the shard, its counts)."""
+    info, feature_col, batch_size = job.info, job.feature_col, job.batch_size
+    out = spill_path(storage_path(job.clusters), job.shard)
+    tree = ClusterTree.load(job.tree_path)
+    columns = job.columns
     # One read of the shard: the leaves come from its embedding column, then the rows are
     # reordered by leaf. Memory is one shard, whatever the size of the corpus.
     table = read_rows(info.path, 0, info.num_rows, columns, row_group_rows=info.row_group_rows)
@@ -442,8 +460,7 @@ def spill_shard(
         for c in np.flatnonzero(counts):
             writer.write_table(table.slice(offset, int(counts[c])))
             offset += int(counts[c])
-    atomic_write_json({"shard": info.path, "counts": counts.tolist()}, done)
-    return shard_index, int(counts.sum())
+    return {"shard": info.path, "counts": counts.tolist()}
 
 
 def part_rows(n: int, n_parts: int) -> list[int]:

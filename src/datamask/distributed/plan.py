@@ -22,20 +22,22 @@ from ..io.shards import ShardInfo
 from ..pipeline.step import MODULAR
 from .allocate import allocates_by_gains, want_path, wanted
 from .context import RunContext
-from .executors import Runner, progress_map
-from .fit import fit_partition
-from .gather import gather_groups, index_spills, release_spills, ungathered
+from .engine import run_steps
+from .executors import Runner
+from .fit import FitJob, FitPartition
+from .gather import IndexJob, IndexSpills, ReleaseJob, ReleaseSpills, gather_groups, ungathered
 from .kmeans import fit_plan, fit_spread
 from .partition import (
     ClusterTree,
     Group,
+    SpillJob,
+    SpillShard,
     default_clusters,
     make_groups,
     plan_by_chunk,
     plan_by_cluster,
     plan_by_shard,
     sample_plan,
-    spill_shard,
     spills_released_path,
 )
 from .steps import candidate_count
@@ -80,18 +82,21 @@ def plan_partition(
     seconds = {"fit": time.perf_counter() - clock}
     # 3. One streaming pass filing every row under its leaf (resumable per shard); the
     #    driver gets only the leaves' totals back.
-    jobs = [
-        (s, info, str(tree_path), str(folder), settings.read_columns, settings.columns.feature_col)
-        for s, info in enumerate(infos)
-        if info.num_rows
-    ]
+    released = spills_released_path(folder)
+    columns, feature_col = tuple(settings.read_columns), settings.columns.feature_col
+    spilled = [s for s, info in enumerate(infos) if info.num_rows]
     tree = ClusterTree.load(tree_path)
 
     def spill() -> np.ndarray:
-        for _ in progress_map(runner, spill_shard, jobs, "assign clusters", progress):
-            pass  # each spill's counts stay in its own file
-        index = (str(folder), tree.n_leaves)  # one step: S counts files to one offsets table
-        return np.asarray(next(iter(runner.map(index_spills, [index]))), dtype=np.int64)
+        done = released.exists()  # then a spill's counts finish its job
+        jobs = [
+            SpillJob(s, infos[s], str(tree_path), str(folder), columns, feature_col, done)
+            for s in spilled
+        ]
+        run_steps(runner, SpillShard(), jobs, progress=progress)  # counts stay in files
+        index = IndexJob(str(folder), tree.n_leaves)  # one step: S counts files to one table
+        (offsets,) = run_steps(runner, IndexSpills(), [index], progress=False)
+        return np.asarray(offsets["per_leaf"], dtype=np.int64)
 
     per_leaf = spill()
     seconds["spill"] = time.perf_counter() - clock - seconds["fit"]
@@ -100,7 +105,6 @@ def plan_partition(
     #    one object: every later step of the group opens that, not the S spills.
     merge = settings.partition.n_clusters is None
     units = plan_by_cluster(per_leaf, settings.partition.chunk_size, tree, merge=merge)
-    released = spills_released_path(folder)
     if released.exists() and ungathered(len(units), work):  # a group's marker was lost
         released.unlink()
         spill()  # the spills again (the same bytes), for the groups still to gather
@@ -109,10 +113,10 @@ def plan_partition(
     # 5. Every row is in its group's object now: the spills' disk goes back (the 10M run
     #    filled its disk holding both), deleted by steps in batches of shards (again on
     #    a resume: a spill redone since is deleted too).
-    spilled = [job[0] for job in jobs]
-    batches = [(str(folder), spilled[i : i + 256]) for i in range(0, len(spilled), 256)]
-    for _ in runner.map(release_spills, batches):
-        pass
+    batches = [
+        ReleaseJob(str(folder), tuple(spilled[i : i + 256])) for i in range(0, len(spilled), 256)
+    ]
+    run_steps(runner, ReleaseSpills(), batches, progress=False)
     if not released.exists():
         atomic_write_json({"shards": len(spilled)}, released)
     seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
@@ -195,11 +199,10 @@ def fit_cluster_tree(
     # the cuts of clusters too large for one group: one step, on a worker, on CPU, from the
     # same sample: the partition is the same on any runner.
     wanted = sample_plan(infos, fit.n_sample, settings.selector.seed)
-    jobs = [(s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items()]
-    job = (jobs, n_clusters, n_total, part.chunk_size, settings.selector.seed, str(tree_path))
-    with tqdm(total=1, desc="k-means fit", disable=not progress) as bar:
-        (stats,) = runner.map(fit_partition, [job], whole_machine=True)
-        bar.update(1)
+    reads = tuple((s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items())
+    seed = settings.selector.seed
+    job = FitJob(reads, n_clusters, n_total, part.chunk_size, seed, str(tree_path))
+    (stats,) = run_steps(runner, FitPartition(), [job], progress=progress)
     kmeans.update(sample_rows=stats["sample_rows"], step_peak_rss_mb=stats["peak_rss_mb"])
     return kmeans
 
