@@ -341,64 +341,26 @@ def gather_bucket(
     bucket's, is the unit of resume, as buckets are made of the groups still to gather.
     """
     started = time.perf_counter()
-    out: list[tuple[int, int]] = []
     todo = [(gid, n, *unit_pieces(clusters_dir, units, max_rows)) for gid, units, n in groups]
+    if not todo:
+        return []
     by_spill: dict[str, list[tuple[int, Piece]]] = {}
     for i, (_, _, pieces, _) in enumerate(todo):
         for piece in pieces:
             by_spill.setdefault(piece.path, []).append((i, piece))
     spills = sorted(by_spill)  # a group's pieces are in (spill, row) order already
-    if todo and not spills:
+    if not spills:
         raise RuntimeError(
             f"groups {[g for g, *_ in todo]} have no rows in any spill; were the spills "
             "rewritten during the run?"
         )
-    if not todo:
-        return out
     read_columns = [*columns, ROW_COLUMN]
-    schema = _unified_schema(spills, read_columns)
-    written = [0] * len(todo)
-
-    def ranges(path: str) -> list[pa.Table]:
-        return read_ranges(path, [(p.start, p.stop) for _, p in by_spill[path]], read_columns)
-
     with ExitStack() as objects:
         tmps = [
             objects.enter_context(atomic_write(storage_path(group_object_path(work_dir, gid))))
             for gid, *_ in todo
         ]
-        with ExitStack() as open_writers:
-            writers = [
-                open_writers.enter_context(
-                    pq.ParquetWriter(tmp, schema, compression="zstd", write_page_checksum=True)
-                )
-                for tmp in tmps
-            ]
-            buffered: list[list[pa.Table]] = [[] for _ in todo]
-            held = held_rows = 0
-            # never more rows than the bucket's largest group: memory stays what a step
-            # gathering that group alone took, whatever the bucket's size
-            most_rows = max(n for _, n, *_ in todo)
-
-            def flush() -> None:
-                for i, tables in enumerate(buffered):
-                    if tables:
-                        writers[i].write_table(pa.concat_tables(tables).combine_chunks())
-                        written[i] += sum(t.num_rows for t in tables)
-                        tables.clear()
-
-            # on object storage several spills in flight (each read is round trips)
-            for path, tables in zip(spills, iter_files(ranges, spills), strict=True):
-                for (i, piece), table in zip(by_spill[path], tables, strict=True):
-                    shard = pa.array(np.full(table.num_rows, todo[i][3][piece.path], np.int32))
-                    table = table.append_column(SHARD_COLUMN, shard).cast(schema)
-                    buffered[i].append(table)
-                    held += table.nbytes
-                    held_rows += table.num_rows
-                if held >= GATHER_BUFFER_BYTES or held_rows >= most_rows:
-                    flush()
-                    held = held_rows = 0
-            flush()
+        written = _stream_rows(todo, by_spill, _unified_schema(spills, read_columns), tmps)
         for (gid, n_rows, *_), rows in zip(todo, written, strict=True):
             if rows != n_rows:  # raised inside: no object of the bucket is published
                 raise RuntimeError(
@@ -420,8 +382,58 @@ def gather_bucket(
             **bucket,
         }
         atomic_write_json(stats, _marker(work_dir, gid))
-        out.append((gid, n_rows))
-    return out
+    return [(gid, n_rows) for gid, n_rows, *_ in todo]
+
+
+def _stream_rows(
+    todo: Sequence[tuple[int, int, list[Piece], dict[str, int]]],
+    by_spill: dict[str, list[tuple[int, Piece]]],
+    schema: pa.Schema,
+    tmps: Sequence[Path],
+) -> list[int]:
+    """Read every spill once (its ranges of every group in ``todo``) and append each
+    group's rows to its object ``tmps[i]``, flushing every :data:`GATHER_BUFFER_BYTES` or
+    as many rows as the largest group has. Returns the rows written per group."""
+    written = [0] * len(todo)
+    read_columns = [c for c in schema.names if c != SHARD_COLUMN]
+    spills = sorted(by_spill)
+
+    def ranges(path: str) -> list[pa.Table]:
+        return read_ranges(path, [(p.start, p.stop) for _, p in by_spill[path]], read_columns)
+
+    with ExitStack() as open_writers:
+        writers = [
+            open_writers.enter_context(
+                pq.ParquetWriter(tmp, schema, compression="zstd", write_page_checksum=True)
+            )
+            for tmp in tmps
+        ]
+        buffered: list[list[pa.Table]] = [[] for _ in todo]
+        held = held_rows = 0
+        # never more rows than the bucket's largest group: memory stays what a step
+        # gathering that group alone took, whatever the bucket's size
+        most_rows = max(n for _, n, *_ in todo)
+
+        def flush() -> None:
+            for i, tables in enumerate(buffered):
+                if tables:
+                    writers[i].write_table(pa.concat_tables(tables).combine_chunks())
+                    written[i] += sum(t.num_rows for t in tables)
+                    tables.clear()
+
+        # on object storage several spills in flight (each read is round trips)
+        for path, tables in zip(spills, iter_files(ranges, spills), strict=True):
+            for (i, piece), table in zip(by_spill[path], tables, strict=True):
+                shard = pa.array(np.full(table.num_rows, todo[i][3][piece.path], np.int32))
+                table = table.append_column(SHARD_COLUMN, shard).cast(schema)
+                buffered[i].append(table)
+                held += table.nbytes
+                held_rows += table.num_rows
+            if held >= GATHER_BUFFER_BYTES or held_rows >= most_rows:
+                flush()
+                held = held_rows = 0
+        flush()
+    return written
 
 
 def gather_summary(work_dir: str | Path) -> dict[str, float]:

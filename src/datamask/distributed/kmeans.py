@@ -32,7 +32,7 @@ Every step is a pure function of its arguments and files, resumable from its mar
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,14 +42,11 @@ import torch
 
 from .._device import resolve_device
 from .._memory import peak_rss_mb
-from ..data import apportion
 from ..io.atomic import atomic_write
 from ..io.fs import open_input, storage_path
-from ..io.shards import ShardInfo
 from ..neighbors import spherical_kmeans
-from .engine import Step, run_steps
-from .executors import Runner
-from .partition import _KMEANS_STREAM, KMEANS_ITER, grow_tree, kmeans_generator, read_sample
+from .engine import Step
+from .partition import KMEANS_ITER, grow_tree, kmeans_generator, read_sample
 from .tree import ClusterTree
 
 __all__ = [
@@ -59,7 +56,6 @@ __all__ = [
     "TWO_LEVEL_MIN",
     "FitPlan",
     "fit_plan",
-    "fit_spread",
     "FitSubtrees",
     "JoinSubtrees",
     "LloydPart",
@@ -438,172 +434,3 @@ def _remap_children(children: np.ndarray, new: np.ndarray) -> np.ndarray:
     out[inner, 0] = new[children[inner, 0]]
     out[inner, 1] = new[children[inner, 1] - 1] + 1
     return out
-
-
-# --- the driver's part: plans and sums, never rows -----------------------------------------
-def fit_spread(
-    infos: Sequence[ShardInfo],
-    plan: FitPlan,
-    n_clusters: int,
-    settings: Any,
-    folder: Path,
-    runner: Runner,
-) -> dict[str, Any]:
-    """Fit the tree of a cluster partition by steps (see the module), save it to
-    ``folder / "tree.npz"``; returns facts for the manifest. ``settings``: the run's
-    :class:`~datamask.config.SelectSpec`."""
-    from .partition import sample_plan
-
-    seed, step_rows = settings.selector.seed, settings.partition.kmeans_step_rows
-    kdir = str(folder / "kmeans")
-    wanted = sample_plan(infos, plan.n_sample, seed)
-    parts = _cut_parts(wanted, infos, step_rows, settings)
-    jobs = [PartJob(kdir, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
-    stats = run_steps(runner, SamplePart(), jobs, progress=False)
-    n, dim = [st["rows"] for st in stats], int(stats[0]["dim"])
-    cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
-    device = settings.selector.device
-    iterations, used, moved = 0, 0, True
-    while moved and iterations < KMEANS_ITER:  # until no centroid moves, at most that
-        new, used = _lloyd_round(kdir, n, dim, cent, reserve, used, device, runner)
-        moved = not np.array_equal(new, cent)
-        cent, iterations = new, iterations + 1
-    jobs = [PartJob(kdir, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
-    routed = run_steps(runner, RoutePart(), jobs, progress=False)
-    counts = np.asarray([r["counts"] for r in routed], dtype=np.int64)  # parts x k1
-    per = counts.sum(axis=0)
-    fine = _fine_counts(per, n_clusters) if plan.levels == 2 else np.ones(plan.k1, np.int64)
-    starts = np.concatenate([np.zeros((len(n), 1), np.int64), np.cumsum(counts, axis=1)], 1)
-    batches = _batches(per, step_rows)
-    scale = sum(i.num_rows for i in infos) / plan.n_sample
-    max_rows = settings.partition.chunk_size
-    jobs = [
-        SubtreeJob(
-            kdir,
-            b,
-            tuple(c.tolist()),
-            np.stack([starts[:, c].T, starts[:, c + 1].T], 1),
-            tuple(fine[c].tolist()),
-            cent[c],
-            dim,
-            scale,
-            max_rows,
-            seed,
-        )
-        for b, c in enumerate(batches)
-    ]
-    fitted = run_steps(runner, FitSubtrees(), jobs, progress=False)
-    n_total = sum(i.num_rows for i in infos)
-    tree = str(folder / "tree.npz")
-    join = JoinJob(kdir, len(batches), cent, n_total > max_rows, plan.levels, tree)
-    (joined,) = run_steps(runner, JoinSubtrees(), [join], progress=False)
-    peaks = [st.get("peak_rss_mb") or 0 for st in [*stats, *fitted, joined]]
-    return {
-        "spread": True,
-        "levels": plan.levels,
-        "k1": plan.k1,
-        "sample_rows": plan.n_sample,
-        "parts": len(n),
-        "iterations": iterations,
-        "subtree_steps": len(batches),
-        "step_peak_rss_mb": max(peaks),
-    }
-
-
-def _cut_parts(
-    wanted: dict[int, np.ndarray], infos: Sequence[ShardInfo], step_rows: int, settings: Any
-) -> list[list[tuple]]:
-    """The sample, in (shard, row) order, cut into runs of ``step_rows`` rows: each part's
-    :func:`~.partition.read_sample` jobs. Depends on the sample and ``step_rows`` only."""
-    col = settings.columns.feature_col
-    parts: list[list[tuple]] = [[]]
-    room = step_rows
-    for s in sorted(wanted):
-        rows = wanted[s]
-        while len(rows):
-            if room == 0:
-                parts.append([])
-                room = step_rows
-            take = rows[:room]
-            parts[-1].append((s, infos[s], take, col))
-            room -= len(take)
-            rows = rows[len(take) :]
-    return parts
-
-
-def _initial(
-    kdir: str, n: Sequence[int], dim: int, k: int, seed: int, runner: Runner
-) -> tuple[np.ndarray, np.ndarray]:
-    """``k`` seeded sample rows as the first centroids, and ``k`` more as the reserve that
-    refills empty ones: read by one step per part that holds any."""
-    total = int(sum(n))
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _KMEANS_STREAM, 3]))
-    pick = rng.choice(total, size=min(total, 2 * k), replace=False)
-    bounds = np.concatenate([[0], np.cumsum(n)])
-    part = np.searchsorted(bounds, pick, side="right") - 1
-    jobs = [
-        PartJob(kdir, int(p), dim=dim, rows=np.sort(pick[part == p] - bounds[p]))
-        for p in np.unique(part)
-    ]
-    got = dict(run_steps(runner, PartRows(), jobs, progress=False))
-    rows = np.empty((len(pick), dim), np.float32)
-    for p, x in got.items():
-        mine = np.flatnonzero(part == p)
-        rows[mine[np.argsort(pick[mine], kind="stable")]] = x
-    return rows[:k].copy(), rows[k:].copy()
-
-
-def _lloyd_round(
-    kdir: str,
-    n: Sequence[int],
-    dim: int,
-    cent: np.ndarray,
-    reserve: np.ndarray,
-    used: int,
-    device: str,
-    runner: Runner,
-) -> tuple[np.ndarray, int]:
-    """One Lloyd iteration over every part; the sums are added in part order (float64),
-    so the result is the same whatever order the steps finish in."""
-    sums = np.zeros(cent.shape, np.float64)
-    counts = np.zeros(len(cent), np.int64)
-    pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    nxt = 0
-    jobs = [PartJob(kdir, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
-    for part, s, c, _ in run_steps(runner, LloydPart(), jobs, progress=False):
-        pending[part] = (s, c)
-        while nxt in pending:  # only the parts that finished early wait here
-            s, c = pending.pop(nxt)
-            sums += s
-            counts += c
-            nxt += 1
-    for j in np.flatnonzero(counts == 0):  # empty: the next reserve row, else unchanged
-        sums[j] = reserve[used] if used < len(reserve) else cent[j]
-        used += used < len(reserve)
-    norm = np.linalg.norm(sums, axis=1, keepdims=True)
-    return (sums / np.maximum(norm, 1e-12)).astype(np.float32), used
-
-
-def _fine_counts(per: np.ndarray, n_clusters: int) -> np.ndarray:
-    """Fine centroids per coarse cluster: one each that holds sample rows, the rest of
-    ``n_clusters`` shared by sample rows (:func:`~datamask.data.apportion`), never more
-    than its rows."""
-    fine = (per > 0).astype(np.int64)
-    extra = n_clusters - int(fine.sum())
-    if extra > 0:
-        fine[per > 0] += apportion(per[per > 0].tolist(), extra)
-    return np.minimum(fine, per)
-
-
-def _batches(per: np.ndarray, step_rows: int) -> list[np.ndarray]:
-    """Consecutive clusters whose sample rows add up to at most ``step_rows`` (at least
-    one cluster each): one subtree step per batch."""
-    out: list[list[int]] = [[]]
-    room = step_rows
-    for c, m in enumerate(per.tolist()):
-        if out[-1] and m > room:
-            out.append([])
-            room = step_rows
-        out[-1].append(c)
-        room -= m
-    return [np.asarray(b, dtype=np.int64) for b in out]

@@ -24,9 +24,9 @@ from .allocate import allocates_by_gains, want_path, wanted
 from .context import RunContext
 from .engine import run_steps
 from .executors import Runner
-from .fit import FitJob, FitPartition
+from .fit import FitJob, FitPartition, fit_spread
 from .gather import IndexJob, IndexSpills, ReleaseJob, ReleaseSpills, gather_groups, ungathered
-from .kmeans import fit_plan, fit_spread
+from .kmeans import fit_plan
 from .partition import (
     ClusterTree,
     Group,
