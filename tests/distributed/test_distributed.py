@@ -344,10 +344,8 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     import datamask.distributed.allocate as allocate
-    import datamask.distributed.exchange as exchange
-    import datamask.distributed.partition as partition
+    import datamask.distributed.engine as engine
     import datamask.distributed.runner as runner
-    import datamask.distributed.steps as steps
     from datamask.config import SelectSpec
     from datamask.distributed import run_selection
 
@@ -380,9 +378,9 @@ KILLER = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
         real(obj, path)
 
-    runner.atomic_write_json = steps.atomic_write_json = write_then_die
-    allocate.atomic_write_json = exchange.atomic_write_json = write_then_die
-    partition.atomic_write_json = write_then_die
+    # every step's marker (engine), the allocation's wishes and marker, the manifest
+    runner.atomic_write_json = engine.atomic_write_json = write_then_die
+    allocate.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping(
         dict(partition={partition!r}, chunk_size=250, budget={budget!r}, **{fast})
     )

@@ -190,11 +190,11 @@ def test_bad_given_on_shards_is_refused_with_nothing_written(data, tmp_path):
 KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    import datamask.distributed.steps as steps
+    import datamask.distributed.engine as engine
     from datamask.config import SelectSpec
     from datamask.distributed import run_selection
 
-    real = steps.atomic_write_json
+    real = engine.atomic_write_json  # every step's marker
     markers = []
 
     def write_then_die(obj, path):
@@ -204,7 +204,7 @@ KILLER = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
         real(obj, path)
 
-    steps.atomic_write_json = write_then_die
+    engine.atomic_write_json = write_then_die
     settings = SelectSpec.from_mapping({settings!r})
     run_selection(sys.argv[1], sys.argv[2], settings, progress=False)
     """

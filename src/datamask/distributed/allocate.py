@@ -360,7 +360,7 @@ def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list
     ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AllocatedJob:
     """One group's allocated part: its first ``m`` candidates, read from ``candidates``
     (its candidates or its exchanged ones), written to ``part``."""

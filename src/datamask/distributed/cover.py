@@ -115,7 +115,7 @@ def _read_unit_rows(
     return corpus.features, ids
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CoverJob:
     """One group's cover: the group, its neighbouring groups (gids) and whether they are
     every other group (then an exact search is exact over the whole corpus)."""

@@ -166,7 +166,7 @@ def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
     return sims.clamp_min_(0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExchangeJob:
     """One group's exchange: its neighbours ``(gid, m)`` (a neighbouring group and how
     many of its candidates the first allocation kept), the run's spec and work dir, the

@@ -41,7 +41,7 @@ from .partition import _KMEANS_STREAM, KMEANS_ITER, fit_centroids, fit_tree, rea
 __all__ = ["FitJob", "FitPartition", "fit_partition", "fit_spread"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FitJob:
     """The seeded sample's reads (:func:`~.partition.read_sample`'s arguments per shard)
     and what the tree is fitted with; the tree is saved to ``tree_path``."""

@@ -103,7 +103,7 @@ def _spilled_shards(folder: Path) -> list[int]:
 INDEX_BLOCK_VALUES = 1 << 22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexJob:
     clusters: str
     n_leaves: int
@@ -128,7 +128,7 @@ class IndexSpills(Step[IndexJob]):
         return index_spills(job.clusters, job.n_leaves, job.block_values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReleaseJob:
     clusters: str
     shards: tuple[int, ...]
@@ -477,7 +477,7 @@ def release_spills(clusters_dir: str, shards: Sequence[int]) -> None:
         spill_path(folder, s).unlink(missing_ok=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GatherJob:
     """A bucket of consecutive cluster groups ``(gid, units, rows)`` to gather."""
 

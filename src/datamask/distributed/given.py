@@ -105,7 +105,7 @@ def check_given_selection(given: tuple[Any, Any], columns: Columns) -> int:
     return len(rows_from_ids(ids, chosen, f"--given-selection {given[1]}"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GivenJob:
     """Where the run's ``--given`` and ``--given-selection`` are, and its work dir."""
 

@@ -108,7 +108,7 @@ def _kept_in_piece(
     return shards, table.column(ROW_COLUMN).to_numpy()[at], ids
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileJob:
     """One group's kept rows to file: its pieces and, for each, the input shard it is a
     row range of (or :data:`GATHERED`: each row's shard and row are columns of it)."""
@@ -172,7 +172,7 @@ class FileKeptRows(Step[FileJob]):
         return {"gid": gid, "kept": n_found, "buckets": buckets}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BucketJob:
     """One bucket of input shards (``(shard, path, name, rows)`` each) to write the keep
     lists of, from every group's part in the bucket's folder."""
@@ -224,7 +224,7 @@ class BucketKeepLists(Step[BucketJob]):
         return {"bucket": job.bucket, "kept": counts}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DigestJob:
     out: str
     id_col: str
@@ -274,7 +274,7 @@ def keep_round(
         FileJob(g.gid, tuple(g.pieces), tuple(sources[p.path] for p in g.pieces), id_col, w, o, per)
         for g in groups
     ]
-    run_steps(runner, FileKeptRows(), jobs, progress=progress)
+    run_steps(runner, FileKeptRows(), jobs, progress=progress, keep=lambda _: None)
     keep_dir = keep_dir_for(str(out), folder=True)
     shards = [(s, str(i.path), names[s], i.num_rows) for s, i in enumerate(infos)]
     buckets = [

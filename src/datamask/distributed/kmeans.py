@@ -147,7 +147,7 @@ def _part_path(folder: Path, part: int, kind: str = "part") -> Path:
 
 
 # --- steps ---------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class PartJob:
     """One part of the k-means sample in ``folder`` (``kdir``): its number, and what the
     step that reads or routes it needs (the sample's read jobs, the rows, centroids...)."""
@@ -252,7 +252,7 @@ class RoutePart(Step[PartJob]):
         return {"part": job.part, "counts": np.bincount(label, minlength=len(cent)).tolist()}
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class SubtreeJob:
     """One batch of consecutive clusters to grow subtrees for (see :class:`FitSubtrees`)."""
 
@@ -344,7 +344,7 @@ def _leaf(roots: torch.Tensor) -> tuple[np.ndarray, ...]:
     )
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class JoinJob:
     """The batches' subtrees in ``folder`` to join into one tree at ``tree_path``."""
 

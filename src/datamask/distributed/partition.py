@@ -387,7 +387,7 @@ def spills_released_path(clusters_dir: str | Path) -> Path:
     return storage_path(clusters_dir) / "spills-released.json"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpillJob:
     """One input shard to file under the leaves of the tree at ``tree_path``; ``released``:
     the spills were deleted once gathered (then the counts alone finish the job)."""

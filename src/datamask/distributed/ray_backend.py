@@ -98,13 +98,15 @@ def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 def _call(fn: Callable[..., Any], n_threads: int, *args: Any) -> Any:
     """Task body: the local pool's (pin torch's intra-op threads to the task's CPUs, bound
-    the heap, run the step, trim the heap); a step's stats (a dict) also say which Ray
-    node ran it (``ray_node``)."""
+    the heap, run the step, trim the heap); a step's stats (a dict, alone or as
+    :func:`~.engine.run_steps`' ``(index, stats)``) also say which Ray node ran it
+    (``ray_node``)."""
     import ray
 
     result = _call_with_threads(fn, n_threads, *args)  # as a local pool's step
-    if isinstance(result, dict):
-        result["ray_node"] = ray.get_runtime_context().get_node_id()
+    stats = result[1] if isinstance(result, tuple) and len(result) == 2 else result
+    if isinstance(stats, dict):
+        stats["ray_node"] = ray.get_runtime_context().get_node_id()
     return result
 
 

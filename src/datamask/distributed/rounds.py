@@ -70,15 +70,12 @@ def select_round(
         GroupJob(g, spec, work, out, quality_range, propose, totals, rate, width, n_kept)
         for g in groups
     ]
-    computed = 0
-
-    def keep(result: dict[str, Any]) -> None:
-        nonlocal computed
-        stats[result["gid"]] = compact_marker(result)
-        computed += 0 if result["reused"] else result["n"]
-
-    run_steps(run.runner, SelectGroup(), jobs, progress=run.progress, desc=desc, on_result=keep)
-    return computed
+    results = run_steps(
+        run.runner, SelectGroup(), jobs, progress=run.progress, desc=desc, keep=compact_marker
+    )
+    for result in results:
+        stats[result["gid"]] = result
+    return sum(r["n"] for r in results if not r["reused"])
 
 
 def allocate_round(

@@ -206,7 +206,7 @@ def _where_it_ran(sel: Selection) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupJob:
     """What a group step reads: the group, the run's spec and places, the corpus-wide
     quality range, and how the group proposes.
@@ -449,7 +449,7 @@ def _group_stats(
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GlobalJob:
     """Round 2 of a global budget: every group's candidates, the budget, the places."""
 
