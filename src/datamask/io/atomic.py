@@ -41,6 +41,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from .retry import retrying
+
 __all__ = [
     "OutputLock",
     "atomic_write",
@@ -54,6 +56,7 @@ __all__ = [
     "describe_os_error",
     "is_temporary",
     "temporary_name",
+    "upload_file",
 ]
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
@@ -219,11 +222,22 @@ def _remote_write(target: Any, *, commit: bool) -> Iterator[Path]:
     try:
         tmp = folder / target.name
         yield tmp
-        with target.open_atomic() as out, open(tmp, "rb") as src:
-            while block := src.read(1 << 22):
-                out.write(block)
+        upload_file(tmp, target)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def upload_file(local: str | Path, target: Any) -> None:
+    """Upload the local file ``local`` onto the remote location ``target`` atomically,
+    the whole upload (to a fresh temporary key, then the copy onto ``target``) retried on
+    transient faults (:func:`datamask.io.retry.retrying`)."""
+
+    def once() -> None:
+        with target.open_atomic() as out, open(local, "rb") as src:
+            while block := src.read(1 << 22):
+                out.write(block)
+
+    retrying(once, f"writing {target.uri!r}")
 
 
 @contextmanager

@@ -36,7 +36,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from .atomic import atomic_write
+from .atomic import atomic_write, upload_file
 from .fs import Location, cache_dir, check_reachable, expand, glob_root, is_uri, resolve
 from .keep import relative_names
 
@@ -101,10 +101,7 @@ def _upload(local: Path, loc: Location) -> int:
         return (p.name in _COMMIT_LAST or p == local, str(p))
 
     for p in sorted(files, key=last):
-        target = dest.join(p.relative_to(base).as_posix())
-        with target.open_atomic() as out, open(p, "rb") as src:
-            while block := src.read(1 << 22):
-                out.write(block)
+        upload_file(p, dest.join(p.relative_to(base).as_posix()))
     return len(files)
 
 
