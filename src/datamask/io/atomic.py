@@ -41,6 +41,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .integrity import file_record
 from .retry import retrying
 
 __all__ = [
@@ -153,7 +154,9 @@ def _commit(tmp: Path, path: Path) -> None:
 
 
 @contextmanager
-def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Path]:
+def atomic_write(
+    path: str | Path | Any, *, commit: bool = True, record: dict[str, Any] | None = None
+) -> Iterator[Path]:
     """Yield a temporary path to write; on success move it over ``path`` in one rename.
 
     ``path`` may also be a remote :class:`datamask.io.fs.Location`: the temporary is then
@@ -166,6 +169,10 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
     commit : bool, default=True
         With ``False`` the temporary is synced but not renamed (see
         :func:`atomic_write_group`); it is still removed if the ``with`` body raises.
+    record : dict, optional
+        Filled with the ``size`` and ``blake2b`` checksum of the bytes published
+        (:func:`datamask.io.integrity.file_record`, taken from the temporary), for a
+        marker to keep and a reader to check (:func:`datamask.io.integrity.check_object`).
 
     Examples
     --------
@@ -184,6 +191,8 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
     if _is_remote(path):
         with _remote_write(path, commit=commit) as tmp:
             yield tmp
+            if record is not None:
+                record.update(file_record(tmp))
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +203,8 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
         if tmp.exists():
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
+            if record is not None:
+                record.update(file_record(tmp))
         if commit:
             _commit(tmp, path)
             _fsync_dir(path.parent)
