@@ -71,8 +71,9 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, FileNotFoundError | PermissionError | NotADirectoryError):
         return False
     if type(exc).__module__.startswith(("botocore", "urllib3")):
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-        status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+        response = getattr(exc, "response", None) or {}
+        code = str(response.get("Error", {}).get("Code", ""))
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if isinstance(status, int) and status >= 500:
             return True
         name = type(exc).__name__
