@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from .data import Corpus
 from .distributed.executors import LocalRunner, available_cpus
 from .distributed.runner import run_selection
 from .io.atomic import OutputLock, check_no_overlap, check_writable
+from .io.claim import claim_output
 from .io.datasets import input_column_names, is_save_to_disk, read_input_corpus, resolve_input
 from .io.fs import check_reachable, is_uri, open_input, resolve
 from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
@@ -199,15 +201,22 @@ def _select_in_place(
     spec = spec.evolve(columns=spec.columns.resolve(names, where=str(source))).check()
     set_threads(spec.run.threads)
     own = runner is None
-    runner = make_runner(spec) if own else runner
-    try:
-        return run_selection(
-            source, output, spec, runner=runner, work_dir=spec.run.work_dir,
-            progress=spec.run.progress, given=given if given[0] is not None else None,
-        )  # fmt: skip
-    finally:
-        if own:
-            runner.close()
+    with ExitStack() as claims:  # one run per remote output, from any host (io/claim.py)
+        # (a local output or work dir is claimed by run_selection's flock)
+        if _remote(output):
+            claims.enter_context(claim_output(resolve(output, what="--output"), folder=True))
+        work = spec.run.work_dir
+        if _remote(work) and not str(work).startswith(str(output).rstrip("/") + "/"):
+            claims.enter_context(claim_output(resolve(work, what="--work-dir"), folder=True))
+        runner = make_runner(spec) if own else runner
+        try:
+            return run_selection(
+                source, output, spec, runner=runner, work_dir=spec.run.work_dir,
+                progress=spec.run.progress, given=given if given[0] is not None else None,
+            )  # fmt: skip
+        finally:
+            if own:
+                runner.close()
 
 
 def _select(

@@ -37,7 +37,6 @@ one shard is written by :mod:`.write`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from contextlib import ExitStack
@@ -47,8 +46,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..io.atomic import OutputLock, to_json
-from ..io.fs import Location, cache_dir, check_reachable, glob_root, resolve
+from ..io.atomic import to_json
+from ..io.claim import claim_output
+from ..io.fs import Location, check_reachable, glob_root, resolve
 from ..io.keep import keep_file_name, relative_names
 from ..io.parquet import parquet_num_rows
 from ..io.provenance import verify_inputs, warn_trust_unused
@@ -76,14 +76,11 @@ def _source_stats(src: Location) -> dict[str, Any]:
     return {"uri": src.uri, "size": info.size, "mtime_ns": info.mtime_ns}
 
 
-def _claim(out: Location) -> OutputLock:
-    """The exclusive claim on an output: a flock beside it (local), or on a local file
-    keyed by the URI (remote: this host's runs exclude each other; see docs/remote.md for the
-    one-writer rule across hosts)."""
-    if out.is_local:
-        return OutputLock(out.path, folder=True)
-    key = hashlib.sha256(out.uri.rstrip("/").encode()).hexdigest()[:16]
-    return OutputLock(cache_dir() / "claims" / key, folder=True)
+def _claim(out: Location) -> Any:
+    """The exclusive claim on an output: a flock beside it (local), or a claim object
+    written with a conditional put (remote: :mod:`datamask.io.claim`; one run per output
+    from any host)."""
+    return claim_output(out, folder=True)
 
 
 def _overlaps(a: Location, b: Location) -> bool:

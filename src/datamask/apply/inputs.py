@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.fs import Location, expand, glob_root
+from ..io.retry import raise_if_unavailable
 
 SHARD_SUFFIXES = (".parquet", ".pq", ".jsonl", ".jsonl.gz")  # any letter case
 
@@ -122,6 +123,7 @@ def _id_batches(src: Location, fmt: str, id_col: str, batch_size: int) -> Iterat
             try:
                 pf = pq.ParquetFile(fh)
             except Exception as exc:
+                raise_if_unavailable(exc, f"reading {src.uri!r}")
                 raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
             if id_col not in pf.schema_arrow.names:
                 raise ValueError(
@@ -132,6 +134,7 @@ def _id_batches(src: Location, fmt: str, id_col: str, batch_size: int) -> Iterat
                 for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
                     yield batch.column(0)
             except Exception as exc:
+                raise_if_unavailable(exc, f"reading {src.uri!r}")
                 raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
         return
     n = 0

@@ -16,6 +16,7 @@ from ..io.fs import Location, folder_kind
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
 from ..io.parquet import SUMMARY_KEY, read_table
 from ..io.provenance import TRUST_FLAG, id_kind
+from ..io.retry import raise_if_unavailable
 from ..io.selection import read_selection_ids, summary_is_current
 from .inputs import _id_batches
 
@@ -125,6 +126,7 @@ def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
         with sel.open_input_file() as fh:
             meta = pq.read_schema(fh).metadata or {}
     except Exception as exc:
+        raise_if_unavailable(exc, f"reading {sel.uri!r}")
         raise ValueError(f"cannot read --selection {sel.uri!r} as parquet: {exc}") from None
     text = meta.get(SUMMARY_KEY)
     return False, None if text is None else json.loads(text)

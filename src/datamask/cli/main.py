@@ -6,7 +6,9 @@
     datamask embed    --input docs.jsonl   --output docs.parquet
     datamask apply    --input docs.parquet --selection out/selection.parquet --output out/kept
 
-Bad input prints one line, ``datamask: error: ...``, and exits with status 2.
+Bad input prints one line, ``datamask: error: ...``, and exits with status 2; object
+storage that stays unavailable through every retry (:mod:`datamask.io.retry`), a full disk
+or another I/O error prints one line and exits with status 1 (rerun to resume).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
+from ..io.retry import StorageUnavailable, is_transient, unavailable
 from ..objectives.registry import import_term_modules
 from .apply import add_apply_parser, run_apply
 from .bench import add_bench_parser, run_bench
@@ -125,6 +128,9 @@ def _run(args: argparse.Namespace) -> int:
         # command (cli/staging.py); select stages its own, apply streams them itself.
         with staged_arguments(args):
             return commands[args.command](args)
+    except StorageUnavailable as exc:  # never bad input: the same command resumes
+        print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_IO_ERROR
     except (ValueError, TypeError, FileNotFoundError, ImportError, json.JSONDecodeError) as exc:
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -132,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # a full disk or a vanished folder while writing: nothing written
+        if is_transient(exc):  # a store's fault no retry layer caught: said as such
+            exc = unavailable("an operation of this run", exc, 1)
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_IO_ERROR
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (cli/interrupt.py)

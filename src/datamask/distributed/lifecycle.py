@@ -15,7 +15,9 @@ Kept apart from :mod:`.runner` so the scheduling code stays about scheduling:
   of waiting minutes for the groups in flight.
 - :func:`fingerprint` and :func:`claim`: the settings and the checksums of the inputs a
   work dir holds; a rerun with other settings or changed shards is refused, naming what
-  changed, and a rerun with the same ones resumes.
+  changed, and a rerun with the same ones resumes. :func:`check_previous` makes the same
+  comparison before the validation pass writes anything, so a refused run leaves the
+  earlier run's files as they were.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..io.shards import ShardInfo
 
 __all__ = [
     "abort_pool",
+    "check_previous",
     "claim",
     "die_with_parent",
     "fingerprint",
@@ -147,6 +150,47 @@ def differences(prev: dict[str, Any], now: dict[str, Any]) -> str:
     return "; ".join(changed) or "unknown differences"
 
 
+def _previous(work: Path) -> dict[str, Any] | None:
+    """The record ``work/settings.json`` holds (None when absent or unreadable: then
+    :func:`claim` words the problem)."""
+    try:
+        prev = json.loads((work / "settings.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return prev if isinstance(prev, dict) else None
+
+
+def check_previous(work: Path, settings: SelectSpec, infos: list[ShardInfo]) -> dict[str, str]:
+    """Refuse, before the validation pass writes anything, a run the earlier run recorded
+    in ``work`` would refuse at :func:`claim`: other settings, or shards added, removed or
+    of another size or row count (their checksums are known only after the scans; the scan
+    step compares them before it writes: :func:`datamask.distributed.validate.scan_step`).
+    Returns the earlier run's ``{path: checksum}`` (empty when there is none)."""
+    prev = _previous(work)
+    if prev is None:
+        return {}
+    sums = {row[0]: row[3] for row in prev.get("shards") or [] if len(row) > 3}
+    now = fingerprint(settings, infos, {})
+    now["shards"] = [[*row[:3], sums.get(row[0], "")] for row in now["shards"]]
+    same_settings = json.loads(json.dumps(prev.get("settings"), default=str)) == json.loads(
+        json.dumps(now["settings"], default=str)
+    )
+    same_shards = [r[:3] for r in prev.get("shards") or []] == [
+        list(r[:3]) for r in json.loads(json.dumps(now["shards"], default=str))
+    ]
+    if not (same_settings and same_shards):
+        raise ValueError(refusal(work, prev, now))
+    return {i.path: sums.get(row[0], "") for i, row in zip(infos, now["shards"], strict=True)}
+
+
+def refusal(folder: Path, prev: dict[str, Any], now: dict[str, Any]) -> str:
+    """The one line refusing a run over a folder holding another run."""
+    return (
+        f"{folder} holds a run with other settings ({differences(prev, now)}); "
+        "rerun with the same arguments to resume, or choose another --output/--work-dir."
+    )
+
+
 def claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
     """Check ``work`` and ``out`` hold nothing or this same run; record it. Returns resumed."""
     resumed = False
@@ -160,10 +204,7 @@ def claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
                 f"{path} is not readable JSON; delete {path.parent} or choose another folder."
             ) from None
         if prev.get("settings_hash") != record["settings_hash"]:
-            raise ValueError(
-                f"{path.parent} holds a run with other settings ({differences(prev, record)}); "
-                "rerun with the same arguments to resume, or choose another --output/--work-dir."
-            )
+            raise ValueError(refusal(path.parent, prev, record))
         resumed = True
     selected = out / "selected"
     if not resumed and selected.is_dir() and any(selected.glob("part-*.parquet")):

@@ -37,7 +37,7 @@ from ..io.atomic import atomic_write_json
 from ..io.fs import Location, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
-from .lifecycle import read_marker
+from .lifecycle import check_previous, read_marker
 
 __all__ = [
     "scan_jobs",
@@ -101,8 +101,12 @@ def id_buckets_dir(work_dir: str | Path) -> Path:
 def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
     """On an error in the ``with`` body, remove the id buckets and every folder above them
     that the body created (the work dir, the output folder): a run refused before it
-    claims its work dir leaves nothing."""
+    claims its work dir leaves nothing. A work dir that already holds a run (its
+    ``settings.json``) is left as it was: the checks that refuse a run over it
+    (:func:`~.lifecycle.check_previous`, the scans' checksums) come before any write, and
+    its id buckets are that run's."""
     place = storage_path(ids_dir)
+    claimed = (place.parent / "settings.json").exists()
     created = []  # local folders that did not exist before, deepest first
     if not isinstance(place, Location):
         folder = place
@@ -112,6 +116,8 @@ def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
     try:
         yield
     except BaseException:
+        if claimed:
+            raise
         if isinstance(place, Location):
             with contextlib.suppress(OSError):
                 place.fs.delete_dir(place.path)
@@ -123,11 +129,23 @@ def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
         raise
 
 
-def scan_step(index: int, path: str, columns: Any, n_buckets: int, ids_dir: str) -> ShardScan:
+def scan_step(
+    index: int, path: str, columns: Any, n_buckets: int, ids_dir: str, expect: str = ""
+) -> ShardScan:
     """:func:`~datamask.io.shards.scan_shard`, then its id hashes filed by bucket: one
     parquet (``hash`` uint64, ``row`` int64) per bucket, empty ones too, so a bucket step
-    reads exactly one file per scanned shard. Returns the scan without its hashes."""
+    reads exactly one file per scanned shard. Returns the scan without its hashes.
+
+    ``expect``: the checksum the work dir's earlier run recorded for this shard; another
+    one is refused before anything is written (the earlier run's buckets stay as they were).
+    """
     scan = scan_shard(index, path, columns, n_buckets)
+    if expect and scan.checksum != expect:
+        raise ValueError(
+            f"{storage_path(ids_dir).parent} holds a run with other settings (input shards "
+            f"changed: content of {Path(str(path)).name} changed); rerun with the same "
+            "arguments to resume, or choose another --output/--work-dir."
+        )
     h = scan.id_hashes
     bounds = np.concatenate([[0], np.cumsum(scan.bucket_counts)]).astype(np.int64)
     for b in range(n_buckets):
@@ -225,11 +243,13 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
 
 def scan_jobs(infos: Sequence[ShardInfo], settings: Any, ids_dir: str | Path) -> list[tuple]:
     """Arguments of one :func:`scan_step` per non-empty shard (its id hashes go to
-    ``ids_dir``)."""
+    ``ids_dir``). A work dir holding an earlier run with other settings or shards is
+    refused here, before any scan writes (:func:`~.lifecycle.check_previous`)."""
+    sums = check_previous(storage_path(ids_dir).parent, settings, list(infos))
     n_buckets = _n_buckets(infos)
     columns = settings.columns
     return [
-        (s, info.path, columns, n_buckets, str(ids_dir))
+        (s, info.path, columns, n_buckets, str(ids_dir), sums.get(info.path, ""))
         for s, info in enumerate(infos)
         if info.num_rows
     ]

@@ -41,6 +41,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from .integrity import file_record
+from .retry import retrying
+
 __all__ = [
     "OutputLock",
     "atomic_write",
@@ -54,6 +57,7 @@ __all__ = [
     "describe_os_error",
     "is_temporary",
     "temporary_name",
+    "upload_file",
 ]
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
@@ -150,7 +154,9 @@ def _commit(tmp: Path, path: Path) -> None:
 
 
 @contextmanager
-def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Path]:
+def atomic_write(
+    path: str | Path | Any, *, commit: bool = True, record: dict[str, Any] | None = None
+) -> Iterator[Path]:
     """Yield a temporary path to write; on success move it over ``path`` in one rename.
 
     ``path`` may also be a remote :class:`datamask.io.fs.Location`: the temporary is then
@@ -163,6 +169,10 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
     commit : bool, default=True
         With ``False`` the temporary is synced but not renamed (see
         :func:`atomic_write_group`); it is still removed if the ``with`` body raises.
+    record : dict, optional
+        Filled with the ``size`` and ``blake2b`` checksum of the bytes published
+        (:func:`datamask.io.integrity.file_record`, taken from the temporary), for a
+        marker to keep and a reader to check (:func:`datamask.io.integrity.check_object`).
 
     Examples
     --------
@@ -181,6 +191,8 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
     if _is_remote(path):
         with _remote_write(path, commit=commit) as tmp:
             yield tmp
+            if record is not None:
+                record.update(file_record(tmp))
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,6 +203,8 @@ def atomic_write(path: str | Path | Any, *, commit: bool = True) -> Iterator[Pat
         if tmp.exists():
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
+            if record is not None:
+                record.update(file_record(tmp))
         if commit:
             _commit(tmp, path)
             _fsync_dir(path.parent)
@@ -219,11 +233,22 @@ def _remote_write(target: Any, *, commit: bool) -> Iterator[Path]:
     try:
         tmp = folder / target.name
         yield tmp
-        with target.open_atomic() as out, open(tmp, "rb") as src:
-            while block := src.read(1 << 22):
-                out.write(block)
+        upload_file(tmp, target)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def upload_file(local: str | Path, target: Any) -> None:
+    """Upload the local file ``local`` onto the remote location ``target`` atomically,
+    the whole upload (to a fresh temporary key, then the copy onto ``target``) retried on
+    transient faults (:func:`datamask.io.retry.retrying`)."""
+
+    def once() -> None:
+        with target.open_atomic() as out, open(local, "rb") as src:
+            while block := src.read(1 << 22):
+                out.write(block)
+
+    retrying(once, f"writing {target.uri!r}")
 
 
 @contextmanager

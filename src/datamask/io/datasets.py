@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from ..columns import Columns
 from ..data import Corpus
 from .parquet import corpus_from_table, read_corpus
+from .retry import raise_if_unavailable
 from .shards import PARQUET_SUFFIXES, list_shards
 
 __all__ = [
@@ -284,6 +285,7 @@ def input_batches(
             try:
                 pf = pq.ParquetFile(f)
             except Exception as exc:  # pyarrow raises several types for a bad footer
+                raise_if_unavailable(exc, f"reading {where!r}")
                 raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
             names = pf.schema_arrow.names
         for c in wanted:

@@ -1,7 +1,8 @@
 """The ``pyarrow.fs`` filesystems behind remote URIs, built from the environment.
 
 - ``s3://``: ``pyarrow.fs.S3FileSystem`` from the usual AWS variables, retried with the
-  SDK's backoff (``DATAMASK_S3_RETRIES`` attempts per request, default 10);
+  SDK's backoff (``DATAMASK_S3_RETRIES`` attempts per request, default 10), and again
+  around each operation where the SDK gives up (:mod:`datamask.io.retry`);
 - ``gs://``: ``pyarrow.fs.GcsFileSystem`` (Google default credentials, or the emulator at
   ``STORAGE_EMULATOR_HOST``);
 - ``hf://``: ``huggingface_hub.HfFileSystem`` wrapped in ``pyarrow.fs.PyFileSystem``.
@@ -18,6 +19,8 @@ import os
 from typing import Any
 
 import pyarrow.fs as pafs
+
+from .retry import attempts
 
 __all__ = ["PROBE_ATTEMPTS", "STORAGE_ENV", "storage_env"]
 
@@ -80,12 +83,8 @@ PROBE_ATTEMPTS = 2
 
 def _s3_retries() -> int:
     """Attempts per S3 request (throttling, 5xx, dropped connections are retried with
-    backoff by the AWS SDK): ``$DATAMASK_S3_RETRIES``, default 10."""
-    text = os.environ.get("DATAMASK_S3_RETRIES", "10")
-    try:
-        return max(1, int(text))
-    except ValueError:
-        raise ValueError(f"DATAMASK_S3_RETRIES must be a whole number; got {text!r}.") from None
+    backoff by the AWS SDK): :func:`datamask.io.retry.attempts`."""
+    return attempts()
 
 
 @functools.lru_cache(maxsize=4)

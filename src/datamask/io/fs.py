@@ -54,6 +54,7 @@ from .filesystems import (
     _s3_retries,
     storage_env,
 )
+from .retry import RetryingFile, StorageUnavailable, is_transient, retrying, unavailable
 
 __all__ = [
     "REMOTE_SCHEMES",
@@ -203,9 +204,15 @@ class Location:
         ]
 
     # --- reading ------------------------------------------------------------------------
+    def _retry(self, call: Any, doing: str) -> Any:
+        """``call()``, retried on transient faults when the location is remote."""
+        return call() if self.is_local else retrying(call, f"{doing} {self.uri!r}")
+
     def info(self) -> pafs.FileInfo:
         try:
-            return self.fs.get_file_info(self.path)
+            return self._retry(lambda: self.fs.get_file_info(self.path), "reading")
+        except StorageUnavailable:
+            raise
         except OSError as exc:
             raise ValueError(f"cannot read {self.uri!r}: {_first_line(exc)}") from None
 
@@ -219,12 +226,21 @@ class Location:
         return self.info().type == pafs.FileType.Directory
 
     def open_input_file(self) -> Any:
-        """A random-access file (for parquet footers and row groups)."""
-        return self.fs.open_input_file(self.path)
+        """A random-access file (for parquet footers and row groups); on object storage a
+        :class:`~datamask.io.retry.RetryingFile` (each read retried on transient faults)."""
+        if self.is_local:
+            return self.fs.open_input_file(self.path)
+        return RetryingFile(lambda: self.fs.open_input_file(self.path), f"reading {self.uri!r}")
 
     def open_input_stream(self) -> Any:
-        """A sequential stream (plain bytes: ``.gz`` is decompressed by the caller)."""
-        return self.fs.open_input_stream(self.path, compression=None)
+        """A sequential stream (plain bytes: ``.gz`` is decompressed by the caller); on
+        object storage one request for the object, reads retried as
+        :meth:`open_input_file`'s."""
+        if self.is_local:
+            return self.fs.open_input_stream(self.path, compression=None)
+        what = f"reading {self.uri!r}"
+        first = retrying(lambda: self.fs.open_input_stream(self.path, compression=None), what)
+        return RetryingFile(lambda: self.fs.open_input_file(self.path), what, first=first)
 
     def read_bytes(self) -> bytes:
         with self.open_input_stream() as fh:
@@ -237,7 +253,9 @@ class Location:
         """Every file below this folder, sorted, skipping hidden (``.x``) and ``_x`` names."""
         selector = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
         try:
-            infos = self.fs.get_file_info(selector)
+            infos = self._retry(lambda: self.fs.get_file_info(selector), "listing")
+        except StorageUnavailable:
+            raise
         except OSError as exc:
             raise ValueError(f"cannot list {self.uri!r}: {_first_line(exc)}") from None
         root = self.path.rstrip("/") + "/"
@@ -263,17 +281,37 @@ class Location:
                 yield fh
             return
         tmp = self.parent.join(temporary_name(self.name).name)
-        stream = self.fs.open_output_stream(tmp.path)
+        stream = tmp._retry(lambda: self.fs.open_output_stream(tmp.path), "writing")
         try:
             yield stream
-            stream.close()
-            self.fs.move(tmp.path, self.path)  # S3/GCS: server-side copy, then delete
-        except BaseException:
+            written = stream.tell()
             try:
-                stream.close()  # completes the temporary object; removed just below
+                stream.close()  # the upload completes (the SDK retries its requests)
+            except OSError as exc:
+                # A completion the server did but whose answer was lost is retried by the
+                # SDK and refused (NoSuchUpload): the temporary holding every byte says so.
+                if not is_transient(exc) or tmp._size() != written:
+                    raise
+            # S3/GCS: server-side copy, then delete; both safe to repeat.
+            self._retry(lambda: self.fs.move(tmp.path, self.path), "writing")
+        except BaseException as exc:
+            try:
+                with suppress(OSError):
+                    stream.close()  # completes the temporary object; removed just below
             finally:
-                tmp.delete()
+                with suppress(OSError):
+                    tmp.delete()
+            if isinstance(exc, OSError) and is_transient(exc):
+                raise unavailable(f"writing {self.uri!r}", exc, 1) from None
             raise
+
+    def _size(self) -> int | None:
+        """The object's size, None when missing or the store does not answer."""
+        try:
+            info = self._retry(lambda: self.fs.get_file_info(self.path), "reading")
+        except OSError:
+            return None
+        return info.size if info.type == pafs.FileType.File else None
 
     def write_bytes(self, data: bytes) -> None:
         """Write ``data`` atomically."""
@@ -284,9 +322,15 @@ class Location:
         self.write_bytes(text.encode("utf-8"))
 
     def delete(self) -> None:
-        """Remove the file if present (errors ignored: a best-effort clean-up)."""
-        with suppress(OSError, FileNotFoundError):
-            self.fs.delete_file(self.path)
+        """Remove the file if present (a missing file, or one that cannot be removed, is
+        ignored: a best-effort clean-up). Transient faults are retried; raises
+        :class:`~datamask.io.retry.StorageUnavailable` when the store stays unavailable."""
+        try:
+            self._retry(lambda: self.fs.delete_file(self.path), "deleting")
+        except StorageUnavailable:
+            raise
+        except OSError:
+            pass
 
     def clean_temporaries(self) -> None:
         """Remove hidden temporaries of this target left by killed runs (remote only).
@@ -329,7 +373,7 @@ def open_input(where: str | Path | Location) -> Any:
     if isinstance(place, Location):
         try:
             return place.open_input_file()
-        except FileNotFoundError:
+        except (FileNotFoundError, StorageUnavailable):
             raise
         except OSError as exc:
             if place.info().type == pafs.FileType.NotFound:
@@ -345,9 +389,14 @@ def names_in(folder: str | Path | Location) -> set[str]:
     fs, path = (place.fs, place.path) if isinstance(place, Location) else (_LOCAL, str(place))
     selector = pafs.FileSelector(path, recursive=False, allow_not_found=True)
     try:
-        infos = fs.get_file_info(selector)
+        if isinstance(place, Location):
+            infos = place._retry(lambda: fs.get_file_info(selector), "listing")
+        else:
+            infos = fs.get_file_info(selector)
     except (FileNotFoundError, NotADirectoryError):
         return set()
+    except StorageUnavailable:
+        raise
     except OSError as exc:
         raise ValueError(f"cannot list {str(place)!r}: {_first_line(exc)}") from None
     return {i.path.rsplit("/", 1)[-1] for i in infos if i.type == pafs.FileType.File}

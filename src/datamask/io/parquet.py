@@ -16,6 +16,7 @@ from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
 from .fs import Location, expect_file, open_input, storage_path
+from .retry import raise_if_unavailable
 
 __all__ = [
     "read_corpus",
@@ -48,6 +49,7 @@ def open_remote_parquet(loc: Location, what: str = "input file") -> pq.ParquetFi
     try:
         return pq.ParquetFile(fh, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad file
+        raise_if_unavailable(exc, f"reading {loc.uri!r}")
         raise ValueError(f"cannot read {loc.uri!r} as parquet: {exc}") from None
 
 
@@ -59,6 +61,7 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(p, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad file
+        raise_if_unavailable(exc, f"reading {str(p)!r}")
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
 
@@ -75,11 +78,13 @@ def read_table(source: str | Path | Location, columns: Sequence[str] | None = No
             with source.open_input_file() as fh:
                 return pq.read_table(fh, columns=None if columns is None else list(columns))
         except Exception as exc:  # pyarrow raises several types for a bad file
+            raise_if_unavailable(exc, f"reading {source.uri!r}")
             raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
     pf = _open(source)
     try:
         return pf.read(columns=None if columns is None else list(columns))
     except Exception as exc:
+        raise_if_unavailable(exc, f"reading {str(source)!r}")
         raise ValueError(f"cannot read {str(source)!r} as parquet: {exc}") from None
 
 
@@ -102,12 +107,14 @@ def parquet_batches(
         pf = pq.ParquetFile(fh)
     except Exception as exc:
         fh.close()
+        raise_if_unavailable(exc, f"reading {source.uri!r}")
         raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
             yield from pf.iter_batches(batch_size=batch_size)
         except Exception as exc:
+            raise_if_unavailable(exc, f"reading {source.uri!r}")
             raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
         finally:
             fh.close()
@@ -377,6 +384,7 @@ def read_corpus(
     try:
         table = pf.read(columns=wanted + extras)
     except Exception as exc:
+        raise_if_unavailable(exc, f"reading {where!r}")
         raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
     corpus = corpus_from_table(table, where, columns, extra_cols=extras)
     if expected_dim is not None and corpus.dim != expected_dim:

@@ -30,17 +30,21 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
 
-from .atomic import atomic_write
+from .atomic import atomic_write, upload_file
+from .claim import claim_output
 from .fs import Location, cache_dir, check_reachable, expand, glob_root, is_uri, resolve
 from .keep import relative_names
 
 __all__ = ["overlaps", "staged_paths"]
+
+#: Output arguments that name folders (the others name files unless they end with "/").
+_FOLDERS = ("out_dir", "work_dir")
 
 #: Names uploaded last: their presence says the rest is complete.
 _COMMIT_LAST = ("manifest.json",)
@@ -101,10 +105,7 @@ def _upload(local: Path, loc: Location) -> int:
         return (p.name in _COMMIT_LAST or p == local, str(p))
 
     for p in sorted(files, key=last):
-        target = dest.join(p.relative_to(base).as_posix())
-        with target.open_atomic() as out, open(p, "rb") as src:
-            while block := src.read(1 << 22):
-                out.write(block)
+        upload_file(p, dest.join(p.relative_to(base).as_posix()))
     return len(files)
 
 
@@ -131,8 +132,9 @@ def staged_paths(
     Raises
     ------
     ValueError
-        A bad URI, unknown scheme, unreachable bucket or an output overlapping an input,
-        before anything is read or written.
+        A bad URI, unknown scheme, unreachable bucket, an output overlapping an input or
+        claimed by another run (:mod:`datamask.io.claim`), before anything is read or
+        written.
     """
     local: dict[str, Any] = dict(paths)
     remote: dict[str, Location] = {}
@@ -157,15 +159,18 @@ def staged_paths(
                     "writing it would overwrite or hide the input. Choose another output."
                 )
     staged: list[tuple[Path, Location]] = []
-    for name in outputs:
-        if name in remote:
-            target = cache_dir() / "out" / _key(remote[name].uri) / remote[name].name
-            staged.append((target, remote[name]))
-            local[name] = str(target)
-    for name in inputs:
-        if name in remote:
-            local[name] = _download(remote[name], _flag(name), suffixes)
-    yield local
-    for target, loc in staged:
-        if target.exists():
-            _upload(target, loc)
+    with ExitStack() as claims:  # one run per remote output, from any host (io/claim.py)
+        for name in outputs:
+            if name in remote:
+                folder = name in _FOLDERS or remote[name].uri.endswith("/")
+                claims.enter_context(claim_output(remote[name], folder=folder))
+                target = cache_dir() / "out" / _key(remote[name].uri) / remote[name].name
+                staged.append((target, remote[name]))
+                local[name] = str(target)
+        for name in inputs:
+            if name in remote:
+                local[name] = _download(remote[name], _flag(name), suffixes)
+        yield local
+        for target, loc in staged:
+            if target.exists():
+                _upload(target, loc)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .fs import Location, expect_file, resolve
+from .retry import raise_if_unavailable
 
 __all__ = [
     "SELECTION_FILES",
@@ -135,6 +136,7 @@ def _parquet_ids(loc: Location, id_col: str) -> pa.Array:
                 )
             table = pf.read(columns=[col, "selected"] if "selected" in names else [col])
     except (pa.ArrowException, OSError) as exc:  # pyarrow raises several types for a bad file
+        raise_if_unavailable(exc, f"reading {where!r}")
         raise ValueError(f"cannot read selection {where!r} as parquet: {exc}") from None
     ids_col = table.column(col)
     if ids_col.null_count:

@@ -26,6 +26,7 @@ from .._validation import check_quality_span, unit_rows
 from ..columns import Columns
 from .fs import Location, expand, open_input, storage_path
 from .parquet import arrays_from_table, check_id_type, corpus_from_tables, open_remote_parquet
+from .retry import raise_if_unavailable
 
 __all__ = [
     "ShardInfo",
@@ -202,6 +203,7 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(p, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a bad footer
+        raise_if_unavailable(exc, f"reading {str(p)!r}")
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
 
@@ -328,6 +330,7 @@ def read_ranges(
     except ValueError:
         raise
     except Exception as exc:  # decompression and decoding errors of a corrupt page
+        raise_if_unavailable(exc, f"reading {str(path)!r}")
         raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
     return out
 
@@ -516,6 +519,7 @@ def scan_shard(
         try:  # read errors (a corrupt page) name the file
             batch = next(batches, None)
         except Exception as exc:
+            raise_if_unavailable(exc, f"reading {str(path)!r}")
             raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
         if batch is None:
             break

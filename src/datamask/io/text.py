@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .retry import raise_if_unavailable
+
 __all__ = [
     "TEXT_SUFFIXES",
     "TextChunk",
@@ -187,6 +189,7 @@ def _parquet_chunks(path: Path, chunk_rows: int) -> Iterator[TextChunk]:
             yield TextChunk(pa.Table.from_batches([batch]), path, start)
             start += batch.num_rows
     except (pa.ArrowInvalid, OSError) as exc:
+        raise_if_unavailable(exc, f"reading {path.name!r}")
         raise ValueError(f"{path.name} could not be read as parquet: {exc}") from None
 
 
@@ -220,6 +223,7 @@ def footer_rows(files: Sequence[Path], column: str) -> int | None:
         try:
             meta = pq.ParquetFile(f)
         except (pa.ArrowInvalid, OSError) as exc:
+            raise_if_unavailable(exc, f"reading {f.name!r}")
             raise ValueError(f"{f.name} could not be read as parquet: {exc}") from None
         names = meta.schema_arrow.names
         if column not in names and meta.metadata.num_rows:
