@@ -89,11 +89,12 @@ def run_select(args: argparse.Namespace) -> int:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    terms = "  ".join(f"{k}={v:.4f}" for k, v in s["terms"].items())
-    print(
-        f"selected {s['k']} of {s['n_docs']} documents with {s['method']} in "
-        f"{s['seconds']['fit']:.2f}s: {terms}"
-    )
+    terms = "  ".join(f"{k}={v:.4f}" for k, v in s["terms"].items() if v is not None)
+    if s["k"] in (0, s["n_docs"]):  # every document or none: no selector ran, nothing scored
+        terms = terms or ("every document kept" if s["k"] else "nothing kept")
+    fit = s["seconds"].get("fit")
+    took = "" if fit is None else f" in {fit:.2f}s"
+    print(f"selected {s['k']} of {s['n_docs']} documents with {s['method']}{took}: {terms}")
     also = " and keep lists" if s["keep_lists"] else ""
     print(f"wrote {s['output']}, {summary_path(s['output'])}{also}")
 

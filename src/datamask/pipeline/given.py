@@ -114,7 +114,12 @@ def read_given(
     else:
         if not files:
             raise ValueError(f"--given {where!r} holds no parquet files.")
-        tables = [(read_table(f, columns=columns.read), str(f)) for f in files]
+        # each file checked as --input's are (columns present, types, nulls, widths),
+        # every message naming --given and the file
+        tables = [
+            (read_table(f, columns=columns.read, where=f"--given {f}"), f"--given {f}")
+            for f in files
+        ]
         corpus, _ = corpus_from_tables(tables, columns, source=f"--given {where}")
         names = [str(f) for f in files]
     rows = np.arange(corpus.n_docs, dtype=np.int64)
