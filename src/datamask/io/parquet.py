@@ -16,6 +16,7 @@ from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
 from .fs import Location, expect_file, open_input, storage_path
+from .text import text_array
 
 __all__ = [
     "read_corpus",
@@ -254,6 +255,10 @@ def arrays_from_table(
     check_id_type(ids_col.type, id_col, where)
     if pa.types.is_dictionary(ids_col.type):  # decoded: ids are written back as values
         ids_col = ids_col.cast(ids_col.type.value_type)
+    if pa.types.is_string(ids_col.type) or pa.types.is_large_string(ids_col.type):
+        ids_col = text_array(
+            ids_col, id_col, where
+        )  # invalid UTF-8 named by row, not a codec error
     if ids_col.null_count:
         first = int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(
@@ -346,7 +351,9 @@ def corpus_from_tables(
     del f_parts
     extra = {}
     for c in extra_cols:
-        parts = [t.column(c).to_numpy(zero_copy_only=False) for t, _ in tables]
+        parts = [
+            _checked(t.column(c), c, where).to_numpy(zero_copy_only=False) for t, where in tables
+        ]
         extra[c] = parts[0] if len(parts) == 1 else np.concatenate(parts)
     corpus = Corpus(
         ids=ids_arrow.to_numpy(zero_copy_only=False),
@@ -363,6 +370,14 @@ def corpus_from_tables(
         else (np.asarray(quality_range[0], float), np.asarray(quality_range[1], float)),
     )
     return corpus, ids_arrow
+
+
+def _checked(col: pa.ChunkedArray, name: str, where: str) -> pa.ChunkedArray | pa.Array:
+    """A string column checked as UTF-8 (a parquet reader does not check it), the first bad
+    row named; other columns as they are."""
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return text_array(col, name, where)
+    return col
 
 
 def corpus_from_table(
