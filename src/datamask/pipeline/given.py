@@ -125,7 +125,7 @@ def read_given(
     rows = np.arange(corpus.n_docs, dtype=np.int64)
     if selection is not None:
         ids = read_selection_ids(
-            selection, id_col=columns.id_col, what="--given-selection"
+            selection, id_col=columns.id_col, what="--given-selection", folder=True
         ).to_pylist()
         rows = np.sort(rows_from_ids(corpus.ids, ids, f"--given-selection {selection}"))
     corpus.source = f"--given {where}"
