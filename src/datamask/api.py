@@ -467,7 +467,9 @@ def _budget_and_given(
     info = prepare_given(corpus, kept, id_col=cols.id_col)
     # each new document's floor and the row of KEPT's corpus giving it: what covered_by
     # names where KEPT covers a document better than the selection does
-    cover_floor = (corpus.floor, info.pop("floor_index"), info["floor"]["method"] == "exact")
+    # (the raw cosine, not the floor clipped at 0: a pair's cosine may be negative)
+    exact = info["floor"]["method"] == "exact"
+    cover_floor = (info.pop("floor_sim"), info.pop("floor_index"), exact)
     k = k_from_ratio(spec.selector.select_ratio, corpus.n_docs) if k is None else k
     fit_spec = given_spec(spec, k, corpus.n_docs, kept)
     info["lamb_optimised"] = fit_spec.objective.lamb

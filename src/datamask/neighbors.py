@@ -20,6 +20,7 @@ __all__ = [
     "best_match",
     "default_n_probe",
     "exact_graph",
+    "first_identical",
     "ivf_search",
     "KNN_METHODS",
     "knn_graph",
@@ -163,13 +164,41 @@ def best_match(
         )
         hit = found[:, 0] > -1.0  # padding: no row in the probed lists
         sims[hit], index[hit] = found[hit, 0], idx[hit, 0]
+        # copies of one vector tie: the list's top-1 may be any of them, the rule is the first
+        index[hit] = first_identical(base, index[hit])
         return sims, index, method
     step = _block_rows(nb, budget=1 << 24)
     base = base.to(queries.dtype)
     for lo in range(0, n, step):
         s, i = (queries[lo : lo + step] @ base.T).max(dim=1)
         sims[lo : lo + step], index[lo : lo + step] = s, i
-    return sims, index, method
+    # copies of one vector tie; a product's rounding may still differ by a column's place
+    return sims, first_identical(base, index), method
+
+
+def first_identical(base: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``index`` (rows of ``base``) with each row replaced by the lowest row of ``base``
+    holding the very same vector: copies of one vector tie at every cosine, and ties go to
+    the first row. One pass over ``base`` (a 64-bit hash of each row's bytes, checked
+    against the rows themselves), so a search that returns any copy (a top-1 of an ivf
+    list, a graph's truncated run of equal similarities) names the first.
+
+    >>> b = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    >>> first_identical(b, torch.tensor([2, 1, 0])).tolist()
+    [0, 1, 0]
+    """
+    if len(index) == 0 or base.shape[0] < 2:
+        return index
+    rows = np.ascontiguousarray(base.detach().cpu().float().numpy())
+    bits = rows.view(np.uint32).astype(np.uint64)
+    mult = np.random.default_rng(0).integers(1, 2**63, size=rows.shape[1], dtype=np.uint64) | 1
+    with np.errstate(over="ignore"):
+        key = (bits * mult).sum(axis=1)  # wraps mod 2^64
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    at = index.detach().cpu().numpy()
+    lead = first[inverse[at]]
+    same = (lead < at) & (rows[lead] == rows[at]).all(axis=1)  # a hash collision keeps its row
+    return torch.from_numpy(np.where(same, lead, at)).to(index.device, index.dtype)
 
 
 def _block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None = None) -> int:
@@ -675,6 +704,7 @@ def _from_graph(
     pos = torch.full((n,), -1, dtype=torch.long)  # a row's place among the kept, or -1
     pos[torch.from_numpy(kept)] = torch.arange(m)
     g_idx, g_sim = graph
+    truncated = g_idx.shape[1] < n  # the graph does not list every row
     # Row blocks of about 2^20 graph entries: the (rows, K) copies and the pairs' rows
     # stay a few MB (whole-graph temporaries added 200 MB of peak at 56k x K=160).
     step = _block_rows(g_idx.shape[1], budget=1 << 20)
@@ -685,10 +715,13 @@ def _from_graph(
         best = s.max(1).values
         tie = torch.where(s == best[:, None], at, m).min(1).values  # lowest kept row
         ok = torch.isfinite(best).numpy() & found.todo[lo : lo + step]
+        if truncated:  # the best ties the list's last entry: equal rows may lie past it
+            last = g_sim[lo : lo + step, -1].cpu().float()
+            ok &= (best > last).numpy()
         rows = np.flatnonzero(ok) + lo
         if not len(rows):
             continue
-        found.index[rows] = tie.numpy()[ok]
+        found.index[rows] = first_identical(base, tie[torch.from_numpy(ok)]).numpy()
         # the cosine of the pair named, not the graph's (clipped) copy
         r = torch.from_numpy(rows)
         pair = (x[r] * base[torch.from_numpy(found.index[rows])]).sum(1)

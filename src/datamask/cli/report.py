@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .._device import set_threads
+from .._units import format_bytes
 from ..evaluate.browse import build_report, write_report
 from ..evaluate.report_spec import ReportSpec
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
@@ -103,7 +104,7 @@ def run_report(args: argparse.Namespace) -> int:
         report = build_report(args.input, selections, spec)
         path = write_report(report, output)
     print(
-        f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {report['n_docs']:,} documents, "
+        f"wrote {path} ({format_bytes(path.stat().st_size)}): {report['n_docs']:,} documents, "
         f"{len(selections)} selection{'s' if len(selections) > 1 else ''}, "
         f"{len(report['topics'])} topics, in {time.perf_counter() - start:.1f}s"
     )

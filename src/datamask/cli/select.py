@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .._units import format_mib
 from ..api import select
 from ..config import SelectSpec, check_settings, iter_settings, split_quality
 from ..io.parquet import summary_path
@@ -89,11 +90,12 @@ def run_select(args: argparse.Namespace) -> int:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    terms = "  ".join(f"{k}={v:.4f}" for k, v in s["terms"].items())
-    print(
-        f"selected {s['k']} of {s['n_docs']} documents with {s['method']} in "
-        f"{s['seconds']['fit']:.2f}s: {terms}"
-    )
+    terms = "  ".join(f"{k}={v:.4f}" for k, v in s["terms"].items() if v is not None)
+    if s["k"] in (0, s["n_docs"]):  # every document or none: no selector ran, nothing scored
+        terms = terms or ("every document kept" if s["k"] else "nothing kept")
+    fit = s["seconds"].get("fit")
+    took = "" if fit is None else f" in {fit:.2f}s"
+    print(f"selected {s['k']} of {s['n_docs']} documents with {s['method']}{took}: {terms}")
     also = " and keep lists" if s["keep_lists"] else ""
     print(f"wrote {s['output']}, {summary_path(s['output'])}{also}")
 
@@ -109,16 +111,16 @@ def _print_manifest(m: dict[str, Any]) -> None:
     )
     line = (
         f"per group: median {gs['median']:.2f}s (min {gs['min']:.2f}, max {gs['max']:.2f}); "
-        f"peak RSS per worker {s['peak_rss_mb_per_worker']:.0f} MB"
+        f"peak RSS per worker {format_mib(s['peak_rss_mb_per_worker'])}"
     )
     if s["gpu_peak_mb_per_worker"] is not None:
-        line += f"; peak GPU memory {s['gpu_peak_mb_per_worker']:.0f} MB"
+        line += f"; peak GPU memory {format_mib(s['gpu_peak_mb_per_worker'])}"
     print(line + f"; runner {m['runner']['runner']} x{m['runner'].get('workers', 1)}")
     b = m["budget"]
     if b["global_round"]:
         g = b["global_round"]
         print(
             f"global budget: {b['candidates']} candidates (oversample {b['oversample']:g}), "
-            f"global round {g['seconds']['total']:.1f}s, peak RSS {g['peak_rss_mb']:.0f} MB"
+            f"global round {g['seconds']['total']:.1f}s, peak RSS {format_mib(g['peak_rss_mb'])}"
         )
     print(f"wrote {m['output']['selected']}/ ({m['output']['parts']} parts) and manifest.json")

@@ -192,7 +192,8 @@ def _cover(job: CoverJob) -> dict[str, Any]:
     kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
     read_s = time.perf_counter() - started
     # The neighbours' kept rows: the floor, and which of their rows it is.
-    tables = [read_table(kept_rows_path(work_dir, h)) for h in neighbors]
+    # in group order: equal cosines go to the lowest group, then its lowest row
+    tables = [read_table(kept_rows_path(work_dir, h)) for h in sorted(neighbors)]
     if spec.selector.given is not None:  # KEPT's rows cover too, where they are nearer
         given = kept_table(work_dir)
         tables.append(given.set_column(0, id_col, given.column(0).cast(ids.type)))

@@ -100,7 +100,7 @@ def check_given_selection(given: tuple[Any, Any], columns: Columns) -> int:
     if given[1] is None:
         return len(ids)
     chosen = read_selection_ids(
-        given[1], id_col=columns.id_col, what="--given-selection"
+        given[1], id_col=columns.id_col, what="--given-selection", folder=True
     ).to_pylist()
     return len(rows_from_ids(ids, chosen, f"--given-selection {given[1]}"))
 

@@ -217,8 +217,10 @@ def input_column_names(source: str | Sequence[str], *, split: str | None = None)
         files = [str(f) for fs in hub_splits(source).values() for f in fs]
     else:
         files = sorted(glob.glob(source, recursive=True))
-    if not files:
-        return []
+    if not files:  # an empty folder or glob is said so, not as a column it lacks
+        if isinstance(source, str):
+            list_shards(source)  # raises naming the folder or glob and what it looks for
+        raise ValueError(f"the input {list(source)!r} holds no parquet files.")
     try:
         return list(pq.read_schema(sorted(files)[0]).names)
     except Exception:  # the reader words the error later

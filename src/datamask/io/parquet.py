@@ -17,6 +17,7 @@ from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
 from .fs import Location, expect_file, open_input, storage_path
 from .retry import raise_if_unavailable
+from .text import text_array
 
 __all__ = [
     "read_corpus",
@@ -32,6 +33,7 @@ __all__ = [
     "atomic_write_table",
     "atomic_write_json",
     "arrays_from_table",
+    "check_finite_quality",
     "check_id_type",
     "read_summary",
     "summary_path",
@@ -65,15 +67,25 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
 
-def read_table(source: str | Path | Location, columns: Sequence[str] | None = None) -> pa.Table:
-    """A whole parquet file (a local path or a :class:`~datamask.io.fs.Location`).
+def read_table(
+    source: str | Path | Location,
+    columns: Sequence[str] | None = None,
+    *,
+    where: str | None = None,
+) -> pa.Table:
+    """A whole parquet file (a local path or a :class:`~datamask.io.fs.Location`);
+    ``where`` names it in messages (default: its path).
 
     Raises
     ------
     ValueError
-        When the file is missing or cannot be read; the message names it.
+        When the file is missing, lacks one of ``columns`` or cannot be read; the message
+        names it.
     """
     if isinstance(source, Location):
+        if columns is not None:
+            with source.open_input_file() as fh:
+                _require(pq.ParquetFile(fh).schema_arrow, columns, where or source.uri)
         try:
             with source.open_input_file() as fh:
                 return pq.read_table(fh, columns=None if columns is None else list(columns))
@@ -81,6 +93,8 @@ def read_table(source: str | Path | Location, columns: Sequence[str] | None = No
             raise_if_unavailable(exc, f"reading {source.uri!r}")
             raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
     pf = _open(source)
+    if columns is not None:  # a missing column is named, with the file, not a KeyError
+        _require(pf.schema_arrow, columns, where or str(source))
     try:
         return pf.read(columns=None if columns is None else list(columns))
     except Exception as exc:
@@ -186,7 +200,8 @@ def features_from_arrow(
         bad = np.flatnonzero(~finite)
         raise ValueError(
             f"features have {len(bad)} rows with NaN/inf values (first at row {int(bad[0])} "
-            f"of {where}; float32 holds up to 3.4e38); drop or fix them before selecting."
+            f"of {where}, column {name!r}; float32 holds up to 3.4e38); drop or fix them "
+            "before selecting."
         )
     return feats
 
@@ -221,6 +236,18 @@ def check_id_type(typ: pa.DataType, id_col: str, where: str) -> None:
         raise ValueError(f"column {id_col!r} in {where} must hold integers or strings; got {typ}.")
 
 
+def check_finite_quality(quality: np.ndarray, names: Sequence[str], where: str) -> None:
+    """Refuse NaN/inf (and null) quality scores, naming the column, the first bad row and
+    ``where``."""
+    for j, name in enumerate(names):
+        bad = np.flatnonzero(~np.isfinite(quality[:, j]))
+        if len(bad):
+            raise ValueError(
+                f"{name} has {len(bad)} NaN/inf values (first at row {int(bad[0])} of "
+                f"{where}); drop or fill them before selecting."
+            )
+
+
 def arrays_from_table(
     table: pa.Table, where: str, columns: Columns
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -235,8 +262,16 @@ def arrays_from_table(
     check_id_type(ids_col.type, id_col, where)
     if pa.types.is_dictionary(ids_col.type):  # decoded: ids are written back as values
         ids_col = ids_col.cast(ids_col.type.value_type)
+    if pa.types.is_string(ids_col.type) or pa.types.is_large_string(ids_col.type):
+        ids_col = text_array(
+            ids_col, id_col, where
+        )  # invalid UTF-8 named by row, not a codec error
     if ids_col.null_count:
-        raise ValueError(f"column {id_col!r} has {ids_col.null_count} null ids in {where}.")
+        first = int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(
+            f"column {id_col!r} has {ids_col.null_count} null ids (first at row {first} of "
+            f"{where}); every document needs an id: drop or fill them before selecting."
+        )
     quality = []
     for name in quality_cols:
         col = table.column(name)
@@ -254,6 +289,7 @@ def arrays_from_table(
         ):
             raise ValueError(f"column {name!r} in {where} must be numeric; got {col.type}.")
         quality.append(col.to_numpy(zero_copy_only=False).astype(np.float64))
+        check_finite_quality(quality[-1][:, None], [name], where)
     features = features_from_arrow(table.column(feature_col), where, feature_col)
     ids = ids_col.combine_chunks() if isinstance(ids_col, pa.ChunkedArray) else ids_col
     q = np.stack(quality, axis=1) if quality else np.zeros((table.num_rows, 0))
@@ -322,7 +358,9 @@ def corpus_from_tables(
     del f_parts
     extra = {}
     for c in extra_cols:
-        parts = [t.column(c).to_numpy(zero_copy_only=False) for t, _ in tables]
+        parts = [
+            _checked(t.column(c), c, where).to_numpy(zero_copy_only=False) for t, where in tables
+        ]
         extra[c] = parts[0] if len(parts) == 1 else np.concatenate(parts)
     corpus = Corpus(
         ids=ids_arrow.to_numpy(zero_copy_only=False),
@@ -339,6 +377,14 @@ def corpus_from_tables(
         else (np.asarray(quality_range[0], float), np.asarray(quality_range[1], float)),
     )
     return corpus, ids_arrow
+
+
+def _checked(col: pa.ChunkedArray, name: str, where: str) -> pa.ChunkedArray | pa.Array:
+    """A string column checked as UTF-8 (a parquet reader does not check it), the first bad
+    row named; other columns as they are."""
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return text_array(col, name, where)
+    return col
 
 
 def corpus_from_table(

@@ -25,7 +25,13 @@ import pyarrow.parquet as pq
 from .._validation import check_quality_span, unit_rows
 from ..columns import Columns
 from .fs import Location, expand, open_input, storage_path
-from .parquet import arrays_from_table, check_id_type, corpus_from_tables, open_remote_parquet
+from .parquet import (
+    arrays_from_table,
+    check_finite_quality,
+    check_id_type,
+    corpus_from_tables,
+    open_remote_parquet,
+)
 from .retry import raise_if_unavailable
 
 __all__ = [
@@ -460,17 +466,6 @@ class ShardScan:
 ID_HASH_DTYPE = np.dtype([("hash", "<u8"), ("row", "<i8")])
 
 
-def _check_finite_quality(quality: np.ndarray, names: Sequence[str], where: str) -> None:
-    """Refuse NaN/inf quality scores, naming the column, the first bad row and ``where``."""
-    for j, name in enumerate(names):
-        bad = np.flatnonzero(~np.isfinite(quality[:, j]))
-        if len(bad):
-            raise ValueError(
-                f"{name} has {len(bad)} NaN/inf values (first at row {int(bad[0])} of "
-                f"{where}); drop or fill them before selecting."
-            )
-
-
 def _bucket_hashes(hashes: list[np.ndarray], n_buckets: int) -> tuple[np.ndarray, tuple[int, ...]]:
     """A shard's id hashes (one array per batch) with their rows, sorted by bucket
     (``hash % n_buckets``, stable), and the count in each bucket."""
@@ -527,7 +522,7 @@ def scan_shard(
         whole = row == 0 and n == pf.metadata.num_rows
         where = str(path) if whole else f"{path} (rows {row}-{row + n})"
         ids, quality, feats = arrays_from_table(pa.Table.from_batches([batch]), where, columns)
-        _check_finite_quality(quality, quality_cols, where)
+        check_finite_quality(quality, quality_cols, where)
         if len(quality):
             qmin = np.minimum(qmin, quality.min(axis=0))
             qmax = np.maximum(qmax, quality.max(axis=0))

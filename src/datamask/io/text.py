@@ -270,10 +270,17 @@ def text_array(
     """
     typ = arr.type
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        return arr
-    if pa.types.is_null(typ):
+        try:  # a parquet string column is not checked on read: invalid UTF-8 gets this far
+            arr.validate(full=True)
+            return arr
+        except pa.ArrowInvalid:
+            binary = pa.large_binary() if pa.types.is_large_string(typ) else pa.binary()
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            arr = arr.view(binary)  # the bytes, so the first bad row is found below
+    elif pa.types.is_null(typ):
         return arr.cast(pa.string())
-    if not is_text_type(typ):
+    elif not is_text_type(typ):
         raise ValueError(
             f"column {column!r} in {where} holds {typ}, not text (strings); give the column "
             "of the documents' text (--text-col)."

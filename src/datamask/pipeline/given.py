@@ -29,6 +29,7 @@ KEPT ∪ S over every document of DOCS and of the input). docs/incremental.md.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,13 +114,18 @@ def read_given(
     else:
         if not files:
             raise ValueError(f"--given {where!r} holds no parquet files.")
-        tables = [(read_table(f, columns=columns.read), str(f)) for f in files]
+        # each file checked as --input's are (columns present, types, nulls, widths),
+        # every message naming --given and the file
+        tables = [
+            (read_table(f, columns=columns.read, where=f"--given {f}"), f"--given {f}")
+            for f in files
+        ]
         corpus, _ = corpus_from_tables(tables, columns, source=f"--given {where}")
         names = [str(f) for f in files]
     rows = np.arange(corpus.n_docs, dtype=np.int64)
     if selection is not None:
         ids = read_selection_ids(
-            selection, id_col=columns.id_col, what="--given-selection"
+            selection, id_col=columns.id_col, what="--given-selection", folder=True
         ).to_pylist()
         rows = np.sort(rows_from_ids(corpus.ids, ids, f"--given-selection {selection}"))
     corpus.source = f"--given {where}"
@@ -181,7 +187,8 @@ def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any
     input's floor. A preparation, in place: ``corpus`` gets the checked unit rows, the
     scale and the floor; ``given.corpus`` becomes its checked copy with the scale.
     Returns what the summary records: counts, the floor's method, mean and seconds, the
-    quality scale, and ``floor_index`` (the row of ``given.corpus`` giving each floor; not JSON)."""
+    quality scale, ``floor_index`` (the row of ``given.corpus`` giving each floor) and
+    ``floor_sim`` (that row's raw cosine, -inf where none; what the cover compares), not JSON."""
     started = time.perf_counter()
     docs = check_corpus(given.corpus)  # NaN, empty, duplicate ids inside --given; unit rows
     corpus.features = check_corpus(corpus).features
@@ -191,9 +198,13 @@ def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any
     given.corpus = replace(docs, quality_range=scale)
     corpus.quality_range = scale
     new = torch.from_numpy(corpus.features)
-    floor, index, how = given_floor(new, given.kept_features())
+    sims, index, how = best_match(new, given.kept_features())
+    floor = sims.clamp_min(0.0)  # given_floor's: what coverage above KEPT counts from
     index = torch.where(index >= 0, torch.from_numpy(given.rows)[index.clamp_min(0)], -1)
     corpus.floor = floor.numpy().astype(np.float32)
+    # the cover's floor is the raw cosine (negative too): clipped, a KEPT document at a
+    # negative cosine would tie at 0 and beat a newly kept one that is nearer
+    raw = torch.where(index >= 0, sims, -math.inf).numpy().astype(np.float32)
     return {
         "source": given.source,
         "selection": given.selection,
@@ -207,6 +218,7 @@ def prepare_given(corpus: Corpus, given: Given, *, id_col: str) -> dict[str, Any
             "seconds": time.perf_counter() - started,
         },
         "floor_index": index.numpy(),
+        "floor_sim": raw,
     }
 
 
@@ -232,6 +244,7 @@ def evaluate_given(
     check_given_terms(objective)
     info = prepare_given(corpus, given, id_col=id_col)
     info.pop("floor_index")
+    info.pop("floor_sim")
     scored = given_terms(corpus, given, selected, objective.lamb)
     return {**info, "terms": scored["given"], "terms_union": scored["union"]}
 
