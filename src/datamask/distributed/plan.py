@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._units import format_bytes
 from .._validation import k_from_ratio
 from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
@@ -152,11 +153,10 @@ def check_disk(needed: int, free: int, factor: float, input_bytes: int, where: s
     filled its disk 91 minutes in); before any step writes."""
     if free >= needed:
         return
-    gb = 1e9
     raise OSError(
-        f"the work dir {where!r} has {free / gb:.1f} GB free, and this sharded run will "
-        f"write about {needed / gb:.1f} GB more there at its peak ({factor}x the input's "
-        f"{input_bytes / gb:.1f} GB, less what the work dir holds already; "
+        f"the work dir {where!r} has {format_bytes(free)} free, and this sharded run will "
+        f"write about {format_bytes(needed)} more there at its peak ({factor}x the input's "
+        f"{format_bytes(input_bytes)}, less what the work dir holds already; "
         "plan.DISK_PER_INPUT_BYTE). Free some disk or give a work dir on a larger disk "
         "(--work-dir, or an s3:// or gs:// URI); nothing was written."
     )
