@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "_validation",
             "_device",
             "_memory",
+            "_units",
             "measure",
             "settings",
             "_version",

@@ -94,14 +94,18 @@ def test_a_rerun_skips_marked_bucket_steps_but_not_on_changed_input(shards, tmp_
     stamps = {m: m.stat().st_mtime_ns for m in markers}
     run_selection(data, out, settings, progress=False)  # a rerun: every bucket step skipped
     assert {m: m.stat().st_mtime_ns for m in markers} == stamps
-    # A shard changed since: the markers are for other inputs, so the steps run again and
-    # find the repeat (the work dir is refused afterwards, for its changed checksums).
+    # A shard changed since: the work dir holds a run of other inputs, refused before any
+    # step writes (issue 44: a refusal changes nothing), its bucket markers untouched.
     path = sorted(data.glob("*.parquet"))[2]
     ids = _ids(path)
     ids[7] = ids[8]
     _with_ids(path, ids)
-    with pytest.raises(ValueError, match=r"occurs more than once \(rows 7 and 8 of"):
+    with pytest.raises(ValueError, match=r"other settings \(input shards changed: content of"):
         run_selection(data, out, settings, progress=False)
+    assert {m: m.stat().st_mtime_ns for m in markers} == stamps
+    # in a fresh output the scan finds the repeat and names it
+    with pytest.raises(ValueError, match=r"occurs more than once \(rows 7 and 8 of"):
+        run_selection(data, tmp_path / "fresh", settings, progress=False)
 
 
 @pytest.mark.parametrize(

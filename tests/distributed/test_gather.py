@@ -245,5 +245,5 @@ def test_disk_estimate_falls_once_the_spills_are_released(tmp_path):
     needed, factor = disk_needed(infos, "cluster", work)
     assert factor == 1.94 and needed == max(0, int(1.94 * size) - held)
     check_disk(10**9, 10**9, 2.6, size, str(work))  # exactly enough: runs
-    with pytest.raises(OSError, match=r"has 0\.5 GB free.*about 1\.0 GB more.*nothing was"):
+    with pytest.raises(OSError, match=r"has 500 MB free.*about 1\.0 GB more.*nothing was"):
         check_disk(10**9, 5 * 10**8, 2.6, size, str(work))

@@ -30,8 +30,7 @@ from datamask import make_clustered
 from datamask.cli import main
 from datamask.io.atomic import OutputLock, atomic_write
 from datamask.io.claim import RemoteClaim
-from datamask.io.fs import resolve
-from datamask.io.integrity import check_object
+from datamask.io.fs import check_object, resolve
 from datamask.io.retry import StorageUnavailable, is_transient, retrying
 from tests._data import ROOT, write_corpus, write_corpus_shards
 from tests.io.faultproxy import FaultProxy

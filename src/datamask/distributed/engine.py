@@ -7,12 +7,16 @@ records that the job finished, and ``outputs(job)`` the files that must be there
 it. :func:`run_steps` alone decides what is done:
 
 1. one listing of the markers' folder (and one of each output folder), not one request a
-   job; a job whose marker and outputs are present, and whose marker the step
-   :meth:`~Step.accepts`, is reused, its stats read from the marker;
+   job; a job whose marker and outputs are present, its outputs of the sizes its marker
+   recorded, and whose marker the step :meth:`~Step.accepts`, is reused, its stats read
+   from the marker;
 2. the others run on the runner, largest first (:func:`~.executors.largest_first`), under
    one progress bar that starts where a killed run stopped;
 3. each job, in its worker, checks again (:func:`execute`: a second run or a retried task
-   finds the marker), runs, and writes the marker last (:func:`finish`);
+   finds the marker; there every output is read and checked against its record), runs,
+   and writes the marker last (:func:`finish`) with the size and checksum of each output
+   as it was published (:func:`~datamask.io.integrity.recording`: taken from the local
+   temporary, no request);
 4. a phase that ends with a job unmarked is refused: ``RuntimeError`` naming the jobs.
 
 Steps without a marker (a cheap read, a digest) run every time; the engine still
@@ -30,7 +34,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 from tqdm.auto import tqdm
 
 from ..io.atomic import atomic_write_json
-from ..io.fs import Location, names_in
+from ..io.fs import Location, check_object, sizes_in
+from ..io.integrity import recording
 from .executors import Runner, largest_first
 from .lifecycle import read_marker
 
@@ -95,17 +100,23 @@ def finished(step: Step[JobT], job: JobT) -> dict[str, Any] | None:
     done = read_marker(marker)
     if done is None or not step.accepts(job, done):
         return None
-    if not all(o.exists() for o in step.outputs(job)):
-        return None
+    records = done.pop(OBJECTS, {})
+    for place in step.outputs(job):
+        try:
+            check_object(place, records[place.name])
+        except (KeyError, ValueError):  # missing, torn, foreign, or never recorded
+            return None
     return done
 
 
-def finish(step: Step[JobT], job: JobT, stats: Any) -> Any:
-    """Record that ``job`` finished: its stats as its marker, written last."""
+def finish(step: Step[JobT], job: JobT, stats: Any, book: dict[str, Any]) -> Any:
+    """Record that ``job`` finished: its stats as its marker, written last, with what each
+    of its outputs was when published (``book``: :func:`~datamask.io.integrity.recording`)."""
     marker = step.marker(job)
     if marker is None:
         return stats
-    atomic_write_json(stats, marker)
+    records = {o.name: book[str(o)] for o in step.outputs(job) if str(o) in book}
+    atomic_write_json({**stats, OBJECTS: records}, marker)
     return {**stats, "reused": False}
 
 
@@ -113,7 +124,12 @@ def execute(step: Step[JobT], job: JobT) -> Any:
     """One job, in a worker, under the resume rule: reused if finished, else run and
     marked. Steps call nothing else to be resumable."""
     done = finished(step, job)
-    done = finish(step, job, step.run(job)) if done is None else {**done, "reused": True}
+    if done is None:
+        with recording() as book:
+            stats = step.run(job)
+        done = finish(step, job, stats, book)
+    else:
+        done = {**done, "reused": True}
     step.release(job)
     return done
 
@@ -122,17 +138,25 @@ def _execute_at(step: Step[JobT], index: int, job: JobT) -> tuple[int, Any]:
     return index, execute(step, job)
 
 
+#: The key of a marker's records of its outputs (name -> size and checksum).
+OBJECTS = "objects"
+
+
 @dataclass
 class _Listings:
-    """Folder listings taken once per phase: which markers and outputs exist."""
+    """Folder listings taken once per phase: which markers and outputs exist, and their
+    sizes."""
 
-    names: dict[str, set[str]] = field(default_factory=dict)
+    sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def size(self, place: Place) -> int | None:
+        folder = str(place.parent)
+        if folder not in self.sizes:
+            self.sizes[folder] = sizes_in(place.parent)
+        return self.sizes[folder].get(place.name)
 
     def has(self, place: Place) -> bool:
-        folder = str(place.parent)
-        if folder not in self.names:
-            self.names[folder] = names_in(place.parent)
-        return place.name in self.names[folder]
+        return self.size(place) is not None
 
 
 def _reusable(step: Step[JobT], job: JobT, listings: _Listings) -> dict[str, Any] | None:
@@ -143,9 +167,11 @@ def _reusable(step: Step[JobT], job: JobT, listings: _Listings) -> dict[str, Any
     if marker is None or not listings.has(marker):
         return None
     done = read_marker(marker)
-    outputs = step.outputs(job)
-    if done is not None and step.accepts(job, done) and all(map(listings.has, outputs)):
-        return {**done, "reused": True}
+    if done is not None and step.accepts(job, done):
+        records = done.pop(OBJECTS, {})
+        sizes = [(listings.size(o), records.get(o.name, {}).get("size")) for o in step.outputs(job)]
+        if all(there is not None and there == (wrote or there) for there, wrote in sizes):
+            return {**done, "reused": True}
     marker.unlink(missing_ok=True)
     return None
 
@@ -196,6 +222,8 @@ def run_steps(
             whole_machine=step.whole_machine,
             memory=None if any(m is None for m in memory) else memory,
         ):
+            if isinstance(stats, dict):
+                stats.pop(OBJECTS, None)  # the records stay in the marker
             results[i] = keep(stats)
             rows += step.size(jobs[i])
             if rows:

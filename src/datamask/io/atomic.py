@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .integrity import file_record
+from .integrity import file_record, published
 from .retry import retrying
 
 __all__ = [
@@ -148,6 +148,14 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _record(target: Any, tmp: Path, record: dict[str, Any] | None) -> None:
+    """What a write publishes, for ``record`` and for an open
+    :func:`~datamask.io.integrity.recording` (a step's marker): read once, if either asks."""
+    book = published(target, tmp)
+    if record is not None:
+        record.update(book if book is not None else file_record(tmp))
+
+
 def _commit(tmp: Path, path: Path) -> None:
     """Move a synced temporary over its target: the one rename of every local write."""
     os.replace(tmp, path)
@@ -172,7 +180,7 @@ def atomic_write(
     record : dict, optional
         Filled with the ``size`` and ``blake2b`` checksum of the bytes published
         (:func:`datamask.io.integrity.file_record`, taken from the temporary), for a
-        marker to keep and a reader to check (:func:`datamask.io.integrity.check_object`).
+        marker to keep and a reader to check (:func:`datamask.io.fs.check_object`).
 
     Examples
     --------
@@ -191,8 +199,7 @@ def atomic_write(
     if _is_remote(path):
         with _remote_write(path, commit=commit) as tmp:
             yield tmp
-            if record is not None:
-                record.update(file_record(tmp))
+            _record(path, tmp, record)
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,8 +210,7 @@ def atomic_write(
         if tmp.exists():
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
-            if record is not None:
-                record.update(file_record(tmp))
+            _record(path, tmp, record)
         if commit:
             _commit(tmp, path)
             _fsync_dir(path.parent)

@@ -54,6 +54,7 @@ from .filesystems import (
     _s3_retries,
     storage_env,
 )
+from .integrity import digest, file_record
 from .retry import RetryingFile, StorageUnavailable, is_transient, retrying, unavailable
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "STORAGE_ENV",
     "Location",
     "names_in",
+    "sizes_in",
+    "check_object",
     "open_input",
     "resolve",
     "storage_env",
@@ -385,6 +388,12 @@ def open_input(where: str | Path | Location) -> Any:
 def names_in(folder: str | Path | Location) -> set[str]:
     """The file names directly in ``folder`` (none when it is missing), from ONE listing:
     how the driver learns which of a phase's markers exist, not one request per step."""
+    return set(sizes_in(folder))
+
+
+def sizes_in(folder: str | Path | Location) -> dict[str, int]:
+    """The files directly in ``folder`` and their sizes in bytes, from ONE listing (none
+    when the folder is missing)."""
     place = storage_path(folder)
     fs, path = (place.fs, place.path) if isinstance(place, Location) else (_LOCAL, str(place))
     selector = pafs.FileSelector(path, recursive=False, allow_not_found=True)
@@ -394,12 +403,12 @@ def names_in(folder: str | Path | Location) -> set[str]:
         else:
             infos = fs.get_file_info(selector)
     except (FileNotFoundError, NotADirectoryError):
-        return set()
+        return {}
     except StorageUnavailable:
         raise
     except OSError as exc:
         raise ValueError(f"cannot list {str(place)!r}: {_first_line(exc)}") from None
-    return {i.path.rsplit("/", 1)[-1] for i in infos if i.type == pafs.FileType.File}
+    return {i.path.rsplit("/", 1)[-1]: int(i.size) for i in infos if i.type == pafs.FileType.File}
 
 
 _LOCAL = pafs.LocalFileSystem()
@@ -583,3 +592,38 @@ def glob_root(loc: Location) -> str:
         head = re.split(r"[*?\[]", text, maxsplit=1)[0]
         return head.rsplit("/", 1)[0]
     return text
+
+
+def check_object(where: Any, record: dict[str, Any]) -> None:
+    """Refuse the object at ``where`` (a local path or a :class:`Location`) unless it
+    exists with the size and checksum of ``record``
+    (:func:`~datamask.io.integrity.file_record`).
+
+    The size is compared first (one metadata request), the checksum then by reading the
+    object once.
+
+    Raises
+    ------
+    ValueError
+        The object is missing, or its size or checksum differs; one line naming it.
+    """
+    place = where if isinstance(where, Location) else storage_path(where)
+    name = str(place)
+    rerun = "it was changed or replaced after its step wrote it; rerun to recompute it."
+    if isinstance(place, Location) and not place.is_local:
+        info = place.info()
+        size = info.size if info.is_file else None
+    else:
+        p = Path(place.path if isinstance(place, Location) else place)
+        size = p.stat().st_size if p.is_file() else None
+    if size is None:
+        raise ValueError(f"{name!r} is missing; {rerun}")
+    if size != record["size"]:
+        raise ValueError(f"{name!r} holds {size} bytes, not the {record['size']} written; {rerun}")
+    if isinstance(place, Location) and not place.is_local:
+        with place.open_input_stream() as fh:
+            _, hexdigest = digest(fh.read)
+    else:
+        hexdigest = file_record(p)["blake2b"]
+    if hexdigest != record["blake2b"]:
+        raise ValueError(f"{name!r} does not hold the bytes written (checksum differs); {rerun}")

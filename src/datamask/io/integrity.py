@@ -3,7 +3,7 @@
 :func:`~datamask.io.atomic.atomic_write` with ``record={}`` fills the dict with the size
 and checksum of the bytes it published (:func:`file_record` of the temporary, taken before
 the rename or upload: no extra request). A step's marker can keep that record, and a
-reader calls :func:`check_object` before it trusts the object: a torn, truncated or
+reader calls :func:`datamask.io.fs.check_object` before it trusts the object: a torn, truncated or
 foreign object (another run's, a hand edit) is refused with one line naming it.
 
 The checksum is BLAKE2b (16 bytes) over the object's bytes: in the standard library, about
@@ -12,16 +12,49 @@ The checksum is BLAKE2b (16 bytes) over the object's bytes: in the standard libr
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHUNK", "check_object", "file_record"]
+__all__ = ["CHUNK", "digest", "file_record", "published", "recording"]
+
+#: The records of what this context's atomic writes published (target -> record), while
+#: :func:`recording` is open; None outside it.
+_PUBLISHED: contextvars.ContextVar[dict[str, dict[str, Any]] | None] = contextvars.ContextVar(
+    "datamask_published", default=None
+)
+
+
+@contextmanager
+def recording() -> Iterator[dict[str, dict[str, Any]]]:
+    """Collect the record (:func:`file_record`) of every object an atomic write publishes
+    inside the block, by target (``str`` of its path or URI): what a step's marker keeps."""
+    book: dict[str, dict[str, Any]] = {}
+    token = _PUBLISHED.set(book)
+    try:
+        yield book
+    finally:
+        _PUBLISHED.reset(token)
+
+
+def published(target: Any, tmp: str | Path) -> dict[str, Any] | None:
+    """Record the temporary ``tmp`` about to be published at ``target`` when a
+    :func:`recording` is open; returns the record (None when nothing records)."""
+    book = _PUBLISHED.get()
+    if book is None:
+        return None
+    book[str(target)] = record = file_record(tmp)
+    return record
+
 
 CHUNK = 1 << 22
 
 
-def _digest(read: Any) -> tuple[int, str]:
+def digest(read: Any) -> tuple[int, str]:
+    """``(bytes, BLAKE2b hex)`` of what ``read(n)`` yields until it is empty."""
     h, size = hashlib.blake2b(digest_size=16), 0
     while block := read(CHUNK):
         h.update(block)
@@ -32,41 +65,5 @@ def _digest(read: Any) -> tuple[int, str]:
 def file_record(path: str | Path) -> dict[str, Any]:
     """``{"size": bytes, "blake2b": hex}`` of a local file."""
     with open(path, "rb") as fh:
-        size, digest = _digest(fh.read)
-    return {"size": size, "blake2b": digest}
-
-
-def check_object(where: Any, record: dict[str, Any]) -> None:
-    """Refuse the object at ``where`` (a local path or a :class:`~datamask.io.fs.Location`)
-    unless it exists with the size and checksum of ``record`` (:func:`file_record`).
-
-    The size is compared first (one metadata request), the checksum then by reading the
-    object once.
-
-    Raises
-    ------
-    ValueError
-        The object is missing, or its size or checksum differs; one line naming it.
-    """
-    from .fs import Location, storage_path
-
-    place = where if isinstance(where, Location) else storage_path(where)
-    name = str(place)
-    rerun = "it was changed or replaced after its step wrote it; rerun to recompute it."
-    if isinstance(place, Location) and not place.is_local:
-        info = place.info()
-        size = info.size if info.is_file else None
-    else:
-        p = Path(place.path if isinstance(place, Location) else place)
-        size = p.stat().st_size if p.is_file() else None
-    if size is None:
-        raise ValueError(f"{name!r} is missing; {rerun}")
-    if size != record["size"]:
-        raise ValueError(f"{name!r} holds {size} bytes, not the {record['size']} written; {rerun}")
-    if isinstance(place, Location) and not place.is_local:
-        with place.open_input_stream() as fh:
-            _, digest = _digest(fh.read)
-    else:
-        digest = file_record(p)["blake2b"]
-    if digest != record["blake2b"]:
-        raise ValueError(f"{name!r} does not hold the bytes written (checksum differs); {rerun}")
+        size, hexdigest = digest(fh.read)
+    return {"size": size, "blake2b": hexdigest}

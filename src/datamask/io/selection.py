@@ -98,9 +98,9 @@ def read_selection_ids(
     loc = path if isinstance(path, Location) else resolve(str(path), what=what)
     if folder and loc.is_dir():
         parts = [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
-        if not parts:
-            raise ValueError(f"{what} {loc.uri!r} holds no selected/*.parquet parts.")
-        return pa.concat_arrays([_parquet_ids(f, id_col) for f in parts])
+        if parts:
+            return pa.concat_arrays([_parquet_ids(f, id_col) for f in parts])
+        # no parts: refused below, the folder named for what it is
     expect_file(loc, what=what, accepted=SELECTION_FILES)
     suffix = Path(loc.path).suffix.lower()
     if suffix in (".txt", ".ids", ".csv", ".tsv"):
