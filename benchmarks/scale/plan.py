@@ -1,4 +1,4 @@
-"""The cost model of benchmarks/scale/PLAN.md: calibrate on one run, predict others.
+"""The cost model of docs/scale.md ("A costed plan"): calibrate on one run, predict others.
 
     python benchmarks/scale/plan.py --calibrate results/run-200k-tp-default.json \\
         --check results/run-1m-tp-default.json
@@ -213,7 +213,7 @@ def costs(run: dict) -> dict[str, float]:
 
 
 #: Groups that propose again in the allocation round: 22 of 121 at 10M (7edaa2e,
-#: RUN-10M.md), none at 200k and 1M. A plan (``--at``) assumes this share; a check
+#: docs/scale.md, the 10M run), none at 200k and 1M. A plan (``--at``) assumes this share; a check
 #: takes the groups that did from the run (their candidates doubled).
 AGAIN_SHARE = 22 / 121
 
@@ -282,7 +282,7 @@ def print_check(predicted: dict[str, float], actual: dict[str, float]) -> None:
         print(f"| {phase} | {p:.1f} | {a:.1f} | {err} |")
 
 
-#: The named cluster of PLAN.md's plan (``--storage``): nodes, worker processes per node,
+#: The named cluster of docs/scale.md's plan (``--storage``): nodes, worker processes per node,
 #: aggregate object-store throughput (bytes/s), request latency (s) and the driver's
 #: listing page (keys per LIST request).
 CLUSTER = {
@@ -436,7 +436,7 @@ def main() -> None:
         sizes = np.resize(spread, g) * (n / g)  # repeated to G groups, mean n / G
         sizes *= n / sizes.sum()
         groups = [(float(s), ratio * float(s)) for s in sorted(sizes, reverse=True)]
-        # the largest groups are the ones that propose again (RUN-10M.md: the 22 at 10M)
+        # the largest groups are the ones that propose again (the 22 at 10M: docs/scale.md)
         again = [s for s, _ in groups[: round(AGAIN_SHARE * g)]]
         # the gather as the calibration's code ran it: buckets of groups, or one a group
         if bucketed(cal):

@@ -60,8 +60,9 @@ def folder_times(root: Path) -> dict[str, dict[str, float | int]]:
 
 
 def phase_facts(m: dict, out: Path) -> dict:
-    """What PLAN.md's model (plan.py) calibrates on: the plan phase's parts, every group's
-    size and seconds in each per-group phase, and the files and bytes each phase wrote."""
+    """What the plan's model (plan.py, docs/scale.md) calibrates on: the plan phase's
+    parts, every group's size and seconds in each per-group phase, and the files and bytes
+    each phase wrote."""
     work = Path(m["work_dir"])
     exchange = [json.loads(f.read_text()) for f in sorted((work / "exchange").glob("*.json"))]
     budget = m["budget"].get("global_round") or {}

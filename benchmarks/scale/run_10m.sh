@@ -1,5 +1,5 @@
 #!/bin/bash
-# The 10M x 384 run of benchmarks/scale/RUN-10M.md, end to end, in segments; five of
+# The 10M x 384 run of docs/scale.md ("The 10M run"), end to end, in segments; five of
 # them are killed with kill -9 on purpose (one per phase) and the next resumes.
 #   python benchmarks/scale/generate.py --out /tmp/dm/10m/shards --n-docs 10000000 \
 #       --dim 384 --n-shards 1000

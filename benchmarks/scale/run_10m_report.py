@@ -1,7 +1,9 @@
-"""The figures of the 10M run (``run_10m.sh``): gather them once, then write RUN-10M.md.
+"""The figures of the 10M run (``run_10m.sh``): gather them once, then print its table.
 
     python benchmarks/scale/run_10m_report.py --gather     # from /tmp/dm: results/run-10m.json
-    python benchmarks/scale/run_10m_report.py              # RUN-10M.md from that JSON
+    python benchmarks/scale/run_10m_report.py              # the table, from that JSON
+
+The table heads the section "The 10M run" of docs/scale.md (paste it there).
 
 ``--gather`` reads what the run left: the segment log (start, end, wall, exit status, load
 of every segment, which ones were killed), each segment's stderr (the last elapsed time
@@ -21,7 +23,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "run-10m.json"
-MARKDOWN = HERE / "RUN-10M.md"
 TMP = Path("/tmp/dm")
 BAR = re.compile(
     r"([A-Za-z][A-Za-z0-9 ()-]+?):\s+\d+%\|[^|]*\|\s*([\d.]+[kMG]?)/([\d.]+[kMG]?) \[([0-9:]+)<"
@@ -218,7 +219,7 @@ other measurements of the session before (J runs, heap probes, the test suite); 
 replays above skip the exact scoring of the group that the run's steps still did (an
 n x k pass; 18 s for 70,000 x 14,000 in a profile of this session), and group 138 took
 about as long as in the run, so contention is not the main reason the 10M steps cost
-more per document (PLAN.md)."""
+more per document (docs/scale.md, the plan)."""
 
 
 def finished(d: dict, wall: float) -> list[str]:
@@ -302,7 +303,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.gather:
         RESULTS.write_text(json.dumps(gather(args.out, args.apply_out), indent=1) + "\n")
-    MARKDOWN.write_text(markdown(json.loads(RESULTS.read_text())))
+    print(markdown(json.loads(RESULTS.read_text())))
 
 
 if __name__ == "__main__":

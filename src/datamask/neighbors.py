@@ -41,9 +41,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 #: Candidates per row the bf16 search keeps beyond K for its fp32 re-rank: bf16 keeps 8
 #: bits of mantissa, so similarities within about 1e-2 of the K-th can swap places; the
 #: re-rank restores fp32 order and values among ``K + margin`` candidates, the margin
-#: max(32, K). A margin of K/4 held recall@K to 0.977 on the H100 at 1M x 384 (2,000 rows
-#: a cluster; benchmarks/gpu/results/call1/graph.json) and to 0.98 on the CPU on
-#: make_clustered(6000, 384, 2); K gives 1.0 on the latter (GPU not measured yet).
+#: max(32, K). A margin of K/4 held recall@K to 0.977 on a GPU at 1M x 384 and to 0.98 on
+#: the CPU on make_clustered(6000, 384, 2); max(32, K) gives 1.0 on the latter and 0.99985
+#: on the GPU (benchmarks/gpu/RESULTS.md, the graph figure).
 BF16_MARGIN = (32, 1.0)
 
 #: ``auto`` compares every pair up to this many rows on CPU (always on CUDA).

@@ -63,7 +63,7 @@ from .plan import (
     _selection_meta,
 )
 from .spec import REMOVED_FORMATS, ApplySpec
-from .write import _apply_jsonl, _apply_parquet, _write_removed_ids
+from .write import _apply_shard_file, _write_removed_ids
 
 __all__ = ["REMOVED_FORMATS", "SHARD_SUFFIXES", "ApplySpec", "apply_selection"]
 
@@ -356,10 +356,7 @@ def _apply_shard(run: _ApplyRun, i: int, bar: Any) -> dict[str, Any]:
     rem_target = _removed_target(run, i, name)
     args = (src, target, rem_target, spec.removed_format, plan, keep, spec.id_col,
             spec.batch_size, bar)  # fmt: skip
-    if fmt == "parquet":
-        n, k, removed_ids = _apply_parquet(*args)
-    else:
-        n, k, removed_ids = _apply_jsonl(*args, gz=fmt == "jsonl.gz")
+    n, k, removed_ids = _apply_shard_file(*args, fmt=fmt)
     if keep is not None and keep.num_rows is not None and keep.num_rows != n:
         target.delete()
         raise ValueError(

@@ -1,11 +1,16 @@
 """Writing one shard: stream the input batch by batch, keep the selected rows, write the
-kept (and the removed) rows atomically; the removed ids in the ``ids`` or ``curator`` layout."""
+kept (and the removed) rows atomically; the removed ids in the ``ids`` or ``curator`` layout.
+
+One loop, :func:`_apply_shard_file`, serves every input format; what differs between
+parquet and JSON lines (how batches are read, how masked rows are written, how a file is
+finished) is in :class:`_ParquetShard` and :class:`_JsonLinesShard`."""
 
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -53,74 +58,95 @@ def _batch_rows(
     return rows, mask, expected
 
 
-def _apply_parquet(
-    src: Location,
-    out: Location,
-    rem: Location | None,
-    removed_format: str,
-    plan: _Plan,
-    keep: _KeepList | None,
-    id_col: str,
-    batch_size: int,
-    bar: tqdm,
-) -> tuple[int, int, list[pa.Array]]:
-    schema, batches = parquet_batches(src, batch_size)
-    need_ids = plan.mode == "ids" or removed_format in ("ids", "curator")
-    if need_ids and id_col not in schema.names:
-        raise ValueError(
-            f"column {id_col!r} not found in {src.uri}; available columns: {schema.names}; "
-            "pass the id column with --id-col."
-        )
-    n_rows = n_kept = 0
-    removed_ids: list[pa.Array] = []
-    with ExitStack() as stack:  # on an error neither file is put in place
+class _Sink(NamedTuple):
+    """One output file of a shard: ``write(batch, mask)`` writes the masked rows;
+    ``finish()`` completes the file before it is put in place."""
+
+    write: Callable[[Any, np.ndarray], None]
+    finish: Callable[[], None]
+
+
+class _ParquetShard:
+    """A parquet shard: record batches in and out; the dropped rows (``rows`` layout)
+    carry their cover, and each kept row's id is checked against the keep list."""
+
+    checks_ids = True
+
+    def __init__(self, src: Location, id_col: str, need_ids: bool, batch_size: int, plan: _Plan):
+        self.src, self.id_col = src, id_col
+        self.schema, self._batches = parquet_batches(src, batch_size)
+        if need_ids and id_col not in self.schema.names:
+            raise ValueError(
+                f"column {id_col!r} not found in {src.uri}; available columns: "
+                f"{self.schema.names}; pass the id column with --id-col."
+            )
+        self.cover = plan.cover if id_col in self.schema.names else None
+
+    def batches(self) -> Iterator[tuple[pa.RecordBatch, int, Any]]:
+        for batch in self._batches:
+            ids = batch.column(self.id_col) if self.id_col in self.schema.names else None
+            yield batch, batch.num_rows, ids
+
+    def writer(self, stack: ExitStack, loc: Location, removed: bool) -> _Sink:
+        schema = self.schema
+        cover = self.cover if removed else None
+        if cover is not None:  # the dropped rows carry their cover
+            for name, col in cover.columns.items():
+                if name in schema.names:
+                    schema = schema.remove(schema.get_field_index(name))
+                schema = schema.append(pa.field(name, col.type))
         writer = pq.ParquetWriter(
-            stack.enter_context(out.open_atomic()), schema, compression="zstd"
+            stack.enter_context(loc.open_atomic()), schema, compression="zstd"
         )
         stack.callback(writer.close)  # closed (idempotent) before its file, even on errors
-        rem_writer = None
-        cover = plan.cover if id_col in schema.names else None
-        if rem is not None and removed_format == "rows":
-            rem_schema = schema
-            if cover is not None:  # the dropped rows carry their cover
-                for name, col in cover.columns.items():
-                    if name in rem_schema.names:
-                        rem_schema = rem_schema.remove(rem_schema.get_field_index(name))
-                    rem_schema = rem_schema.append(pa.field(name, col.type))
-            rem_writer = pq.ParquetWriter(
-                stack.enter_context(rem.open_atomic()), rem_schema, compression="zstd"
-            )
-            stack.callback(rem_writer.close)
-        for batch in batches:
-            n = batch.num_rows
-            ids = batch.column(id_col) if id_col in schema.names else None
-            rows, mask, expected = _batch_rows(plan, keep, n_rows, n, ids)
-            if expected is not None and ids is not None:
-                _check_ids(ids, expected, src.uri, n_rows, rows)
-            writer.write_batch(batch.filter(pa.array(mask)))
-            if rem_writer is not None:
-                dropped = batch.filter(pa.array(~mask))
-                if cover is not None:
-                    table = pa.Table.from_batches([dropped])
-                    for name, col in cover.columns_for(dropped.column(id_col)).items():
-                        if name in table.column_names:
-                            table = table.drop_columns([name])
-                        table = table.append_column(name, col)
-                    rem_writer.write_table(table)
-                else:
-                    rem_writer.write_batch(dropped)
-            elif rem is not None:
-                removed_ids.append(ids.filter(pa.array(~mask)))
-            n_rows += n
-            n_kept += len(rows)
-            bar.update(n)
-        writer.close()
-        if rem_writer is not None:
-            rem_writer.close()
-    return n_rows, n_kept, removed_ids
+        id_col = self.id_col
+
+        def write(batch: pa.RecordBatch, mask: np.ndarray) -> None:
+            rows = batch.filter(pa.array(mask))
+            if cover is None:
+                writer.write_batch(rows)
+                return
+            table = pa.Table.from_batches([rows])
+            for name, col in cover.columns_for(rows.column(id_col)).items():
+                if name in table.column_names:
+                    table = table.drop_columns([name])
+                table = table.append_column(name, col)
+            writer.write_table(table)
+
+        return _Sink(write, writer.close)
 
 
-def _apply_jsonl(
+class _JsonLinesShard:
+    """A JSON lines shard (``.jsonl`` or ``.jsonl.gz``): lines in and out byte for byte;
+    ids are parsed only where they are needed (matching by id, removed ids)."""
+
+    checks_ids = False
+
+    def __init__(self, src: Location, id_col: str, need_ids: bool, batch_size: int, gz: bool):
+        self.src, self.id_col, self.need_ids = src, id_col, need_ids
+        self.batch_size, self.gz = batch_size, gz
+
+    def batches(self) -> Iterator[tuple[list[bytes], int, Any]]:
+        n_rows = 0
+        for lines in _json_lines(self.src, self.gz, self.batch_size):
+            ids = _ids_of_lines(lines, self.id_col, self.src.uri, n_rows) if self.need_ids else None
+            yield lines, len(lines), ids
+            n_rows += len(lines)
+
+    def writer(self, stack: ExitStack, loc: Location, removed: bool) -> _Sink:
+        fh = stack.enter_context(loc.open_atomic())
+        if self.gz:
+            # mtime=0 and no file name: the same rows give the same bytes on every run.
+            fh = gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0)
+
+        def write(lines: list[bytes], mask: np.ndarray) -> None:
+            fh.write(b"".join(line + b"\n" for line, m in zip(lines, mask, strict=False) if m))
+
+        # the gzip trailer, before the file is put in place; a plain file needs nothing
+        return _Sink(write, fh.close if self.gz else lambda: None)
+
+
+def _apply_shard_file(
     src: Location,
     out: Location,
     rem: Location | None,
@@ -130,38 +156,42 @@ def _apply_jsonl(
     id_col: str,
     batch_size: int,
     bar: tqdm,
-    gz: bool,
+    fmt: str = "parquet",
 ) -> tuple[int, int, list[pa.Array]]:
+    """Stream ``src`` (``fmt``: "parquet", "jsonl" or "jsonl.gz") batch by batch into
+    ``out`` (the kept rows) and, in the ``rows`` layout, ``rem`` (the dropped rows), both
+    in ``src``'s format; returns the rows read, the rows kept, and the dropped ids (for the
+    ``ids`` and ``curator`` layouts, written by :func:`_write_removed_ids`)."""
     need_ids = plan.mode == "ids" or removed_format in ("ids", "curator")
+    shard: _ParquetShard | _JsonLinesShard = (
+        _ParquetShard(src, id_col, need_ids, batch_size, plan)
+        if fmt == "parquet"
+        else _JsonLinesShard(src, id_col, need_ids, batch_size, gz=fmt == "jsonl.gz")
+    )
     n_rows = n_kept = 0
     removed_ids: list[pa.Array] = []
-
-    def opener(fh: Any) -> Any:
-        # mtime=0 and no file name: the same rows give the same bytes on every run.
-        return gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0) if gz else fh
-
-    rem_rows = rem is not None and removed_format == "rows"
     with ExitStack() as stack:  # on an error neither file is put in place
-        w_out = opener(stack.enter_context(out.open_atomic()))
-        w_rem = opener(stack.enter_context(rem.open_atomic())) if rem_rows else None
-        for lines in _json_lines(src, gz, batch_size):
-            n = len(lines)
-            ids = _ids_of_lines(lines, id_col, src.uri, n_rows) if need_ids else None
-            rows, mask, _ = _batch_rows(plan, keep, n_rows, n, ids)
-            w_out.write(b"".join(line + b"\n" for line, m in zip(lines, mask, strict=False) if m))
-            if w_rem is not None:
-                w_rem.write(
-                    b"".join(line + b"\n" for line, m in zip(lines, mask, strict=False) if not m)
-                )
+        kept = shard.writer(stack, out, removed=False)
+        dropped = (
+            shard.writer(stack, rem, removed=True)
+            if rem is not None and removed_format == "rows"
+            else None
+        )
+        for batch, n, ids in shard.batches():
+            rows, mask, expected = _batch_rows(plan, keep, n_rows, n, ids)
+            if shard.checks_ids and expected is not None and ids is not None:
+                _check_ids(ids, expected, src.uri, n_rows, rows)
+            kept.write(batch, mask)
+            if dropped is not None:
+                dropped.write(batch, ~mask)
             elif rem is not None:
                 removed_ids.append(ids.filter(pa.array(~mask)))
             n_rows += n
             n_kept += len(rows)
             bar.update(n)
-        if gz:  # the gzip trailers, before the files are put in place
-            w_out.close()
-            if w_rem is not None:
-                w_rem.close()
+        kept.finish()
+        if dropped is not None:
+            dropped.finish()
     return n_rows, n_kept, removed_ids
 
 

@@ -190,9 +190,10 @@ def host_picks(
     when not given). ``before_check(t)`` runs before each look at the top;
     ``counter.n_evaluations_`` counts the gains computed after the first ones.
 
-    A pick costs a heap pop and a few numpy ops, no tensor op: on CUDA the tensor loop's
-    launches and syncs cost a group of the sharded run 50 s on an H200; on the CPU this is
-    1.2-1.4x faster (benchmarks/realtext/HOST-GREEDY.md)."""
+    A pick costs a heap pop and a few numpy ops, no tensor op: on CUDA a tensor op per pick
+    is a kernel launch and often a sync, which dominated a sharded group's time
+    (benchmarks/gpu/RESULTS.md); on the CPU this is 1.2-1.4x faster
+    (benchmarks/realtext/HOST-GREEDY.md)."""
 
     if bounds is None:
         bounds = [host_gain(hosts, int(j)) for j in rows]
