@@ -271,7 +271,7 @@ def unit_pieces(
 
 #: Groups one gather step writes at most: a step opens each spill once for all of them,
 #: so the gather opens S x G / GATHER_BUCKET_GROUPS spills, not S x G (121,000 at 10M,
-#: 345 s of the plan phase; 1.3 x 10^10 at 10^10 documents, PLAN.md). Memory does not
+#: 345 s of the plan phase; 1.3 x 10^10 at 10^10 documents, docs/scale.md). Memory does not
 #: grow with it: the rows stream through (:data:`GATHER_BUFFER_BYTES`).
 GATHER_BUCKET_GROUPS = 64
 

@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: A sharded run's peak disk in its work dir, per byte of input parquet, with a 10%
-#: margin; measured at 10M x 384 (benchmarks/scale/RUN-10M.md). With ``--partition
+#: margin; measured at 10M x 384 (docs/scale.md, "The 10M run"). With ``--partition
 #: cluster`` the spills and the group objects each hold every row (1.16 bytes per input
 #: byte) until the last group is gathered and the spills are deleted; candidates, the
 #: exchange, the cover's kept rows and the id buckets add 0.6 after that. Keys: the
@@ -121,7 +121,7 @@ def plan_partition(
     if not released.exists():
         atomic_write_json({"shards": len(spilled)}, released)
     seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
-    # the phase's parts (a resumed run's fit is 0): PLAN.md's model calibrates on them
+    # the phase's parts (a resumed run's fit is 0): the costed plan (docs/scale.md) calibrates on them
     facts = {
         "n_clusters": len(tree.centroids),
         "n_leaves": tree.n_leaves,
