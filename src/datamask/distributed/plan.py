@@ -121,7 +121,7 @@ def plan_partition(
     if not released.exists():
         atomic_write_json({"shards": len(spilled)}, released)
     seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
-    # the phase's parts (a resumed run's fit is 0): the costed plan (docs/scale.md) calibrates on them
+    # the phase's parts (a resumed run's fit is 0): docs/scale.md's plan calibrates on them
     facts = {
         "n_clusters": len(tree.centroids),
         "n_leaves": tree.n_leaves,
