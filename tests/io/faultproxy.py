@@ -14,6 +14,9 @@ Each request is forwarded to ``127.0.0.1:upstream_port`` unless a fault is drawn
 - ``outage``: from the first drawn fault on, every connection is closed unanswered for
   ``outage_s`` seconds.
 
+``max_faults`` bounds the faults of one proxy (the draws go on, so a seed's faults fall
+on the same requests whatever the bound).
+
 Only loopback traffic: it listens on 127.0.0.1 and forwards to 127.0.0.1. It stops with
 its ``with`` block, or after ``lifetime_s`` seconds whatever happens (a daemon timer).
 """
@@ -61,12 +64,14 @@ class FaultProxy:
         rate: float = 0.0,
         seed: int = 0,
         outage_s: float = 3.0,
+        max_faults: int | None = None,
         lifetime_s: float = 300.0,
     ) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
         self.upstream_port = upstream_port
         self.mode, self.rate, self.outage_s = mode, rate, outage_s
+        self.max_faults = max_faults  # at most this many faults (None: no bound)
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -121,7 +126,10 @@ class FaultProxy:
             if not eligible:
                 return False
         with self._lock:
-            return self.rng.random() < self.rate
+            drawn = self.rng.random() < self.rate
+            if self.max_faults is not None and self.counts[self.mode] >= self.max_faults:
+                return False  # the draw is still made: the seed's sequence is the same
+            return drawn
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         body = _read_body(h)
