@@ -8,8 +8,9 @@ device value (``.item()``, ``float()``, ``bool()``, ``.cpu()``, ``.tolist()``) o
 data-dependent shape (``nonzero``, boolean-mask indexing, ``masked_select``, ``unique``,
 ``repeat_interleave`` without ``output_size``) a device sync. Neither needs a GPU to count:
 :class:`OpCounter` (a ``TorchDispatchMode``) sees every aten call on the CPU too, and
-patches ``Tensor.cpu/.numpy/.tolist`` (which do not dispatch on a CPU tensor) to count the
-host reads they would be on CUDA.
+patches ``Tensor.cpu/.tolist`` (which do not dispatch on a CPU tensor) to count the host
+reads they would be on CUDA (``.numpy()`` needs a ``.cpu()`` first on CUDA; on the CPU
+``.cpu()`` returns the tensor itself, so ``t.cpu().tolist()`` counts two there).
 
 A group step, as the sharded runner runs it (``fit_group(..., gain_curve=True,
 evaluate=False)``): the learner's fit (graph build, the epochs, the rounding's swap
@@ -67,8 +68,10 @@ def _is_sync(func, args, kwargs) -> bool:
     name = _op_name(func)
     if name in SYNC_OPS:
         return True
-    if name == "repeat_interleave" and "output_size" not in kwargs and (
-        len(args) < 4 or args[3] is None
+    if (
+        name == "repeat_interleave"
+        and "output_size" not in kwargs
+        and (len(args) < 4 or args[3] is None)
     ):
         return isinstance(args[0], torch.Tensor) and args[0].dtype != torch.bool
     if name in ("index", "index_put", "index_put_", "_index_put_impl_"):
@@ -120,8 +123,9 @@ class OpCounter(TorchDispatchMode):
 def counting():
     """An :class:`OpCounter` active, with ``Tensor.cpu/numpy/tolist`` counted as host reads."""
     counter = OpCounter()
-    saved = {m: getattr(torch.Tensor, m) for m in ("cpu", "numpy", "tolist")}
-    on_host: dict[int, weakref.ref] = {}  # what .cpu() returned: its .numpy()/.tolist() is no read
+    # .numpy() is not counted: on CUDA it needs a .cpu() first, which is.
+    saved = {m: getattr(torch.Tensor, m) for m in ("cpu", "tolist")}
+    on_host: dict[int, weakref.ref] = {}  # copies .cpu() made: their .tolist() is no read
 
     def wrap(method: str):
         original = saved[method]
@@ -131,7 +135,7 @@ def counting():
             if ref is None or ref() is not self:
                 counter.host_read(f"Tensor.{method}")
             out = original(self, *a, **k)
-            if method == "cpu" and isinstance(out, torch.Tensor):
+            if method == "cpu" and isinstance(out, torch.Tensor) and out is not self:
                 on_host[id(out)] = weakref.ref(out)
             return out
 
