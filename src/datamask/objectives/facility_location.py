@@ -446,8 +446,8 @@ class FacilityLocation(Term):
         none_before[r]``; ``tail``: no neighbour kept, the K-th similarity standing in for
         the unseen rest (None when K covers every document)."""
         idx, sim = self.knn_graph()
-        if clients is not None:
-            idx, sim = idx[clients], sim[clients]
+        if clients is not None:  # index_select: a row copy (idx[clients] was 3x slower)
+            idx, sim = idx.index_select(0, clients), sim.index_select(0, clients)
         # index_select, not p[idx]: the backward of p[idx] accumulates over threads in no
         # fixed order on CPU.
         pn = p.index_select(0, idx.reshape(-1)).view(idx.shape)

@@ -193,6 +193,10 @@ class MaskLearner(Selector):
         ``terms_`` afterwards (every selector is timed the same way).
     graph_seconds_, optimise_seconds_ : float
         ``fit_seconds_`` split into building the neighbour graph and the rest.
+    learn_seconds_ : float
+        Time of the ``n_epochs_`` steps (inside ``optimise_seconds_``; on CUDA up to the
+        one read of the logged objective after the loop, which waits for the last step):
+        ``learn_seconds_ / n_epochs_`` is the time of one step.
     refine_seconds_ : float
         Time of the swap search (inside ``optimise_seconds_``).
     swaps_ : int
@@ -332,6 +336,7 @@ class MaskLearner(Selector):
         # a float() per log point would stop a GPU's queue (nanoGPT reads it at intervals).
         # "seconds" is the host's time when the step was queued.
         logged: list[tuple[int, float, float, torch.Tensor]] = []
+        learn_start = time.perf_counter()
         for step in bar:
             lr = self._lr(step)
             running = step_fn(theta, lr, n)
@@ -341,6 +346,7 @@ class MaskLearner(Selector):
                     bar.set_postfix(J=f"{float(running):.4f}", lr=f"{lr:.3g}")
         bar.close()
         values = torch.stack([v for *_, v in logged]).double().tolist()  # sync point: once
+        self.learn_seconds_ = time.perf_counter() - learn_start  # the last step is done here
         self.history_ += [
             {"step": step, "lr": lr, "objective": value, "seconds": seconds}
             for (step, lr, seconds, _), value in zip(logged, values, strict=True)
@@ -446,9 +452,11 @@ class MaskLearner(Selector):
         return {**own, **super().resolved_params()}
 
     def fit_stats(self) -> dict[str, Any]:
-        """The base's, with the steps taken and the swap rounding's time and swaps."""
+        """The base's, with the steps taken, their time, and the swap rounding's time and
+        swaps."""
         own = {
             "n_epochs": self.n_epochs_,
+            "learn_seconds": self.learn_seconds_,
             "refine_seconds": self.refine_seconds_,
             "swaps": self.swaps_,
         }
