@@ -310,7 +310,7 @@ class FacilityLocation(Term):
         idx, sim = self.knn_graph()
         keep = torch.zeros(self.n_docs, dtype=sim.dtype, device=sim.device)
         keep[selected] = 1.0
-        return (sim * keep[idx]).amax(1)
+        return (sim * _gather(keep, idx)).amax(1)
 
     def graph_value(self, selected: torch.Tensor) -> float:
         """The graph objective of ``selected`` (what ``greedy`` and the local search
@@ -384,7 +384,7 @@ class FacilityLocation(Term):
         n, dev = self.n_docs, keep.device
         idx, sim = self.knn_graph()
         m = min(2, idx.shape[1])
-        top = (sim * keep[idx].to(sim.dtype)).topk(m, dim=1)  # 1. the graph's top two
+        top = (sim * _gather(keep, idx).to(sim.dtype)).topk(m, dim=1)  # 1. the graph's top two
         vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
         rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
         vals[:, :m] = top.values
@@ -552,6 +552,12 @@ class FacilityLocation(Term):
         already in the graph's similarities, :meth:`raise_floor`)."""
         _, clients, sims = self.reverse_graph()
         return _GraphGains(self._ptr_list, clients.cpu().numpy(), sims.cpu().numpy())
+
+
+def _gather(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``values[idx]`` for a 1-D ``values`` and an index of any shape, by ``index_select``
+    (the same entries; on the CPU advanced indexing of an (n, K) index was 3-5x slower)."""
+    return values.index_select(0, idx.reshape(-1)).view(idx.shape)
 
 
 class _GraphGains(HostGains):
