@@ -305,9 +305,16 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="write every row (with op names) here")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    import datamask
+
+    where = Path(datamask.__file__).resolve().parent  # the code counted, not this script's
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=where
     ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "."], capture_output=True, text=True, cwd=where
+    ).stdout.strip()
+    commit += " (uncommitted changes)" if dirty else ""
     rows = []
     for n in args.sizes:
         started = time.perf_counter()

@@ -30,19 +30,28 @@ def count():
     return module
 
 
-def _epochs(count, n: int, **params) -> list[tuple[int, int]]:
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    ),
+]
+
+
+def _epochs(count, n: int, device: str = "cpu", **params) -> list[tuple[int, int]]:
     corpus = make_clustered(n, 16, 8, seed=0)
     epochs: list[tuple[int, int]] = []
-    learner = MaskLearner(select_ratio=0.1, n_epochs=12, seed=0, device="cpu", **params)
+    learner = MaskLearner(select_ratio=0.1, n_epochs=12, seed=0, device=device, **params)
     with count.counting() as counter, count.phases(counter, epochs):
         learner.fit(corpus, evaluate=False)
     assert len(epochs) == 12
     return epochs
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("algorithm", ["Facility", "Pair_simi"])
-def test_an_expected_step_has_no_sync_and_the_same_ops_at_any_size(count, algorithm):
-    small, large = (_epochs(count, n, algorithm=algorithm) for n in (2000, 8000))
+def test_an_expected_step_has_no_sync_and_the_same_ops_at_any_size(count, algorithm, device):
+    small, large = (_epochs(count, n, device, algorithm=algorithm) for n in (2000, 8000))
     assert {s for _, s in small + large} == {0}  # no host read inside the loop
     # the same operators at 2k and at 8k rows, step for step (a log step reads 2 more)
     assert [o for o, _ in small] == [o for o, _ in large]
