@@ -384,7 +384,7 @@ class FacilityLocation(Term):
         n, dev = self.n_docs, keep.device
         idx, sim = self.knn_graph()
         m = min(2, idx.shape[1])
-        top = (sim * _gather(keep, idx).to(sim.dtype)).topk(m, dim=1)  # 1. the graph's top two
+        top = (sim * _gather(keep.to(sim.dtype), idx)).topk(m, dim=1)  # 1. the graph's top two
         vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
         rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
         vals[:, :m] = top.values

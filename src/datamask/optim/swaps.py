@@ -182,8 +182,10 @@ class FacilitySwaps(TermSwaps):
     (small select_ratio: :meth:`~datamask.objectives.FacilityLocation.exact_cover`)."""
 
     def value(self, keep: torch.Tensor) -> float:
-        if not self.term.exact_rounding_:
-            return self.term.graph_value(torch.nonzero(keep).squeeze(1))
+        if not self.term.exact_rounding_:  # graph_value of the mask, without its rows
+            idx, sim = self.term.knn_graph()
+            cover = (sim * _gather(keep.to(sim.dtype), idx)).amax(1)
+            return float(cover.double().mean())
         return self.term.exact_cover(keep).value()
 
     def bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +206,7 @@ class FacilitySwaps(TermSwaps):
             best, second, owner = cover.best, cover.second, cover.owner
             self._owners = torch.stack([cover.owner, cover.owner2], 1)  # footprints
         else:
-            covered = sim * _gather(keep, idx).to(sim.dtype)  # (n, K): kept neighbours' sims
+            covered = sim * _gather(keep.to(sim.dtype), idx)  # (n, K): kept neighbours' sims
             top = covered.topk(min(2, covered.shape[1]), dim=1)
             best = top.values[:, 0]
             second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
