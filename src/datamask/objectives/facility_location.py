@@ -555,8 +555,12 @@ class FacilityLocation(Term):
 
 
 def _gather(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``values[idx]`` for a 1-D ``values`` and an index of any shape, by ``index_select``
-    (the same entries; on the CPU advanced indexing of an (n, K) index was 3-5x slower)."""
+    """``values[idx]`` for a 1-D ``values`` (no gradient) and an index of any shape: the
+    same entries, by ``numpy.take`` on the CPU (2x faster than ``index_select`` on one
+    thread for a 56k x 160 graph, 3-5x faster than advanced indexing), by
+    ``index_select`` elsewhere."""
+    if values.device.type == "cpu" and not values.requires_grad:
+        return torch.from_numpy(np.take(values.numpy(), idx.numpy()))
     return values.index_select(0, idx.reshape(-1)).view(idx.shape)
 
 
