@@ -98,6 +98,8 @@ def fig_group(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
         wall_seconds=round(wall, 3),
         phases={key: round(value, 3) for key, value in phases.items()},
         round_seconds=summary["stats"].get("refine_seconds"),  # inside learn_and_round
+        learn_seconds=summary["stats"].get("learn_seconds"),  # the steps, inside it too
+        epoch_ms=_epoch_ms(summary["stats"]),
         k=summary.get("k"),
         J=summary["terms"]["J"],
         graph=summary["graph"],
@@ -110,3 +112,10 @@ def fig_group(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
         rec.add(
             profile=profiled(lambda: datamask.select(str(path), str(out / "p.parquet"), **settings))
         )
+
+
+def _epoch_ms(stats: dict) -> float | None:
+    """Milliseconds a learner step took (``learn_seconds / n_epochs``), None without them."""
+    if stats.get("learn_seconds") is None or not stats.get("n_epochs"):
+        return None
+    return round(1000 * stats["learn_seconds"] / stats["n_epochs"], 3)

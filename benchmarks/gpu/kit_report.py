@@ -38,7 +38,10 @@ def _measured(d: dict[str, Any]) -> str:
     if f == "group":
         ph = d.get("phases") or {}
         parts = ", ".join(f"{k} {v:.2f}" for k, v in ph.items())
-        return f"{_fmt(d.get('wall_seconds'), '.2f')} s wall ({parts}); J {_fmt(d.get('J'), '.4f')}"
+        return (
+            f"{_fmt(d.get('wall_seconds'), '.2f')} s wall ({parts}); J {_fmt(d.get('J'), '.4f')}"
+            f"; learner step {_fmt(d.get('epoch_ms'), '.2f')} ms"
+        )
     if f and f.startswith("sharded"):
         return (
             f"{_fmt(d.get('n'))} x {d.get('dim')}: {_fmt(d.get('wall_seconds'), '.1f')} s, "
@@ -52,6 +55,7 @@ def _measured(d: dict[str, Any]) -> str:
             f"J learner/greedy {_fmt(d.get('j_ratio'), '.2%')}, optimise s "
             f"{_fmt(lr.get('optimise_seconds'), '.2f')} / {_fmt(gr.get('optimise_seconds'), '.2f')}"
             f" ({_fmt(d.get('time_ratio'), '.1%')}), graph {_fmt(d.get('graph_seconds'), '.2f')} s"
+            f", learner step {_fmt(lr.get('epoch_ms'), '.2f')} ms (target <= 5)"
         )
     if f == "embed":
         return (

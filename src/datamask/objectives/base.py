@@ -10,7 +10,9 @@ terms only through these methods:
 - ``batch_values(batch, masks)``: the value of each of G masks over a batch of rows, as one
   tensor op (the reference's REINFORCE rewards).
 - ``expected(p, clients)``: a differentiable value of E[term] when each row is kept
-  independently with probability ``p`` (the learner's exact-gradient estimator).
+  independently with probability ``p`` (the learner's exact-gradient estimator);
+  ``expected_grad(p, clients, grad, weight)`` its value and gradient in one call (by
+  autograd unless a term has the closed form).
 - ``init_state(graph) / gains(state, candidates) / update(state, j)``: marginal gains for
   the greedy baselines (``update`` may change ``state`` in place).
 
@@ -272,6 +274,42 @@ class Term(ABC):
             f"{type(self).__name__} has no expected-value estimator; use "
             "estimator='reinforce' (--estimator reinforce) or a greedy selector."
         )
+
+    def expected_grad(
+        self,
+        p: torch.Tensor,
+        clients: torch.Tensor | None,
+        grad: torch.Tensor,
+        weight: float = 1.0,
+    ) -> torch.Tensor:
+        """E[term] (as :meth:`expected`, detached), and ``weight * dE/dp`` added into ``grad``.
+
+        The learner's step: one call per term and step, no host sync. Default: autograd
+        through :meth:`expected`; the built-in terms override it with the closed form,
+        a few tensor ops (autograd's backward of ``cumprod`` reads its input for zeros on
+        the host, a sync per step on CUDA).
+
+        Parameters
+        ----------
+        p : float tensor of shape (n_docs,)
+            Keep-probabilities (not modified; no gradient needed).
+        clients : int64 tensor of shape (c,) or None
+            As in :meth:`expected`.
+        grad : float tensor of shape (n_docs,)
+            Accumulates ``weight * dE/dp`` in place.
+        weight : float, default=1.0
+            The term's weight in the objective.
+
+        Returns
+        -------
+        float tensor of shape ()
+        """
+        p = p.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = self.expected(p, clients)
+            (g,) = torch.autograd.grad(value, p)
+        grad.add_(g, alpha=weight)
+        return value.detach()
 
     # --- neighbour graph (terms with has_graph) ---------------------------------------------
     def build_graph(self) -> None:

@@ -184,6 +184,21 @@ class Objective:
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         """Differentiable E[J] under independent keep-probabilities ``p``."""
+        self._check_expected()
+        return sum(w * t.expected(p, clients) for w, t in self.terms)
+
+    def expected_grad(
+        self, p: torch.Tensor, clients: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """E[J] and its gradient ``dE[J]/dp`` (shape (n_docs,)) under independent
+        keep-probabilities ``p``: each term adds its weighted gradient into one buffer
+        (:meth:`~datamask.objectives.base.Term.expected_grad`), no host sync."""
+        self._check_expected()
+        grad = torch.zeros_like(p)
+        value = sum(w * t.expected_grad(p, clients, grad, w) for w, t in self.terms)
+        return value, grad
+
+    def _check_expected(self) -> None:
         missing = [type(t).__name__ for _, t in self.terms if not t.has_expected]
         if missing:
             raise NotImplementedError(
@@ -191,7 +206,6 @@ class Objective:
                 "use estimator='reinforce' (--estimator reinforce) or a greedy selector "
                 "(--method greedy)."
             )
-        return sum(w * t.expected(p, clients) for w, t in self.terms)
 
     # --- neighbour graphs -----------------------------------------------------------------
     def build_graphs(self) -> None:

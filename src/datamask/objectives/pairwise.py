@@ -48,6 +48,21 @@ class PairwiseSimilarity(Term):
             return 1.0 + 0.0 * (s @ s)
         return 1.0 - (s @ s - p @ p) / (self.k_ * (self.k_ - 1))
 
+    def expected_grad(
+        self,
+        p: torch.Tensor,
+        clients: torch.Tensor | None,
+        grad: torch.Tensor,
+        weight: float = 1.0,
+    ) -> torch.Tensor:
+        """``dE/dp = -2 (X X^T p - p) / (k (k - 1))``; zero for ``k < 2``."""
+        if self.k_ < 2:
+            return p.new_ones(())
+        c = self.k_ * (self.k_ - 1)
+        s = p @ self.features_
+        grad.add_(self.features_ @ s - p, alpha=-2.0 * weight / c)
+        return 1.0 - (s @ s - p @ p) / c
+
     def init_state(self, graph: bool = False) -> torch.Tensor:
         return torch.zeros(
             self.features_.shape[1], dtype=self.features_.dtype, device=self.features_.device

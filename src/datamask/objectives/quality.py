@@ -32,6 +32,17 @@ class Quality(Term):
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
         return p @ self.quality_ / self.k_
 
+    def expected_grad(
+        self,
+        p: torch.Tensor,
+        clients: torch.Tensor | None,
+        grad: torch.Tensor,
+        weight: float = 1.0,
+    ) -> torch.Tensor:
+        """Modular: the gradient is ``q / k`` whatever ``p``."""
+        grad.add_(self.quality_, alpha=weight / self.k_)
+        return p @ self.quality_ / self.k_
+
     def init_state(self, graph: bool = False) -> None:
         return None
 

@@ -54,6 +54,8 @@ MIN_EXPECTED_STEPS = 10
 REFINES = ("swap", "none")
 INITS = ("same", "quality")
 MASK_SAMPLERS = ("bernoulli", "topk")
+#: Newton steps of the budget shift per learner step (:func:`_budget_newton`).
+NEWTON_STEPS = 3
 BASELINES = ("group", "loo")
 
 
@@ -62,24 +64,52 @@ def _budget_shift(
 ) -> torch.Tensor:
     """``tau`` with ``sum(sigmoid(theta - tau)) == k`` (to ``tol``), no gradient.
 
-    Newton's method from ``start`` (last step's tau: a few iterations suffice), falling
-    back to bisection when Newton fails to converge in 8 iterations.
+    Newton's method from ``start`` (a few iterations suffice), falling back to bisection
+    when Newton fails to converge in 8 iterations. Reads the residual on the host at every
+    iteration: the learner calls it only before and after its steps
+    (:func:`_budget_newton` in between).
     """
-    tau = theta.new_tensor(0.0) if start is None else start
+    tau = theta.new_tensor(0.0, dtype=torch.float64) if start is None else start
     for _ in range(8):
         p = torch.sigmoid(theta - tau)
-        excess = p.sum() - k
-        slope = (p * (1 - p)).sum()
+        excess = p.sum(dtype=torch.float64) - k
+        slope = (p * (1 - p)).sum(dtype=torch.float64)
         if abs(float(excess)) < tol:  # sync point: once per Newton iteration
             return tau
         tau = tau + excess / slope.clamp_min(1e-6)
-    lo, hi = theta.min() - 40.0, theta.max() + 40.0
+    lo, hi = theta.min().double() - 40.0, theta.max().double() + 40.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        too_many = torch.sigmoid(theta - mid).sum() > k
+        too_many = torch.sigmoid(theta - mid).sum(dtype=torch.float64) > k
         lo = torch.where(too_many, mid, lo)
         hi = torch.where(too_many, hi, mid)
     return (lo + hi) / 2
+
+
+def _budget_newton(
+    theta: torch.Tensor, k: int, tau: torch.Tensor, reach: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``NEWTON_STEPS`` Newton steps on ``sum(sigmoid(theta - tau)) = k`` from the last
+    step's ``tau``, each kept within ``reach`` of it; returns the new ``tau`` and
+    ``sigmoid(theta - tau)``. A fixed number of tensor ops and no host read (no sync).
+
+    ``reach`` is the largest logit move of the last step: no logit moved further, so
+    neither did the root, and the clamp keeps a step through a flat stretch (every
+    probability near 0 or 1) from overshooting, which is why :func:`_budget_shift`
+    needed a bisection fallback. The sums are in float64: in float32 the sum of 1M
+    probabilities carries more rounding than the tolerance. Three steps leave
+    ``|sum(p) - k|`` below 2.2e-3 documents at every step of a 30k-row fit (median 4e-4;
+    two steps: up to 2.6), the tolerance :func:`_budget_shift` stopped at
+    (``tests/optim/test_mask_learner.py`` checks it).
+    """
+    lo, hi = tau - reach, tau + reach
+    p = torch.sigmoid(theta - tau)
+    for _ in range(NEWTON_STEPS):
+        excess = p.sum(dtype=torch.float64) - k
+        slope = torch.addcmul(p, p, p, value=-1.0).sum(dtype=torch.float64)  # p (1 - p)
+        tau = torch.clamp(tau + excess / slope.clamp_min(1e-6), lo, hi)
+        p = torch.sigmoid(theta - tau)
+    return tau, p
 
 
 class MaskLearner(Selector):
@@ -163,6 +193,10 @@ class MaskLearner(Selector):
         ``terms_`` afterwards (every selector is timed the same way).
     graph_seconds_, optimise_seconds_ : float
         ``fit_seconds_`` split into building the neighbour graph and the rest.
+    learn_seconds_ : float
+        Time of the ``n_epochs_`` steps (inside ``optimise_seconds_``; on CUDA up to the
+        one read of the logged objective after the loop, which waits for the last step):
+        ``learn_seconds_ / n_epochs_`` is the time of one step.
     refine_seconds_ : float
         Time of the swap search (inside ``optimise_seconds_``).
     swaps_ : int
@@ -283,10 +317,14 @@ class MaskLearner(Selector):
         if self.n_epochs is None and self.estimator == "expected":
             self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 4)))
         theta = self._init_logits(self.objective_.quality_)
-        self._tau: torch.Tensor | None = None
         n = corpus.n_docs
         every = self.log_every or max(1, self.n_epochs_ // 50)
-        step_fn = self._expected_step if self.estimator == "expected" else self._reinforce_step
+        if self.estimator == "expected":
+            step_fn = self._expected_step
+            self._tau = _budget_shift(theta, self.k_)  # exact, once: Newton starts here
+            self._reach = theta.new_zeros(())  # the largest logit move of the last step
+        else:
+            step_fn = self._reinforce_step
         bar = tqdm(
             range(self.n_epochs_),
             disable=not self.progress,
@@ -294,26 +332,30 @@ class MaskLearner(Selector):
             unit="step",
             dynamic_ncols=True,
         )
+        # The logged objective stays on the device until the loop ends, read once then:
+        # a float() per log point would stop a GPU's queue (nanoGPT reads it at intervals).
+        # "seconds" is the host's time when the step was queued.
+        logged: list[tuple[int, float, float, torch.Tensor]] = []
+        learn_start = time.perf_counter()
         for step in bar:
             lr = self._lr(step)
             running = step_fn(theta, lr, n)
             if step % every == 0 or step == self.n_epochs_ - 1:
-                running = float(running)  # sync point: once per log interval
-                self.history_.append(
-                    {
-                        "step": step,
-                        "lr": lr,
-                        "objective": running,
-                        "seconds": time.perf_counter() - self._start,
-                    }
-                )
-                bar.set_postfix(J=f"{running:.4f}", lr=f"{lr:.3g}")
+                logged.append((step, lr, time.perf_counter() - self._start, running))
+                if self.progress:  # sync point: only with a bar to show
+                    bar.set_postfix(J=f"{float(running):.4f}", lr=f"{lr:.3g}")
         bar.close()
+        values = torch.stack([v for *_, v in logged]).double().tolist()  # sync point: once
+        self.learn_seconds_ = time.perf_counter() - learn_start  # the last step is done here
+        self.history_ += [
+            {"step": step, "lr": lr, "objective": value, "seconds": seconds}
+            for (step, lr, seconds, _), value in zip(logged, values, strict=True)
+        ]
 
         logits = theta.float().cpu().numpy()
         self.logits_ = logits
         if self.estimator == "expected":
-            tau = _budget_shift(theta, self.k_)
+            tau = _budget_shift(theta, self.k_, self._tau)
             self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
         else:
             self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
@@ -366,25 +408,27 @@ class MaskLearner(Selector):
         return rewards.mean()
 
     def _expected_step(self, theta: torch.Tensor, lr: float, n: int) -> torch.Tensor:
-        """One step of the exact-gradient estimator. Returns E[J] (on the sampled clients)."""
+        """One step of the exact-gradient estimator. Returns E[J] (on the sampled clients).
+
+        The same tensor ops at any size and no host read: nothing stops a GPU's queue
+        (``benchmarks/learner_ops``)."""
         # 1. Sample the documents whose coverage this step measures (all when partial=1).
         b = int(round(self.partial * n))
         gen = self._torch_gen
         clients = None if b >= n else torch.randperm(n, generator=gen, device=self.device_)[:b]
         # 2. Keep-probabilities with a budget of k in expectation.
-        tau = self._tau = _budget_shift(theta, self.k_, self._tau)
-        p = torch.sigmoid(theta - tau).requires_grad_(True)
+        self._tau, p = _budget_newton(theta, self.k_, self._tau, self._reach)
         # 3. Score: E[J] in closed form, and its exact gradient (no rollouts to sample).
-        expected = self.objective_.expected(p, clients)
-        (grad,) = torch.autograd.grad(expected, p)
+        expected, grad = self.objective_.expected_grad(p, clients)
         # 4. Step along dE/dp, not dE/dtheta = dE/dp * p(1 - p): the sigmoid's slope would
         #    freeze every document whose probability is near 0 or 1 (all of them, after a
         #    quality init), so a low-quality document that covers a hole could never rise.
         #    Scaled to unit RMS so the learning rate is a step in logit units.
-        grad = grad / (grad.pow(2).mean().sqrt() + 1e-12)
-        # 5. Ascend with the scheduled learning rate.
-        theta.add_(lr * grad)
-        return expected.detach()
+        rms = torch.linalg.vector_norm(grad) * n**-0.5 + 1e-12
+        # 5. Ascend with the scheduled learning rate (its largest move bounds the next tau).
+        theta.addcdiv_(grad, rms, value=lr)
+        self._reach = torch.linalg.vector_norm(grad, ord=math.inf) / rms * lr
+        return expected
 
     # ----------------------------------------------------------------------------------------
     def selection(self) -> Selection:
@@ -408,9 +452,11 @@ class MaskLearner(Selector):
         return {**own, **super().resolved_params()}
 
     def fit_stats(self) -> dict[str, Any]:
-        """The base's, with the steps taken and the swap rounding's time and swaps."""
+        """The base's, with the steps taken, their time, and the swap rounding's time and
+        swaps."""
         own = {
             "n_epochs": self.n_epochs_,
+            "learn_seconds": self.learn_seconds_,
             "refine_seconds": self.refine_seconds_,
             "swaps": self.swaps_,
         }

@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 
 from ..objectives import DiSF, FacilityLocation, PairwiseSimilarity, Quality, Term
-from ..objectives.facility_location import CoverState
+from ..objectives.facility_location import CoverState, _gather
 
 __all__ = ["DISF_POOL", "SwapScoring", "TermSwaps", "register_swaps", "swaps_for"]
 
@@ -182,8 +182,10 @@ class FacilitySwaps(TermSwaps):
     (small select_ratio: :meth:`~datamask.objectives.FacilityLocation.exact_cover`)."""
 
     def value(self, keep: torch.Tensor) -> float:
-        if not self.term.exact_rounding_:
-            return self.term.graph_value(torch.nonzero(keep).squeeze(1))
+        if not self.term.exact_rounding_:  # graph_value of the mask, without its rows
+            idx, sim = self.term.knn_graph()
+            cover = (sim * _gather(keep.to(sim.dtype), idx)).amax(1)
+            return float(cover.double().mean())
         return self.term.exact_cover(keep).value()
 
     def bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +206,7 @@ class FacilitySwaps(TermSwaps):
             best, second, owner = cover.best, cover.second, cover.owner
             self._owners = torch.stack([cover.owner, cover.owner2], 1)  # footprints
         else:
-            covered = sim * keep[idx].to(sim.dtype)  # (n, K): kept neighbours' similarity
+            covered = sim * _gather(keep.to(sim.dtype), idx)  # (n, K): kept neighbours' sims
             top = covered.topk(min(2, covered.shape[1]), dim=1)
             best = top.values[:, 0]
             second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
@@ -231,7 +233,8 @@ class FacilitySwaps(TermSwaps):
         # entries are sorted (no reverse graph, which would double the graph's memory).
         candidate = torch.zeros(n, dtype=torch.bool, device=keep.device)
         candidate[adds] = True
-        doc, pos = torch.nonzero(candidate[idx] & (sim > self._best[:, None]), as_tuple=True)
+        listed = _gather(candidate, idx) & (sim > self._best[:, None])
+        doc, pos = torch.nonzero(listed, as_tuple=True)
         return (
             _csr(owners.reshape(-1)[real], clients[real], n),
             _csr(idx[doc, pos], doc, n),
