@@ -25,7 +25,8 @@ import torch
 
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.distributed.validate import check_scans, scan_jobs, scan_step
+from datamask.distributed.engine import run_steps
+from datamask.distributed.validate import ScanShard, check_scans, scan_jobs
 from datamask.io.shards import inspect_shards, list_shards
 
 
@@ -34,7 +35,7 @@ def validation_pass(data: Path, settings: SelectSpec) -> float:
     started = time.perf_counter()
     runner = LocalRunner()
     with tempfile.TemporaryDirectory(prefix="datamask-ids-") as ids:
-        scans = runner.map(scan_step, scan_jobs(infos, settings, ids))
+        scans = run_steps(runner, ScanShard(), scan_jobs(infos, settings, ids), progress=False)
         check_scans(scans, infos, settings, runner, ids)
     return time.perf_counter() - started
 

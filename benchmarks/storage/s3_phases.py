@@ -15,7 +15,7 @@ Attribution. Every request is counted by a WSGI middleware in front of moto: its
 (GET ranged / GET whole / HEAD / LIST / PUT / COPY / upload part / multipart create /
 complete / DELETE), the bytes of its body (in) and of the response (out), the object
 key, and the **phase**: the runner given to ``select`` names each ``map`` call by its
-step function (``scan_step`` -> validation, ``repeats_step`` -> ids, ``fit_partition``,
+step (``ScanShard`` -> validation, ``BucketRepeats`` -> ids, ``FitPartition``,
 ``spill_shard``, ``index_spills``, ``gather_group``, ``select_group``, ...). The driver's
 phases run one after another and each ``map`` ends before the next starts, so every
 request arriving while a ``map`` is open is that phase's (its steps', or the driver's

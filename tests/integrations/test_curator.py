@@ -45,7 +45,7 @@ def test_example_pipeline_equals_datamask_select(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout[proc.stdout.rindex("{\n") :])  # the printed summary
     assert summary["executor"] == "XennaExecutor"
-    assert {"scan_step", "_removal_ids_step"} <= set(summary["steps"])  # every phase in Curator
+    assert {"ScanShard", "_removal_ids_step"} <= set(summary["steps"])  # every phase in Curator
 
     # What Curator's embedding stage and ParquetWriter wrote: a list column of doubles.
     emb = work / "embeddings"

@@ -14,8 +14,6 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from tqdm.auto import tqdm
-
 from .._device import set_threads
 from .._memory import bound_heap, release_heap
 from .lifecycle import abort_pool, worker_init
@@ -27,7 +25,6 @@ __all__ = [
     "check_workers",
     "group_memory_bytes",
     "largest_first",
-    "progress_map",
 ]
 
 #: What a group step holds besides its rows: the interpreter, torch, pyarrow (measured:
@@ -213,11 +210,3 @@ def largest_first(sizes: Sequence[int]) -> list[int]:
     [1, 3, 0, 2]
     """
     return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-
-
-def progress_map(
-    runner: Runner, fn: Callable[..., Any], jobs: list[tuple], desc: str, progress: bool
-) -> Iterator[Any]:
-    """``runner.map(fn, jobs)`` under a progress bar counting shards (results as they come)."""
-    results = runner.map(fn, jobs)
-    return tqdm(results, total=len(jobs), desc=desc, unit="shard", disable=not progress)

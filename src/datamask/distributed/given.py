@@ -47,6 +47,7 @@ from ..pipeline.given import given_floor, read_given
 from .engine import Step
 
 __all__ = [
+    "CheckGivenSelection",
     "GivenJob",
     "PrepareKept",
     "check_given_selection",
@@ -112,6 +113,16 @@ class GivenJob:
     spec: SelectSpec
     work: str
     given: tuple[Any, Any]
+
+
+class CheckGivenSelection(Step[GivenJob]):
+    """A step of the validation pass: :func:`check_given_selection`."""
+
+    name = "check --given-selection"
+    unit = "step"
+
+    def run(self, job: GivenJob) -> int:
+        return check_given_selection(job.given, job.spec.columns)
 
 
 class PrepareKept(Step[GivenJob]):

@@ -69,8 +69,8 @@ from .cap import cap_across_groups
 from .context import Checked, RunContext
 from .cover import cover_round
 from .engine import run_steps
-from .executors import LocalRunner, Runner, progress_map
-from .given import GivenJob, PrepareKept, check_given_selection, given_files, rate_totals
+from .executors import LocalRunner, Runner
+from .given import CheckGivenSelection, GivenJob, PrepareKept, given_files, rate_totals
 from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
@@ -78,11 +78,11 @@ from .plan import budget_k, check_work_disk, plan_groups
 from .rounds import allocate_round, central_round, select_round
 from .validate import (
     QualityRange,
+    ScanShard,
     check_scans,
     dropped_on_error,
     id_buckets_dir,
     scan_jobs,
-    scan_step,
 )
 
 __all__ = ["run_selection"]
@@ -199,12 +199,13 @@ def _check_inputs(
     ids_dir = id_buckets_dir(run.work)  # written by the scans, read by the bucket steps
     try:
         jobs = scan_jobs(infos + docs, run.spec, ids_dir)
-        scans = list(progress_map(checker, scan_step, jobs, "check inputs", run.progress))
+        scans = run_steps(checker, ScanShard(), jobs, progress=run.progress)
         checksums, quality_range = check_scans(
             scans, infos + docs, run.spec, checker, ids_dir, len(infos) if docs else None
         )
         if run.given[1] is not None:  # every id of --given-selection is in --given
-            list(checker.map(check_given_selection, [(run.given, run.spec.columns)]))
+            job = GivenJob(run.spec, str(run.work), run.given)
+            run_steps(checker, CheckGivenSelection(), [job], progress=False)
     finally:
         if checker is not run.runner:
             checker.close()

@@ -25,7 +25,7 @@ import json
 import math
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,18 @@ import numpy as np
 import pyarrow as pa
 
 from .._validation import check_quality_span
-from ..io.atomic import atomic_write_json
 from ..io.fs import Location, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
-from .lifecycle import check_previous, read_marker
+from .engine import Step, run_steps
+from .lifecycle import check_previous
 
 __all__ = [
     "scan_jobs",
+    "BucketRepeats",
+    "RepeatsJob",
+    "ScanJob",
+    "ScanShard",
     "scan_step",
     "repeats_step",
     "check_scans",
@@ -129,6 +133,63 @@ def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
         raise
 
 
+@dataclass(frozen=True, slots=True)
+class ScanJob:
+    """One shard to scan: its place in the run, its path and rows, the columns, the id
+    buckets' count and folder, and the checksum an earlier run recorded for it (``""``:
+    none)."""
+
+    index: int
+    path: str
+    rows: int
+    columns: Any
+    n_buckets: int
+    ids_dir: str
+    expect: str = ""
+
+
+class ScanShard(Step[ScanJob]):
+    """Every row of one shard read once (:func:`scan_step`). No marker: the scan's
+    checksum is the run's fingerprint, taken again on every run."""
+
+    name = "check inputs"
+    unit = "shard"
+
+    def size(self, job: ScanJob) -> int:
+        return job.rows
+
+    def run(self, job: ScanJob) -> ShardScan:
+        return scan_step(job.index, job.path, job.columns, job.n_buckets, job.ids_dir, job.expect)
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatsJob:
+    """One bucket of the uniqueness check over ``shards``, for the inputs digest ``inputs``."""
+
+    bucket: int
+    ids_dir: str
+    shards: tuple[int, ...]
+    inputs: str
+
+
+class BucketRepeats(Step[RepeatsJob]):
+    """One bucket of the uniqueness check (:func:`repeats_step`); its marker holds the
+    count and a few pairs, for the inputs it was computed from (another run's inputs:
+    computed again)."""
+
+    name = "check ids"
+    unit = "bucket"
+
+    def marker(self, job: RepeatsJob) -> Path:
+        return bucket_marker(job.ids_dir, job.bucket)
+
+    def accepts(self, job: RepeatsJob, done: dict[str, Any]) -> bool:
+        return done.get("inputs") == job.inputs
+
+    def run(self, job: RepeatsJob) -> dict[str, Any]:
+        return repeats_step(job.bucket, job.ids_dir, np.asarray(job.shards), job.inputs)
+
+
 def scan_step(
     index: int, path: str, columns: Any, n_buckets: int, ids_dir: str, expect: str = ""
 ) -> ShardScan:
@@ -155,15 +216,14 @@ def scan_step(
     return replace(scan, id_hashes=None)
 
 
-def repeats_step(
-    bucket: int, ids_dir: str, shards: np.ndarray, inputs: str
-) -> tuple[int, int, list[list[list[int]]]]:
+def repeats_step(bucket: int, ids_dir: str, shards: np.ndarray, inputs: str) -> dict[str, Any]:
     """One bucket of the uniqueness check: read its file of every shard in ``shards``,
-    find the repeated hashes; mark the bucket done (for the inputs digest ``inputs``).
+    find the repeated hashes (for the inputs digest ``inputs``).
 
-    Returns ``(bucket, count, pairs)``: how many rows repeat an earlier row's hash, and up
-    to ``REPEATS_SHOWN`` earliest ``[[shard, row], [first shard, first row]]`` pairs.
-    Memory: 24 bytes per id of the bucket.
+    Returns ``{bucket, inputs, repeated, pairs}``: how many rows repeat an earlier row's
+    hash, and up to ``REPEATS_SHOWN`` earliest ``[[shard, row], [first shard, first row]]``
+    pairs (what :class:`BucketRepeats` marks the bucket done with). Memory: 24 bytes per
+    id of the bucket.
     """
     parts = []
     for s in shards:
@@ -178,9 +238,7 @@ def repeats_step(
     del parts
     count, pairs = _duplicates_in(found)
     shown = [[list(a), list(b)] for a, b in pairs]
-    summary = {"bucket": bucket, "inputs": inputs, "repeated": count, "pairs": shown}
-    atomic_write_json(summary, bucket_marker(ids_dir, bucket))
-    return bucket, count, shown
+    return {"bucket": bucket, "inputs": inputs, "repeated": count, "pairs": shown}
 
 
 def _inputs_digest(scans: Sequence[ShardScan], n_buckets: int) -> str:
@@ -195,17 +253,11 @@ def _id_repeats(
     """Every bucket's repeats, from its marker or from one :func:`repeats_step` per bucket
     on ``runner``: the total count and the candidate pairs (a few per bucket)."""
     inputs = _inputs_digest(scans, n_buckets)
-    shards = np.asarray([sc.index for sc in scans], dtype=np.int64)
-    found, jobs = [], []
-    for b in range(n_buckets):  # a rerun over the same inputs skips marked buckets
-        done = read_marker(bucket_marker(ids_dir, b))
-        if done is not None and done.get("inputs") == inputs:
-            found.append((b, done["repeated"], done["pairs"]))
-        else:
-            jobs.append((b, ids_dir, shards, inputs))
-    found += runner.map(repeats_step, jobs)
-    total = sum(count for _, count, _ in found)
-    candidates = [(tuple(x), tuple(y)) for _, _, pairs in found for x, y in pairs]
+    shards = tuple(sc.index for sc in scans)
+    jobs = [RepeatsJob(b, ids_dir, shards, inputs) for b in range(n_buckets)]
+    found = run_steps(runner, BucketRepeats(), jobs, progress=False)
+    total = sum(f["repeated"] for f in found)
+    candidates = [(tuple(x), tuple(y)) for f in found for x, y in f["pairs"]]
     return total, candidates
 
 
@@ -241,15 +293,17 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
     return max(1, math.ceil(sum(i.num_rows for i in infos) / BUCKET_ROWS))
 
 
-def scan_jobs(infos: Sequence[ShardInfo], settings: Any, ids_dir: str | Path) -> list[tuple]:
-    """Arguments of one :func:`scan_step` per non-empty shard (its id hashes go to
+def scan_jobs(infos: Sequence[ShardInfo], settings: Any, ids_dir: str | Path) -> list[ScanJob]:
+    """One :class:`ScanShard` job per non-empty shard (its id hashes go to
     ``ids_dir``). A work dir holding an earlier run with other settings or shards is
     refused here, before any scan writes (:func:`~.lifecycle.check_previous`)."""
     sums = check_previous(storage_path(ids_dir).parent, settings, list(infos))
     n_buckets = _n_buckets(infos)
     columns = settings.columns
     return [
-        (s, info.path, columns, n_buckets, str(ids_dir), sums.get(info.path, ""))
+        ScanJob(
+            s, info.path, info.num_rows, columns, n_buckets, str(ids_dir), sums.get(info.path, "")
+        )
         for s, info in enumerate(infos)
         if info.num_rows
     ]

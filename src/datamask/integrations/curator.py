@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 from .._device import set_threads
 from ..api import select
 from ..apply.write import _write_removed_ids
+from ..distributed.engine import Step
 from ..distributed.executors import available_cpus, check_workers
 from ..io.fs import resolve
 from ..io.parquet import read_table
@@ -168,7 +169,9 @@ class CuratorRunner:
         if not jobs:
             return
         started = time.perf_counter()
-        step = getattr(fn, "__name__", "step")
+        first = jobs[0][0] if isinstance(jobs[0], tuple) and jobs[0] else None
+        # an engine step (run_steps maps (step, index, job)): its class names it
+        step = type(first).__name__ if isinstance(first, Step) else getattr(fn, "__name__", "step")
         threads = None if whole_machine else 1  # None: every core of the worker's machine
         stage = DatamaskStepStage(fn, f"datamask_{step}", min(self.workers, len(jobs)), threads)
         pipeline = Pipeline(name=f"datamask_{step}", description=f"datamask step {step}")
