@@ -37,10 +37,12 @@ from tqdm.auto import tqdm
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..io.fs import storage_path
+from ..io.integrity import recording
 from ..io.parquet import atomic_write_table, read_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
+from .engine import amend
 from .partition import Group
-from .steps import _group_name, part_path, read_group
+from .steps import _group_name, completion_path, part_path, read_group
 
 __all__ = ["cap_across_groups"]
 
@@ -132,17 +134,19 @@ def cap_across_groups(
         replaced += swapped
         per_group[str(g.gid)] = {"replaced": swapped, "k": int(len(kept))}
         keep = kept[np.argsort(rank[kept], kind="stable")]
-        atomic_write_table(
-            pa.table(
-                {
-                    settings.columns.id_col: ids.take(pa.array(keep)),
-                    "group": pa.array(np.full(len(keep), g.gid, dtype=np.int32)),
-                    "rank": pa.array(rank[keep]),
-                    "logit": pa.array(logits[keep]),
-                }
-            ),
-            part_path(out, g.gid),
-        )
+        with recording() as book:
+            atomic_write_table(
+                pa.table(
+                    {
+                        settings.columns.id_col: ids.take(pa.array(keep)),
+                        "group": pa.array(np.full(len(keep), g.gid, dtype=np.int32)),
+                        "rank": pa.array(rank[keep]),
+                        "logit": pa.array(logits[keep]),
+                    }
+                ),
+                part_path(out, g.gid),
+            )
+        amend(completion_path(work, g.gid), book)  # the group's marker: its part as now
     cap = state.cap
     top = verify_cap(cap.kept_features(), None, threshold) if cap is not None else -np.inf
     return {

@@ -39,7 +39,7 @@ from ..io.integrity import recording
 from .executors import Runner, largest_first
 from .lifecycle import read_marker
 
-__all__ = ["Step", "execute", "finish", "finished", "run_steps"]
+__all__ = ["Step", "amend", "execute", "finish", "finished", "run_steps"]
 
 JobT = TypeVar("JobT")
 Place = Path | Location
@@ -118,6 +118,22 @@ def finish(step: Step[JobT], job: JobT, stats: Any, book: dict[str, Any]) -> Any
     records = {o.name: book[str(o)] for o in step.outputs(job) if str(o) in book}
     atomic_write_json({**stats, OBJECTS: records}, marker)
     return {**stats, "reused": False}
+
+
+def amend(marker: Place, book: dict[str, Any]) -> None:
+    """A later phase rewrote outputs of a finished job (the similarity cap rewrites a
+    group's part): record what it published (``book``: a
+    :func:`~datamask.io.integrity.recording`) in that job's marker, so a resume still
+    finds the job finished."""
+    done = read_marker(marker)
+    if done is None:
+        return
+    records = done.setdefault(OBJECTS, {})
+    for target, record in book.items():
+        name = target.rstrip("/").rsplit("/", 1)[-1]
+        if name in records:
+            records[name] = record
+    atomic_write_json(done, marker)
 
 
 def execute(step: Step[JobT], job: JobT) -> Any:
