@@ -11,7 +11,7 @@ import pytest
 
 from datamask.cli.embed import add_embed_parser
 from datamask.cli.main import EXIT_BAD_INPUT, main
-from datamask.embed import EmbedSpec, embed_file, embed_texts
+from datamask.embedding import EmbedSpec, embed_file, embed_texts
 from datamask.settings import section_settings
 
 

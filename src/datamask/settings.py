@@ -2,8 +2,8 @@
 
 A setting is declared either as a field of a spec (:func:`setting_field`: the sections of
 :class:`datamask.config.SelectSpec`, :class:`datamask.columns.Columns`,
-:class:`datamask.evaluate.bench_spec.BenchSpec`, :class:`datamask.embed.EmbedSpec`,
-:class:`datamask.apply.spec.ApplySpec`, :class:`datamask.evaluate.evaluate_spec.EvaluateSpec`,
+:class:`datamask.evaluation.bench_spec.BenchSpec`, :class:`datamask.embedding.EmbedSpec`,
+:class:`datamask.applying.spec.ApplySpec`, :class:`datamask.evaluation.evaluate_spec.EvaluateSpec`,
 :class:`datamask.io.input_settings.InputSettings`) or in
 the constraint table of the selector or term that owns it (``_parameter_constraints``,
 scikit-learn's model). :func:`section_settings` and :func:`owned_settings` read them back as

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datamask.apply import ApplySpec, apply_selection
+from datamask.applying import ApplySpec, apply_selection
 from datamask.cli import build_parser
 from datamask.config import ObjectiveSpec
-from datamask.evaluate import EvaluateSpec, evaluate_file
+from datamask.evaluation import EvaluateSpec, evaluate_file
 from datamask.settings import section_settings
 from tests._data import write_columns, write_reference_layout
 from tests.cli.test_reliability import check_refused

@@ -12,7 +12,7 @@ import pytest
 
 from datamask import make_clustered
 from datamask.cli.bench import add_bench_parser, run_bench
-from datamask.evaluate import bench, format_markdown, measure_peak_rss
+from datamask.evaluation import bench, format_markdown, measure_peak_rss
 
 ALL = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
 FAST = {"mask": {"n_epochs": 30}, "disf-greedy": {"batch_size": 50}}

@@ -12,8 +12,8 @@ import pytest
 from datamask import make_clustered
 from datamask.cli.bench import add_bench_parser, run_bench
 from datamask.config import SelectorSpec
-from datamask.evaluate import BenchSpec, bench
-from datamask.evaluate.bench_spec import SyntheticSpec, parse_method_param
+from datamask.evaluation import BenchSpec, bench
+from datamask.evaluation.bench_spec import SyntheticSpec, parse_method_param
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -132,7 +132,7 @@ def test_synthetic_data_is_checked_by_its_declarations(tmp_path):
 
 def test_time_reference_lives_with_the_bench():
     import datamask.greedy.disf as disf
-    from datamask.evaluate.bench import time_reference
+    from datamask.evaluation.bench import time_reference
 
     assert not hasattr(disf, "time_reference")
     est = time_reference(make_clustered(64, 4, 2, seed=0), select_ratio=0.25, batch_size=32)

@@ -4,7 +4,7 @@
     datamask apply --input 's3://corpus/raw/*.jsonl.gz' --selection s3://corpus/sel.parquet \
         --output s3://corpus/kept --removed s3://corpus/dropped --removed-format curator
 
-The flags are made from the declarations of :class:`~datamask.apply.spec.ApplySpec`; the
+The flags are made from the declarations of :class:`~datamask.applying.spec.ApplySpec`; the
 flags given become one spec, checked once, before any output or work.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..apply.core import apply_selection
-from ..apply.spec import ApplySpec
+from ..applying.core import apply_selection
+from ..applying.spec import ApplySpec
 from ..settings import section_settings
 from .args import add_flag
 from .common import add_trust_argument
@@ -23,7 +23,7 @@ __all__ = ["add_apply_parser", "apply_spec_from_args", "run_apply"]
 
 def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask apply``; its settings' flags are made from the declarations of
-    :class:`~datamask.apply.spec.ApplySpec`."""
+    :class:`~datamask.applying.spec.ApplySpec`."""
     p = subparsers.add_parser(
         "apply",
         help="write the selected rows of the input shards (every column), shard by shard",

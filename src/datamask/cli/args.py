@@ -148,7 +148,3 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_flags(parser.add_argument_group("run"), section_settings(RunSpec))
 
-
-#: Deprecated names of :func:`add_flag` and :func:`add_flags` (a setting's flag).
-add_option = add_flag
-add_options = add_flags

@@ -3,8 +3,8 @@
 datamask bench --synthetic 50000 --select-ratio 0.1 --out-dir out/bench-50k
 datamask bench --input docs.parquet --methods mask greedy topk random --out-dir out/b
 
-The flags are made from the declarations of :class:`~datamask.evaluate.bench.BenchSpec`
-(and :class:`~datamask.evaluate.bench_spec.SyntheticSpec`); the flags given become one
+The flags are made from the declarations of :class:`~datamask.evaluation.bench.BenchSpec`
+(and :class:`~datamask.evaluation.bench_spec.SyntheticSpec`); the flags given become one
 spec, checked once by :meth:`BenchSpec.from_mapping`, before any output or work.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 
 from ..config import selector_settings
-from ..evaluate.bench import BenchSpec, bench, format_markdown
-from ..evaluate.bench_spec import SyntheticSpec
+from ..evaluation.bench import BenchSpec, bench, format_markdown
+from ..evaluation.bench_spec import SyntheticSpec
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..settings import section_settings, warn_ignored_settings
 from .args import add_flag, add_flags, add_objective_arguments

@@ -8,7 +8,7 @@ import argparse
 from ..columns import Columns
 from ..config import split_quality
 from ..data import Corpus
-from ..evaluate.evaluate_run import read_scored_corpus
+from ..evaluation.evaluate_run import read_scored_corpus
 from ..io.input_settings import InputSettings
 from ..settings import section_settings
 from .args import add_column_arguments, add_flag

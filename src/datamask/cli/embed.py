@@ -2,7 +2,7 @@
 
 datamask embed --input docs.jsonl --output docs.parquet --quality heuristic
 
-The flags are made from the declarations of :class:`~datamask.embed.EmbedSpec`; the flags
+The flags are made from the declarations of :class:`~datamask.embedding.EmbedSpec`; the flags
 given become one spec, checked once, before any output or work.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..embed import EmbedSpec, embed_file
+from ..embedding import EmbedSpec, embed_file
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..io.text import list_text_files
 from ..settings import section_settings

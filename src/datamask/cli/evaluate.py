@@ -3,9 +3,9 @@
 datamask evaluate --input docs.parquet --selection out/selection.parquet
 
 The flags are made from the declarations of
-:class:`~datamask.evaluate.evaluate_spec.EvaluateSpec` (and the objective's, the columns');
+:class:`~datamask.evaluation.evaluate_spec.EvaluateSpec` (and the objective's, the columns');
 the flags given become one spec, checked once, before any output or work; the library runs
-it (:func:`~datamask.evaluate.evaluate_run.evaluate_file`).
+it (:func:`~datamask.evaluation.evaluate_run.evaluate_file`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import argparse
 import json
 
 from .._device import set_threads
-from ..evaluate.evaluate_run import evaluate_file, evaluation_path
-from ..evaluate.evaluate_spec import EvaluateSpec
-from ..evaluate.scores import format_report
+from ..evaluation.evaluate_run import evaluate_file, evaluation_path
+from ..evaluation.evaluate_spec import EvaluateSpec
+from ..evaluation.scores import format_report
 from ..settings import section_settings
 from .args import add_column_arguments, add_flag, add_objective_arguments, add_threads_argument
 from .common import add_trust_argument, columns_from_args
@@ -30,7 +30,7 @@ _ELSEWHERE = ("objective", "columns", "split", "trust_selection")
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask evaluate``; its settings' flags are made from the declarations
-    of :class:`~datamask.evaluate.evaluate_spec.EvaluateSpec`."""
+    of :class:`~datamask.evaluation.evaluate_spec.EvaluateSpec`."""
     p = subparsers.add_parser(
         "evaluate",
         help="score a selection: the objective, every term and diagnostics",

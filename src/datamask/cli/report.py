@@ -3,7 +3,7 @@
 datamask report --input docs.parquet --selection mask.parquet --compare topk.parquet \\
     random.parquet --output report/
 
-The flags are made from the declarations of :class:`~datamask.evaluate.report_spec.ReportSpec`;
+The flags are made from the declarations of :class:`~datamask.evaluation.report_spec.ReportSpec`;
 the flags given become one spec, checked once, before any output or work.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from .._device import set_threads
 from .._units import format_bytes
-from ..evaluate.browse import build_report, write_report
-from ..evaluate.report_spec import ReportSpec
+from ..evaluation.browse import build_report, write_report
+from ..evaluation.report_spec import ReportSpec
 from ..io.atomic import OutputLock, check_no_overlap, check_writable
 from ..settings import section_settings
 from .args import add_column_arguments, add_flag, add_threads_argument
@@ -38,7 +38,7 @@ _ELSEWHERE = ("split", "columns", "trust_selection")
 
 def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask report``; its settings' flags are made from the declarations of
-    :class:`~datamask.evaluate.report_spec.ReportSpec`."""
+    :class:`~datamask.evaluation.report_spec.ReportSpec`."""
     p = subparsers.add_parser(
         "report",
         help="write an HTML page showing what selections kept, side by side",

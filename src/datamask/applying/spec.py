@@ -1,5 +1,5 @@
 """One frozen :class:`ApplySpec`: everything ``datamask apply`` (and
-:func:`datamask.apply.apply_selection`) runs with besides its places (input, selection,
+:func:`datamask.applying.apply_selection`) runs with besides its places (input, selection,
 output, removed), declared once and checked once, where the command line and the library
 meet.
 
@@ -27,7 +27,7 @@ from ..settings import check_fields, flat_values, setting_field, shared_field
 
 __all__ = ["REMOVED_FORMATS", "ApplySpec"]
 
-#: Layouts of what ``--removed`` writes (see :mod:`datamask.apply.core`).
+#: Layouts of what ``--removed`` writes (see :mod:`datamask.applying.core`).
 REMOVED_FORMATS = ("ids", "rows", "curator")
 
 

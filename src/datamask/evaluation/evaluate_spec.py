@@ -1,12 +1,12 @@
 """One frozen :class:`EvaluateSpec`: everything ``datamask evaluate`` (and
-:func:`datamask.evaluate.evaluate_run.evaluate_file`) runs with besides its places (input,
+:func:`datamask.evaluation.evaluate_run.evaluate_file`) runs with besides its places (input,
 selection, output), declared once and checked once, where the command line and the library
 meet.
 
 Every setting is shared with the spec that owns it (:func:`~datamask.settings.shared_field`):
 the objective is ``select``'s :class:`~datamask.config.ObjectiveSpec`; ``device``, ``given``
 and ``given_selection`` are :class:`~datamask.config.SelectorSpec`'s; ``dup_thresholds`` and
-``dup_search`` are :class:`~datamask.evaluate.redundancy.DuplicateSettings`'; ``split``,
+``dup_search`` are :class:`~datamask.evaluation.redundancy.DuplicateSettings`'; ``split``,
 ``length_col`` and ``trust_selection`` are :class:`~datamask.io.input_settings.InputSettings`'.
 ``datamask evaluate``'s flags are made from these declarations.
 

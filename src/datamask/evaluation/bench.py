@@ -206,7 +206,7 @@ def bench(corpus: Corpus, spec: BenchSpec | None = None, **settings: Any) -> dic
         the plots go; nothing is written when None); ``plots``; ``map_method`` ("pca" or
         "tsne") and ``map_points``; ``title``; ``progress`` (a line per finished method);
         ``dup_thresholds`` and ``dup_search`` (the near-duplicate figures,
-        :mod:`datamask.evaluate.redundancy`).
+        :mod:`datamask.evaluation.redundancy`).
 
     Returns
     -------

@@ -35,7 +35,7 @@ from .io.text import raise_nulls as _raise_nulls
 from .quality import heuristic_quality_batch
 from .settings import Setting, check_fields, flat_values, section_settings, setting_field
 
-logger = logging.getLogger("datamask.embed")
+logger = logging.getLogger("datamask.embedding")
 
 __all__ = ["EmbedSpec", "embed_file", "embed_texts"]
 

@@ -1,5 +1,5 @@
 """One frozen :class:`BenchSpec`: everything ``datamask bench`` (and
-:func:`datamask.evaluate.bench.bench`) runs with, declared once and checked once, where the
+:func:`datamask.evaluation.bench.bench`) runs with, declared once and checked once, where the
 command line and the library meet.
 
 Each setting is a field declared with :func:`~datamask._validation.setting_field` (its
@@ -95,7 +95,7 @@ def _synthetic_only(spec: Any, sharded: bool) -> str | None:
 @dataclass(frozen=True)
 class BenchSpec:
     """Everything a bench runs with. Build it with :meth:`from_mapping` (flat keys, as the
-    flags and :func:`~datamask.evaluate.bench.bench`'s keywords give them) or directly.
+    flags and :func:`~datamask.evaluation.bench.bench`'s keywords give them) or directly.
 
     ``objective`` is what every method is run and scored with; ``method_params`` the extra
     constructor arguments per method (a mapping ``{method: {key: value}}`` is accepted and

@@ -1,11 +1,11 @@
 """One frozen :class:`ReportSpec`: everything ``datamask report`` (and
-:func:`datamask.evaluate.browse.build_report`) runs with, declared once and checked once,
+:func:`datamask.evaluation.browse.build_report`) runs with, declared once and checked once,
 where the command line and the library meet.
 
 Each setting is a field declared with :func:`~datamask.settings.setting_field` (its default,
 what it accepts, its help) or shared with the spec that owns it
 (:func:`~datamask.settings.shared_field`: ``dup_thresholds`` is
-:class:`~datamask.evaluate.redundancy.DuplicateSettings`', ``split``, ``length_col`` and
+:class:`~datamask.evaluation.redundancy.DuplicateSettings`', ``split``, ``length_col`` and
 ``trust_selection`` are :class:`~datamask.io.input_settings.InputSettings`');
 ``datamask report``'s flags are made from these declarations. A spec that exists is
 checked (``__post_init__``).
@@ -31,13 +31,12 @@ from ..io.input_settings import InputSettings
 from ..settings import (
     check_fields,
     flat_values,
-    section_settings,
     setting_field,
     shared_field,
 )
 from .redundancy import DuplicateSettings, check_thresholds
 
-__all__ = ["REPORT_CONSTRAINTS", "ReportSpec"]
+__all__ = ["ReportSpec"]
 
 
 def _count(low: int) -> tuple:
@@ -47,7 +46,7 @@ def _count(low: int) -> tuple:
 @dataclass(frozen=True)
 class ReportSpec:
     """Everything a report runs with. Build it with :meth:`from_mapping` (flat keys, as the
-    flags and :func:`~datamask.evaluate.browse.build_report`'s keywords give them) or
+    flags and :func:`~datamask.evaluation.browse.build_report`'s keywords give them) or
     directly.
 
     ``columns`` names the id, quality and embedding columns as ``select`` names them; names
@@ -98,9 +97,3 @@ class ReportSpec:
         key raises a ValueError naming it."""
         return cls(**flat_values(cls, values, where))
 
-
-#: What each declared setting of the report accepts, read from :class:`ReportSpec` (a view
-#: of the declarations, kept for the callers of the name).
-REPORT_CONSTRAINTS: dict[str, list] = {
-    o.name: list(o.allowed()) for o in section_settings(ReportSpec)
-}

@@ -121,7 +121,7 @@ def apply_selection(
     spec : ApplySpec, optional
         Everything else (default: from ``settings``).
     **settings
-        Any field of :class:`~datamask.apply.spec.ApplySpec` by its key, instead of
+        Any field of :class:`~datamask.applying.spec.ApplySpec` by its key, instead of
         ``spec``: ``removed_format`` ({"ids", "rows", "curator"}, default "ids"; see the
         module docstring), ``id_col`` (default "chunk_id"), ``batch_size`` (default 65_536:
         rows per streamed batch; memory is about one batch of every column), ``progress``

@@ -79,7 +79,7 @@ def evaluate_file(
     Returns
     -------
     dict
-        :func:`~datamask.evaluate.scores.evaluate_selection`'s report, with ``selection``,
+        :func:`~datamask.evaluation.scores.evaluate_selection`'s report, with ``selection``,
         ``given`` (when set) and ``provenance`` (``trusted``, ``verified_files``).
     """
     if spec is not None and settings:
