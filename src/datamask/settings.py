@@ -33,6 +33,7 @@ from ._validation import Interval, Options, setting_field, validate_params
 __all__ = [
     "SHARED_PARAMS",
     "Setting",
+    "Spec",
     "as_names",
     "check_fields",
     "flat_values",
@@ -151,6 +152,122 @@ def check_fields(spec: Any, *, where: str = "settings") -> None:
     for opt in section_settings(type(spec)):
         checked = check_setting(opt, getattr(spec, opt.name), where=where)
         object.__setattr__(spec, opt.name, checked)  # frozen: the value, normalised
+
+
+# --- the base of every command's spec -------------------------------------------------------
+#: The keys of :class:`~datamask.columns.Columns` a flat mapping may hold (``quality_col``:
+#: ``NAME`` or ``NAME:WEIGHT`` specs, as the flag takes them).
+COLUMN_KEYS = ("id_col", "quality_col", "quality_cols", "quality_weights", "feature_col", "preset")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The base of every command's spec: how a run shows itself and the CPU threads it
+    uses, declared once here with one default, and the one way a door makes its spec from
+    ``spec=`` and keyword settings (:meth:`of`).
+
+    A spec is frozen and checked when made (``__post_init__``: every declared field against
+    its setting). :class:`~datamask.config.SelectSpec` is the one spec made of sections;
+    its ``run`` section (:class:`~datamask.config.RunSpec`) is a :class:`Spec`.
+
+    Parameters
+    ----------
+    progress : bool, default=True
+        Show progress bars (stderr).
+    threads : int, optional
+        CPU threads of torch and numpy (default: the cores available).
+    """
+
+    progress: bool = setting_field(True, (bool,), "show progress bars (stderr)")
+    threads: int | None = setting_field(
+        None,
+        (Interval(int, 1, None, closed="left"), None),
+        "CPU threads of torch and numpy (None: the cores available)",
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> Any:
+        """A spec from flat keys (the flags, a config file, a door's keywords); None means
+        "the default"; an unknown key raises a ValueError naming it. A spec with a
+        ``columns`` field takes the column keys (``id_col``, ``quality_col``, ``feature_col``,
+        ``preset``, ...) as :class:`~datamask.config.SelectSpec` does."""
+        return cls(**flat_values(cls, fold_columns(cls, values), where))
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The flat keys :meth:`from_mapping` makes this spec from (sections such as
+        ``columns`` and ``objective`` spelled as their own keys)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if hasattr(value, "to_mapping"):  # a section: Columns, ObjectiveSpec
+                out.update(value.to_mapping())
+            else:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def of(cls, spec: Any, settings: Mapping[str, Any], *, where: str = "settings") -> Any:
+        """The one spec of a door's call: ``spec`` (default: every default), with the keyword
+        ``settings`` over it; an unknown key is refused, naming it."""
+        if spec is None:
+            return cls.from_mapping(settings, where=where)
+        if not isinstance(spec, cls):
+            raise TypeError(f"spec must be a {cls.__name__}; got {type(spec).__name__}.")
+        if not settings:
+            return spec
+        return cls.from_mapping(merge_settings(spec.to_mapping(), settings), where=where)
+
+
+def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` over ``base``, flat keys both; a key of ``over`` replaces the ones of
+    ``base`` it stands for (``quality_col`` the columns and weights, ``k`` and
+    ``select_ratio`` each other, an ``objective`` the objective's keys)."""
+    over = {str(k).replace("-", "_"): v for k, v in over.items()}
+    base = dict(base)
+    drops = {
+        "quality_col": ("quality_cols", "quality_weights"),
+        "quality_cols": ("quality_weights",),
+        "k": ("select_ratio",),
+        "select_ratio": ("k",),
+    }
+    for key in over:
+        for other in drops.get(key, ()):
+            base.pop(other, None)
+    if "objective" in over:
+        base = {k: v for k, v in base.items() if k not in _objective_keys()}
+    if set(over) & _objective_keys():
+        base.pop("objective", None)
+    return {**base, **over}
+
+
+def _objective_keys() -> set[str]:
+    from .config import ObjectiveSpec  # runtime: config is built on this module
+
+    return ObjectiveSpec.flat_keys()
+
+
+def fold_columns(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with its column keys made into one ``columns`` value, for a spec class
+    with a ``columns`` field (others: as given)."""
+    values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+    if "columns" not in {f.name for f in fields(cls)}:
+        return values
+    keys = [k for k in COLUMN_KEYS if k in values]
+    if not keys:
+        return values
+    from .columns import Columns, split_quality  # runtime: columns is built on this module
+
+    if "columns" in values:
+        raise ValueError(f"give the columns either as columns= or as {keys}, not both.")
+    given = split_quality({k: values.pop(k) for k in keys})
+    for name in ("quality_cols", "quality_weights"):
+        if given.get(name) is not None:
+            given[name] = tuple(given[name])
+    values["columns"] = Columns(**given)
+    return values
 
 
 #: Constructor arguments every selector shares (fields of SelectorSpec or set by the

@@ -130,12 +130,7 @@ def build_report(
         the same page), ``batch_size``, ``progress``, ``trust_selection`` (skip the check
         that ``source`` is what each selection was made from, ``docs/provenance.md``).
     """
-    if spec is not None and settings:
-        raise TypeError(
-            f"give the settings either as spec= or as keywords, not both; got spec= and "
-            f"{sorted(settings)}."
-        )
-    spec = ReportSpec.from_mapping(settings) if spec is None else spec
+    spec = ReportSpec.of(spec, settings, where="report's arguments")
     if not isinstance(spec, ReportSpec):
         raise TypeError(f"spec must be a ReportSpec; got {spec!r}.")
     if not selections:

@@ -21,19 +21,12 @@ checked (``__post_init__``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .._validation import SEED, Interval, Options
 from ..columns import Columns
 from ..io.input_settings import InputSettings
-from ..settings import (
-    check_fields,
-    flat_values,
-    setting_field,
-    shared_field,
-)
+from ..settings import Spec, setting_field, shared_field
 from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = ["ReportSpec"]
@@ -44,7 +37,7 @@ def _count(low: int) -> tuple:
 
 
 @dataclass(frozen=True)
-class ReportSpec:
+class ReportSpec(Spec):
     """Everything a report runs with. Build it with :meth:`from_mapping` (flat keys, as the
     flags and :func:`~datamask.evaluation.browse.build_report`'s keywords give them) or
     directly.
@@ -81,19 +74,10 @@ class ReportSpec:
         0, (SEED,), "seed of the sample, the topics and the map: the same seed, the same page"
     )
     batch_size: int = setting_field(16384, _count(1), "rows read at a time")
-    progress: bool = setting_field(False, (bool,), "show progress bars (stderr)")
     trust_selection: bool = shared_field(InputSettings, "trust_selection")
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
         object.__setattr__(self, "dup_thresholds", check_thresholds(self.dup_thresholds))
         if not isinstance(self.columns, Columns):
             raise TypeError(f"columns must be a datamask.Columns; got {self.columns!r}.")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> ReportSpec:
-        """A spec from flat keys (the flags, :func:`build_report`'s keywords); None means
-        "the default" (``columns=None``: every column from the input's schema); an unknown
-        key raises a ValueError naming it."""
-        return cls(**flat_values(cls, values, where))
-
