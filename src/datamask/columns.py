@@ -254,6 +254,17 @@ class Columns:
         p = get_preset(self.preset)
         return replace(self, id_col=_pick("id", p.id_cols, names, p, where), preset=None)
 
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Columns:
+        """Columns from flat keys (``id_col``, ``quality_col`` as ``NAME`` or
+        ``NAME:WEIGHT`` specs, ``quality_cols``, ``quality_weights``, ``feature_col``,
+        ``preset``); None means "not named"."""
+        given = split_quality({k: v for k, v in values.items() if v is not None})
+        for name in ("quality_cols", "quality_weights"):
+            if given.get(name) is not None:
+                given[name] = tuple(given[name])
+        return cls(**given)
+
     def to_mapping(self) -> dict[str, Any]:
         """The flat keys of these columns, as a spec's ``from_mapping`` takes them."""
         out = {

@@ -218,13 +218,24 @@ class Spec:
             raise TypeError(f"spec must be a {cls.__name__}; got {type(spec).__name__}.")
         if not settings:
             return spec
-        return cls.from_mapping(merge_settings(spec.to_mapping(), settings), where=where)
+        sections = {
+            f.name: set(type(v).flat_keys())
+            for f in fields(spec)
+            if hasattr(v := getattr(spec, f.name), "flat_keys")  # the objective
+        }
+        merged = merge_settings(spec.to_mapping(), settings, sections)
+        return cls.from_mapping(merged, where=where)
 
 
-def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merge_settings(
+    base: Mapping[str, Any],
+    over: Mapping[str, Any],
+    sections: Mapping[str, set[str]] | None = None,
+) -> dict[str, Any]:
     """``over`` over ``base``, flat keys both; a key of ``over`` replaces the ones of
     ``base`` it stands for (``quality_col`` the columns and weights, ``k`` and
-    ``select_ratio`` each other, an ``objective`` the objective's keys)."""
+    ``select_ratio`` each other; with ``sections``, e.g. ``{"objective": its keys}``, a
+    section given whole replaces its keys, and a key of it the whole)."""
     over = {str(k).replace("-", "_"): v for k, v in over.items()}
     base = dict(base)
     drops = {
@@ -236,37 +247,27 @@ def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str
     for key in over:
         for other in drops.get(key, ()):
             base.pop(other, None)
-    if "objective" in over:
-        base = {k: v for k, v in base.items() if k not in _objective_keys()}
-    if set(over) & _objective_keys():
-        base.pop("objective", None)
+    for name, keys in (sections or {}).items():  # a section given whole, or by its keys
+        if name in over:
+            base = {k: v for k, v in base.items() if k not in keys}
+        if set(over) & set(keys):
+            base.pop(name, None)
     return {**base, **over}
-
-
-def _objective_keys() -> set[str]:
-    from .config import ObjectiveSpec  # runtime: config is built on this module
-
-    return ObjectiveSpec.flat_keys()
 
 
 def fold_columns(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with its column keys made into one ``columns`` value, for a spec class
-    with a ``columns`` field (others: as given)."""
+    with a ``columns`` field (others: as given); the field's type makes it
+    (:meth:`datamask.columns.Columns.from_mapping`)."""
     values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-    if "columns" not in {f.name for f in fields(cls)}:
-        return values
+    own = {f.name: f for f in fields(cls)}
     keys = [k for k in COLUMN_KEYS if k in values]
-    if not keys:
+    if "columns" not in own or not keys:
         return values
-    from .columns import Columns, split_quality  # runtime: columns is built on this module
-
     if "columns" in values:
         raise ValueError(f"give the columns either as columns= or as {keys}, not both.")
-    given = split_quality({k: values.pop(k) for k in keys})
-    for name in ("quality_cols", "quality_weights"):
-        if given.get(name) is not None:
-            given[name] = tuple(given[name])
-    values["columns"] = Columns(**given)
+    section = type(own["columns"].default)
+    values["columns"] = section.from_mapping({k: values.pop(k) for k in keys})
     return values
 
 

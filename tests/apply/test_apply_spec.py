@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from datamask.applying import ApplySpec, apply_selection
@@ -72,9 +73,12 @@ def test_apply_old_keywords_and_spec_give_the_same_rows(tmp_path, small_corpus):
     for folder in ("{}/docs.parquet", "r{}/docs.parquet"):
         left = (tmp_path / folder.format("a")).read_bytes()
         assert left == (tmp_path / folder.format("b")).read_bytes()
-    with pytest.raises(TypeError, match="either as spec= or as keywords, not both"):
-        apply_selection(data, sel, tmp_path / "c", spec=ApplySpec(), batch_size=3)
-    assert not (tmp_path / "c").exists()
+    # spec and keywords together: the keywords win over the spec's fields
+    c = apply_selection(data, sel, tmp_path / "c", spec=ApplySpec(**kw), batch_size=3)
+    assert (c["rows"], c["kept"]) == (a["rows"], a["kept"])
+    assert pq.read_table(tmp_path / "c/docs.parquet").equals(
+        pq.read_table(tmp_path / "a/docs.parquet")
+    )
 
 
 # --- evaluate -------------------------------------------------------------------------------
