@@ -130,7 +130,7 @@ def test_bench_rejects_bad_arguments():
         bench(corpus, methods=["lazy"], isolate=False)
     with pytest.raises(ValueError, match="methods not being run"):
         bench(corpus, methods=["topk"], method_params={"mask": {}}, isolate=False)
-    with pytest.raises(ValueError, match=r"lamb must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"lamb in bench's arguments must be in \[0, 1\]"):
         bench(corpus, methods=["topk"], lamb=3.0, isolate=False)
     with pytest.raises(ValueError, match="map_method must be"):
         bench(corpus, methods=["topk"], map_method="umap", isolate=False)

@@ -56,7 +56,7 @@ def test_shared_settings_are_selects_declarations():
         ({"device": "gpu"}, ValueError, r"^device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
         ({"seed": -1}, ValueError, r"^seed must be in \[0, "),
         ({"threads": 0}, ValueError, r"^threads must be >= 1; got 0\.$"),
-        ({"lamb": 2.0}, ValueError, r"^lamb must be in \[0, 1\]; got 2\.0\.$"),
+        ({"lamb": 2.0}, ValueError, r"^lamb in bench's arguments must be in \[0, 1\]; got 2\.0\.$"),
         ({"n_epochs": 0, "methods": ["mask"]}, ValueError, r"n_epochs must be > 0; got 0\."),
         (
             {"method_params": {"topk": {"n_epochs": 5}}, "methods": ["topk"]},
@@ -66,7 +66,7 @@ def test_shared_settings_are_selects_declarations():
         ({"param": ["mask.n_epochs=x"]}, ValueError, r"--param value 'x' is not int"),
         ({"colour": "red"}, ValueError, r"unknown setting\(s\) \['colour'\]"),
         ({"methods": 3}, TypeError, r"^methods must be a name or a list of names; got 3\.$"),
-        ({"term_modules": 3}, TypeError, r"^term_modules must be a name or a list of names"),
+        ({"term_modules": 3}, TypeError, r"^term_modules in bench's arguments must be a name or a list"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_parameter(settings, error, message, tmp_path):
