@@ -66,7 +66,7 @@ def test_shared_settings_are_selects_declarations():
         ({"param": ["mask.n_epochs=x"]}, ValueError, r"--param value 'x' is not int"),
         ({"colour": "red"}, ValueError, r"unknown setting\(s\) \['colour'\]"),
         ({"methods": 3}, TypeError, r"^methods must be a name or a list of names; got 3\.$"),
-        ({"term_modules": 3}, TypeError, r"^term_modules in bench's arguments must be a name or a list"),
+        ({"term_modules": 3}, TypeError, r"^term_modules in bench's arguments must be a name"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_parameter(settings, error, message, tmp_path):

@@ -138,8 +138,6 @@ def test_spec_and_keywords_give_the_same_page(tmp_path):
     # spec and keywords together: the keywords win over the spec's fields
     over = ReportSpec.of(ReportSpec(**kw), {"seed": 6}, where="x")
     assert over == ReportSpec(**{**kw, "seed": 6})
-        **{**kw, "seed": 6}
-    )
     with pytest.raises(ValueError, match=r"unknown setting\(s\) \['topics'\] in report's"):
         build_report(str(docs), sels, ReportSpec(), topics=1)
 
