@@ -33,11 +33,11 @@ def test_keywords_and_spec_are_one_way_in(reference_parquet, tmp_path):
     by_spec = datamask.select(reference_parquet, tmp_path / "b.parquet", spec)
     assert by_keywords["settings"] == by_spec["settings"]
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
-    with pytest.raises(TypeError, match=r"either as spec= or as keywords, not both; .*'lamb'"):
-        datamask.select(reference_parquet, tmp_path / "c.parquet", spec, lamb=0.3)
+    over = datamask.select(reference_parquet, tmp_path / "c.parquet", spec, lamb=0.3)
+    assert over["settings"] == {**by_spec["settings"], "lamb": 0.3}  # keywords over the spec
     with pytest.raises(ValueError, match=r"select_ratio in select's arguments must be"):
         datamask.select(reference_parquet, tmp_path / "d.parquet", select_ratio=1.5)
-    assert not (tmp_path / "c.parquet").exists() and not (tmp_path / "d.parquet").exists()
+    assert not (tmp_path / "d.parquet").exists()
 
 
 def test_a_recorded_run_s_settings_are_accepted_back(reference_parquet, tmp_path):
@@ -132,8 +132,8 @@ def test_select_table_takes_the_same_settings(small_corpus):
     assert datamask.select_table(table, spec).equals(by_keywords)
     assert by_keywords.column_names[0] == "row"  # no id column: the rows are the ids
     assert pc_sum(by_keywords["selected"]) == round(0.25 * small_corpus.n_docs)
-    with pytest.raises(TypeError, match="not both"):
-        datamask.select_table(table, spec, method="random")
+    by_random = datamask.select_table(table, method="random", select_ratio=0.25)
+    assert datamask.select_table(table, spec, method="random").equals(by_random)
 
 
 def pc_sum(column: pa.ChunkedArray) -> int:

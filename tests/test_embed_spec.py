@@ -11,7 +11,7 @@ import pytest
 
 from datamask.cli.embed import add_embed_parser
 from datamask.cli.main import EXIT_BAD_INPUT, main
-from datamask.embed import EmbedSpec, embed_file, embed_texts
+from datamask.embedding import EmbedSpec, embed_file, embed_texts
 from datamask.settings import section_settings
 
 
@@ -42,9 +42,17 @@ def test_a_bad_value_is_refused_naming_the_parameter(settings, error, message, t
     assert not out.exists()
 
 
-def test_spec_or_keywords_not_both(tmp_path):
-    with pytest.raises(TypeError, match="either as spec= or as keywords"):
-        embed_file(tmp_path / "a.jsonl", tmp_path / "o.parquet", EmbedSpec(), batch_size=2)
+def test_keywords_over_a_spec():
+    spec = EmbedSpec.of(EmbedSpec(batch_size=8, device="cpu"), {"batch_size": 2})
+    assert (spec.batch_size, spec.device) == (2, "cpu")
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['batch'\]"):
+        EmbedSpec.of(EmbedSpec(), {"batch": 2})
+
+
+def test_a_preset_names_the_columns_written():
+    spec = EmbedSpec(preset="fineweb-edu")
+    assert (spec.id_col, spec.feature_col, spec.quality_col) == ("id", "embedding", "score")
+    assert EmbedSpec(preset="fineweb-edu", feature_col="emb").feature_col == "emb"
 
 
 def test_embed_texts_checks_with_the_specs_declarations():
@@ -73,7 +81,7 @@ def test_the_flags_and_the_library_make_the_same_spec():
         }
     )
     assert from_flags == from_library
-    assert from_flags.feature_col == EmbedSpec.feature_col == "feature_arr"  # one default
+    assert from_flags.feature_col == EmbedSpec().feature_col == "feature_arr"  # one default
 
 
 def test_the_command_refuses_a_bad_flag_before_any_output(tmp_path, capsys):

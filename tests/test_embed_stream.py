@@ -16,9 +16,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import datamask.embed as embed_mod  # noqa: E402
+import datamask.embedding as embed_mod  # noqa: E402
 from datamask.cli import main  # noqa: E402
-from datamask.embed import embed_file  # noqa: E402
+from datamask.embedding import embed_file  # noqa: E402
 from datamask.quality import heuristic_quality, heuristic_quality_batch  # noqa: E402
 from tests._data import SHIPPED_DEMO, write  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 from datamask._device import check_device_name, resolve_device
 from datamask._memory import peak_rss_mb, rss_mb
 from datamask.data import apportion, top_k_rows
-from datamask.embed import _resolve_device
+from datamask.embedding import _resolve_device
 from datamask.greedy.disf import batch_quotas
 
 

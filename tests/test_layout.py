@@ -21,8 +21,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the sharded planner and runner: runs the pipeline's group step on every group
     ("distributed", ("distributed",)),
     # the group step and the writer; apply, evaluate and bench stand beside them
-    ("pipeline", ("pipeline", "apply", "evaluate")),
-    ("config", ("config", "options", "_needs")),
+    ("pipeline", ("pipeline", "applying", "evaluation")),
+    ("config", ("config", "_needs")),
     ("selectors", ("selectors", "greedy", "optim", "ranking", "base")),
     ("objectives", ("objectives", "neighbors", "near_duplicates")),
     (
@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "columns",
             "quality",
             "synthetic",
-            "embed",
+            "embedding",
         ),
     ),
 ]

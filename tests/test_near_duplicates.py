@@ -15,7 +15,7 @@ from datamask import Corpus
 from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.evaluate.redundancy import check_thresholds, redundancy
+from datamask.evaluation.redundancy import check_thresholds, redundancy
 from datamask.io.parquet import read_corpus
 from datamask.near_duplicates import (
     SimilarityCap,
@@ -77,7 +77,7 @@ def test_report_matches_brute_force(seed):
 def test_pairs_cross_tiles_and_forest_compression(monkeypatch):
     """Tiles smaller than the input and a forest compressed on every block still count
     every pair once and find the same groups."""
-    import datamask.evaluate.redundancy as R
+    import datamask.evaluation.redundancy as R
     import datamask.near_duplicates as N
 
     x = near_duplicate_corpus(500, seed=7).features
@@ -257,7 +257,7 @@ def test_evaluate_reports_redundancy_against_brute_force(tmp_path, capsys):
 
 
 def test_bench_tabulates_redundancy_per_method_and_for_the_input():
-    from datamask.evaluate.bench import bench, format_markdown
+    from datamask.evaluation.bench import bench, format_markdown
 
     corpus = near_duplicate_corpus(300, seed=9)
     result = bench(

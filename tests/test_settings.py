@@ -1,4 +1,4 @@
-"""The renamed setting names: the old ones still resolve to the new, and warn."""
+"""Settings read back from their declarations."""
 
 from __future__ import annotations
 
@@ -8,18 +8,21 @@ import pytest
 
 import datamask.config
 import datamask.settings
-from datamask._validation import option_field, setting_field
-from datamask.cli.args import add_flag, add_flags, add_option, add_options
 
 
-def test_the_old_options_module_aliases_the_new_names_and_warns():
-    with pytest.warns(DeprecationWarning, match="datamask.options is deprecated"):
-        old = importlib.reload(importlib.import_module("datamask.options"))
-    assert old.Option is datamask.settings.Setting
-    assert old.options is datamask.settings.section_settings
-    assert old.selector_options is datamask.config.selector_settings
-    assert old.term_options is datamask.config.term_settings
-    assert (option_field, add_option, add_options) == (setting_field, add_flag, add_flags)
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("datamask._validation", "option_field"),
+        ("datamask.cli.args", "add_option"),
+        ("datamask.cli.args", "add_options"),
+        ("datamask.evaluation.report_spec", "REPORT_CONSTRAINTS"),
+    ],
+)
+def test_the_deprecated_aliases_are_gone(module, name):
+    assert not hasattr(importlib.import_module(module), name)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("datamask.options")
 
 
 def test_a_declared_field_reads_back_as_a_setting():

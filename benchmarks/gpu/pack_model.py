@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from datamask.embed import embed_texts
+from datamask.embedding import embed_texts
 from datamask.io.atomic import atomic_write, atomic_write_json
 
 HERE = Path(__file__).resolve().parent

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from datamask import make_clustered
-from datamask.evaluate import bench
+from datamask.evaluation import bench
 from datamask.io.parquet import read_corpus
 
 HERE = Path(__file__).resolve().parent

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.out} is up to date (build {build_key()}); nothing to do.")
         return
     try:
-        import datamask.embed  # noqa: F401
+        import datamask.embedding  # noqa: F401
     except ImportError:  # running from a checkout without `pip install -e .`
         sys.path.insert(0, str(REPO / "src"))
 

@@ -44,7 +44,7 @@ def embed_cached(
     Returns the embeddings, the row indices they belong to (all rows; with ``partial`` only
     the rows already cached, and nothing is embedded) and the number embedded in this call.
     """
-    from datamask.embed import embed_texts
+    from datamask.embedding import embed_texts
 
     folder = cache / f"emb-{_key({'model': MODEL, 'max_seq_length': MAX_SEQ_LENGTH})}"
     folder.mkdir(parents=True, exist_ok=True)

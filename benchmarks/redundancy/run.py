@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datamask.evaluate.bench import measure_peak_rss
-from datamask.evaluate.redundancy import redundancy
+from datamask.evaluation.bench import measure_peak_rss
+from datamask.evaluation.redundancy import redundancy
 from datamask.io.parquet import read_corpus
 from datamask.objectives import FacilityLocation, Objective
 from datamask.selectors import make_selector

@@ -177,7 +177,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         cover[p] = c
         facility = float(c.mean())
         se = float(c.std(ddof=1) / np.sqrt(len(c)))
-        from datamask.evaluate.redundancy import redundancy
+        from datamask.evaluation.redundancy import redundancy
 
         dup = redundancy(xq, thresholds=[0.95], method="exact")
         j = args.lamb * quality + (1 - args.lamb) * facility

@@ -14,7 +14,7 @@ The demo set mixes three kinds of real text so that both quality and diversity m
 Candidates are deduplicated (lower-cased, whitespace-collapsed text), then a fixed number per
 source is kept (``TARGET``), chosen by ascending ``sha1(chunk_id)`` so the choice is stable.
 Every row gets a heuristic ``quality_score`` (see ``quality_score``) and an all-MiniLM-L6-v2
-embedding from ``datamask.embed.embed_texts`` (``max_seq_length=256``, L2-normalised).
+embedding from ``datamask.embedding.embed_texts`` (``max_seq_length=256``, L2-normalised).
 
 Requirements (this script installs nothing):
 
@@ -594,10 +594,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     try:
-        from datamask.embed import embed_texts
+        from datamask.embedding import embed_texts
     except ImportError:  # running from a checkout without `pip install -e .`
         sys.path.insert(0, str(REPO / "src"))
-        from datamask.embed import embed_texts
+        from datamask.embedding import embed_texts
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="datamask-demo-") as tmp:

@@ -62,7 +62,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` -> cuda when available, else cpu; ``"cuda:N"`` checked to exist.
 
     The one device resolver of datamask: the learner, the selectors, evaluation and
-    :mod:`datamask.embed` (which passes ``str()`` of the result to sentence-transformers)
+    :mod:`datamask.embedding` (which passes ``str()`` of the result to sentence-transformers)
     all call it. Names are checked by :func:`check_device_name` first.
     """
     if isinstance(device, torch.device):

@@ -12,7 +12,6 @@ import numpy as np
 from .data import Corpus
 
 __all__ = [
-    "option_field",
     "setting_field",
     "Interval",
     "Options",
@@ -431,6 +430,3 @@ def setting_field(
         meta["needs"] = needs
     return field(default=default, metadata=meta)
 
-
-#: Deprecated name of :func:`setting_field`.
-option_field = setting_field

@@ -98,6 +98,8 @@ class Selector:
     >>> sel = FirstRows(select_ratio=0.1, device="cpu").fit(make_clustered(50, 4, 2))
     >>> sel.selected_.tolist(), sorted(sel.terms_)
     ([0, 1, 2, 3, 4], ['J', 'facility', 'quality'])
+    >>> sel.transform(make_clustered(50, 4, 2)).n_docs  # the selected rows, as a Corpus
+    5
     >>> FirstRows(select_ratio=1.5).check_params()
     Traceback (most recent call last):
     ...
@@ -232,6 +234,7 @@ class Selector:
                 self.objective_.features_, selected, self.max_similarity
             )
         self.selected_ = selected
+        self.n_docs_ = corpus.n_docs
         self.scores_ = np.asarray(scores, dtype=np.float64)
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
         self.graph_seconds_ = self.objective_.graph_seconds()
@@ -240,6 +243,33 @@ class Selector:
         if self._trace is not None and evaluate:
             self.history_ = self._trace.history(self.terms_["J"])
         return self
+
+    def transform(self, corpus: Corpus) -> Corpus:
+        """The selected rows of ``corpus``, the corpus ``fit`` saw, as a new
+        :class:`~datamask.data.Corpus` in row order (apricot's ``transform``).
+
+        Raises
+        ------
+        RuntimeError
+            When the selector is not fitted.
+        ValueError
+            When ``corpus`` has another number of rows than the fitted one.
+        """
+        if not hasattr(self, "selected_"):
+            raise RuntimeError(
+                f"this {type(self).__name__} is not fitted yet; call fit(corpus) before "
+                "transform(corpus), or use fit_transform(corpus)."
+            )
+        if corpus.n_docs != self.n_docs_:
+            raise ValueError(
+                f"corpus has {corpus.n_docs} rows, but this {type(self).__name__} was fitted "
+                f"on {self.n_docs_}; transform the corpus it was fitted on."
+            )
+        return corpus.take(self.selected_)
+
+    def fit_transform(self, corpus: Corpus) -> Corpus:
+        """``fit(corpus)``, then the selected rows of ``corpus`` (:meth:`transform`)."""
+        return self.fit(corpus).transform(corpus)
 
     def _setup(self, corpus: Corpus) -> Corpus:
         """Check the parameters and the corpus, resolve k and the device, bind the objective

@@ -245,6 +245,37 @@ class Columns:
             preset=None,
         )
 
+    def resolve_id(self, names: Sequence[str], *, where: str = "the input") -> Columns:
+        """Only the id column filled (what ``apply`` reads): the name given, else the
+        preset's first candidate present in ``names``, else the first of chunk_id, id
+        present (none: ``chunk_id``, which the reader reports missing)."""
+        if self.id_col is not None:
+            return replace(self, preset=None)
+        p = get_preset(self.preset)
+        return replace(self, id_col=_pick("id", p.id_cols, names, p, where), preset=None)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Columns:
+        """Columns from flat keys (``id_col``, ``quality_col`` as ``NAME`` or
+        ``NAME:WEIGHT`` specs, ``quality_cols``, ``quality_weights``, ``feature_col``,
+        ``preset``); None means "not named"."""
+        given = split_quality({k: v for k, v in values.items() if v is not None})
+        for name in ("quality_cols", "quality_weights"):
+            if given.get(name) is not None:
+                given[name] = tuple(given[name])
+        return cls(**given)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The flat keys of these columns, as a spec's ``from_mapping`` takes them."""
+        out = {
+            "id_col": self.id_col,
+            "quality_cols": self.quality_cols or None,
+            "quality_weights": self.quality_weights,
+            "feature_col": self.feature_col,
+            "preset": self.preset,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
     @property
     def read(self) -> list[str]:
         """Columns read from every input, each once (of a resolved value)."""

@@ -36,9 +36,11 @@ from .objectives.registry import TERMS, import_term_modules
 from .selectors import SELECTORS
 from .settings import (
     Setting,
+    Spec,
     as_names,
     check_setting,
     ignored_fields,
+    merge_settings,
     own_defaults,
     owned_settings,
     section_settings,
@@ -136,6 +138,15 @@ class ObjectiveSpec:
             for key, value in own_defaults(TERMS[name]).items():
                 out.setdefault(key, value)  # the first term declaring one wins
         return {**out, **dict(self.term_params)}
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The flat keys of this objective, as :meth:`from_mapping` takes them."""
+        return {
+            "algorithm": self.algorithm,
+            "lamb": self.lamb,
+            "term_modules": self.term_modules,
+            **dict(self.term_params),
+        }
 
     def make(self) -> Objective:
         """The objective: one term per name in ``algorithm``, weighted equally."""
@@ -307,17 +318,12 @@ class PartitionSpec:
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """How the run is carried out; none of it changes the selection."""
+class RunSpec(Spec):
+    """How the run is carried out; none of it changes the selection. Its ``progress`` and
+    ``threads`` are every spec's (:class:`~datamask.settings.Spec`)."""
 
     selected_only: bool = setting_field(
         False, (bool,), "write only the selected ids (and their rank)", fingerprint=True
-    )
-    progress: bool = setting_field(True, (bool,), "show progress bars")
-    threads: int | None = setting_field(
-        None,
-        (Interval(int, 1, None, closed="left"), None),
-        "CPU threads of torch and numpy (None: the cores available)",
     )
     workers: int | None = setting_field(
         None,
@@ -467,6 +473,34 @@ class SelectSpec:
         spec = cls(**{name: SECTIONS[name](**kw) for name, kw in parts.items()})
         spec.check()  # the columns stay as given: the door resolves them with the input
         return spec
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The flat keys :meth:`from_mapping` makes this spec from (None: a default)."""
+        out: dict[str, Any] = {}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if hasattr(section, "to_mapping") and not isinstance(section, RunSpec):
+                out.update(section.to_mapping())
+                continue
+            for f in fields(section):
+                if f.name != "params":
+                    out[f.name] = getattr(section, f.name)
+        out.update(dict(self.selector.params))
+        if self.selector.k is not None:  # the budget is k; select_ratio is its default
+            del out["select_ratio"]
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def of(cls, spec: SelectSpec | None, settings: Mapping[str, Any], *, where: str) -> SelectSpec:
+        """The one spec of a door's call: ``spec`` (default: every default) with the keyword
+        ``settings`` over it (:meth:`datamask.settings.Spec.of`'s rule)."""
+        if spec is None:
+            return cls.from_mapping(settings, where=where)
+        if not isinstance(spec, cls):
+            raise TypeError(f"spec must be a SelectSpec; got {type(spec).__name__}.")
+        if not settings:
+            return spec
+        return cls.from_mapping(merge_settings(spec.to_mapping(), settings), where=where)
 
     def check(self) -> SelectSpec:
         """Refuse what no single option can see: parameters the method does not take, terms

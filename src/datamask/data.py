@@ -69,6 +69,26 @@ class Corpus:
     def dim(self) -> int:
         return int(self.features.shape[1])
 
+    def take(self, rows: Sequence[int] | np.ndarray) -> Corpus:
+        """The corpus of ``rows`` (row numbers, in the order given): ids, quality,
+        embeddings, the per-row ``extra`` columns and ``floor`` taken; the quality range
+        kept as this corpus's, so the rows' normalised quality is unchanged."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lo_hi = self.quality_range
+        if lo_hi is None:
+            lo_hi = (self.quality.min(axis=0), self.quality.max(axis=0)) if self.n_docs else None
+        return Corpus(
+            ids=np.asarray(self.ids)[rows],
+            quality=self.quality[rows],
+            features=self.features[rows],
+            quality_names=list(self.quality_names),
+            quality_weights=np.asarray(self.quality_weights).copy(),
+            source=self.source,
+            extra={name: np.asarray(col)[rows] for name, col in self.extra.items()},
+            quality_range=lo_hi,
+            floor=None if self.floor is None else self.floor[rows],
+        )
+
     def normalized_quality(self) -> np.ndarray:
         """Combined quality in [0, 1]: each column min-max scaled, then weighted.
 

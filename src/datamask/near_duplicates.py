@@ -1,6 +1,6 @@
 """Near-duplicate pairs (cosine above a threshold) and the hard similarity cap.
 
-One range search serves the redundancy report (:mod:`datamask.evaluate.redundancy`) and the
+One range search serves the redundancy report (:mod:`datamask.evaluation.redundancy`) and the
 ``max_similarity`` cap of every selector:
 
 - :func:`similar_pairs` streams the pairs ``i < j`` with ``cos(x_i, x_j) > threshold``,

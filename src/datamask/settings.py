@@ -2,8 +2,8 @@
 
 A setting is declared either as a field of a spec (:func:`setting_field`: the sections of
 :class:`datamask.config.SelectSpec`, :class:`datamask.columns.Columns`,
-:class:`datamask.evaluate.bench_spec.BenchSpec`, :class:`datamask.embed.EmbedSpec`,
-:class:`datamask.apply.spec.ApplySpec`, :class:`datamask.evaluate.evaluate_spec.EvaluateSpec`,
+:class:`datamask.evaluation.bench_spec.BenchSpec`, :class:`datamask.embedding.EmbedSpec`,
+:class:`datamask.applying.spec.ApplySpec`, :class:`datamask.evaluation.evaluate_spec.EvaluateSpec`,
 :class:`datamask.io.input_settings.InputSettings`) or in
 the constraint table of the selector or term that owns it (``_parameter_constraints``,
 scikit-learn's model). :func:`section_settings` and :func:`owned_settings` read them back as
@@ -33,6 +33,7 @@ from ._validation import Interval, Options, setting_field, validate_params
 __all__ = [
     "SHARED_PARAMS",
     "Setting",
+    "Spec",
     "as_names",
     "check_fields",
     "flat_values",
@@ -151,6 +152,123 @@ def check_fields(spec: Any, *, where: str = "settings") -> None:
     for opt in section_settings(type(spec)):
         checked = check_setting(opt, getattr(spec, opt.name), where=where)
         object.__setattr__(spec, opt.name, checked)  # frozen: the value, normalised
+
+
+# --- the base of every command's spec -------------------------------------------------------
+#: The keys of :class:`~datamask.columns.Columns` a flat mapping may hold (``quality_col``:
+#: ``NAME`` or ``NAME:WEIGHT`` specs, as the flag takes them).
+COLUMN_KEYS = ("id_col", "quality_col", "quality_cols", "quality_weights", "feature_col", "preset")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The base of every command's spec: how a run shows itself and the CPU threads it
+    uses, declared once here with one default, and the one way a door makes its spec from
+    ``spec=`` and keyword settings (:meth:`of`).
+
+    A spec is frozen and checked when made (``__post_init__``: every declared field against
+    its setting). :class:`~datamask.config.SelectSpec` is the one spec made of sections;
+    its ``run`` section (:class:`~datamask.config.RunSpec`) is a :class:`Spec`.
+
+    Parameters
+    ----------
+    progress : bool, default=True
+        Show progress bars (stderr).
+    threads : int, optional
+        CPU threads of torch and numpy (default: the cores available).
+    """
+
+    progress: bool = setting_field(True, (bool,), "show progress bars (stderr)")
+    threads: int | None = setting_field(
+        None,
+        (Interval(int, 1, None, closed="left"), None),
+        "CPU threads of torch and numpy (None: the cores available)",
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> Any:
+        """A spec from flat keys (the flags, a config file, a door's keywords); None means
+        "the default"; an unknown key raises a ValueError naming it. A spec with a
+        ``columns`` field takes the column keys (``id_col``, ``quality_col``, ``feature_col``,
+        ``preset``, ...) as :class:`~datamask.config.SelectSpec` does."""
+        return cls(**flat_values(cls, fold_columns(cls, values), where))
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The flat keys :meth:`from_mapping` makes this spec from (sections such as
+        ``columns`` and ``objective`` spelled as their own keys)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if hasattr(value, "to_mapping"):  # a section: Columns, ObjectiveSpec
+                out.update(value.to_mapping())
+            else:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def of(cls, spec: Any, settings: Mapping[str, Any], *, where: str = "settings") -> Any:
+        """The one spec of a door's call: ``spec`` (default: every default), with the keyword
+        ``settings`` over it; an unknown key is refused, naming it."""
+        if spec is None:
+            return cls.from_mapping(settings, where=where)
+        if not isinstance(spec, cls):
+            raise TypeError(f"spec must be a {cls.__name__}; got {type(spec).__name__}.")
+        if not settings:
+            return spec
+        sections = {
+            f.name: set(type(v).flat_keys())
+            for f in fields(spec)
+            if hasattr(v := getattr(spec, f.name), "flat_keys")  # the objective
+        }
+        merged = merge_settings(spec.to_mapping(), settings, sections)
+        return cls.from_mapping(merged, where=where)
+
+
+def merge_settings(
+    base: Mapping[str, Any],
+    over: Mapping[str, Any],
+    sections: Mapping[str, set[str]] | None = None,
+) -> dict[str, Any]:
+    """``over`` over ``base``, flat keys both; a key of ``over`` replaces the ones of
+    ``base`` it stands for (``quality_col`` the columns and weights, ``k`` and
+    ``select_ratio`` each other; with ``sections``, e.g. ``{"objective": its keys}``, a
+    section given whole replaces its keys, and a key of it the whole)."""
+    over = {str(k).replace("-", "_"): v for k, v in over.items()}
+    base = dict(base)
+    drops = {
+        "quality_col": ("quality_cols", "quality_weights"),
+        "quality_cols": ("quality_weights",),
+        "k": ("select_ratio",),
+        "select_ratio": ("k",),
+    }
+    for key in over:
+        for other in drops.get(key, ()):
+            base.pop(other, None)
+    for name, keys in (sections or {}).items():  # a section given whole, or by its keys
+        if name in over:
+            base = {k: v for k, v in base.items() if k not in keys}
+        if set(over) & set(keys):
+            base.pop(name, None)
+    return {**base, **over}
+
+
+def fold_columns(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with its column keys made into one ``columns`` value, for a spec class
+    with a ``columns`` field (others: as given); the field's type makes it
+    (:meth:`datamask.columns.Columns.from_mapping`)."""
+    values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+    own = {f.name: f for f in fields(cls)}
+    keys = [k for k in COLUMN_KEYS if k in values]
+    if "columns" not in own or not keys:
+        return values
+    if "columns" in values:
+        raise ValueError(f"give the columns either as columns= or as {keys}, not both.")
+    section = type(own["columns"].default)
+    values["columns"] = section.from_mapping({k: values.pop(k) for k in keys})
+    return values
 
 
 #: Constructor arguments every selector shares (fields of SelectorSpec or set by the

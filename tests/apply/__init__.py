@@ -1,1 +1,1 @@
-"""Tests of datamask.apply."""
+"""Tests of datamask.applying and the apply door."""

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datamask.apply import apply_selection
+from datamask.applying import apply_selection
 from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection

@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
-from datamask.apply import ApplySpec, apply_selection
+from datamask.applying import ApplySpec, apply_selection
 from datamask.cli import build_parser
 from datamask.config import ObjectiveSpec
-from datamask.evaluate import EvaluateSpec, evaluate_file
+from datamask.evaluation import EvaluateSpec, evaluate_file
 from datamask.settings import section_settings
 from tests._data import write_columns, write_reference_layout
 from tests.cli.test_reliability import check_refused
@@ -72,9 +73,12 @@ def test_apply_old_keywords_and_spec_give_the_same_rows(tmp_path, small_corpus):
     for folder in ("{}/docs.parquet", "r{}/docs.parquet"):
         left = (tmp_path / folder.format("a")).read_bytes()
         assert left == (tmp_path / folder.format("b")).read_bytes()
-    with pytest.raises(TypeError, match="either as spec= or as keywords, not both"):
-        apply_selection(data, sel, tmp_path / "c", spec=ApplySpec(), batch_size=3)
-    assert not (tmp_path / "c").exists()
+    # spec and keywords together: the keywords win over the spec's fields
+    c = apply_selection(data, sel, tmp_path / "c", spec=ApplySpec(**kw), batch_size=3)
+    assert (c["rows"], c["kept"]) == (a["rows"], a["kept"])
+    assert pq.read_table(tmp_path / "c/docs.parquet").equals(
+        pq.read_table(tmp_path / "a/docs.parquet")
+    )
 
 
 # --- evaluate -------------------------------------------------------------------------------

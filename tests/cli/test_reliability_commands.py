@@ -14,15 +14,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask._validation import Interval, Options
-from datamask.apply.core import apply_selection
+from datamask.applying.core import apply_selection
 from datamask.cli import build_parser, main
 from datamask.config import SECTIONS
-from datamask.evaluate.browse import REPORT_CONSTRAINTS, build_report, write_report
+from datamask.evaluation.browse import build_report, write_report
+from datamask.evaluation.report_spec import ReportSpec
 from datamask.io.parquet import read_summary
+from datamask.settings import section_settings
 from tests._data import reference_table, write
 from tests.cli.test_reliability import _row_n_corpus, _select, check_refused, write_docs
 
 NO_PROGRESS = ["--no-progress"]
+#: What each declared setting of the report accepts.
+REPORT_ALLOWED = {o.name: list(o.allowed()) for o in section_settings(ReportSpec)}
 
 
 # --- class 1: every command that reads a selection checks its provenance -------------------
@@ -194,7 +198,7 @@ def _ids(t: Path, n: int, k: int) -> Path:
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("data", ["spread", "equal-quality", "equal-embeddings"])
-@pytest.mark.parametrize("map_method", REPORT_CONSTRAINTS["map_method"][0].ordered)
+@pytest.mark.parametrize("map_method", REPORT_ALLOWED["map_method"][0].ordered)
 def test_report_on_the_smallest_corpora_select_accepts(tmp_path, n, data, map_method):
     docs = _tiny(
         tmp_path,
@@ -234,7 +238,7 @@ def _report_flags() -> dict[str, str]:
     return {a.dest: a.option_strings[0] for a in report._actions if a.option_strings}
 
 
-BOUNDS = [(name, v, ok) for name, cs in REPORT_CONSTRAINTS.items() for v, ok in _bounds(cs)]
+BOUNDS = [(name, v, ok) for name, cs in REPORT_ALLOWED.items() for v, ok in _bounds(cs)]
 
 
 @pytest.mark.parametrize(("name", "value", "accepted"), BOUNDS)
@@ -266,7 +270,7 @@ def test_every_report_setting_with_a_flag_is_declared():
     flags = _report_flags()
     settings = {p for p in inspect.signature(build_report).parameters if p in flags}
     assert settings - {"text_col", "length_col", "dup_thresholds", "progress", "split",
-                       "trust_selection"} <= set(REPORT_CONSTRAINTS)  # fmt: skip
+                       "trust_selection"} <= set(REPORT_ALLOWED)  # fmt: skip
 
 
 # --- class 4: errors name the column, the file and the row; names are drawn literally -------
@@ -345,7 +349,7 @@ def test_names_that_look_like_markup_are_drawn_literally(tmp_path, name, monkeyp
     assert matplotlib.rcParams["text.usetex"] is True  # the caller's settings are left alone
     from matplotlib import cbook
 
-    from datamask.evaluate.plots import literal
+    from datamask.evaluation.plots import literal
 
     assert not cbook.is_math_text(literal(name))  # drawn as written, not as mathtext
 
@@ -454,7 +458,7 @@ def test_trust_selection_that_skips_nothing_says_so(tmp_path, capsys):
 
 
 def test_embed_warns_of_a_quality_col_no_quality_writes(tmp_path):
-    from datamask.embed import embed_file
+    from datamask.embedding import embed_file
 
     src = tmp_path / "docs.jsonl"
     src.write_text('{"body": "no text column"}\n')  # refused after the door's warning

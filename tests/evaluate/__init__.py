@@ -1,1 +1,1 @@
-"""Tests of datamask.evaluate."""
+"""Tests of datamask.evaluation and the evaluate, report and bench doors."""

@@ -12,7 +12,7 @@ import pytest
 
 from datamask import make_clustered
 from datamask.cli.bench import add_bench_parser, run_bench
-from datamask.evaluate import bench, format_markdown, measure_peak_rss
+from datamask.evaluation import bench, format_markdown, measure_peak_rss
 
 ALL = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
 FAST = {"mask": {"n_epochs": 30}, "disf-greedy": {"batch_size": 50}}
@@ -130,7 +130,7 @@ def test_bench_rejects_bad_arguments():
         bench(corpus, methods=["lazy"], isolate=False)
     with pytest.raises(ValueError, match="methods not being run"):
         bench(corpus, methods=["topk"], method_params={"mask": {}}, isolate=False)
-    with pytest.raises(ValueError, match=r"lamb must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"lamb in bench's arguments must be in \[0, 1\]"):
         bench(corpus, methods=["topk"], lamb=3.0, isolate=False)
     with pytest.raises(ValueError, match="map_method must be"):
         bench(corpus, methods=["topk"], map_method="umap", isolate=False)

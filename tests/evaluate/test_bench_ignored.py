@@ -12,8 +12,8 @@ import pytest
 
 from datamask import make_clustered
 from datamask.cli import main
-from datamask.evaluate import BenchSpec, bench
-from datamask.evaluate.bench_spec import SyntheticSpec
+from datamask.evaluation import BenchSpec, bench
+from datamask.evaluation.bench_spec import SyntheticSpec
 from tests._data import write_reference_layout
 
 QUICK = ["--methods", "topk", "random", "--no-isolate", "--no-progress", "--device", "cpu"]

@@ -12,8 +12,8 @@ import pytest
 from datamask import make_clustered
 from datamask.cli.bench import add_bench_parser, run_bench
 from datamask.config import SelectorSpec
-from datamask.evaluate import BenchSpec, bench
-from datamask.evaluate.bench_spec import SyntheticSpec, parse_method_param
+from datamask.evaluation import BenchSpec, bench
+from datamask.evaluation.bench_spec import SyntheticSpec, parse_method_param
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -56,7 +56,7 @@ def test_shared_settings_are_selects_declarations():
         ({"device": "gpu"}, ValueError, r"^device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
         ({"seed": -1}, ValueError, r"^seed must be in \[0, "),
         ({"threads": 0}, ValueError, r"^threads must be >= 1; got 0\.$"),
-        ({"lamb": 2.0}, ValueError, r"^lamb must be in \[0, 1\]; got 2\.0\.$"),
+        ({"lamb": 2.0}, ValueError, r"^lamb in bench's arguments must be in \[0, 1\]; got 2\.0\.$"),
         ({"n_epochs": 0, "methods": ["mask"]}, ValueError, r"n_epochs must be > 0; got 0\."),
         (
             {"method_params": {"topk": {"n_epochs": 5}}, "methods": ["topk"]},
@@ -66,7 +66,7 @@ def test_shared_settings_are_selects_declarations():
         ({"param": ["mask.n_epochs=x"]}, ValueError, r"--param value 'x' is not int"),
         ({"colour": "red"}, ValueError, r"unknown setting\(s\) \['colour'\]"),
         ({"methods": 3}, TypeError, r"^methods must be a name or a list of names; got 3\.$"),
-        ({"term_modules": 3}, TypeError, r"^term_modules must be a name or a list of names"),
+        ({"term_modules": 3}, TypeError, r"^term_modules in bench's arguments must be a name"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_parameter(settings, error, message, tmp_path):
@@ -132,7 +132,7 @@ def test_synthetic_data_is_checked_by_its_declarations(tmp_path):
 
 def test_time_reference_lives_with_the_bench():
     import datamask.greedy.disf as disf
-    from datamask.evaluate.bench import time_reference
+    from datamask.evaluation.bench import time_reference
 
     assert not hasattr(disf, "time_reference")
     est = time_reference(make_clustered(64, 4, 2, seed=0), select_ratio=0.25, batch_size=32)

@@ -12,7 +12,7 @@ import pytest
 from datamask import Objective, make_clustered
 from datamask.cli.evaluate import add_evaluate_parser, run_evaluate
 from datamask.data import Corpus
-from datamask.evaluate import evaluate_selection, format_report, length_stats, read_selection
+from datamask.evaluation import evaluate_selection, format_report, length_stats, read_selection
 from datamask.objectives import DiSF, FacilityLocation, PairwiseSimilarity
 from tests._data import with_column, write_columns, write_reference_layout
 

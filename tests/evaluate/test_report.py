@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from datamask.cli import main
-from datamask.evaluate.browse import REPORT_SECTIONS, build_report, render_html
-from datamask.evaluate.redundancy import redundancy
+from datamask.evaluation.browse import REPORT_SECTIONS, build_report, render_html
+from datamask.evaluation.redundancy import redundancy
 from datamask.neighbors import assign_clusters
 from tests._data import write, write_columns, write_shards
 
@@ -150,8 +150,8 @@ def test_closest_pair_is_the_planted_duplicate(data):
 
 
 def test_dropped_documents_beside_the_kept_one_covering_them(data):
-    from datamask.evaluate.browse import COVER_HIGH, COVER_LOW
-    from datamask.evaluate.report_run import _truncate
+    from datamask.evaluation.browse import COVER_HIGH, COVER_LOW
+    from datamask.evaluation.report_run import _truncate
 
     report = _build(data)
     top, cover = data["rows"][0], data["cover"]

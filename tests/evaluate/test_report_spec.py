@@ -13,8 +13,8 @@ import pytest
 from datamask.cli import build_parser, main
 from datamask.cli.report import report_spec_from_args
 from datamask.columns import Columns
-from datamask.evaluate import ReportSpec
-from datamask.evaluate.browse import REPORT_CONSTRAINTS, build_report, render_html
+from datamask.evaluation import ReportSpec
+from datamask.evaluation.browse import build_report, render_html
 from datamask.settings import section_settings
 from tests._data import reference_table, write
 from tests.cli.test_reliability import check_refused
@@ -91,7 +91,7 @@ def test_flags_and_keywords_make_the_same_spec(tmp_path):
     docs, sel, _ = _docs(tmp_path)
     parse = build_parser().parse_args
     plain = report_spec_from_args(parse(_argv(docs, sel, tmp_path / "r")))
-    assert plain == ReportSpec()
+    assert plain == ReportSpec(progress=False)  # --no-progress; every spec's default: True
     flags = ["--topics", "3", "--sample", "20", "--map-method", "tsne", "--examples", "0",
              "--dup-thresholds", "0.8", "0.95", "--seed", "7", "--batch-size", "16",
              "--text-col", "text", "--length-col", "text", "--split", "train", "--id-col",
@@ -124,8 +124,8 @@ def test_every_setting_has_a_flag_and_its_declared_bounds():
     names = [o.name for o in section_settings(ReportSpec)]
     assert set(names) - {"columns"} <= dests  # columns: --id-col, --quality-col, ...
     assert {"id_col", "quality_col", "feature_col", "preset"} <= dests
-    assert set(REPORT_CONSTRAINTS) == set(names)  # a view of the declarations, no other
-    assert REPORT_CONSTRAINTS["n_topics"][0].left == 1 and ReportSpec.n_topics == 12
+    n_topics = next(o for o in section_settings(ReportSpec) if o.name == "n_topics")
+    assert n_topics.allowed()[0].left == 1 and ReportSpec.n_topics == 12
 
 
 def test_spec_and_keywords_give_the_same_page(tmp_path):
@@ -135,8 +135,11 @@ def test_spec_and_keywords_give_the_same_page(tmp_path):
     by_kw = build_report(str(docs), sels, **kw)
     by_spec = build_report(str(docs), sels, ReportSpec(**kw))
     assert render_html(by_kw) == render_html(by_spec)
-    with pytest.raises(TypeError, match="either as spec= or as keywords"):
-        build_report(str(docs), sels, ReportSpec(), seed=1)
+    # spec and keywords together: the keywords win over the spec's fields
+    over = ReportSpec.of(ReportSpec(**kw), {"seed": 6}, where="x")
+    assert over == ReportSpec(**{**kw, "seed": 6})
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['topics'\] in report's"):
+        build_report(str(docs), sels, ReportSpec(), topics=1)
 
 
 def test_cli_runs_from_the_spec(tmp_path, capsys):

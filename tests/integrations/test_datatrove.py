@@ -96,7 +96,7 @@ def test_example_pipeline_end_to_end_on_the_demo(tmp_path):
 
 @pytest.mark.slow
 def test_features_computed_from_text_and_documents_pass_through(tmp_path):
-    from datamask.embed import embed_texts
+    from datamask.embedding import embed_texts
     from datamask.quality import heuristic_quality_batch
 
     texts = [f"Sentence number {i} about {w}." for i, w in enumerate(["cats", "stocks"] * 5)]

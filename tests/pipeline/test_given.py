@@ -17,7 +17,7 @@ import datamask
 from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.data import Corpus
-from datamask.evaluate.scores import evaluate_selection
+from datamask.evaluation.scores import evaluate_selection
 from datamask.neighbors import best_match
 from datamask.objectives import FacilityLocation, PairwiseSimilarity, TermContext
 from datamask.objectives.combined import Objective

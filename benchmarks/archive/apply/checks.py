@@ -19,8 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from datamask.apply.inputs import _format, _input_shards
-from datamask.apply.plan import _plan, _probe_ids, _selection_meta
+from datamask.applying.inputs import _format, _input_shards
+from datamask.applying.plan import _plan, _probe_ids, _selection_meta
 from datamask.io.fs import glob_root, resolve
 from datamask.io.keep import relative_names
 from datamask.io.provenance import verify_inputs

@@ -146,7 +146,7 @@ SCORER = r"""
 import json, sys
 import numpy as np
 from datamask.columns import Columns
-from datamask.evaluate.scores import evaluate_selection
+from datamask.evaluation.scores import evaluate_selection
 from datamask.io.parquet import read_corpus
 
 job = json.load(open(sys.argv[1]))

@@ -4,26 +4,27 @@
     datamask apply --input 's3://corpus/raw/*.jsonl.gz' --selection s3://corpus/sel.parquet \
         --output s3://corpus/kept --removed s3://corpus/dropped --removed-format curator
 
-The flags are made from the declarations of :class:`~datamask.apply.spec.ApplySpec`; the
+The flags are made from the declarations of :class:`~datamask.applying.spec.ApplySpec`; the
 flags given become one spec, checked once, before any output or work.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
 
-from ..apply.core import apply_selection
-from ..apply.spec import ApplySpec
-from ..settings import section_settings
-from .args import add_flag
-from .common import add_trust_argument
+from ..api import apply
+from ..applying.spec import ApplySpec
+from ..settings import COLUMN_KEYS, section_settings
+from .args import add_column_arguments, add_flag
+from .common import add_config_argument, add_trust_argument, places_from_args, spec_from_args
 
 __all__ = ["add_apply_parser", "apply_spec_from_args", "run_apply"]
 
 
 def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask apply``; its settings' flags are made from the declarations of
-    :class:`~datamask.apply.spec.ApplySpec`."""
+    :class:`~datamask.applying.spec.ApplySpec`."""
     p = subparsers.add_parser(
         "apply",
         help="write the selected rows of the input shards (every column), shard by shard",
@@ -32,23 +33,24 @@ def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "(rerun the same command after a crash).",
     )
     add = p.add_argument
+    add_config_argument(p)
     add(
         "--input",
-        required=True,
         help="input shards: a file, folder or glob of .parquet, .jsonl or .jsonl.gz; local, "
         "file://, s3://, gs:// or hf://",
     )
     add(
         "--selection",
-        required=True,
         help="`datamask select` output: a parquet file or a sharded output folder (its keep "
         "lists are used when present)",
     )
-    add("--output", required=True, help="output folder (one shard per input shard)")
+    add("--output", help="output folder (one shard per input shard)")
     add("--removed", default=None, help="folder for the dropped rows or ids (default: none)")
     for opt in section_settings(ApplySpec):
         if opt.name != "trust_selection":  # the escape hatch apply, evaluate and report share
             add_flag(p, opt)
+    # the columns as every command names them; apply reads the id column only
+    add_column_arguments(p.add_argument_group("columns"), split=False)
     add_trust_argument(
         p,
         "the input's fingerprints against the selection's record, the id type, that some "
@@ -58,16 +60,31 @@ def add_apply_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def apply_spec_from_args(args: argparse.Namespace) -> ApplySpec:
-    """The one spec the flags given make (checked once, before any output or work)."""
-    given = vars(args)
-    return ApplySpec.from_mapping({o.name: given.get(o.name) for o in section_settings(ApplySpec)})
+    """The one spec the flags and the config file make (checked once, before any work)."""
+    keys = [o.name for o in section_settings(ApplySpec)] + [*COLUMN_KEYS, "quality_col"]
+    spec = spec_from_args(args, ApplySpec, keys, _PLACES)
+    unread = [f"--{n.replace('_', '-')}" for n in ("quality_col", "feature_col")
+              if getattr(args, n, None) is not None]  # fmt: skip
+    if unread:
+        warnings.warn(
+            f"{' and '.join(unread)} {'is' if len(unread) == 1 else 'are'} ignored: apply "
+            "reads the id column only.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return spec
+
+
+#: Where apply reads and writes (flags, or keys of the config file).
+_PLACES = ("input", "selection", "output", "removed")
 
 
 def run_apply(args: argparse.Namespace) -> int:
     """``datamask apply``. Returns the exit status (0)."""
+    places = places_from_args(args, _PLACES, required=("input", "selection", "output"))
     spec = apply_spec_from_args(args)
-    result = apply_selection(
-        args.input, args.selection, args.output, removed=args.removed, spec=spec
+    result = apply(
+        places["input"], places["selection"], places["output"], spec, removed=places["removed"]
     )
     how = "keep lists" if result["mode"] == "keep" else "selected ids"
     print(

@@ -31,7 +31,6 @@ __all__ = [
     "add_flag",
     "add_flags",
     "add_select_arguments",
-    "add_threads_argument",
 ]
 
 #: Flags whose spelling is not ``--`` + the key (or which act differently from a plain value).
@@ -110,19 +109,17 @@ def add_flags(parser: Any, opts: Iterable[Setting], skip: Iterable[str] = ()) ->
             add_flag(parser, opt)
 
 
-def add_column_arguments(parser: argparse.ArgumentParser) -> None:
+def add_column_arguments(parser: argparse.ArgumentParser, *, split: bool = True) -> None:
     """``--id-col``, ``--quality-col``, ``--feature-col`` and ``--preset``, as every command
-    that reads a corpus takes them (None: from ``--preset`` or the input's columns)."""
+    that reads a corpus takes them (None: from ``--preset`` or the input's columns), and
+    ``--split`` where the command reads save_to_disk or Hub folders."""
     add_flags(parser, section_settings(Columns))
-    parser.add_argument(
-        "--split",
-        help="split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "
-        "(default: the only one)",
-    )
-
-
-def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    add_flags(parser, [o for o in section_settings(RunSpec) if o.name == "threads"])
+    if split:
+        parser.add_argument(
+            "--split",
+            help="split of a DatasetDict save_to_disk folder or of a Hub-style parquet folder "
+            "(default: the only one)",
+        )
 
 
 def add_objective_arguments(parser: argparse.ArgumentParser) -> None:
@@ -148,7 +145,3 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_flags(parser.add_argument_group("run"), section_settings(RunSpec))
 
-
-#: Deprecated names of :func:`add_flag` and :func:`add_flags` (a setting's flag).
-add_option = add_flag
-add_options = add_flags

@@ -3,8 +3,8 @@
 datamask bench --synthetic 50000 --select-ratio 0.1 --out-dir out/bench-50k
 datamask bench --input docs.parquet --methods mask greedy topk random --out-dir out/b
 
-The flags are made from the declarations of :class:`~datamask.evaluate.bench.BenchSpec`
-(and :class:`~datamask.evaluate.bench_spec.SyntheticSpec`); the flags given become one
+The flags are made from the declarations of :class:`~datamask.evaluation.bench.BenchSpec`
+(and :class:`~datamask.evaluation.bench_spec.SyntheticSpec`); the flags given become one
 spec, checked once by :meth:`BenchSpec.from_mapping`, before any output or work.
 """
 
@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import argparse
 
+from ..api import bench
 from ..config import selector_settings
-from ..evaluate.bench import BenchSpec, bench, format_markdown
-from ..evaluate.bench_spec import SyntheticSpec
-from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from ..settings import section_settings, warn_ignored_settings
+from ..evaluation.bench import BenchSpec, format_markdown
+from ..evaluation.bench_spec import SyntheticSpec
+from ..settings import COLUMN_KEYS, section_settings, warn_ignored_settings
 from .args import add_flag, add_flags, add_objective_arguments
-from .common import add_data_arguments, read_corpus_arg
+from .common import add_config_argument, add_data_arguments, places_from_args, spec_from_args
 
 __all__ = ["add_bench_parser", "run_bench"]
 
 #: Flags spelled otherwise than ``--`` + the key.
-_FLAGS = {"map_method": ["--map", "--map-method"]}
+_FLAGS = {"map_method": ["--map", "--map-method"], "out_dir": ["--output", "--out-dir"]}
+#: Settings whose flags come from elsewhere: the shared column group.
+_ELSEWHERE = ("split", "length_col")
 
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -34,14 +36,15 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         description="Run several methods on the same data with the same objective and write "
         "bench.md, bench.json and PNG plots (objective, each term, wall time, peak memory).",
     )
-    src = p.add_mutually_exclusive_group(required=True)
+    add_config_argument(p)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--input", help="parquet file to select from")
     synthetic = section_settings(SyntheticSpec)
     add_flag(src, synthetic[0])
     add_flags(p, synthetic[1:])
     for opt in section_settings(BenchSpec):
-        action = add_flag(p, opt, flags=_FLAGS.get(opt.name))
-        action.required = opt.name == "out_dir"
+        if opt.name not in _ELSEWHERE:
+            add_flag(p, opt, flags=_FLAGS.get(opt.name))
     add_objective_arguments(p)
     add_flags(
         p.add_argument_group(
@@ -69,21 +72,23 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def run_bench(args: argparse.Namespace) -> int:
     """``datamask bench``: one checked spec, then the methods run; writes bench.md,
     bench.json and the PNGs and prints the table."""
+    keys = [*BenchSpec.flat_keys(), *COLUMN_KEYS, "quality_col"]
+    spec = spec_from_args(args, BenchSpec, [k for k in keys if k != "columns"], ("input",))
+    places = places_from_args(args, ("input",), required=())
+    if spec.out_dir is None:
+        raise ValueError("--output is required (the folder of bench.md, bench.json, PNGs).")
     given = vars(args)
-    spec = BenchSpec.from_mapping({k: given.get(k) for k in BenchSpec.flat_keys()})
     keys = [o.name for o in section_settings(SyntheticSpec)]
     synthetic = SyntheticSpec(**{k: given[k] for k in keys if given[k] is not None})
+    if places["input"] is None and synthetic.synthetic is None:
+        raise ValueError("give --input (a parquet file) or --synthetic N.")
+    if places["input"] is not None and synthetic.synthetic is not None:
+        raise ValueError("give --input or --synthetic, not both.")
     # The synthetic data's flags with --input: said, and not recorded (bench.json's
     # settings hold the data's own width); the bench's own are warned about by bench().
     warn_ignored_settings(synthetic.ignored(), vars(synthetic), stacklevel=2)
-    check_writable(spec.out_dir, folder=True)  # before any method runs
-    if not args.input:
-        corpus = synthetic.make()
-    else:
-        check_no_overlap([spec.out_dir], [args.input], what="--out-dir")
-        corpus, _ = read_corpus_arg(args, args.input)
-    with OutputLock(spec.out_dir, folder=True):  # no second bench into the same folder
-        result = bench(corpus, spec)
+    data = synthetic.make() if places["input"] is None else places["input"]
+    result = bench(data, spec.out_dir, spec)
     print(format_markdown(result))
     print(f"wrote {', '.join(result['files'].values())}")
     return 0

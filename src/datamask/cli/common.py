@@ -1,24 +1,72 @@
-"""What ``evaluate``, ``bench``, ``apply`` and ``report`` share: the corpus they read, its
-columns and the provenance escape hatch."""
+"""What the commands share: ``--config`` (a YAML or TOML file of settings, and of places:
+``input``, ``output``, ...; flags win), the corpus columns and the provenance escape hatch.
+Every command's spec is made the same way: :func:`spec_from_args`."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
+from typing import Any
 
 from ..columns import Columns
 from ..config import split_quality
 from ..data import Corpus
-from ..evaluate.evaluate_run import read_scored_corpus
+from ..evaluation.evaluate_run import read_scored_corpus
 from ..io.input_settings import InputSettings
-from ..settings import section_settings
+from ..settings import merge_settings, section_settings
 from .args import add_column_arguments, add_flag
 
 __all__ = [
+    "add_config_argument",
     "add_data_arguments",
     "add_trust_argument",
     "columns_from_args",
+    "places_from_args",
     "read_corpus_arg",
+    "spec_from_args",
 ]
+
+
+def add_config_argument(p: argparse.ArgumentParser) -> None:
+    """``--config``: the one config file flag of every command."""
+    p.add_argument(
+        "--config",
+        help="YAML or TOML file with any of these settings, and the places (input, output, "
+        "...); flags win",
+    )
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(getattr(args, "config_values", None) or {})
+
+
+def places_from_args(
+    args: argparse.Namespace, names: tuple[str, ...], required: tuple[str, ...]
+) -> dict[str, Any]:
+    """Where a command reads and writes: each flag, else the config file's key; a
+    ``required`` one given by neither is refused, naming the flag."""
+    config = _config(args)
+    places = {n: getattr(args, n, None) if getattr(args, n, None) is not None else config.get(n)
+              for n in names}  # fmt: skip
+    for name in required:
+        if places[name] in (None, "", []):
+            raise ValueError(f"--{name.replace('_', '-')} is required (a flag or a config key).")
+    return places
+
+
+def spec_from_args(
+    args: argparse.Namespace, spec_class: Any, keys: list[str], places: tuple[str, ...] = ()
+) -> Any:
+    """The one spec the flags and the config file make: flags over the file over defaults;
+    the file's settings are checked first, so an error names it."""
+    config = {k: v for k, v in _config(args).items() if k not in places}
+    where = f"config file {getattr(args, 'config', None)!r}"
+    if config:
+        spec_class.from_mapping(config, where=where)  # errors name the file
+    given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if "columns" in {f.name for f in fields(spec_class)}:  # NAME:WEIGHT -> columns, weights
+        given = split_quality(given)
+    return spec_class.from_mapping(merge_settings(config, given))
 
 
 def add_trust_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup, checks: str) -> None:

@@ -3,9 +3,9 @@
 datamask evaluate --input docs.parquet --selection out/selection.parquet
 
 The flags are made from the declarations of
-:class:`~datamask.evaluate.evaluate_spec.EvaluateSpec` (and the objective's, the columns');
+:class:`~datamask.evaluation.evaluate_spec.EvaluateSpec` (and the objective's, the columns');
 the flags given become one spec, checked once, before any output or work; the library runs
-it (:func:`~datamask.evaluate.evaluate_run.evaluate_file`).
+it (:func:`~datamask.evaluation.evaluate_run.evaluate_file`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from .._device import set_threads
-from ..evaluate.evaluate_run import evaluate_file, evaluation_path
-from ..evaluate.evaluate_spec import EvaluateSpec
-from ..evaluate.scores import format_report
-from ..settings import section_settings
-from .args import add_column_arguments, add_flag, add_objective_arguments, add_threads_argument
-from .common import add_trust_argument, columns_from_args
+from ..api import evaluate
+from ..evaluation.evaluate_run import evaluation_path
+from ..evaluation.evaluate_spec import EvaluateSpec
+from ..evaluation.scores import format_report
+from ..settings import COLUMN_KEYS, section_settings
+from .args import add_column_arguments, add_flag, add_objective_arguments
+from .common import add_config_argument, add_trust_argument, places_from_args, spec_from_args
 
 __all__ = ["add_evaluate_parser", "evaluate_spec_from_args", "run_evaluate"]
 
@@ -30,7 +30,7 @@ _ELSEWHERE = ("objective", "columns", "split", "trust_selection")
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask evaluate``; its settings' flags are made from the declarations
-    of :class:`~datamask.evaluate.evaluate_spec.EvaluateSpec`."""
+    of :class:`~datamask.evaluation.evaluate_spec.EvaluateSpec`."""
     p = subparsers.add_parser(
         "evaluate",
         help="score a selection: the objective, every term and diagnostics",
@@ -39,10 +39,10 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "correlation loss, mean nearest-neighbour similarity inside the subset and the "
         "length distribution. Prints a table and writes JSON.",
     )
-    p.add_argument("--input", required=True, help="the parquet the selection was made from")
+    add_config_argument(p)
+    p.add_argument("--input", help="the parquet the selection was made from")
     p.add_argument(
         "--selection",
-        required=True,
         help="`datamask select` output (parquet with the id column and a boolean "
         "`selected` column), a parquet of selected ids only, or a text file with "
         "one id per line",
@@ -63,27 +63,29 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         if opt.name not in _ELSEWHERE:
             add_flag(p, opt)
     add_objective_arguments(p)
-    add_threads_argument(p)
     add_column_arguments(p)
     return p
 
 
 def evaluate_spec_from_args(args: argparse.Namespace) -> EvaluateSpec:
-    """The one spec the flags given make (checked once, before any output or work)."""
-    given = vars(args)
+    """The one spec the flags and the config file make (checked once, before any work)."""
     keys = [k for k in EvaluateSpec.flat_keys() if k not in ("objective", "columns")]
-    values = {k: given.get(k) for k in keys}
-    return EvaluateSpec.from_mapping({**values, "columns": columns_from_args(args)})
+    keys += [*COLUMN_KEYS, "quality_col"]
+    return spec_from_args(args, EvaluateSpec, keys, _PLACES)
+
+
+#: Where evaluate reads and writes (flags, or keys of the config file).
+_PLACES = ("input", "selection", "output")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """``datamask evaluate``: print the table (or JSON) and write the JSON report."""
-    set_threads(args.threads)
+    places = places_from_args(args, _PLACES, required=("input", "selection"))
     spec = evaluate_spec_from_args(args)
-    report = evaluate_file(args.input, args.selection, args.output, spec)
+    report = evaluate(places["input"], places["selection"], places["output"], spec)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
-        print(f"wrote {evaluation_path(args.selection, args.output)}")
+        print(f"wrote {evaluation_path(places['selection'], places['output'])}")
     return 0

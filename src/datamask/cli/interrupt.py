@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from ..apply.core import STATE_DIR
+from ..applying.core import STATE_DIR
 
 __all__ = ["Terminated", "exit_status", "interrupted_line", "terminate_on_sigterm"]
 

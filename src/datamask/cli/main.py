@@ -2,9 +2,13 @@
 
     datamask select   --input docs.parquet --output out/selection.parquet
     datamask evaluate --input docs.parquet --selection out/selection.parquet
-    datamask bench    --input docs.parquet --out-dir out/bench
+    datamask report   --input docs.parquet --selection out/selection.parquet --output out/page
+    datamask bench    --input docs.parquet --output out/bench
     datamask embed    --input docs.jsonl   --output docs.parquet
     datamask apply    --input docs.parquet --selection out/selection.parquet --output out/kept
+
+Each command is one call of its library door (:mod:`datamask.api`): the flags and the
+``--config`` file make its spec; the door claims the output and stages remote paths.
 
 Bad input prints one line, ``datamask: error: ...``, and exits with status 2; object
 storage that stays unavailable through every retry (:mod:`datamask.io.retry`), a full disk
@@ -32,7 +36,6 @@ from .evaluate import add_evaluate_parser, run_evaluate
 from .interrupt import exit_status, interrupted_line, terminate_on_sigterm
 from .report import add_report_parser, run_report
 from .select import add_select_parser, run_select
-from .staging import staged_arguments
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_IO_ERROR", "build_parser", "main"]
 
@@ -124,10 +127,7 @@ def _run(args: argparse.Namespace) -> int:
         "embed": run_embed,
     }
     try:
-        # Remote paths (s3://, gs://, hf://) are checked, staged and uploaded around the
-        # command (cli/staging.py); select stages its own, apply streams them itself.
-        with staged_arguments(args):
-            return commands[args.command](args)
+        return commands[args.command](args)
     except StorageUnavailable as exc:  # never bad input: the same command resumes
         print(f"datamask: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_IO_ERROR

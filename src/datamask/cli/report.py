@@ -3,7 +3,7 @@
 datamask report --input docs.parquet --selection mask.parquet --compare topk.parquet \\
     random.parquet --output report/
 
-The flags are made from the declarations of :class:`~datamask.evaluate.report_spec.ReportSpec`;
+The flags are made from the declarations of :class:`~datamask.evaluation.report_spec.ReportSpec`;
 the flags given become one spec, checked once, before any output or work.
 """
 
@@ -13,14 +13,12 @@ import argparse
 import time
 from pathlib import Path
 
-from .._device import set_threads
 from .._units import format_bytes
-from ..evaluate.browse import build_report, write_report
-from ..evaluate.report_spec import ReportSpec
-from ..io.atomic import OutputLock, check_no_overlap, check_writable
-from ..settings import section_settings
-from .args import add_column_arguments, add_flag, add_threads_argument
-from .common import add_trust_argument, columns_from_args
+from ..api import report
+from ..evaluation.report_spec import ReportSpec
+from ..settings import COLUMN_KEYS, section_settings
+from .args import add_column_arguments, add_flag
+from .common import add_config_argument, add_trust_argument, places_from_args, spec_from_args
 
 __all__ = ["add_report_parser", "report_spec_from_args", "run_report"]
 
@@ -38,7 +36,7 @@ _ELSEWHERE = ("split", "columns", "trust_selection")
 
 def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``datamask report``; its settings' flags are made from the declarations of
-    :class:`~datamask.evaluate.report_spec.ReportSpec`."""
+    :class:`~datamask.evaluation.report_spec.ReportSpec`."""
     p = subparsers.add_parser(
         "report",
         help="write an HTML page showing what selections kept, side by side",
@@ -50,62 +48,52 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "and the objective terms and settings of each selection. The input is streamed: "
         "memory stays flat in the number of documents.",
     )
+    add_config_argument(p)
     p.add_argument(
         "--input",
-        required=True,
         help="what the selections were made from: a parquet file, folder or glob, or a "
         "save_to_disk folder",
     )
     p.add_argument(
         "--selection",
-        required=True,
         help="`datamask select` output, a parquet of selected ids, or a text file of ids",
     )
     p.add_argument(
         "--compare",
         nargs="+",
-        default=[],
         metavar="SELECTION",
         help="more selections of the same input, shown beside the first",
     )
-    p.add_argument(
-        "--output", required=True, help="folder of the page (written as OUTPUT/index.html)"
-    )
+    p.add_argument("--output", help="folder of the page (written as OUTPUT/index.html)")
     for opt in section_settings(ReportSpec):
         if opt.name not in _ELSEWHERE:
-            action = add_flag(p, opt, flags=_FLAGS.get(opt.name))
-            if opt.name == "progress":  # the command shows bars unless --no-progress
-                action.default = True
+            add_flag(p, opt, flags=_FLAGS.get(opt.name))
     add_trust_argument(p, "that --input is what each selection was made from: its fingerprints")
     add_column_arguments(p.add_argument_group("columns"))
-    add_threads_argument(p)
     return p
 
 
 def report_spec_from_args(args: argparse.Namespace) -> ReportSpec:
-    """The one spec the flags given make (checked once, before any output or work)."""
-    given = vars(args)
-    values = {o.name: given.get(o.name) for o in section_settings(ReportSpec)}
-    return ReportSpec.from_mapping({**values, "columns": columns_from_args(args)})
+    """The one spec the flags and the config file make (checked once, before any work)."""
+    keys = [o.name for o in section_settings(ReportSpec)] + [*COLUMN_KEYS, "quality_col"]
+    return spec_from_args(args, ReportSpec, keys, _PLACES)
+
+
+#: Where report reads and writes (flags, or keys of the config file).
+_PLACES = ("input", "selection", "compare", "output")
 
 
 def run_report(args: argparse.Namespace) -> int:
     """``datamask report``: build the page and write OUTPUT/index.html."""
+    places = places_from_args(args, _PLACES, required=("input", "selection", "output"))
     spec = report_spec_from_args(args)
-    set_threads(args.threads)
     start = time.perf_counter()
-    selections = [args.selection, *args.compare]
-    output = Path(args.output)
-    page = output / "index.html"
-    # Before any computation: the page never overwrites the data or a selection.
-    check_writable(page)
-    check_no_overlap([page], [args.input, *selections])
-    with OutputLock(page):
-        report = build_report(args.input, selections, spec)
-        path = write_report(report, output)
+    selections = [places["selection"], *(places["compare"] or [])]
+    built = report(places["input"], selections, places["output"], spec)
+    path = Path(built["page"])
     print(
-        f"wrote {path} ({format_bytes(path.stat().st_size)}): {report['n_docs']:,} documents, "
+        f"wrote {path} ({format_bytes(path.stat().st_size)}): {built['n_docs']:,} documents, "
         f"{len(selections)} selection{'s' if len(selections) > 1 else ''}, "
-        f"{len(report['topics'])} topics, in {time.perf_counter() - start:.1f}s"
+        f"{len(built['topics'])} topics, in {time.perf_counter() - start:.1f}s"
     )
     return 0

@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 
 from .._device import set_threads
 from ..api import select
-from ..apply.write import _write_removed_ids
+from ..applying.write import _write_removed_ids
 from ..distributed.engine import Step
 from ..distributed.executors import available_cpus, check_workers
 from ..io.fs import resolve

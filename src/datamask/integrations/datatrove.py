@@ -56,7 +56,7 @@ from .._validation import check_count
 from ..api import select_table
 from ..config import SelectSpec
 from ..distributed import group_seeds
-from ..embed import embed_texts
+from ..embedding import embed_texts
 from ..io.atomic import atomic_write
 from ..quality import heuristic_quality_batch
 
@@ -125,14 +125,14 @@ class DatamaskFeatures(PipelineStep):
         Where the feature files go.
     embedding_key : str, optional
         Metadata key holding a precomputed embedding (a list of floats). None computes it
-        from the text with :func:`datamask.embed.embed_texts` (``model``, ``device``, ...).
+        from the text with :func:`datamask.embedding.embed_texts` (``model``, ``device``, ...).
     quality_key : str, optional
         Metadata key holding a numeric quality. None computes
         :func:`datamask.quality.heuristic_quality` of the text.
     model : str, optional
         Local sentence-transformers model directory (default: the bundled MiniLM).
     batch_size, max_seq_length, device
-        As in :func:`datamask.embed.embed_texts`.
+        As in :func:`datamask.embedding.embed_texts`.
     chunk_docs : int, default=1024
         Documents held, embedded and written at a time.
     """

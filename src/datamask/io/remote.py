@@ -22,7 +22,7 @@ handled around the command, not inside it:
    for one-file output). The local work dir ``_work/`` is not uploaded.
 
 ``datamask apply`` needs none of this: it streams its shards straight from and to the
-filesystem (:mod:`datamask.apply.core`).
+filesystem (:mod:`datamask.applying.core`).
 """
 
 from __future__ import annotations

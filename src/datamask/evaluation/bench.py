@@ -206,7 +206,7 @@ def bench(corpus: Corpus, spec: BenchSpec | None = None, **settings: Any) -> dic
         the plots go; nothing is written when None); ``plots``; ``map_method`` ("pca" or
         "tsne") and ``map_points``; ``title``; ``progress`` (a line per finished method);
         ``dup_thresholds`` and ``dup_search`` (the near-duplicate figures,
-        :mod:`datamask.evaluate.redundancy`).
+        :mod:`datamask.evaluation.redundancy`).
 
     Returns
     -------
@@ -214,12 +214,7 @@ def bench(corpus: Corpus, spec: BenchSpec | None = None, **settings: Any) -> dic
         ``settings``, ``runs`` (per method: terms, metrics, seconds, peak_mb, ratios to
         greedy), ``figures`` (headline ratios) and ``files`` written.
     """
-    if spec is not None and settings:
-        raise TypeError(
-            f"give the settings either as spec= or as keywords, not both; got spec= and "
-            f"{sorted(settings)}."
-        )
-    spec = BenchSpec.from_mapping(settings) if spec is None else spec
+    spec = BenchSpec.of(spec, settings, where="bench's arguments")
     run = _start(corpus, spec)
     _fit_methods(run)
     _score(run)

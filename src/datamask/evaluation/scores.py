@@ -146,7 +146,7 @@ def evaluate_selection(
         Where the metrics are computed.
     dup_thresholds : sequence of float, default=(0.9, 0.95, 0.99)
         Cosine thresholds of the near-duplicate figures (see
-        :mod:`datamask.evaluate.redundancy`).
+        :mod:`datamask.evaluation.redundancy`).
     dup_search : {"auto", "exact", "ivf"}, default="auto"
         Pair search over the whole input (the selection is always searched exactly).
     dup_all : bool, default=True

@@ -116,6 +116,25 @@ def _ids_of_lines(lines: list[bytes], id_col: str, where: str, first_row: int) -
         ) from None
 
 
+def input_names(src: Location, fmt: str) -> list[str]:
+    """The column names of one input shard: a parquet's schema, or the keys of a JSON
+    lines shard's first row (none for an empty shard)."""
+    if fmt == "parquet":
+        with src.open_input_file() as fh:
+            try:
+                return list(pq.ParquetFile(fh).schema_arrow.names)
+            except Exception as exc:
+                raise_if_unavailable(exc, f"reading {src.uri!r}")
+                raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
+    for lines in _json_lines(src, fmt == "jsonl.gz", 1):
+        try:
+            row = json.loads(lines[0])
+        except ValueError:
+            return []  # the row is named as bad where it is read
+        return list(row) if isinstance(row, dict) else []
+    return []
+
+
 def _id_batches(src: Location, fmt: str, id_col: str, batch_size: int) -> Iterator[pa.Array]:
     """The id column of one input shard, batch by batch (only that column is decoded)."""
     if fmt == "parquet":

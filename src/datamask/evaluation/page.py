@@ -1,4 +1,4 @@
-"""The report page: the HTML of a :func:`~datamask.evaluate.browse.build_report` result and
+"""The report page: the HTML of a :func:`~datamask.evaluation.browse.build_report` result and
 its figures (matplotlib PNGs inlined as base64). Every text that enters the page is
 HTML-escaped, and the page's Content-Security-Policy forbids scripts and any request."""
 

@@ -1,6 +1,6 @@
 """What a bench writes: its ratios to the yardstick, the markdown table and the files.
 
-:func:`datamask.evaluate.bench.bench` fits and scores; this module turns its runs into
+:func:`datamask.evaluation.bench.bench` fits and scores; this module turns its runs into
 ``bench.md``, ``bench.json`` and, with matplotlib, the PNGs.
 """
 
@@ -102,7 +102,7 @@ def _heading(result: dict[str, Any]) -> list[str]:
         "load: the machine's 1-minute load average after it); peak MB is the resident memory "
         "`fit` added (fresh process per method"
         + ("" if s["isolate"] else "; here in-process")
-        + ", see `datamask.evaluate.bench`).",
+        + ", see `datamask.evaluation.bench`).",
         "",
     ]
 

@@ -1,7 +1,7 @@
 """Scoring selections (``datamask evaluate``), benchmarking selectors (``datamask bench``)
 and the HTML page of selections (``datamask report``).
 
-Plots live in :mod:`datamask.evaluate.plots` and import matplotlib only when drawn.
+Plots live in :mod:`datamask.evaluation.plots` and import matplotlib only when drawn.
 """
 
 from .bench import (

@@ -8,7 +8,7 @@ embeddings, labelled by their most distinctive words when a text column exists) 
 documents in, kept, share kept and mean quality kept against dropped; the quality and
 length distributions of the kept, the dropped and the whole corpus; a 2-D map of a sample
 with the kept documents marked; the near-duplicate figures of ``evaluate`` (the same
-:func:`~datamask.evaluate.redundancy.redundancy`) with the closest kept pairs; text
+:func:`~datamask.evaluation.redundancy.redundancy`) with the closest kept pairs; text
 samples kept and dropped per topic; dropped documents next to the kept document that
 covers them (the selection's ``covered_by``, text side by side: the most similar pairs and
 the least); the objective terms and settings of each selection's summary.
@@ -21,7 +21,7 @@ ids and embeddings (the near-duplicate figures are exact over them), and fixed-s
 histograms: flat in the number of documents.
 
 This module computes the report (:func:`build_report`, from one checked
-:class:`~datamask.evaluate.report_spec.ReportSpec`): it opens the input, reads the
+:class:`~datamask.evaluation.report_spec.ReportSpec`): it opens the input, reads the
 selections and assembles the figures; the run's context and its two passes are
 :mod:`.report_run`. The page and its figures are made by :mod:`.page` (matplotlib PNGs
 inlined as base64; every text that enters the page is HTML-escaped, and the page's
@@ -52,12 +52,11 @@ from ..io.text import is_text_type, lengths_from_arrow, text_array
 from .page import REPORT_SECTIONS, render_html, write_report
 from .plots import project_2d, require_matplotlib
 from .report_run import ReportRun, first_pass, second_pass, topics_and_duplicates
-from .report_spec import REPORT_CONSTRAINTS, ReportSpec
+from .report_spec import ReportSpec
 from .scores import LENGTH_COLUMNS
 from .topics import topic_words
 
 __all__ = [
-    "REPORT_CONSTRAINTS",
     "REPORT_SECTIONS",
     "ReportSpec",
     "build_report",
@@ -124,19 +123,14 @@ def build_report(
     spec : ReportSpec, optional
         Everything else (default: from ``settings``).
     **settings
-        Any field of :class:`~datamask.evaluate.report_spec.ReportSpec` by its key, instead
+        Any field of :class:`~datamask.evaluation.report_spec.ReportSpec` by its key, instead
         of ``spec`` (its declarations hold the defaults, the accepted values and the help):
         ``split``, ``columns``, ``text_col``, ``length_col``, ``n_topics``, ``sample_size``,
         ``map_method``, ``n_examples``, ``dup_thresholds``, ``seed`` (the same seed gives
         the same page), ``batch_size``, ``progress``, ``trust_selection`` (skip the check
         that ``source`` is what each selection was made from, ``docs/provenance.md``).
     """
-    if spec is not None and settings:
-        raise TypeError(
-            f"give the settings either as spec= or as keywords, not both; got spec= and "
-            f"{sorted(settings)}."
-        )
-    spec = ReportSpec.from_mapping(settings) if spec is None else spec
+    spec = ReportSpec.of(spec, settings, where="report's arguments")
     if not isinstance(spec, ReportSpec):
         raise TypeError(f"spec must be a ReportSpec; got {spec!r}.")
     if not selections:

@@ -1,5 +1,5 @@
 """One ``datamask report`` run: its context (:class:`ReportRun`) and its two streaming
-passes over the input, the phases :func:`~datamask.evaluate.browse.build_report` runs
+passes over the input, the phases :func:`~datamask.evaluation.browse.build_report` runs
 between opening the input and assembling the page's figures.
 
 :func:`first_pass` reads quality and length ranges, a seeded sample (chosen by a hash of

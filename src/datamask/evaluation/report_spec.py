@@ -1,11 +1,11 @@
 """One frozen :class:`ReportSpec`: everything ``datamask report`` (and
-:func:`datamask.evaluate.browse.build_report`) runs with, declared once and checked once,
+:func:`datamask.evaluation.browse.build_report`) runs with, declared once and checked once,
 where the command line and the library meet.
 
 Each setting is a field declared with :func:`~datamask.settings.setting_field` (its default,
 what it accepts, its help) or shared with the spec that owns it
 (:func:`~datamask.settings.shared_field`: ``dup_thresholds`` is
-:class:`~datamask.evaluate.redundancy.DuplicateSettings`', ``split``, ``length_col`` and
+:class:`~datamask.evaluation.redundancy.DuplicateSettings`', ``split``, ``length_col`` and
 ``trust_selection`` are :class:`~datamask.io.input_settings.InputSettings`');
 ``datamask report``'s flags are made from these declarations. A spec that exists is
 checked (``__post_init__``).
@@ -21,23 +21,15 @@ checked (``__post_init__``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .._validation import SEED, Interval, Options
 from ..columns import Columns
 from ..io.input_settings import InputSettings
-from ..settings import (
-    check_fields,
-    flat_values,
-    section_settings,
-    setting_field,
-    shared_field,
-)
+from ..settings import Spec, setting_field, shared_field
 from .redundancy import DuplicateSettings, check_thresholds
 
-__all__ = ["REPORT_CONSTRAINTS", "ReportSpec"]
+__all__ = ["ReportSpec"]
 
 
 def _count(low: int) -> tuple:
@@ -45,9 +37,9 @@ def _count(low: int) -> tuple:
 
 
 @dataclass(frozen=True)
-class ReportSpec:
+class ReportSpec(Spec):
     """Everything a report runs with. Build it with :meth:`from_mapping` (flat keys, as the
-    flags and :func:`~datamask.evaluate.browse.build_report`'s keywords give them) or
+    flags and :func:`~datamask.evaluation.browse.build_report`'s keywords give them) or
     directly.
 
     ``columns`` names the id, quality and embedding columns as ``select`` names them; names
@@ -82,25 +74,10 @@ class ReportSpec:
         0, (SEED,), "seed of the sample, the topics and the map: the same seed, the same page"
     )
     batch_size: int = setting_field(16384, _count(1), "rows read at a time")
-    progress: bool = setting_field(False, (bool,), "show progress bars (stderr)")
     trust_selection: bool = shared_field(InputSettings, "trust_selection")
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
         object.__setattr__(self, "dup_thresholds", check_thresholds(self.dup_thresholds))
         if not isinstance(self.columns, Columns):
             raise TypeError(f"columns must be a datamask.Columns; got {self.columns!r}.")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> ReportSpec:
-        """A spec from flat keys (the flags, :func:`build_report`'s keywords); None means
-        "the default" (``columns=None``: every column from the input's schema); an unknown
-        key raises a ValueError naming it."""
-        return cls(**flat_values(cls, values, where))
-
-
-#: What each declared setting of the report accepts, read from :class:`ReportSpec` (a view
-#: of the declarations, kept for the callers of the name).
-REPORT_CONSTRAINTS: dict[str, list] = {
-    o.name: list(o.allowed()) for o in section_settings(ReportSpec)
-}

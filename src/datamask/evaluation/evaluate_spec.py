@@ -1,12 +1,12 @@
 """One frozen :class:`EvaluateSpec`: everything ``datamask evaluate`` (and
-:func:`datamask.evaluate.evaluate_run.evaluate_file`) runs with besides its places (input,
+:func:`datamask.evaluation.evaluate_run.evaluate_file`) runs with besides its places (input,
 selection, output), declared once and checked once, where the command line and the library
 meet.
 
 Every setting is shared with the spec that owns it (:func:`~datamask.settings.shared_field`):
 the objective is ``select``'s :class:`~datamask.config.ObjectiveSpec`; ``device``, ``given``
 and ``given_selection`` are :class:`~datamask.config.SelectorSpec`'s; ``dup_thresholds`` and
-``dup_search`` are :class:`~datamask.evaluate.redundancy.DuplicateSettings`'; ``split``,
+``dup_search`` are :class:`~datamask.evaluation.redundancy.DuplicateSettings`'; ``split``,
 ``length_col`` and ``trust_selection`` are :class:`~datamask.io.input_settings.InputSettings`'.
 ``datamask evaluate``'s flags are made from these declarations.
 
@@ -29,14 +29,14 @@ from ..columns import Columns
 from ..config import ObjectiveSpec, SelectorSpec
 from ..io.input_settings import InputSettings
 from ..objectives.registry import import_term_modules
-from ..settings import as_names, check_fields, flat_values, shared_field
+from ..settings import Spec, as_names, flat_values, fold_columns, shared_field
 from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = ["EvaluateSpec"]
 
 
 @dataclass(frozen=True)
-class EvaluateSpec:
+class EvaluateSpec(Spec):
     """Everything an evaluation runs with besides where it reads and writes. Build it with
     :meth:`from_mapping` (flat keys, as the flags give them) or directly.
 
@@ -58,7 +58,7 @@ class EvaluateSpec:
     trust_selection: bool = shared_field(InputSettings, "trust_selection")
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
         object.__setattr__(self, "dup_thresholds", check_thresholds(self.dup_thresholds))
         if not isinstance(self.objective, ObjectiveSpec):
             raise TypeError(f"objective must be an ObjectiveSpec; got {self.objective!r}.")
@@ -75,7 +75,7 @@ class EvaluateSpec:
         """A spec from flat keys: its fields, and the objective's keys (``algorithm``,
         ``lamb``, ``term_modules`` and every term's parameters) instead of ``objective``.
         None means "the default"; an unknown key raises a ValueError naming it."""
-        values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+        values = fold_columns(cls, values)  # id_col, quality_col, ... -> columns
         import_term_modules(as_names(values.get("term_modules", ())))  # their keys are known
         objective_keys = ObjectiveSpec.flat_keys()
         own = flat_values(cls, {k: v for k, v in values.items() if k not in objective_keys}, where)

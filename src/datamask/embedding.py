@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,13 +29,14 @@ from tqdm.auto import tqdm
 
 from ._device import check_device_name, resolve_device
 from ._validation import Interval, Options
+from .columns import _preset_names, get_preset
 from .io.atomic import atomic_write
 from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files, text_array
 from .io.text import raise_nulls as _raise_nulls
 from .quality import heuristic_quality_batch
-from .settings import Setting, check_fields, flat_values, section_settings, setting_field
+from .settings import Setting, Spec, section_settings, setting_field
 
-logger = logging.getLogger("datamask.embed")
+logger = logging.getLogger("datamask.embedding")
 
 __all__ = ["EmbedSpec", "embed_file", "embed_texts"]
 
@@ -164,7 +165,7 @@ _COUNT = (Interval(int, 1, None, closed="left"),)
 
 
 @dataclass(frozen=True)
-class EmbedSpec:
+class EmbedSpec(Spec):
     """Everything ``datamask embed`` (and :func:`embed_file`) runs with, declared once (the
     flags are made from these fields) and checked once, when the spec is made.
 
@@ -184,9 +185,10 @@ class EmbedSpec:
         "when absent (None: chunk_id, else id, when the input has one)",
     )
     feature_col: str = setting_field(
-        "feature_arr",
-        (str,),
-        "embedding column written (replaced if it exists), fixed_size_list<float32>[dim]",
+        None,
+        (str, None),
+        "embedding column written (replaced if it exists), fixed_size_list<float32>[dim] "
+        "(None: the --preset's, else feature_arr)",
     )
     quality: str | None = setting_field(
         None,
@@ -195,7 +197,15 @@ class EmbedSpec:
         "data's score (None: none)",
     )
     quality_col: str = setting_field(
-        "quality_score", (str,), "name of the quality column --quality writes"
+        None,
+        (str, None),
+        "name of the quality column --quality writes (None: the --preset's, else quality_score)",
+    )
+    preset: str | None = setting_field(
+        None,
+        _preset_names,
+        "column names of a known layout (datamask, fineweb-edu, curator), for the id, "
+        "embedding and quality columns not named; as select reads them",
     )
     model: str | None = setting_field(
         None,
@@ -208,21 +218,21 @@ class EmbedSpec:
         "auto", (_embed_device,), "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps"
     )
     max_seq_length: int = setting_field(256, _COUNT, "texts are truncated to this many word-pieces")
-    progress: bool = setting_field(True, (bool,), "show a progress bar")
     chunk_rows: int = setting_field(
         4096, _COUNT, "rows read, embedded and written at a time (memory stays flat)"
     )
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
+        # the written columns not named: the preset's first names (none: the reference's)
+        p = get_preset(self.preset)
+        if self.preset is not None and self.id_col is None:
+            object.__setattr__(self, "id_col", p.id_cols[0])
+        for name, candidates in (("feature_col", p.feature_cols), ("quality_col", p.quality_cols)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, candidates[0])
         if isinstance(self.model, os.PathLike):  # held as its text: it prints and pickles
             object.__setattr__(self, "model", os.fspath(self.model))
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "settings") -> EmbedSpec:
-        """A spec from flat keys (the flags, :func:`embed_file`'s keywords); None means
-        "the default"; an unknown key raises a ValueError naming it."""
-        return cls(**flat_values(cls, values, where))
 
 
 def _option(name: str) -> Setting:
@@ -382,13 +392,9 @@ def embed_file(
         If a file type is not supported, a file cannot be parsed, the input has no rows,
         lacks ``text_col``, or has null texts or ids; the message names the file.
     """
-    if spec is not None and settings:
-        raise TypeError(
-            f"give the settings either as spec= or as keywords, not both; got spec= and "
-            f"{sorted(settings)}."
-        )
-    spec = EmbedSpec.from_mapping(settings) if spec is None else spec
-    if spec.quality is None and spec.quality_col != "quality_score":  # a flag not read
+    spec = EmbedSpec.of(spec, settings, where="embed's arguments")
+    default_quality = get_preset(spec.preset).quality_cols[0]
+    if spec.quality is None and spec.quality_col != default_quality:  # a flag not read
         warnings.warn(
             f"quality_col={spec.quality_col!r} is ignored: it names the column "
             "quality='heuristic' writes, and no quality is added.",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from ..io.fs import Location, check_reachable, glob_root, resolve
 from ..io.keep import keep_file_name, relative_names
 from ..io.parquet import parquet_num_rows
 from ..io.provenance import verify_inputs, warn_trust_unused
-from .inputs import SHARD_SUFFIXES, _format, _input_shards
+from .inputs import SHARD_SUFFIXES, _format, _input_shards, input_names
 from .plan import (
     _KeepList,
     _Plan,
@@ -121,9 +121,10 @@ def apply_selection(
     spec : ApplySpec, optional
         Everything else (default: from ``settings``).
     **settings
-        Any field of :class:`~datamask.apply.spec.ApplySpec` by its key, instead of
+        Any field of :class:`~datamask.applying.spec.ApplySpec` by its key, instead of
         ``spec``: ``removed_format`` ({"ids", "rows", "curator"}, default "ids"; see the
-        module docstring), ``id_col`` (default "chunk_id"), ``batch_size`` (default 65_536:
+        module docstring), ``id_col`` or ``preset`` (default: chunk_id, else id, as the
+        input holds), ``batch_size`` (default 65_536:
         rows per streamed batch; memory is about one batch of every column), ``progress``
         (default True), ``trust_selection`` (default False: skip the provenance checks of
         ``docs/provenance.md``, the input's fingerprints against the selection's record
@@ -146,13 +147,13 @@ def apply_selection(
         output is never put in place).
     """
     started = time.perf_counter()
-    if spec is not None and settings:
-        raise TypeError(
-            f"give the settings either as spec= or as keywords, not both; got spec= and "
-            f"{sorted(settings)}."
-        )
-    spec = ApplySpec.from_mapping(settings) if spec is None else spec
+    spec = ApplySpec.of(spec, settings, where="apply's arguments")
     run = _open(input, selection, output, removed, spec)
+    if run.spec.columns.id_col is None or run.spec.columns.preset is not None:
+        # the id column: given, else the preset's or the default's found in the first shard
+        names = input_names(run.shards[0], run.formats[0])
+        cols = run.spec.columns.resolve_id(names, where=run.shards[0].uri)
+        run.spec = replace(run.spec, columns=cols)
     _plan_run(run)
     with ExitStack() as claims:  # released in reverse; on an error, made folders go too
         claims.enter_context(_claim(run.out))

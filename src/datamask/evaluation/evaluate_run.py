@@ -79,15 +79,10 @@ def evaluate_file(
     Returns
     -------
     dict
-        :func:`~datamask.evaluate.scores.evaluate_selection`'s report, with ``selection``,
+        :func:`~datamask.evaluation.scores.evaluate_selection`'s report, with ``selection``,
         ``given`` (when set) and ``provenance`` (``trusted``, ``verified_files``).
     """
-    if spec is not None and settings:
-        raise TypeError(
-            f"give the settings either as spec= or as keywords, not both; got spec= and "
-            f"{sorted(settings)}."
-        )
-    spec = EvaluateSpec.from_mapping(settings) if spec is None else spec
+    spec = EvaluateSpec.of(spec, settings, where="evaluate's arguments")
     run = _open(input, selection, output, spec)
     _verify(run)
     with OutputLock(run.output):

@@ -1,5 +1,5 @@
 """One frozen :class:`BenchSpec`: everything ``datamask bench`` (and
-:func:`datamask.evaluate.bench.bench`) runs with, declared once and checked once, where the
+:func:`datamask.evaluation.bench.bench`) runs with, declared once and checked once, where the
 command line and the library meet.
 
 Each setting is a field declared with :func:`~datamask._validation.setting_field` (its
@@ -27,20 +27,23 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .._validation import Interval, Options
+from ..columns import Columns
 from ..config import (
     ObjectiveSpec,
     PartitionSpec,
-    RunSpec,
     SelectorSpec,
     SelectSpec,
     selector_settings,
 )
 from ..data import Corpus
+from ..io.input_settings import InputSettings
 from ..objectives.registry import import_term_modules
 from ..selectors import SELECTORS
 from ..settings import (
+    Spec,
     as_names,
     check_fields,
+    fold_columns,
     ignored_fields,
     section_settings,
     setting_field,
@@ -93,9 +96,9 @@ def _synthetic_only(spec: Any, sharded: bool) -> str | None:
 
 
 @dataclass(frozen=True)
-class BenchSpec:
+class BenchSpec(Spec):
     """Everything a bench runs with. Build it with :meth:`from_mapping` (flat keys, as the
-    flags and :func:`~datamask.evaluate.bench.bench`'s keywords give them) or directly.
+    flags and :func:`~datamask.evaluation.bench.bench`'s keywords give them) or directly.
 
     ``objective`` is what every method is run and scored with; ``method_params`` the extra
     constructor arguments per method (a mapping ``{method: {key: value}}`` is accepted and
@@ -109,7 +112,6 @@ class BenchSpec:
     select_ratio: float = shared_field(SelectorSpec, "select_ratio")
     seed: int = shared_field(SelectorSpec, "seed")
     device: str = shared_field(SelectorSpec, "device")
-    threads: int | None = shared_field(RunSpec, "threads")
     method_params: Mapping[str, Mapping[str, Any]] | tuple = ()
     disf_reference_batches: int = setting_field(
         0,
@@ -135,12 +137,15 @@ class BenchSpec:
     )
     map_points: int = setting_field(3000, (_COUNT,), "documents drawn on the map", needs=_drawn)
     title: str | None = setting_field(None, (str, None), "markdown heading")
-    progress: bool = setting_field(True, (bool,), "print one line per finished method")
     dup_thresholds: tuple[float, ...] = shared_field(DuplicateSettings, "dup_thresholds")
     dup_search: str = shared_field(DuplicateSettings, "dup_search")
+    #: How a path given to :func:`datamask.bench` is read (a Corpus is taken as it is).
+    columns: Columns = Columns()
+    split: str | None = shared_field(InputSettings, "split")
+    length_col: str | None = shared_field(InputSettings, "length_col")
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
         set_ = object.__setattr__  # frozen: the checked values, normalised, once
         set_(self, "dup_thresholds", check_thresholds(self.dup_thresholds))
         if self.out_dir is not None:
@@ -204,7 +209,7 @@ class BenchSpec:
         ``param``, ``METHOD.KEY=VALUE`` items for one method; ``disf_batch_size``,
         disf-greedy's batch size alone. Unknown keys raise a ValueError naming them.
         """
-        values = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
+        values = fold_columns(cls, values)  # id_col, quality_col, ... -> columns
         import_term_modules(as_names(values.get("term_modules", ())))
         unknown = sorted(set(values) - set(cls.flat_keys()))
         if unknown:
