@@ -265,3 +265,25 @@ def test_no_import_cycle_between_modules_even_inside_functions():
     for m in sorted(graph):
         if not state.get(m):
             visit(m)
+
+
+#: The house's bounds on src/ (issue 43): a function a reader holds in one screen, a file
+#: a reader holds in one sitting.
+MAX_FUNCTION_LINES = 80
+MAX_FILE_LINES = 600
+
+
+def test_no_function_over_80_lines_and_no_file_over_600():
+    long_files, long_functions = [], []
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        rel = path.relative_to(ROOT.parent)
+        if len(text.splitlines()) > MAX_FILE_LINES:
+            long_files.append(f"{rel} ({len(text.splitlines())} lines)")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{rel}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long_files, f"files over {MAX_FILE_LINES} lines: {long_files}"
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
