@@ -1,5 +1,5 @@
 """covered_by / covered_sim against brute force: every row's nearest kept row by the exact
-cosine, for the library rule (:func:`datamask.neighbors.nearest_kept`), one file and
+cosine, for the library rule (:func:`datamask.coverage.nearest_kept`), one file and
 ``select_table``. The sharded runs' dataset is tested in tests/distributed/test_cover.py."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 
 import datamask
 from datamask import make_clustered
-from datamask.neighbors import knn_graph, nearest_kept
+from datamask.coverage import nearest_kept
+from datamask.neighbors import knn_graph
 from tests._data import write_reference_layout
 
 

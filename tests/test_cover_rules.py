@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import datamask
-from datamask.neighbors import best_match, first_identical, knn_graph, nearest_kept
+from datamask.coverage import nearest_kept
+from datamask.neighbors import best_match, first_identical, knn_graph
 from tests._data import reference_table, write
 
 DIM = 8

@@ -15,12 +15,13 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ._validation import Interval, Options
 from ._version import __version__
-from .api import apply, bench, embed, evaluate, report, select, select_table
+from .api import select, select_table
 from .applying import ApplySpec
 from .base import Selector
 from .columns import Columns
 from .config import SelectSpec
 from .data import Corpus, Selection
+from .doors import apply, bench, embed, evaluate, report
 from .embedding import EmbedSpec
 from .evaluation import BenchSpec, EvaluateSpec, ReportSpec
 from .greedy import DenseGreedy, GreedyDiSF, LazyGreedy, StochasticGreedy

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -13,11 +12,10 @@ from ._validation import check_count
 __all__ = [
     "AUTO_EXACT_MAX",
     "COVER_EXACT_PAIRS",
-    "Cover",
     "FLOOR_PROBE_FRACTION",
-    "nearest_kept",
     "PROBE_FRACTION",
     "best_match",
+    "block_rows",
     "default_n_probe",
     "exact_graph",
     "first_identical",
@@ -167,7 +165,7 @@ def best_match(
         # copies of one vector tie: the list's top-1 may be any of them, the rule is the first
         index[hit] = first_identical(base, index[hit])
         return sims, index, method
-    step = _block_rows(nb, budget=1 << 24)
+    step = block_rows(nb, budget=1 << 24)
     base = base.to(queries.dtype)
     for lo in range(0, n, step):
         s, i = (queries[lo : lo + step] @ base.T).max(dim=1)
@@ -201,7 +199,7 @@ def first_identical(base: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.where(same, lead, at)).to(index.device, index.dtype)
 
 
-def _block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None = None) -> int:
+def block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None = None) -> int:
     """Rows per block so that a (rows, n_cols) float32 block stays near ``budget`` elements;
     on CUDA (``device``) near :data:`CUDA_BLOCK` at least, where each block's few kernel
     launches cost more than its memory (the exact J of 1M rows against 100k kept ones took
@@ -254,7 +252,7 @@ def assign_clusters(x: torch.Tensor, centroids: torch.Tensor, top: int = 1) -> t
     default 64M was 262 MB, the largest thing in the k-means fit step
     (benchmarks/driver/RESULTS.md)."""
     out = []
-    step = _block_rows(centroids.shape[0], budget=1 << 22)
+    step = block_rows(centroids.shape[0], budget=1 << 22)
     for lo in range(0, x.shape[0], step):
         sims = x[lo : lo + step] @ centroids.T
         out.append(sims.argmax(1) if top == 1 else sims.topk(top, dim=1).indices)
@@ -369,7 +367,7 @@ def exact_graph(
         budget = CUDA_BLOCK if x.device.type == "cuda" else 1 << 24
     idx = torch.empty(n, k, dtype=torch.long, device=x.device)
     sim = torch.empty(n, k, dtype=x.dtype, device=x.device)
-    step = _block_rows(n, budget=budget)
+    step = block_rows(n, budget=budget)
     if precision == "fp32":
         for lo in range(0, n, step):
             if topk_chunk is None:
@@ -447,7 +445,7 @@ def ivf_search(
         listed = base[members]
         # Queries in blocks: a list can be home to most queries (all of them near one part
         # of ``base``), and its (queries, members) block must stay bounded all the same.
-        step = _block_rows(len(members), budget=1 << 24)
+        step = block_rows(len(members), budget=1 << 24)
         for lo in range(0, len(in_list), step):
             rows = in_list[lo : lo + step]
             s, i = (queries[rows] @ listed.T).topk(kk, dim=1)
@@ -507,255 +505,3 @@ def sampled_recall(
     sims = (x[rows][:, None, :] * x[listed]).sum(-1)
     hits = ((sims >= kth - 1e-6) & unique).sum(1).clamp_max(k)
     return float(hits.double().mean() / k)
-
-
-@dataclass(frozen=True)
-class Cover:
-    """Each row's nearest kept row (:func:`nearest_kept`).
-
-    Attributes
-    ----------
-    index : ndarray of int64, shape (n,)
-        The nearest kept row: a row of ``features`` (``kept`` given), a row of
-        ``kept_features``, or ``floor_index[i]`` where ``external[i]``; -1 where there is
-        nothing kept at all.
-    sim : ndarray of float32, shape (n,)
-        Its cosine (1.0 for a kept row; NaN where ``index`` is -1).
-    exact : ndarray of bool, shape (n,)
-        True where ``index`` is the exact argmax by construction: read from an exact
-        K-NN graph, or found by comparing with every kept row. False where it came from an
-        approximate graph or the ivf search (a nearer kept row may exist).
-    external : ndarray of bool, shape (n,)
-        True where the floor won: ``index`` is then ``floor_index``.
-    counts : dict
-        Rows resolved by each route: ``kept``, ``graph``, ``exact_search``,
-        ``ivf_search``, ``floor``, ``none``.
-    """
-
-    index: np.ndarray
-    sim: np.ndarray
-    exact: np.ndarray
-    external: np.ndarray
-    counts: dict[str, int]
-
-
-def nearest_kept(
-    features: torch.Tensor | np.ndarray,
-    kept: np.ndarray | None = None,
-    *,
-    kept_features: torch.Tensor | np.ndarray | None = None,
-    graph: tuple[torch.Tensor, torch.Tensor] | None = None,
-    graph_exact: bool = False,
-    floor: np.ndarray | None = None,
-    floor_index: np.ndarray | None = None,
-    floor_exact: bool | np.ndarray = False,
-    exact_pairs: int = COVER_EXACT_PAIRS,
-    probe_fraction: float = FLOOR_PROBE_FRACTION,
-    generator: torch.Generator | None = None,
-) -> Cover:
-    """Every row's nearest kept row by cosine: the id ``covered_by`` and ``covered_sim``
-    are written from.
-
-    The kept rows are either rows of ``features`` (``kept``: each points to itself) or a
-    separate matrix ``kept_features`` (a kept set held elsewhere: other groups' kept rows,
-    an existing corpus). The rule, row by row:
-
-    1. A kept row of ``features`` covers itself (sim 1.0).
-    2. With ``graph`` (the K-NN graph over ``features`` the selection used, sims clipped
-       at 0), the most similar listed neighbour that is kept, at a positive similarity.
-    3. Rows the graph does not resolve are compared with every kept row when
-       ``rows x kept <= exact_pairs`` (blocked matmul, exact), else found by
-       :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed).
-    4. Where ``floor[i]`` (the best cosine to kept rows held elsewhere, e.g. another
-       group's) is strictly above the cosine found, the floor wins: ``floor_index[i]``.
-
-    Ties between equal float32 cosines go to the lowest kept row (row order of
-    ``features``, or of ``kept_features``); between a found row and the floor, to the
-    found row. Similarities of rows chosen from the graph are recomputed as the dot
-    product, so every ``sim`` is the cosine of the pair named.
-
-    Parameters
-    ----------
-    features : tensor or ndarray of shape (n, d)
-        Unit rows to cover.
-    kept : ndarray of int, optional
-        Rows of ``features`` that are kept. Exactly one of ``kept`` and ``kept_features``.
-    kept_features : tensor or ndarray of shape (m, d), optional
-        Unit kept rows held apart from ``features``.
-    graph : (indices, sims), optional
-        K-NN graph over ``features`` (only with ``kept``), most similar first.
-    graph_exact : bool, default=False
-        Whether ``graph`` lists the exact K nearest (then a listed kept row is exact).
-    floor, floor_index : ndarray of shape (n,), optional
-        Best cosine to kept rows elsewhere, and which row that is (any numbering).
-    floor_exact : bool or ndarray of bool, default=False
-        Whether each floor is exact.
-    exact_pairs : int, default=COVER_EXACT_PAIRS
-        Largest ``rows x kept`` compared exactly.
-    probe_fraction : float, default=FLOOR_PROBE_FRACTION
-        Lists the ivf search probes.
-    generator : torch.Generator, optional
-        The ivf search's k-means draws (default: seeded with 0).
-
-    Returns
-    -------
-    Cover
-
-    Examples
-    --------
-    >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]], dtype=np.float32)
-    >>> c = nearest_kept(x, np.array([0, 2]))
-    >>> c.index.tolist(), [round(float(s), 2) for s in c.sim]
-    ([0, 0, 2], [1.0, 0.8, 1.0])
-    """
-    if (kept is None) == (kept_features is None):
-        raise ValueError("give exactly one of kept (rows of features) and kept_features.")
-    if graph is not None and kept is None:
-        raise ValueError("graph lists rows of features; it needs kept, not kept_features.")
-    x = _as_tensor(features)
-    n = x.shape[0]
-    kept, base = _kept_base(x, kept, kept_features)
-    m = base.shape[0]
-    found = _Found.empty(n)  # index: into base's rows until the end
-    if kept is not None and m:
-        found.todo[kept] = False
-    if graph is not None and m and found.todo.any():  # rule 2
-        _from_graph(found, x, base, kept, graph, graph_exact)
-    rest = np.flatnonzero(found.todo)
-    if m and len(rest):  # rule 3
-        _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator)
-    index, sim, exact, counts = found.index, found.sim, found.exact, found.counts
-    if kept is not None and m:  # rule 1
-        index[kept] = np.arange(m)
-        sim[kept] = 1.0
-        exact[kept] = True
-        counts["kept"] = m
-    if kept is not None:  # into rows of features
-        index = np.where(index >= 0, kept[np.maximum(index, 0)] if m else -1, -1)
-    external = np.zeros(n, dtype=bool)
-    if floor is not None:  # rule 4
-        floor = np.asarray(floor, dtype=np.float32)
-        if floor.shape != (n,) or floor_index is None or np.shape(floor_index) != (n,):
-            raise ValueError(f"floor and floor_index must have shape ({n},).")
-        external = floor > sim
-        if kept is not None and m:
-            external[kept] = False
-        index = np.where(external, np.asarray(floor_index, dtype=np.int64), index)
-        sim = np.where(external, floor, sim).astype(np.float32)
-        exact = np.where(external, floor_exact, exact)
-        counts["floor"] = int(external.sum())
-    none = index < 0
-    sim[none] = np.nan
-    exact[none] = True
-    counts["none"] = int(none.sum())
-    return Cover(index, sim, exact, external, counts)
-
-
-@dataclass
-class _Found:
-    """What :func:`nearest_kept` has found so far, per row: the kept row (into the kept
-    matrix), its cosine, whether it is exact, and which rows are still to resolve."""
-
-    index: np.ndarray
-    sim: np.ndarray
-    exact: np.ndarray
-    todo: np.ndarray
-    counts: dict[str, int]
-
-    @classmethod
-    def empty(cls, n: int) -> _Found:
-        return cls(
-            np.full(n, -1, dtype=np.int64),
-            np.full(n, -np.inf, dtype=np.float32),
-            np.zeros(n, dtype=bool),
-            np.ones(n, dtype=bool),
-            dict.fromkeys(("kept", "graph", "exact_search", "ivf_search", "floor", "none"), 0),
-        )
-
-
-def _kept_base(
-    x: torch.Tensor,
-    kept: np.ndarray | None,
-    kept_features: torch.Tensor | np.ndarray | None,
-) -> tuple[np.ndarray | None, torch.Tensor]:
-    """The kept rows (sorted: ties go to the lowest row) and the matrix of kept features."""
-    if kept is not None:
-        kept = np.unique(np.asarray(kept, dtype=np.int64))
-        return kept, (x[torch.from_numpy(kept)] if len(kept) else x[:0])
-    base = _as_tensor(kept_features).to(x.dtype)  # type: ignore[arg-type]
-    if base.ndim != 2 or (len(base) and base.shape[1] != x.shape[1]):
-        raise ValueError(
-            f"kept_features must have shape (m, {x.shape[1]}); got {tuple(base.shape)}."
-        )
-    return None, base
-
-
-def _from_graph(
-    found: _Found,
-    x: torch.Tensor,
-    base: torch.Tensor,
-    kept: np.ndarray,
-    graph: tuple[torch.Tensor, torch.Tensor],
-    graph_exact: bool,
-) -> None:
-    """Rule 2: each row's most similar listed neighbour that is kept, at a positive
-    similarity; the pair's cosine recomputed."""
-    n, m = x.shape[0], base.shape[0]
-    pos = torch.full((n,), -1, dtype=torch.long)  # a row's place among the kept, or -1
-    pos[torch.from_numpy(kept)] = torch.arange(m)
-    g_idx, g_sim = graph
-    truncated = g_idx.shape[1] < n  # the graph does not list every row
-    # Row blocks of about 2^20 graph entries: the (rows, K) copies and the pairs' rows
-    # stay a few MB (whole-graph temporaries added 200 MB of peak at 56k x K=160).
-    step = _block_rows(g_idx.shape[1], budget=1 << 20)
-    for lo in range(0, n, step):
-        at = pos[g_idx[lo : lo + step].cpu()]
-        s = g_sim[lo : lo + step].cpu().float().masked_fill(at < 0, -math.inf)
-        s = s.masked_fill(s <= 0, -math.inf)  # clipped: the true cosine is unknown
-        best = s.max(1).values
-        tie = torch.where(s == best[:, None], at, m).min(1).values  # lowest kept row
-        ok = torch.isfinite(best).numpy() & found.todo[lo : lo + step]
-        if truncated:  # the best ties the list's last entry: equal rows may lie past it
-            last = g_sim[lo : lo + step, -1].cpu().float()
-            ok &= (best > last).numpy()
-        rows = np.flatnonzero(ok) + lo
-        if not len(rows):
-            continue
-        found.index[rows] = first_identical(base, tie[torch.from_numpy(ok)]).numpy()
-        # the cosine of the pair named, not the graph's (clipped) copy
-        r = torch.from_numpy(rows)
-        pair = (x[r] * base[torch.from_numpy(found.index[rows])]).sum(1)
-        found.sim[rows] = pair.float().numpy()
-        found.exact[rows] = graph_exact
-        found.todo[rows] = False
-        found.counts["graph"] += len(rows)
-
-
-def _search_rest(
-    found: _Found,
-    x: torch.Tensor,
-    base: torch.Tensor,
-    rest: np.ndarray,
-    exact_pairs: int,
-    probe_fraction: float,
-    generator: torch.Generator | None,
-) -> None:
-    """Rule 3: the rows left compared with every kept row (exact) or found by ivf."""
-    q = x[torch.from_numpy(rest)]
-    how = "exact" if len(rest) * base.shape[0] <= exact_pairs else "ivf"
-    s, i, _ = best_match(q, base, method=how, probe_fraction=probe_fraction, generator=generator)
-    found.counts[f"{how}_search"] += len(rest)
-    if how == "exact":
-        found.exact[rest] = True
-    else:
-        padded = i < 0  # empty probed lists: compare those rows with every kept row
-        if bool(padded.any()):
-            s[padded], i[padded], _ = best_match(q[padded], base, method="exact")
-    found.index[rest], found.sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
-
-
-def _as_tensor(a: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """A tensor over ``a``'s memory; a copy only of a read-only array (arrow's buffers)."""
-    if isinstance(a, np.ndarray) and not a.flags.writeable:
-        a = a.copy()
-    return torch.as_tensor(a)

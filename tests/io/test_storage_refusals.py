@@ -18,8 +18,9 @@ import pytest
 from datamask.cli import main
 from datamask.io.atomic import OutputLock, atomic_write
 from datamask.io.claim import RemoteClaim
-from datamask.io.fs import check_object, resolve
+from datamask.io.fs import resolve
 from datamask.io.retry import StorageUnavailable, is_transient, retrying
+from datamask.io.verify import check_object
 from tests._data import write_corpus
 from tests.io._storage_common import (
     BUCKET,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from ..api import apply
 from ..applying.spec import ApplySpec
+from ..doors import apply
 from ..settings import COLUMN_KEYS, section_settings
 from .args import add_column_arguments, add_flag
 from .common import add_config_argument, add_trust_argument, places_from_args, spec_from_args

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..api import bench
 from ..config import selector_settings
+from ..doors import bench
 from ..evaluation.bench import BenchSpec, format_markdown
 from ..evaluation.bench_spec import SyntheticSpec
 from ..settings import COLUMN_KEYS, section_settings, warn_ignored_settings

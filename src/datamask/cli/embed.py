@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..api import embed
+from ..doors import embed
 from ..embedding import EmbedSpec
 from ..settings import section_settings
 from .args import add_flags

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..api import evaluate
+from ..doors import evaluate
 from ..evaluation.evaluate_run import evaluation_path
 from ..evaluation.evaluate_spec import EvaluateSpec
 from ..evaluation.scores import format_report

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .._units import format_bytes
-from ..api import report
+from ..doors import report
 from ..evaluation.report_spec import ReportSpec
 from ..settings import COLUMN_KEYS, section_settings
 from .args import add_column_arguments, add_flag

@@ -11,7 +11,7 @@ round or the similarity cap), in two passes of pure, resumable steps:
    cached copy: that copy was the corpus once more on disk, as float32 (15 GB at 10M x
    384, which filled the 10M run's disk).
 2. **Cover.** Every group loads its rows and, with
-   :func:`~datamask.neighbors.nearest_kept`, finds each row's nearest kept row of its own
+   :func:`~datamask.coverage.nearest_kept`, finds each row's nearest kept row of its own
    group (a kept row covers itself) and, as the floor, its nearest kept row of its
    :data:`COVER_NEIGHBORS` nearest groups by centroid (both directions:
    :func:`~.exchange.exchange_neighbors` with ``lower_only=False``); the nearer wins, the
@@ -51,9 +51,9 @@ import pyarrow.compute as pc
 from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
+from ..coverage import nearest_kept
 from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
-from ..neighbors import nearest_kept
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .context import RunContext
 from .engine import Step, run_steps

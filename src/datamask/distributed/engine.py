@@ -34,8 +34,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 from tqdm.auto import tqdm
 
 from ..io.atomic import atomic_write_json
-from ..io.fs import Location, check_object, sizes_in
+from ..io.fs import Location, sizes_in
 from ..io.integrity import recording
+from ..io.verify import check_object
 from .executors import Runner, largest_first
 from .lifecycle import read_marker
 

@@ -21,7 +21,7 @@ from .._validation import check_corpus
 from ..data import Corpus
 from ..io.selection import read_selection, rows_from_ids
 from ..io.text import lengths_from_arrow
-from ..neighbors import _block_rows
+from ..neighbors import block_rows
 from ..objectives import (
     FacilityLocation,
     Objective,
@@ -78,7 +78,7 @@ def mean_nn_similarity(x: torch.Tensor, selected: torch.Tensor) -> float:
     if k < 2:
         return float("nan")
     xs = x[selected]
-    step = _block_rows(k)
+    step = block_rows(k)
     total = 0.0
     for lo in range(0, k, step):
         sims = xs[lo : lo + step] @ xs.T
@@ -137,8 +137,7 @@ def evaluate_selection(
     algorithm : str or sequence of str, optional
         Diversity term(s) of the default objective (registered names; default Facility).
     lamb : float, optional
-        Quality weight of the default objective (default 0.5). Neither goes with
-        ``objective``.
+        Quality weight of the default objective (default 0.5); not with ``objective``.
     length_col : str, optional
         Column of ``corpus.extra`` holding lengths (numbers) or texts; default the first of
         ``n_chars, length, n_tokens, text`` present. No length section when none is.

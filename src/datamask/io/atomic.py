@@ -180,7 +180,7 @@ def atomic_write(
     record : dict, optional
         Filled with the ``size`` and ``blake2b`` checksum of the bytes published
         (:func:`datamask.io.integrity.file_record`, taken from the temporary), for a
-        marker to keep and a reader to check (:func:`datamask.io.fs.check_object`).
+        marker to keep and a reader to check (:func:`datamask.io.verify.check_object`).
 
     Examples
     --------

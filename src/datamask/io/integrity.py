@@ -3,8 +3,8 @@
 :func:`~datamask.io.atomic.atomic_write` with ``record={}`` fills the dict with the size
 and checksum of the bytes it published (:func:`file_record` of the temporary, taken before
 the rename or upload: no extra request). A step's marker can keep that record, and a
-reader calls :func:`datamask.io.fs.check_object` before it trusts the object: a torn, truncated or
-foreign object (another run's, a hand edit) is refused with one line naming it.
+reader calls :func:`datamask.io.verify.check_object` before it trusts the object: a torn,
+truncated or foreign object (another run's, a hand edit) is refused with one line naming it.
 
 The checksum is BLAKE2b (16 bytes) over the object's bytes: in the standard library, about
 1 GB/s on one core.

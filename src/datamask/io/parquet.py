@@ -319,8 +319,7 @@ def corpus_from_tables(
     source : str
         The corpus's ``source`` (e.g. ``"group 7"``).
     quality_range : (lows, highs), optional
-        Corpus-wide range of each quality column, used to scale these rows
-        (:attr:`~datamask.data.Corpus.quality_range`).
+        Corpus-wide range of each quality column, to scale these rows with.
     extra_cols : sequence of str, default=()
         Columns every piece has, kept in :attr:`~datamask.data.Corpus.extra`.
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import Interval, Options, check_count
-from ..neighbors import KNN_METHODS, _block_rows, knn_graph, resolve_knn
+from ..neighbors import KNN_METHODS, block_rows, knn_graph, resolve_knn
 from .base import HostGains, Term, TermContext
 from .registry import register_term
 
@@ -219,7 +219,7 @@ class FacilityLocation(Term):
         if self.dense_ is None and n * n * 4 <= self.dense_max_bytes:
             x = self.features_
             self.dense_ = torch.empty(n, n, dtype=x.dtype, device=x.device)
-            step = _block_rows(n)
+            step = block_rows(n)
             for lo in range(0, n, step):
                 torch.matmul(x[lo : lo + step], x.T, out=self.dense_[lo : lo + step])
             self.dense_.clamp_(min=0.0)
@@ -324,7 +324,7 @@ class FacilityLocation(Term):
         if len(selected) == 0:
             return torch.zeros(self.n_docs, dtype=self.features_.dtype, device=xs.device)
         # 16 MB blocks on the CPU, 1 GiB on CUDA: O(1) memory either way
-        step = _block_rows(len(selected), budget=1 << 22, device=xs.device)
+        step = block_rows(len(selected), budget=1 << 22, device=xs.device)
         cover = torch.cat(
             [
                 (self.features_[lo : lo + step] @ xs.T).amax(1).clamp_min(0.0)
@@ -346,7 +346,7 @@ class FacilityLocation(Term):
         if len(sel) == 0:
             return vals, rows
         xs, m = x[sel], min(2, len(sel))
-        step = _block_rows(len(sel), budget=1 << 22, device=x.device)
+        step = block_rows(len(sel), budget=1 << 22, device=x.device)
         for lo in range(0, len(docs), step):
             v, i = (x[docs[lo : lo + step]] @ xs.T).topk(m, dim=1)
             if self.floor_ is not None:  # coverage above what was kept before
@@ -408,7 +408,7 @@ class FacilityLocation(Term):
             rows[inc] = torch.stack([base.owner[inc], base.owner2[inc]], 1)
             if len(adds):
                 xa = self.features_[adds]
-                step = _block_rows(len(adds) + 2, budget=1 << 22)
+                step = block_rows(len(adds) + 2, budget=1 << 22)
                 for lo in range(0, len(inc), step):
                     r = inc[lo : lo + step]
                     s = self.features_[r] @ xa.T
@@ -514,7 +514,7 @@ class FacilityLocation(Term):
             # blocks of rows, so the float64 copy never holds the whole graph.
             idx, sim = self.knn_graph()
             out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
-            step = _block_rows(idx.shape[1], budget=1 << 20)
+            step = block_rows(idx.shape[1], budget=1 << 20)
             for lo in range(0, self.n_docs, step):
                 gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
                 out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))

@@ -18,9 +18,10 @@ from .._device import resolve_device
 from .._memory import bound_heap
 from .._validation import check_corpus, k_from_ratio
 from ..config import SelectSpec
+from ..coverage import Cover, nearest_kept
 from ..data import Corpus, Selection, rank_order
 from ..greedy.lazy import gain_order
-from ..neighbors import Cover, nearest_kept, sampled_recall
+from ..neighbors import sampled_recall
 from ..objectives.facility_location import facility_term
 from ..selectors import SELECTORS
 
@@ -77,7 +78,7 @@ def cover_rows(
     objective: Any = None,
     floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
 ) -> Cover:
-    """Every row's nearest kept row (:func:`~datamask.neighbors.nearest_kept`), read from
+    """Every row's nearest kept row (:func:`~datamask.coverage.nearest_kept`), read from
     the facility-location graph of the bound ``objective`` where it has one (exact when
     that graph is), searched otherwise. ``corpus.features`` must be unit rows. ``floor``
     is ``(best cosine, row, exact)`` to documents kept elsewhere (``--given``): where it
@@ -140,7 +141,7 @@ def fit_group(
         pass); False leaves ``meta["terms"]`` empty (a sharded run's group step).
     cover : bool, default=False
         Also find every row's nearest kept row (:func:`cover_rows`, on the selection's
-        own graph): ``meta["cover"]`` (a :class:`~datamask.neighbors.Cover`), written by
+        own graph): ``meta["cover"]`` (a :class:`~datamask.coverage.Cover`), written by
         the writer as ``covered_by``/``covered_sim``/``covered_exact``, and its time in
         ``meta["seconds"]["cover"]``.
     cover_floor : (floor, rows, exact), optional

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 
 from .._version import __version__
 from ..config import SelectSpec
+from ..coverage import Cover
 from ..data import Selection
-from ..neighbors import Cover
 from ..settings import warn_ignored_settings
 
 __all__ = [
@@ -42,7 +42,7 @@ def cover_columns(
 ) -> dict[str, pa.Array]:
     """``covered_by`` (the nearest kept row's id, typed as ``kept_ids``; null where
     nothing is kept), ``covered_sim`` (float32 cosine) and ``covered_exact`` (bool) of a
-    :class:`~datamask.neighbors.Cover` whose ``index`` points into ``kept_ids``, or into
+    :class:`~datamask.coverage.Cover` whose ``index`` points into ``kept_ids``, or into
     ``external_ids`` where ``cover.external`` (the floor won)."""
     index = np.asarray(cover.index, dtype=np.int64)
     external = np.asarray(cover.external, dtype=bool)
