@@ -39,13 +39,13 @@ def s3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def clean(s3, tmp_path_factory):
-    """3 shards x 300 rows (16-d) under ``data/``, and the selected ids of a clean run."""
+    """2 shards x 200 rows (16-d) under ``data/``, and the selected ids of a clean run."""
     client, _, _ = s3
-    corpus = make_clustered(900, 16, 6, seed=1)
-    for f in write_corpus_shards(tmp_path_factory.mktemp("shards"), corpus, 3):
+    corpus = make_clustered(400, 16, 6, seed=1)
+    for f in write_corpus_shards(tmp_path_factory.mktemp("shards"), corpus, 2):
         client.upload_file(str(f), BUCKET, f"data/{f.name}")
     argv = ["select", "--input", f"s3://{BUCKET}/data/", "--output", f"s3://{BUCKET}/clean"]
     assert main([*argv, *FAST, *ONE]) == 0
     ids = _selected(client, "clean")
-    assert len(ids) == 180
+    assert len(ids) == 80
     return ids
