@@ -3,7 +3,8 @@ refusals that touch nothing. A real S3 API (moto on 127.0.0.1) behind the fault-
 proxy of :mod:`tests.io.faultproxy`.
 
 - a sharded select s3 -> s3 under each fault mode and 5 seeds ends with the clean run's
-  selection (2 shards x 200 rows), directly or after one rerun that the first run's one line asked for;
+  selection (2 shards x 200 rows), directly or after one rerun that the first run's one
+  line asked for;
 - two runs on one ``s3://`` output from two fresh working dirs: one finishes, one is
   refused with one line;
 - every refusal we can provoke, of every command, leaves the folder tree and the bucket
