@@ -134,7 +134,7 @@ def cap_across_groups(
         replaced += swapped
         per_group[str(g.gid)] = {"replaced": swapped, "k": int(len(kept))}
         keep = kept[np.argsort(rank[kept], kind="stable")]
-        with recording() as book:
+        with recording([part_path(out, g.gid)]) as book:
             atomic_write_table(
                 pa.table(
                     {

@@ -142,7 +142,7 @@ def execute(step: Step[JobT], job: JobT) -> Any:
     marked. Steps call nothing else to be resumable."""
     done = finished(step, job)
     if done is None:
-        with recording() as book:
+        with recording(step.outputs(job)) as book:  # only what the marker will keep
             stats = step.run(job)
         done = finish(step, job, stats, book)
     else:
@@ -187,7 +187,7 @@ def _reusable(step: Step[JobT], job: JobT, listings: _Listings) -> dict[str, Any
     if done is not None and step.accepts(job, done):
         records = done.pop(OBJECTS, {})
         sizes = [(listings.size(o), records.get(o.name, {}).get("size")) for o in step.outputs(job)]
-        if all(there is not None and there == (wrote or there) for there, wrote in sizes):
+        if all(there is not None and wrote in (None, there) for there, wrote in sizes):
             return {**done, "reused": True}
     marker.unlink(missing_ok=True)
     return None
@@ -239,9 +239,7 @@ def run_steps(
             whole_machine=step.whole_machine,
             memory=None if any(m is None for m in memory) else memory,
         ):
-            if isinstance(stats, dict):
-                stats.pop(OBJECTS, None)  # the records stay in the marker
-            results[i] = keep(stats)
+            results[i] = keep(stats)  # the records stay in the marker (finish)
             rows += step.size(jobs[i])
             if rows:
                 rate = rows / max(time.perf_counter() - started, 1e-9)

@@ -14,26 +14,27 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 __all__ = ["CHUNK", "digest", "file_record", "published", "recording"]
 
-#: The records of what this context's atomic writes published (target -> record), while
-#: :func:`recording` is open; None outside it.
-_PUBLISHED: contextvars.ContextVar[dict[str, dict[str, Any]] | None] = contextvars.ContextVar(
-    "datamask_published", default=None
+#: While :func:`recording` is open: the targets it records (``str`` of each path or URI)
+#: and the records of those published so far (target -> record); None outside it.
+_PUBLISHED: contextvars.ContextVar[tuple[frozenset[str], dict[str, dict[str, Any]]] | None] = (
+    contextvars.ContextVar("datamask_published", default=None)
 )
 
 
 @contextmanager
-def recording() -> Iterator[dict[str, dict[str, Any]]]:
-    """Collect the record (:func:`file_record`) of every object an atomic write publishes
-    inside the block, by target (``str`` of its path or URI): what a step's marker keeps."""
+def recording(targets: Iterable[Any]) -> Iterator[dict[str, dict[str, Any]]]:
+    """Collect the record (:func:`file_record`) of each of ``targets`` that an atomic
+    write publishes inside the block, by target (``str`` of its path or URI): what a
+    step's marker keeps of its outputs. Other writes are not read again."""
     book: dict[str, dict[str, Any]] = {}
-    token = _PUBLISHED.set(book)
+    token = _PUBLISHED.set((frozenset(str(t) for t in targets), book))
     try:
         yield book
     finally:
@@ -41,12 +42,12 @@ def recording() -> Iterator[dict[str, dict[str, Any]]]:
 
 
 def published(target: Any, tmp: str | Path) -> dict[str, Any] | None:
-    """Record the temporary ``tmp`` about to be published at ``target`` when a
-    :func:`recording` is open; returns the record (None when nothing records)."""
-    book = _PUBLISHED.get()
-    if book is None:
+    """Record the temporary ``tmp`` about to be published at ``target`` when an open
+    :func:`recording` asks for that target; returns the record (None otherwise)."""
+    open_book = _PUBLISHED.get()
+    if open_book is None or str(target) not in open_book[0]:
         return None
-    book[str(target)] = record = file_record(tmp)
+    open_book[1][str(target)] = record = file_record(tmp)
     return record
 
 
