@@ -6,6 +6,7 @@ middle of apply resumed to byte-identical output, and bad URIs refused before wr
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -29,9 +30,10 @@ boto3 = pytest.importorskip("boto3")
 BUCKET = "corpus"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on a free port of 127.0.0.1, credentials and endpoint in the env."""
+@contextlib.contextmanager
+def moto_bucket(tmp_path_factory, bucket: str):
+    """A moto S3 server on a free port of 127.0.0.1 holding ``bucket``, credentials and
+    endpoint in the env; yields ``(client, env, port)``."""
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -43,13 +45,22 @@ def s3(tmp_path_factory):
         "AWS_ENDPOINT_URL": f"http://{host}:{port}",
         "DATAMASK_CACHE": str(tmp_path_factory.mktemp("cache")),
     }
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
-        client.create_bucket(Bucket=BUCKET)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+            client.create_bucket(Bucket=bucket)
+            yield client, env, port
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on a free port of 127.0.0.1, credentials and endpoint in the env."""
+    with moto_bucket(tmp_path_factory, BUCKET) as (client, env, _):
         yield client, env
-    server.stop()
 
 
 def _put_table(client, key: str, table: pa.Table, **kwargs) -> None:
