@@ -31,7 +31,8 @@ from ._validation import (
     resolve_k,
     validate_params,
 )
-from .data import Corpus, Selection, top_k_rows
+from .budget import TOKEN_FLAGS, TokenBudget, resolve_token_budget
+from .data import Corpus, Selection, rank_order, top_k_rows
 from .near_duplicates import SimilarityCap, capped_top_k, infeasible_message, verify_cap
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, resolve_objective
@@ -73,6 +74,12 @@ class Selector:
         Fraction of documents kept, in (0, 1); exactly ``round(select_ratio * n)`` are.
     k : int, optional
         Keep exactly this many documents instead (1 <= k <= n).
+    budget_tokens : float, optional
+        Keep documents whose lengths (``Corpus.lengths``) sum to at most this many tokens,
+        and to within one document of it, instead of a number of documents
+        (:mod:`datamask.budget`; docs/method.md "Token budgets").
+    select_token_ratio : float, optional
+        The token budget as a share of the corpus' tokens, in (0, 1).
     seed : int, default=0
         Seeds every random draw: the selector and each term of the objective draw from
         their own child of ``numpy.random.SeedSequence(seed)``.
@@ -122,6 +129,8 @@ class Selector:
     _shared_constraints: ClassVar[dict[str, list]] = {
         "select_ratio": [Interval(float, 0, 1, closed="neither")],
         "k": [Interval(int, 0, None, closed="neither"), None],
+        "budget_tokens": [Interval(float, 0, None, closed="neither"), None],
+        "select_token_ratio": [Interval(float, 0, 1, closed="neither"), None],
         "seed": [SEED],
         "device": "no_validation",  # resolve_device names every wrong form
         "progress": [bool],
@@ -139,6 +148,8 @@ class Selector:
         lamb: float | None = None,
         select_ratio: float = DEFAULT_SELECT_RATIO,
         k: int | None = None,
+        budget_tokens: float | None = None,
+        select_token_ratio: float | None = None,
         seed: int = 0,
         device: str = "auto",
         progress: bool = False,
@@ -149,6 +160,8 @@ class Selector:
         self.lamb = lamb
         self.select_ratio = select_ratio
         self.k = k
+        self.budget_tokens = budget_tokens
+        self.select_token_ratio = select_token_ratio
         self.seed = seed
         self.device = device
         self.progress = progress
@@ -225,10 +238,7 @@ class Selector:
         self._trace: Any = None  # a greedy's GreedyTrace: its history needs the final J
         selected, scores = self._select(corpus, self.objective_)
         selected = np.sort(np.asarray(selected, dtype=np.int64))
-        if len(selected) != self.k_ or len(np.unique(selected)) != self.k_:  # internal bug guard
-            raise RuntimeError(
-                f"{type(self).__name__} selected {len(np.unique(selected))} rows, not k={self.k_}."
-            )
+        self._check_selected(selected)
         if self.max_similarity is not None:  # exact check before anything is written
             self.max_pair_similarity_ = verify_cap(
                 self.objective_.features_, selected, self.max_similarity
@@ -243,6 +253,17 @@ class Selector:
         if self._trace is not None and evaluate:
             self.history_ = self._trace.history(self.terms_["J"])
         return self
+
+    def _check_selected(self, selected: np.ndarray) -> None:
+        """Internal guard: k distinct rows, or distinct rows within the token budget (whose
+        count and tokens become ``k_`` and ``tokens_``)."""
+        unique = len(np.unique(selected))
+        if self.budget_ is not None and unique == len(selected):
+            self.budget_.check(selected, type(self).__name__)
+            self.k_ = len(selected)
+            self.tokens_ = self.budget_.tokens(selected)
+        elif len(selected) != self.k_ or unique != self.k_:
+            raise RuntimeError(f"{type(self).__name__} selected {unique} rows, not k={self.k_}.")
 
     def transform(self, corpus: Corpus) -> Corpus:
         """The selected rows of ``corpus``, the corpus ``fit`` saw, as a new
@@ -283,9 +304,18 @@ class Selector:
             objective = _copy_to_bind(objective)
         corpus = check_corpus(corpus)
         self.device_ = resolve_device(self.device)
-        self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
+        self.budget_ = self._token_budget(corpus)
+        if self.budget_ is None:
+            self.k_ = resolve_k(self.select_ratio, corpus.n_docs, self.k)
+        else:  # the count it is expected to keep; the fit sets the count it kept
+            self.k_ = self.budget_.expected_count()
         self.objective_ = objective.bind(
-            corpus, self.k_, self.device_, seed=self.seed, max_neighbors=self.max_neighbors
+            corpus,
+            self.k_,
+            self.device_,
+            seed=self.seed,
+            max_neighbors=self.max_neighbors,
+            budget=self.budget_,
         )
         own = seed_streams(self.seed, 1)[0]  # stream 0; the objective's terms have 1, 2, ...
         self._torch_gen, self._np_rng = make_generators(own, self.device_)
@@ -295,6 +325,30 @@ class Selector:
             else SimilarityCap(self.objective_.features_, self.max_similarity, capacity=self.k_)
         )
         return corpus
+
+    #: Whether the method keeps a token budget (``budget_tokens``): it ranks documents
+    #: (its ranking is filled by :meth:`_top_k`) or prices its gains per token.
+    takes_tokens: ClassVar[bool] = False
+
+    def _token_budget(self, corpus: Corpus) -> TokenBudget | None:
+        """The token budget of the parameters on ``corpus``, or None (a document budget)."""
+        budget = resolve_token_budget(
+            corpus.lengths, self.budget_tokens, self.select_token_ratio, corpus.source
+        )
+        if budget is None:
+            return None
+        if self.k is not None:
+            raise ValueError(
+                f"give the budget either as k or as a token budget ({TOKEN_FLAGS}), not both; "
+                f"got k={self.k}."
+            )
+        if not self.takes_tokens:
+            able = ", ".join(sorted(m for m, c in _token_methods().items()))
+            raise ValueError(
+                f"method {self.method!r} does not keep a token budget ({TOKEN_FLAGS}); "
+                f"methods that do: {able}."
+            )
+        return budget
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         """Return (selected rows, per-row scores, higher = kept first). Each selector's own."""
@@ -319,8 +373,14 @@ class Selector:
     def fit_stats(self) -> dict[str, Any]:
         """Counts and timings of the fit, by name without the trailing ``_`` (the bench's
         columns). Selectors add their own."""
+        tokens = (
+            {}
+            if self.budget_ is None
+            else {"tokens": self.tokens_, "budget_tokens": self.budget_.total}
+        )
         return {
             "k": self.k_,
+            **tokens,
             "graph_seconds": self.graph_seconds_,
             "optimise_seconds": self.optimise_seconds_,
         }
@@ -345,7 +405,15 @@ class Selector:
             )
 
     def _top_k(self, scores: np.ndarray, ids: np.ndarray, *, what: str | None = None) -> np.ndarray:
-        """The k best scores (ties by id); under the cap, the k best compatible ones."""
+        """The k best scores (ties by id); under the cap, the k best compatible ones. Under
+        a token budget: the ranking walked down, keeping each row that fits (and that the
+        cap admits)."""
+        if self.budget_ is not None:
+            cap = None
+            if self.max_similarity is not None:
+                cap = SimilarityCap(self.objective_.features_, self.max_similarity)
+            rows = self.budget_.fill(rank_order(scores, ids), None if cap is None else cap.admit)
+            return np.sort(rows)
         if self.max_similarity is None:
             return top_k_rows(scores, ids, self.k_)
         return capped_top_k(
@@ -365,3 +433,16 @@ class Selector:
             unit=unit,
             dynamic_ncols=True,
         )
+
+
+def _token_methods() -> dict[str, type]:
+    """The defined selectors that keep a token budget, by method name (for the error that
+    names them): the subclasses of :class:`Selector`, so no registry is imported here."""
+    out: dict[str, type] = {}
+    todo = list(Selector.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.method and cls.takes_tokens:
+            out[cls.method] = cls
+    return out

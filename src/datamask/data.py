@@ -41,6 +41,9 @@ class Corpus:
         corpus: its best cosine to them, clipped at 0 (``datamask select --given``,
         :mod:`datamask.pipeline.given`). Facility location then counts only what a
         selection adds above it. Default: none.
+    lengths : ndarray of shape (n_docs,), optional
+        Each document's length in tokens (or characters, or bytes), for a token budget
+        (:mod:`datamask.budget`, ``--length-col``). Default: none (document budgets).
     """
 
     ids: np.ndarray
@@ -52,6 +55,7 @@ class Corpus:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     quality_range: tuple[np.ndarray, np.ndarray] | None = None
     floor: np.ndarray | None = None
+    lengths: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.quality = np.asarray(self.quality, dtype=np.float64)
@@ -71,8 +75,8 @@ class Corpus:
 
     def take(self, rows: Sequence[int] | np.ndarray) -> Corpus:
         """The corpus of ``rows`` (row numbers, in the order given): ids, quality,
-        embeddings, the per-row ``extra`` columns and ``floor`` taken; the quality range
-        kept as this corpus's, so the rows' normalised quality is unchanged."""
+        embeddings, the per-row ``extra`` columns, ``floor`` and ``lengths`` taken; the
+        quality range kept as this corpus's, so the rows' normalised quality is unchanged."""
         rows = np.asarray(rows, dtype=np.int64)
         lo_hi = self.quality_range
         if lo_hi is None:
@@ -87,6 +91,7 @@ class Corpus:
             extra={name: np.asarray(col)[rows] for name, col in self.extra.items()},
             quality_range=lo_hi,
             floor=None if self.floor is None else self.floor[rows],
+            lengths=None if self.lengths is None else np.asarray(self.lengths)[rows],
         )
 
     def normalized_quality(self) -> np.ndarray:

@@ -51,6 +51,7 @@ class TopKQuality(Selector):
 
     method = "topk"
     modular = True
+    takes_tokens = True  # its ranking, walked down under the budget
 
     @classmethod
     def comparable_scores(cls, corpus: Corpus, ids: pa.Array, seed: int) -> np.ndarray:
@@ -94,6 +95,7 @@ class RandomSelector(Selector):
 
     method = "random"
     modular = True
+    takes_tokens = True
 
     @classmethod
     def comparable_scores(cls, corpus: Corpus, ids: pa.Array, seed: int) -> np.ndarray:

@@ -80,8 +80,8 @@ def test_the_budget_newton_steps_keep_k_in_expectation():
     residuals = []
     newton = mask_learner._budget_newton
 
-    def watched(theta, k, tau, reach):
-        tau, p = newton(theta, k, tau, reach)
+    def watched(theta, k, tau, reach, sizes=None):
+        tau, p = newton(theta, k, tau, reach, sizes)
         residuals.append(abs(float(p.sum(dtype=torch.float64)) - k))
         return tau, p
 

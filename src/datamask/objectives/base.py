@@ -73,6 +73,12 @@ class TermContext:
         (``Corpus.floor``: its best cosine to documents already kept, ``--given``).
         Facility location counts only what a selection adds above it; terms that cannot
         are refused a floor (:mod:`datamask.pipeline.given`).
+    sizes : float tensor of shape (n_docs,), optional
+        Each document's length under a token budget (:mod:`datamask.budget`); None under a
+        document budget. Quality counts per token kept and facility location per token of
+        the corpus (docs/method.md "Token budgets"); terms that cannot are refused sizes.
+    budget : float, optional
+        The token budget T with ``sizes`` (``k`` is then the count it is expected to keep).
     """
 
     features: torch.Tensor
@@ -85,6 +91,8 @@ class TermContext:
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)
     max_neighbors: int | None = None
     floor: torch.Tensor | None = None
+    sizes: torch.Tensor | None = None
+    budget: float | None = None
 
     @classmethod
     def create(
@@ -98,6 +106,8 @@ class TermContext:
         columns: Mapping[str, np.ndarray] | None = None,
         max_neighbors: int | None = None,
         floor: torch.Tensor | None = None,
+        sizes: torch.Tensor | None = None,
+        budget: float | None = None,
     ) -> TermContext:
         """A context with fresh generators on the device of ``features``, from ``stream``
         (the term's child of the run's seed; :meth:`Objective.bind` passes it), by default
@@ -117,6 +127,8 @@ class TermContext:
             columns=dict(columns or {}),
             max_neighbors=max_neighbors,
             floor=floor,
+            sizes=sizes,
+            budget=budget,
         )
 
 
@@ -169,6 +181,10 @@ class Term(ABC):
         The term means something given documents kept before (``TermContext.floor``,
         ``--given``): facility location counts coverage above the floor, quality is a mean
         over the selection. A term without it is refused a floor at :meth:`bind`.
+    takes_sizes : bool, default=False
+        The term counts documents by their length under a token budget
+        (``TermContext.sizes``; docs/method.md "Token budgets"). A term without it is
+        refused a token budget at :meth:`bind`.
     requires_columns : tuple of str, default=()
         Extra corpus columns the term reads from ``ctx.columns``.
     _parameter_constraints : dict
@@ -184,6 +200,7 @@ class Term(ABC):
     per_document: ClassVar[bool] = False
     has_expected: ClassVar[bool] = False
     takes_floor: ClassVar[bool] = False
+    takes_sizes: ClassVar[bool] = False
     requires_columns: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, list]] = {}
 
@@ -217,6 +234,12 @@ class Term(ABC):
             raise ValueError(
                 f"term {type(self).__name__} cannot be counted given documents already kept "
                 "(--given): only facility location has a floor; use --algorithm Facility."
+            )
+        if ctx.sizes is not None and not self.takes_sizes:
+            raise ValueError(
+                f"term {type(self).__name__} cannot count documents by their length, so it "
+                "cannot be optimised under a token budget (--budget-tokens / "
+                "--select-token-ratio): use --algorithm Facility, or a document budget."
             )
         self.ctx_ = ctx
         self.features_ = ctx.features

@@ -10,6 +10,7 @@ import torch
 
 from .._device import seed_streams
 from .._validation import check_ratio
+from ..budget import TokenBudget
 from ..data import Corpus
 from . import disf, facility_location, pairwise  # noqa: F401  (register the built-in terms)
 from .base import Term, TermContext
@@ -83,6 +84,7 @@ class Objective:
         seed: int = 0,
         columns: Mapping[str, np.ndarray] | None = None,
         max_neighbors: int | None = None,
+        budget: TokenBudget | None = None,
     ) -> Objective:
         """Move the corpus to ``device`` and bind every term to its context. Returns self.
 
@@ -106,6 +108,10 @@ class Objective:
         max_neighbors : int, optional
             Cap on the default K of graph terms (``TermContext.max_neighbors``); the
             learner passes ``LEARNER_MAX_NEIGHBORS``.
+        budget : TokenBudget, optional
+            A token budget (:mod:`datamask.budget`): every term counts documents by
+            their lengths (``TermContext.sizes``) and ``k`` is the count it is expected
+            to keep. Default: a document budget of ``k``.
 
         Raises
         ------
@@ -126,6 +132,10 @@ class Objective:
         if given is not None:
             floor = torch.as_tensor(np.asarray(given), device=self.device_)
             floor = floor.to(self.features_.dtype).clamp_min(0.0)
+        sizes = None
+        if budget is not None:
+            sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=self.device_)
+        self.budget_ = budget
         streams = seed_streams(self.seed_, 1 + len(self.terms))
         for i, (_, term) in enumerate(self.terms):
             wanted = {}
@@ -151,6 +161,8 @@ class Objective:
                 columns=wanted,
                 max_neighbors=max_neighbors,
                 floor=floor,
+                sizes=sizes,
+                budget=None if budget is None else budget.total,
             )
             term.bind(ctx)
         return self

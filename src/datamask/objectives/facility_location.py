@@ -103,6 +103,14 @@ class FacilityLocation(Term):
     :meth:`raise_floor` raises it), the dense and sparse gains, the exact covers of the
     swap rounding and the batch rewards.
 
+    Under a token budget (``TermContext.sizes``) the mean over documents is a mean over
+    tokens, ``sum_i w_i max(0, ...) / n`` with ``w_i = l_i / mean(l)`` (``weights_``): a
+    document counts by its length, so one cut in two halves with the same embedding is
+    covered as the whole was (docs/method.md "Token budgets"). Each row of the graph is
+    scaled by its ``w_i`` once (``max(w s) = w max(s)`` for ``w > 0``), so the graph
+    objective, its gains, the expectation and the swap covers need nothing more; the
+    dense paths multiply by ``w`` where they read raw similarities.
+
     Greedy gains come in two kinds (:meth:`init_state`): on the graph, the exact gain of
     the graph objective ``mean_i max(0, max_{j in S and N(i)} sim_ij)`` (O(K) per
     candidate, what ``--method greedy`` maximises), or dense, the exact gain of the full
@@ -144,6 +152,7 @@ class FacilityLocation(Term):
     has_graph = True
     per_document = True
     takes_floor = True
+    takes_sizes = True
     _parameter_constraints = {
         "n_neighbors": [Interval(int, 0, None, closed="neither"), None],  # "> 0"
         "knn": [Options(str, tuple(KNN_METHODS))],
@@ -186,6 +195,8 @@ class FacilityLocation(Term):
         else:
             self.n_neighbors_ = min(check_count("n_neighbors", self.n_neighbors), n)
         self.floor_ = self.ctx_.floor  # coverage from documents kept before (--given)
+        sizes = self.ctx_.sizes  # a token budget: each document counts by its length
+        self.weights_ = None if sizes is None else (sizes / sizes.mean()).to(features.dtype)
         self.graph_floor_: torch.Tensor | None = None  # what the graph is raised by
         self.graph_: tuple[torch.Tensor, torch.Tensor] | None = None
         self.graph_seconds_ = 0.0
@@ -199,7 +210,8 @@ class FacilityLocation(Term):
                 )
             kk = self.n_neighbors_
             dev = features.device
-            self.graph_ = (idx[:, :kk].to(dev), sim[:, :kk].to(dev, features.dtype).clamp_min(0))
+            sim = sim[:, :kk].to(dev, features.dtype).clamp_min(0)
+            self.graph_ = (idx[:, :kk].to(dev), self._weigh(sim))
             self._raise_to_given()
         self.reverse_: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.dense_: torch.Tensor | None = None
@@ -244,10 +256,15 @@ class FacilityLocation(Term):
                 n_probe=self.n_probe,
                 generator=self.ctx_.generator if generator is None else generator,
             )
-            self.graph_ = (idx, sim.clamp_min_(0.0))  # its own tensor: clipped in place
+            self.graph_ = (idx, self._weigh(sim.clamp_min_(0.0)))  # its own tensor: in place
             self._raise_to_given()
             self.graph_seconds_ = time.perf_counter() - start
         return self.graph_
+
+    def _weigh(self, sim: torch.Tensor) -> torch.Tensor:
+        """``sim`` (rows = documents, the graph's own tensor) scaled in place row by row by
+        the token weights; as it is under a document budget."""
+        return sim if self.weights_ is None else sim.mul_(self.weights_[:, None])
 
     def _raise_to_given(self) -> None:
         if self.floor_ is not None:
@@ -273,6 +290,8 @@ class FacilityLocation(Term):
         before = self.graph_floor_
         total = floor if before is None else torch.maximum(before, floor)
         step = total if before is None else total - before
+        if self.weights_ is not None:  # the rows are w_i s_ij: w_i max(s - b, 0)
+            step = step * self.weights_
         sim.sub_(step[:, None]).clamp_min_(0.0)
         self.graph_floor_ = total
         self.reverse_ = None  # rebuilt from the raised graph on first use
@@ -331,7 +350,9 @@ class FacilityLocation(Term):
                 for lo in range(0, self.n_docs, step)
             ]
         )
-        return cover if self.floor_ is None else (cover - self.floor_).clamp_min_(0.0)
+        if self.floor_ is not None:
+            cover = (cover - self.floor_).clamp_min_(0.0)
+        return cover if self.weights_ is None else cover * self.weights_
 
     def value(self, selected: torch.Tensor) -> float:
         return float(self.coverage(selected).double().mean())
@@ -351,7 +372,10 @@ class FacilityLocation(Term):
             v, i = (x[docs[lo : lo + step]] @ xs.T).topk(m, dim=1)
             if self.floor_ is not None:  # coverage above what was kept before
                 v = v - self.floor_[docs[lo : lo + step], None]
-            vals[lo : lo + step, :m] = v.clamp_min(0.0)
+            v = v.clamp_min(0.0)
+            if self.weights_ is not None:  # per token: the order in a row is unchanged
+                v = v * self.weights_[docs[lo : lo + step], None]
+            vals[lo : lo + step, :m] = v
             rows[lo : lo + step, :m] = torch.where(v > 0, sel[i], n)
         return vals, rows
 
@@ -415,6 +439,8 @@ class FacilityLocation(Term):
                     if self.floor_ is not None:
                         s = s - self.floor_[r, None]
                     s = s.clamp_min(0.0)
+                    if self.weights_ is not None:
+                        s = s * self.weights_[r, None]
                     v = torch.cat([vals[r], s], 1)
                     ids = torch.cat([rows[r], adds.expand(len(r), -1)], 1)
                     top_v, top_i = v.topk(2, dim=1)
@@ -432,6 +458,8 @@ class FacilityLocation(Term):
         sims = sims.clamp_min(0.0)
         b = len(batch)
         chunk = max(1, (1 << 27) // (b * b))  # keep (chunk, b, b) near 128M elements
+        if self.weights_ is not None:  # per token of the batch
+            sims = sims * self.weights_[batch, None]
         out = [(sims[None] * m[:, None, :]).amax(2).mean(1) for m in masks.split(chunk)]
         return torch.cat(out)
 
@@ -504,7 +532,10 @@ class FacilityLocation(Term):
                 rows = dense[cand]  # (c, n)
             else:
                 rows = (self.features_[cand] @ self.features_.T).clamp_min(0.0)
-            out.append((rows - state.cover[None, :]).clamp_min(0.0).sum(1) / self.n_docs)
+            lift = (rows - state.cover[None, :]).clamp_min(0.0)
+            if self.weights_ is not None:  # dense rows are raw similarities
+                lift = lift * self.weights_[None, :]
+            out.append(lift.sum(1) / self.n_docs)
         return torch.cat(out)
 
     def _graph_gains(self, cover: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:

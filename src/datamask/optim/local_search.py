@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..budget import TokenBudget
 from ..objectives import Objective
 from .swaps import DISF_POOL, TermSwaps, swaps_for
 
@@ -167,8 +168,14 @@ def swap_search(
     max_rounds: int = 200,
     batch: int | None = None,
     tol: float = 1e-12,
+    budget: TokenBudget | None = None,
 ) -> SwapResult:
     """Improve ``selected`` (k rows) by batches of 1-for-1 swaps on :func:`swap_objective`.
+
+    Under a token ``budget`` the candidates are ranked per token (the best gain per token
+    to add, the least loss per token to drop), a batch keeps only the swaps that fit the
+    budget in order, and the tokens a batch frees are filled by :func:`_fill`: the count
+    kept may change, the tokens stay within the budget.
 
     Parameters
     ----------
@@ -183,6 +190,8 @@ def swap_search(
         an accepted round, halved after a rejected one.
     tol : float, default=1e-12
         A swap or a batch must raise the objective by more than this.
+    budget : TokenBudget, optional
+        Keep the tokens of the selection within this budget (see above).
 
     Returns
     -------
@@ -201,6 +210,7 @@ def swap_search(
     m = min(k, 1024) if batch is None else int(batch)
     result = SwapResult(selected=sel, start=start, value=start)
     scores = None
+    fits = None if budget is None else _Fits(budget, dev)
     for rnd in range(max_rounds):
         result.rounds = rnd + 1
         if scores is None:
@@ -208,12 +218,18 @@ def swap_search(
         m_eff = min(m, k, n - k)
         if m_eff < 1:
             break
-        adds, drops, bound = _candidate_pairs(scores, keep, k, m_eff)
+        sizes = None if fits is None else fits.sizes
+        adds, drops, bound = _candidate_pairs(scores, keep, k, m_eff, sizes)
         good = torch.nonzero(bound > tol).squeeze(1)
+        if fits is not None:
+            good = fits.within(keep, adds, drops, good)
         if len(good) == 0:
             break
-        good, trial, value = _try_swaps(terms, keep, adds, drops, good, current + tol)
+        good, trial, value = _try_swaps(terms, keep, adds, drops, good, current + tol, fits)
         if value > current + tol:
+            if fits is not None:  # the tokens the swaps freed, filled (J never falls)
+                trial, value = _fill(terms, trial, scores[0], fits)
+                k = int(trial.sum())
             keep, current, scores = trial, value, None
             result.swaps += len(good)
             result.history.append({"round": rnd, "swaps": int(len(good)), "objective": value})
@@ -228,10 +244,11 @@ def swap_search(
 
 
 def _candidate_pairs(
-    scores: tuple, keep: torch.Tensor, k: int, m_eff: int
+    scores: tuple, keep: torch.Tensor, k: int, m_eff: int, sizes: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``m_eff`` best rows to add and to drop, paired best with best, and each pair's
-    bound on the gain of its swap (with the exact cross term of paired terms)."""
+    bound on the gain of its swap (with the exact cross term of paired terms). With
+    ``sizes`` (a token budget) the best are by gain and loss per token."""
     gain, loss, pooled, paired = scores
     n = len(keep)  # k rows of it kept (a swap keeps the count)
     add_score = gain.masked_fill(keep, -torch.inf)
@@ -249,8 +266,12 @@ def _candidate_pairs(
             g, l_ = term.scores(rows, add_pool, drop_pool)
             add_score[add_pool] += w * g
             drop_score[drop_pool] -= w * l_
-    adds = add_score.topk(m_eff).indices
-    drops = drop_score.topk(m_eff).indices
+    if sizes is None:
+        adds = add_score.topk(m_eff).indices
+        drops = drop_score.topk(m_eff).indices
+    else:
+        adds = (add_score / sizes).topk(m_eff).indices
+        drops = (drop_score / sizes).topk(m_eff).indices
     bound = add_score[adds] + drop_score[drops]
     for w, term in paired:  # exact cross term of each pair (pairwise similarity)
         cross = term.pair(adds, drops)
@@ -266,14 +287,59 @@ def _try_swaps(
     drops: torch.Tensor,
     good: torch.Tensor,
     above: float,
+    fits: _Fits | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Every positive pair at once; if that does not rise above ``above``, the
-    non-interacting ones. The pairs tried, the trial keep mask and its value."""
+    non-interacting ones (that still fit the token budget, with ``fits``). The pairs
+    tried, the trial keep mask and its value."""
     trial, value = _apply(terms, keep, adds[good], drops[good])
     if not value > above and len(good) > 1:
         fp = _footprints(terms, keep, adds[good])
         pick = _independent(adds[good], drops[good], fp, len(keep))
         if len(pick) < len(good):
             good = good[torch.as_tensor(pick, dtype=torch.long, device=good.device)]
+            if fits is not None:
+                good = fits.within(keep, adds, drops, good)
             trial, value = _apply(terms, keep, adds[good], drops[good])
     return good, trial, value
+
+
+class _Fits:
+    """The token budget as the swap search reads it: the sizes on the device, and which
+    swaps of a batch fit."""
+
+    def __init__(self, budget: TokenBudget, device: torch.device) -> None:
+        self.budget = budget
+        self.sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=device)
+
+    def slack(self, keep: torch.Tensor) -> float:
+        return self.budget.total - float(self.sizes[keep].sum())
+
+    def within(
+        self, keep: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor, good: torch.Tensor
+    ) -> torch.Tensor:
+        """The pairs of ``good``, in order, that keep the tokens within the budget when
+        applied one after another (a pair that frees tokens makes room for later ones)."""
+        change = (self.sizes[adds[good]] - self.sizes[drops[good]]).cpu().numpy()
+        left, chosen = self.slack(keep), []
+        for i, delta in enumerate(change.tolist()):
+            if delta <= left:
+                chosen.append(i)
+                left -= delta
+        return good[torch.as_tensor(chosen, dtype=torch.long, device=good.device)]
+
+
+def _fill(
+    terms: list, keep: torch.Tensor, gain: torch.Tensor, fits: _Fits
+) -> tuple[torch.Tensor, float]:
+    """``keep`` with the rows of positive ``gain`` added, best gain per token first, each
+    that fits the tokens left (the objective is monotone: an add never lowers it); and its
+    value."""
+    left = fits.slack(keep)
+    per_token = (gain / fits.sizes).masked_fill(keep | (gain <= 0), -torch.inf)
+    order = torch.argsort(per_token, descending=True, stable=True)
+    order = order[: int(torch.isfinite(per_token).sum())].cpu().numpy()
+    rows = fits.budget.fill(order, left=left) if len(order) else order
+    trial = keep.clone()
+    trial[torch.as_tensor(rows, dtype=torch.long, device=keep.device)] = True
+    return trial, _value(terms, trial)

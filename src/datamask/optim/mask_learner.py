@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from .._validation import DEFAULT_SELECT_RATIO, Interval, Options
 from ..base import Selector
-from ..data import Corpus, Selection, top_k_rows
+from ..data import Corpus, Selection, rank_order, top_k_rows
 from ..objectives import Objective
 from ..objectives.facility_location import LEARNER_MAX_NEIGHBORS
 from .local_search import swap_search
@@ -59,10 +59,20 @@ NEWTON_STEPS = 3
 BASELINES = ("group", "loo")
 
 
+def _kept(p: torch.Tensor, sizes: torch.Tensor | None) -> torch.Tensor:
+    """``sum(p)`` in float64, or ``sum(p * sizes)`` under a token budget."""
+    return p.sum(dtype=torch.float64) if sizes is None else (p.double() * sizes).sum()
+
+
 def _budget_shift(
-    theta: torch.Tensor, k: int, start: torch.Tensor | None = None, tol: float = 1e-3
+    theta: torch.Tensor,
+    k: float,
+    start: torch.Tensor | None = None,
+    tol: float = 1e-3,
+    sizes: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``tau`` with ``sum(sigmoid(theta - tau)) == k`` (to ``tol``), no gradient.
+    """``tau`` with ``sum(sigmoid(theta - tau)) == k`` (to ``tol``), no gradient; with
+    ``sizes`` (a token budget, lengths over their mean), ``sum(sizes * sigmoid(...)) == k``.
 
     Newton's method from ``start`` (a few iterations suffice), falling back to bisection
     when Newton fails to converge in 8 iterations. Reads the residual on the host at every
@@ -72,22 +82,26 @@ def _budget_shift(
     tau = theta.new_tensor(0.0, dtype=torch.float64) if start is None else start
     for _ in range(8):
         p = torch.sigmoid(theta - tau)
-        excess = p.sum(dtype=torch.float64) - k
-        slope = (p * (1 - p)).sum(dtype=torch.float64)
+        excess = _kept(p, sizes) - k
+        slope = _kept(p * (1 - p), sizes)
         if abs(float(excess)) < tol:  # sync point: once per Newton iteration
             return tau
         tau = tau + excess / slope.clamp_min(1e-6)
     lo, hi = theta.min().double() - 40.0, theta.max().double() + 40.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        too_many = torch.sigmoid(theta - mid).sum(dtype=torch.float64) > k
+        too_many = _kept(torch.sigmoid(theta - mid), sizes) > k
         lo = torch.where(too_many, mid, lo)
         hi = torch.where(too_many, hi, mid)
     return (lo + hi) / 2
 
 
 def _budget_newton(
-    theta: torch.Tensor, k: int, tau: torch.Tensor, reach: torch.Tensor
+    theta: torch.Tensor,
+    k: float,
+    tau: torch.Tensor,
+    reach: torch.Tensor,
+    sizes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``NEWTON_STEPS`` Newton steps on ``sum(sigmoid(theta - tau)) = k`` from the last
     step's ``tau``, each kept within ``reach`` of it; returns the new ``tau`` and
@@ -100,13 +114,13 @@ def _budget_newton(
     probabilities carries more rounding than the tolerance. Three steps leave
     ``|sum(p) - k|`` below 2.2e-3 documents at every step of a 30k-row fit (median 4e-4;
     two steps: up to 2.6), the tolerance :func:`_budget_shift` stopped at
-    (``tests/optim/test_mask_learner.py`` checks it).
+    (``tests/optim/test_mask_learner.py`` checks it). ``sizes``: as in :func:`_budget_shift`.
     """
     lo, hi = tau - reach, tau + reach
     p = torch.sigmoid(theta - tau)
     for _ in range(NEWTON_STEPS):
-        excess = p.sum(dtype=torch.float64) - k
-        slope = torch.addcmul(p, p, p, value=-1.0).sum(dtype=torch.float64)  # p (1 - p)
+        excess = _kept(p, sizes) - k
+        slope = _kept(torch.addcmul(p, p, p, value=-1.0), sizes)  # p (1 - p)
         tau = torch.clamp(tau + excess / slope.clamp_min(1e-6), lo, hi)
         p = torch.sigmoid(theta - tau)
     return tau, p
@@ -131,6 +145,10 @@ class MaskLearner(Selector):
         Keep exactly this many documents instead (1 <= k <= n); used by the sharded
         runner to honour a global ratio exactly. The learner still uses ``select_ratio``
         for its initial logits and Gumbel top-k batch sizes.
+    budget_tokens, select_token_ratio : float, optional
+        A token budget instead (:class:`~datamask.base.Selector`): the probabilities keep
+        T tokens in expectation, steps follow the gain per token, the rounding walks the
+        logits down keeping each row that fits, and the swaps stay within the budget.
     n_epochs : int, optional
         Optimisation steps. Default 5000 for reinforce (the reference); for expected
         ``min(100, max(10, ceil(k / 4)))``: below 400 kept documents the swap rounding
@@ -213,6 +231,7 @@ class MaskLearner(Selector):
 
     method = "mask"
     max_neighbors = LEARNER_MAX_NEIGHBORS
+    takes_tokens = True
     #: The method's own parameters and what each accepts (the CLI's flags are made from it).
     _parameter_constraints: ClassVar[dict[str, list]] = {
         "n_epochs": [Interval(int, 0, None, closed="neither"), None],
@@ -237,6 +256,8 @@ class MaskLearner(Selector):
         lamb: float | None = None,
         select_ratio: float = DEFAULT_SELECT_RATIO,
         k: int | None = None,
+        budget_tokens: float | None = None,
+        select_token_ratio: float | None = None,
         n_epochs: int | None = None,
         partial: float = 0.1,
         n_rollout: int = 128,
@@ -260,6 +281,8 @@ class MaskLearner(Selector):
             lamb=lamb,
             select_ratio=select_ratio,
             k=k,
+            budget_tokens=budget_tokens,
+            select_token_ratio=select_token_ratio,
             seed=seed,
             device=device,
             progress=progress,
@@ -301,7 +324,10 @@ class MaskLearner(Selector):
         return self.max_lr_ + (self.min_lr_ - self.max_lr_) * frac
 
     def _init_logits(self, quality: torch.Tensor) -> torch.Tensor:
-        base = math.log(self.select_ratio / (1.0 - self.select_ratio))
+        ratio = self.select_ratio  # the share kept: of the documents, or of the tokens
+        if self.budget_ is not None:
+            ratio = self.budget_.total / float(self.budget_.sizes.sum())
+        base = math.log(ratio / (1.0 - ratio))
         theta = torch.full_like(quality, base)
         if self.init == "quality":
             # Logits from the quality ranking: rank mapped to a standard-normal-like spread.
@@ -319,9 +345,16 @@ class MaskLearner(Selector):
         theta = self._init_logits(self.objective_.quality_)
         n = corpus.n_docs
         every = self.log_every or max(1, self.n_epochs_ // 50)
+        # The budget in expectation: k documents, or T tokens as lengths over their mean
+        # (so tolerances and steps stay in documents).
+        self._sizes, self._target = None, float(self.k_)
+        if self.budget_ is not None:
+            mean = float(self.budget_.sizes.mean())
+            self._sizes = torch.as_tensor(self.budget_.sizes / mean, device=self.device_)
+            self._target = self.budget_.total / mean
         if self.estimator == "expected":
             step_fn = self._expected_step
-            self._tau = _budget_shift(theta, self.k_)  # exact, once: Newton starts here
+            self._tau = _budget_shift(theta, self._target, sizes=self._sizes)  # once, exact
             self._reach = theta.new_zeros(())  # the largest logit move of the last step
         else:
             step_fn = self._reinforce_step
@@ -355,16 +388,21 @@ class MaskLearner(Selector):
         logits = theta.float().cpu().numpy()
         self.logits_ = logits
         if self.estimator == "expected":
-            tau = _budget_shift(theta, self.k_, self._tau)
+            tau = _budget_shift(theta, self._target, self._tau, sizes=self._sizes)
             self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
         else:
             self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
-        selected = top_k_rows(logits, corpus.ids, self.k_)
+        if self.budget_ is None:
+            selected = top_k_rows(logits, corpus.ids, self.k_)
+        else:  # the logits walked down, each row kept while it fits
+            selected = np.sort(self.budget_.fill(rank_order(logits, corpus.ids)))
         refine_start = time.perf_counter()
         self.swaps_ = 0
         if self.refine == "swap":
             rows = torch.as_tensor(selected, device=self.device_)
-            found = swap_search(self.objective_, rows, max_rounds=self.max_swap_rounds)
+            found = swap_search(
+                self.objective_, rows, max_rounds=self.max_swap_rounds, budget=self.budget_
+            )
             self.swaps_ = found.swaps
             selected = np.sort(found.selected.cpu().numpy().astype(np.int64))
         self.refine_seconds_ = time.perf_counter() - refine_start
@@ -416,10 +454,13 @@ class MaskLearner(Selector):
         b = int(round(self.partial * n))
         gen = self._torch_gen
         clients = None if b >= n else torch.randperm(n, generator=gen, device=self.device_)[:b]
-        # 2. Keep-probabilities with a budget of k in expectation.
-        self._tau, p = _budget_newton(theta, self.k_, self._tau, self._reach)
-        # 3. Score: E[J] in closed form, and its exact gradient (no rollouts to sample).
+        # 2. Keep-probabilities with a budget of k documents (T tokens) in expectation.
+        self._tau, p = _budget_newton(theta, self._target, self._tau, self._reach, self._sizes)
+        # 3. Score: E[J] in closed form, and its exact gradient (no rollouts to sample);
+        #    under a token budget, the gain per token (as the cost-benefit greedy ranks).
         expected, grad = self.objective_.expected_grad(p, clients)
+        if self._sizes is not None:
+            grad = grad / self._sizes.to(grad.dtype)
         # 4. Step along dE/dp, not dE/dtheta = dE/dp * p(1 - p): the sigmoid's slope would
         #    freeze every document whose probability is near 0 or 1 (all of them, after a
         #    quality init), so a low-quality document that covers a hole could never rise.

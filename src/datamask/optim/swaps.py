@@ -130,10 +130,11 @@ def swaps_for(term: Term) -> TermSwaps:
 # --- the built-in terms ------------------------------------------------------------------------
 @register_swaps(Quality)
 class QualitySwaps(TermSwaps):
-    """A row adds (or takes away) ``q / k``, in float64."""
+    """A row adds (or takes away) ``q / k`` (``l q / T`` under a token budget), in
+    float64."""
 
     def bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        q = self.term.quality_.to(torch.float64) / k
+        q = self.term.mass_
         return q, q
 
 
