@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ._device import set_threads
 from ._validation import k_from_ratio
+from .budget import length_column, lengths_of, resolve_token_budget
 from .config import SelectSpec
 from .data import Corpus
 from .distributed.executors import LocalRunner, available_cpus
@@ -50,6 +51,7 @@ from .io.parquet import corpus_from_table, summary_path, write_selection
 from .io.provenance import record_inputs
 from .io.remote import overlaps, staged_paths
 from .io.shards import list_shards, literal_or_glob
+from .io.text import lengths_from_arrow
 from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
 from .pipeline.step import fit_group
 from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
@@ -363,6 +365,8 @@ def _select_file(
     places = (source, output)
     summary = _file_summary(spec, corpus, selection, terms, places, read_seconds, started)
     summary["settings"]["threads"] = threads  # the count used, not None
+    if corpus.lengths is not None:
+        summary["tokens"] = token_summary(spec, corpus, selection.selected, names)
     if given_info is not None:
         summary["given"] = given_info
         summary["terms_union"] = given_info.pop("terms_union")
@@ -389,13 +393,44 @@ def _read_file(source: str, spec: SelectSpec, split: str | None) -> tuple[Corpus
             f"the terms {list(spec.objective.algorithm)} read column(s) {missing}, not found "
             f"in {source}; available columns: {names}."
         )
+    length = token_length_column(spec, names, source)
+    extra = list(spec.objective.columns)  # what user terms read (requires_columns)
     corpus = read_input_corpus(
         source,
         spec.columns,
         split=split,
-        extra_cols=spec.objective.columns,  # what user terms read (requires_columns)
+        extra_cols=extra + ([length] if length and length not in extra else []),
     )
+    if length is not None:
+        values = corpus.extra[length] if length in extra else corpus.extra.pop(length)
+        corpus.lengths = lengths_of(values, length, source)
     return corpus, names
+
+
+def token_summary(
+    spec: SelectSpec, corpus: Corpus, selected: np.ndarray, names: list[str]
+) -> dict[str, Any]:
+    """What a token budget kept: the tokens kept, the budget, the corpus' tokens and the
+    column they were read from (every output records it)."""
+    sel = spec.selector
+    budget = resolve_token_budget(
+        corpus.lengths, sel.budget_tokens, sel.select_token_ratio, corpus.source
+    )
+    return {
+        "kept": budget.tokens(selected),
+        "budget": budget.total,
+        "corpus": float(budget.sizes.sum()),
+        "length_col": token_length_column(spec, names, corpus.source),
+    }
+
+
+def token_length_column(spec: SelectSpec, names: list[str], where: str) -> str | None:
+    """The column a token budget reads (``--length-col``, else the first length column
+    present), or None under a document budget."""
+    sel = spec.selector
+    if sel.budget_tokens is None and sel.select_token_ratio is None:
+        return None
+    return length_column(names, sel.length_col, where)
 
 
 def _file_summary(
@@ -570,6 +605,9 @@ def select_table(
         cols = replace(cols, id_col="row")
     spec = spec.evolve(columns=cols).check()
     wanted = cols.read[1:] if numbered else cols.read
+    length = token_length_column(spec, names, "data")
+    if length is not None and length not in wanted:
+        wanted = [*wanted, length]
     for name in wanted:
         if name not in names:
             raise ValueError(f"column {name!r} not found in data; available columns: {names}.")
@@ -580,6 +618,8 @@ def select_table(
     if numbered:
         table = table.append_column("row", pa.array(rows))
     corpus = corpus_from_table(table, "data", cols)
+    if length is not None:
+        corpus.lengths = lengths_from_arrow(table.column(length), length, "data")
     given = (spec.selector.given, spec.selector.given_selection)
     k, fit_spec, kept, _, kept_cover = _budget_and_given(corpus, spec, given)
     selection = fit_group(

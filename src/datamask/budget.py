@@ -18,10 +18,63 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TOKEN_FLAGS", "TokenBudget", "check_lengths", "resolve_token_budget"]
+__all__ = [
+    "LENGTH_COLUMNS",
+    "TOKEN_FLAGS",
+    "TokenBudget",
+    "check_lengths",
+    "length_column",
+    "lengths_of",
+    "resolve_token_budget",
+]
 
 #: The settings that ask for a token budget, as the CLI spells them (for errors).
 TOKEN_FLAGS = "--budget-tokens / --select-token-ratio"
+#: Length columns looked for when ``--length-col`` is not given, in order of preference.
+LENGTH_COLUMNS = ("n_chars", "length", "n_tokens", "text")
+
+
+def length_column(names: list[str], length_col: str | None, where: str) -> str:
+    """The column a token budget reads: ``length_col`` (which must be in ``names``), else
+    the first of :data:`LENGTH_COLUMNS` present; a ValueError naming the flags if none."""
+    if length_col is not None:
+        if length_col not in names:
+            raise ValueError(
+                f"--length-col {length_col!r} not found in {where}; available columns: {names}."
+            )
+        return length_col
+    found = next((c for c in LENGTH_COLUMNS if c in names), None)
+    if found is None:
+        raise ValueError(
+            f"{TOKEN_FLAGS} needs each document's length, and {where} has none of the "
+            f"length columns looked for ({list(LENGTH_COLUMNS)}); name the column of token "
+            f"(or character) counts with --length-col. Available columns: {names}."
+        )
+    return found
+
+
+def lengths_of(values: np.ndarray, column: str, where: str) -> np.ndarray:
+    """Document lengths from a column read into numpy: numbers as they are, texts by their
+    length in characters (a null text: 0, refused later by :func:`check_lengths`)."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iuf":
+        return values.astype(np.float64)
+    if values.dtype.kind in "OUS":
+        out = np.fromiter((len(v) if isinstance(v, str | bytes) else -1 for v in values), float)
+        if (out < 0).any():
+            row = int(np.flatnonzero(out < 0)[0])
+            if values[row] is not None:
+                raise ValueError(
+                    f"length column {column!r} of {where} holds {type(values[row]).__name__} "
+                    f"at row {row}: neither a number nor a text; give a column of lengths or "
+                    "texts (--length-col)."
+                )
+            out[out < 0] = 0
+        return out
+    raise ValueError(
+        f"length column {column!r} of {where} holds {values.dtype}: neither numbers nor "
+        "texts; give a column of lengths or texts (--length-col)."
+    )
 
 
 def check_lengths(lengths: np.ndarray, where: str, first_row: int = 0) -> np.ndarray:

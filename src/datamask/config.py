@@ -30,6 +30,7 @@ from ._needs import on_ray, sharded_only
 from ._validation import DEFAULT_SELECT_RATIO, Interval, Options
 from .base import Selector
 from .columns import Columns, quality_spec, split_quality  # noqa: F401 (re-exported)
+from .io.input_settings import InputSettings
 from .objectives import Objective
 from .objectives.combined import DEFAULT_ALGORITHM, DEFAULT_LAMB, resolve_objective
 from .objectives.registry import TERMS, import_term_modules
@@ -37,6 +38,7 @@ from .partition_spec import COUNT as _COUNT
 from .partition_spec import PartitionSpec
 from .selectors import SELECTORS
 from .settings import (
+    BUDGET_KEYS,
     Setting,
     Spec,
     as_names,
@@ -47,6 +49,7 @@ from .settings import (
     owned_settings,
     section_settings,
     setting_field,
+    shared_field,
 )
 
 __all__ = [
@@ -196,6 +199,19 @@ class SelectorSpec:
         _SHARED["k"],
         "documents kept, instead of --select-ratio (with --given: of the new documents)",
     )
+    budget_tokens: float | None = setting_field(
+        None,
+        _SHARED["budget_tokens"],
+        "tokens kept, instead of a number of documents: the kept documents' lengths "
+        "(--length-col) sum to at most this and to within one document of it",
+    )
+    select_token_ratio: float | None = setting_field(
+        None,
+        _SHARED["select_token_ratio"],
+        "share of the corpus' tokens kept, in (0, 1), instead of --select-ratio (needs "
+        "--length-col); docs/method.md \"Token budgets\"",
+    )
+    length_col: str | None = shared_field(InputSettings, "length_col")
     given: str | None = setting_field(
         None,
         (str, os.PathLike, None),
@@ -240,6 +256,8 @@ class SelectorSpec:
             objective,
             select_ratio=self.select_ratio,
             k=self.k if k is None else k,
+            budget_tokens=self.budget_tokens,
+            select_token_ratio=self.select_token_ratio,
             seed=self.seed if seed is None else seed,
             device=device or self.device,
             progress=progress,
@@ -373,10 +391,12 @@ class SelectSpec:
         resolves them against the input (:meth:`~datamask.columns.Columns.resolve`).
         """
         checked = check_settings(values, where=where)
-        if "k" in checked and "select_ratio" in checked:
+        given = [key for key in BUDGET_KEYS if key in checked]
+        if len(given) > 1:
+            got = ", ".join(f"{key}={checked[key][1]}" for key in given)
             raise ValueError(
-                "give the budget either as select_ratio or as k, not both; got select_ratio="
-                f"{checked['select_ratio'][1]} and k={checked['k'][1]}."
+                "give the budget one way: select_ratio, k, budget_tokens or "
+                f"select_token_ratio; got {got}."
             )
         parts: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
         selector_params: dict[str, Any] = {}
@@ -417,8 +437,8 @@ class SelectSpec:
                 if f.name != "params":
                     out[f.name] = getattr(section, f.name)
         out.update(dict(self.selector.params))
-        if self.selector.k is not None:  # the budget is k; select_ratio is its default
-            del out["select_ratio"]
+        if any(getattr(self.selector, key) is not None for key in BUDGET_KEYS[1:]):
+            del out["select_ratio"]  # the budget is another; select_ratio is its default
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod

@@ -227,22 +227,25 @@ class Spec:
         return cls.from_mapping(merged, where=where)
 
 
+#: The ways a budget is given, one at a time (``select_ratio`` is the default).
+BUDGET_KEYS = ("select_ratio", "k", "budget_tokens", "select_token_ratio")
+
+
 def merge_settings(
     base: Mapping[str, Any],
     over: Mapping[str, Any],
     sections: Mapping[str, set[str]] | None = None,
 ) -> dict[str, Any]:
     """``over`` over ``base``, flat keys both; a key of ``over`` replaces the ones of
-    ``base`` it stands for (``quality_col`` the columns and weights, ``k`` and
-    ``select_ratio`` each other; with ``sections``, e.g. ``{"objective": its keys}``, a
+    ``base`` it stands for (``quality_col`` the columns and weights, the
+    :data:`BUDGET_KEYS` each other; with ``sections``, e.g. ``{"objective": its keys}``, a
     section given whole replaces its keys, and a key of it the whole)."""
     over = {str(k).replace("-", "_"): v for k, v in over.items()}
     base = dict(base)
     drops = {
         "quality_col": ("quality_cols", "quality_weights"),
         "quality_cols": ("quality_weights",),
-        "k": ("select_ratio",),
-        "select_ratio": ("k",),
+        **{key: tuple(o for o in BUDGET_KEYS if o != key) for key in BUDGET_KEYS},
     }
     for key in over:
         for other in drops.get(key, ()):
@@ -280,6 +283,8 @@ SHARED_PARAMS = frozenset(
         "lamb",
         "select_ratio",
         "k",
+        "budget_tokens",
+        "select_token_ratio",
         "seed",
         "device",
         "progress",

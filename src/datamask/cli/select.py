@@ -96,6 +96,12 @@ def _print_summary(s: dict[str, Any]) -> None:
     fit = s["seconds"].get("fit")
     took = "" if fit is None else f" in {fit:.2f}s"
     print(f"selected {s['k']} of {s['n_docs']} documents with {s['method']}{took}: {terms}")
+    if "tokens" in s:
+        t = s["tokens"]
+        print(
+            f"kept {t['kept']:,.0f} of {t['corpus']:,.0f} tokens ({t['length_col']}), budget "
+            f"{t['budget']:,.0f}"
+        )
     also = " and keep lists" if s["keep_lists"] else ""
     print(f"wrote {s['output']}, {summary_path(s['output'])}{also}")
 

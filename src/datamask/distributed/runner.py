@@ -133,6 +133,12 @@ def run_selection(
     """
     started = time.perf_counter()
     settings = (settings or SelectSpec()).check()
+    if settings.selector.budget_tokens is not None or settings.selector.select_token_ratio:
+        raise ValueError(
+            "a token budget (--budget-tokens / --select-token-ratio) is kept on one file and "
+            "in select_table; the sharded runner does not allocate tokens yet. Select one "
+            "file, or give a document budget (--select-ratio, --k) for shards."
+        )
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
     # working directories; a relative path would resolve there against another folder.

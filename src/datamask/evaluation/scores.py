@@ -18,6 +18,7 @@ import torch
 
 from .._device import resolve_device
 from .._validation import check_corpus
+from ..budget import LENGTH_COLUMNS
 from ..data import Corpus
 from ..io.selection import read_selection, rows_from_ids
 from ..io.text import lengths_from_arrow
@@ -43,8 +44,6 @@ __all__ = [
     "rows_from_ids",
 ]
 
-#: Columns used for the length distribution, in order of preference.
-LENGTH_COLUMNS = ("n_chars", "length", "n_tokens", "text")
 
 _QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 

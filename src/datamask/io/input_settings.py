@@ -1,6 +1,6 @@
 """The settings of how a command reads its input and checks a selection against it, declared
 once (:class:`InputSettings`) and shared by the specs of ``apply``, ``evaluate`` and
-``report`` (:func:`~datamask.settings.shared_field`)."""
+``report``, and its length column with ``select`` (:func:`~datamask.settings.shared_field`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ class InputSettings:
     length_col: str | None = setting_field(
         None,
         (str, None),
-        "column for the length distribution, numbers or texts (default: the first of "
-        "n_chars, length, n_tokens, text present; none -> no length section)",
+        "column of each document's length, numbers (tokens, characters or bytes) or texts "
+        "(their characters): what select's token budget counts and evaluate and report "
+        "show (default: the first of n_chars, length, n_tokens, text present)",
     )
     trust_selection: bool = setting_field(
         False,
