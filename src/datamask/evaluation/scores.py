@@ -122,6 +122,7 @@ def evaluate_selection(
     dup_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     dup_search: str = "auto",
     dup_all: bool = True,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Score the rows ``selected`` of ``corpus``.
 
@@ -150,6 +151,9 @@ def evaluate_selection(
         Pair search over the whole input (the selection is always searched exactly).
     dup_all : bool, default=True
         Also measure the whole input (``redundancy["all"]``; None when False).
+    progress : bool, default=False
+        A progress bar (stderr) over the whole input's pair search, the long loop (O(N^2 d)
+        exact, up to 100,000 rows by default).
 
     Returns
     -------
@@ -177,7 +181,11 @@ def evaluate_selection(
     x = objective.features_
     dup = {
         "selected": redundancy(x, rows, thresholds=thresholds, method="exact"),
-        "all": redundancy(x, thresholds=thresholds, method=dup_search) if dup_all else None,
+        "all": (
+            redundancy(x, thresholds=thresholds, method=dup_search, progress=progress)
+            if dup_all
+            else None
+        ),
     }
     return {
         "source": corpus.source,
