@@ -178,15 +178,7 @@ def evaluate_selection(
     mask[rows] = True
     quality_columns = _quality_columns(corpus, mask)
     length = _length_section(corpus, length_col, mask)
-    x = objective.features_
-    dup = {
-        "selected": redundancy(x, rows, thresholds=thresholds, method="exact"),
-        "all": (
-            redundancy(x, thresholds=thresholds, method=dup_search, progress=progress)
-            if dup_all
-            else None
-        ),
-    }
+    dup = _redundancy(objective.features_, rows, thresholds, dup_search, dup_all, progress)
     return {
         "source": corpus.source,
         "n_docs": n,
@@ -198,6 +190,23 @@ def evaluate_selection(
         "length": length,
         "redundancy": dup,
     }
+
+
+def _redundancy(
+    x: torch.Tensor,
+    rows: np.ndarray,
+    thresholds: tuple[float, ...],
+    dup_search: str,
+    dup_all: bool,
+    progress: bool,
+) -> dict[str, Any]:
+    """The near-duplicates of the selection (exact) and of the whole input (``dup_search``,
+    the evaluation's long loop: the one with a progress bar)."""
+    selected = redundancy(x, rows, thresholds=thresholds, method="exact")
+    if not dup_all:
+        return {"selected": selected, "all": None}
+    every = redundancy(x, thresholds=thresholds, method=dup_search, progress=progress)
+    return {"selected": selected, "all": every}
 
 
 def _checked_rows(selected: np.ndarray, n: int) -> np.ndarray:
