@@ -175,3 +175,25 @@ def test_every_flag_of_every_command_is_in_the_reference():
         if gone:
             missing[name] = gone
     assert not missing, f"flags missing from docs/cli.md: {missing}"
+
+
+def test_the_generated_flag_tables_are_up_to_date():
+    """docs/cli.md's tables after its marker are what ``python -m datamask.cli.docs`` makes
+    from the parsers (in a fresh process: only the shipped terms' flags)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "datamask.cli.docs", str(ROOT / "docs" / "cli.md"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_table_generator_refuses_a_page_without_its_marker():
+    from datamask.cli.docs import MARKER, update
+
+    with pytest.raises(ValueError, match="has no line"):
+        update("# a page\n")
+    page = f"# a page\n\nhand-written\n\n{MARKER}\nstale table\n"
+    made = update(page)
+    assert made.startswith("# a page\n\nhand-written\n") and "stale table" not in made
+    assert "## `datamask bench` flags" in made and "| `--methods` METHODS |" in made

@@ -5,21 +5,22 @@
 ``gain_order`` (the sharded run's gain curves) runs Minoux's lazy greedy as a heap over
 numpy gains on the host (:meth:`~datamask.objectives.base.Term.host_gains`). The
 ``greedy`` baseline (:class:`~datamask.greedy.LazyGreedy`) ran it on tensors, a few tensor
-ops per re-evaluated row, when this was first run, and on host gains since (HOST-GREEDY.md).
+ops per re-evaluated row, when this was first run, and on host gains since (RESULTS.md,
+"The greedy baseline on host gains"; the first run: ``benchmarks/archive/realtext/``).
 This times both on the same bound objective and graph
 (the greedy's default K), facility location with quality, on the real-text corpus and its
 15k sample, and checks that they pick the same rows. The baseline is the strongest
 alternative a user would pick, so a faster one matters to every "against greedy" figure:
 the results say by how much, against the learner's optimisation time in the same process.
-Appends one JSON line a cell to ``results-host-greedy/host_greedy.jsonl`` and prints a
-markdown table.
+Records every cell in ``results/<date>-<machine>-host-greedy.json`` (the commit inside,
+``benchmarks/_lib/ledger.py``) and prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from datamask.greedy.lazy import gain_order
 
 HERE = Path(__file__).resolve().parent
 import grid  # noqa: E402  (this folder's corpus loader)
+
+sys.path.insert(0, str(HERE.parent / "_lib"))
+from ledger import result_path, run_record, write_json  # noqa: E402
 
 
 def cell(corpus, ratio: float, lamb: float, threads: int) -> dict:
@@ -72,8 +76,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--sets", nargs="+", default=["realtext", "sample15k"])
     args = ap.parse_args()
-    out = HERE / "results-host-greedy" / "host_greedy.jsonl"
-    out.parent.mkdir(exist_ok=True)
+    out, rows = result_path(HERE, "host-greedy"), []
     print("| set | N | ratio | greedy optimise s | host greedy s | learner optimise s | same |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for name in args.sets:
@@ -81,8 +84,8 @@ def main() -> None:
         for ratio in (0.01, 0.1):
             for _ in range(args.repeats):
                 row = {"set": name, **cell(corpus, ratio, 0.5, args.threads)}
-                with out.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                rows.append(row)
+                write_json(out, {**run_record(greedy="LazyGreedy"), "rows": rows})
                 print(
                     f"| {name} | {row['n']:,} | {ratio} | {row['greedy_optimise_s']} | "
                     f"{row['host_greedy_s']} (+{row['host_copy_s']} reverse graph) | "

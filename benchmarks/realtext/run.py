@@ -3,9 +3,9 @@
     python benchmarks/realtext/run.py                       # every set, the whole grid
     python benchmarks/realtext/run.py --sets demo shared --ratios 0.1 --lambs 0.5
     python benchmarks/realtext/run.py --markdown-only       # rebuild RESULTS.md from results/
-    python benchmarks/realtext/run.py --speed --threads 1 2 # SPEED.md: the speed table (issue 19)
+    python benchmarks/realtext/run.py --speed --threads 1 2 # the speed table (issue 19)
 
-``--speed`` is the table of "never slower than greedy" (``benchmarks/realtext/SPEED.md``):
+``--speed`` is the table of "never slower than greedy" (RESULTS.md's speed section):
 every set x ratio x lamb x objective x thread count, the learner at its own default graph
 (K capped at ``LEARNER_MAX_NEIGHBORS``) against the lazy greedy at *its* default graph (K
 from the ratio, up to 1024) and, where the two K differ, the greedy on the learner's graph
@@ -22,9 +22,11 @@ objective of that ratio, so the learner and the sparse greedy use the same graph
 time is charged to both ("graph s"). ``greedy-dense`` runs where the n x n matrix fits
 (``--dense-max``). Each selector runs in this one process, one after another, with the same
 thread count; "CPU s" is the process' CPU time over graph build + fit; peak RSS is what the
-fit added (``datamask.evaluate.bench.measure_peak_rss``). Rows append to
-``results/<set>.jsonl`` as they finish (a rerun skips rows already there) and RESULTS.md is
-rebuilt from them.
+fit added (``datamask.measure.measure_peak_rss``). Rows are recorded as they finish in
+``results/<date>-<machine>-grid-<set>.json`` (``-speed-<set>`` with ``--speed``,
+``-speed-memory`` with ``--memory``; the commit inside, ``benchmarks/_lib/ledger.py``); a
+rerun on the same day skips the rows already there. RESULTS.md's ``grid`` (or ``speed``)
+section is rebuilt from every such file of ``results/``; the text around it is by hand.
 """
 
 from __future__ import annotations
@@ -52,6 +54,22 @@ from datamask.neighbors import knn_graph, resolve_knn, sampled_recall
 from datamask.objectives import Objective, make_term
 from datamask.objectives.facility_location import LEARNER_MAX_NEIGHBORS, neighbors_for_ratio
 from datamask.selectors import make_selector
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_lib"))
+from ledger import result_path, run_record, write_json  # noqa: E402
+
+
+class Record:
+    """One run's result file: its rows so far, rewritten whole after each new row."""
+
+    def __init__(self, study: Path, what: str) -> None:
+        self.path = result_path(study, what)
+        old = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.rows: list[dict[str, Any]] = old.get("rows", [])
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        write_json(self.path, {**run_record(), "rows": self.rows})
 
 
 def build_graph(x: torch.Tensor, kk: int, knn: str, n_probe: int | None) -> dict[str, Any]:
@@ -120,13 +138,10 @@ def probe_memory(corpus: Corpus, method: str, ratio: float, seed: int) -> dict[s
 
 
 def run_memory(args: argparse.Namespace) -> None:
-    """One fresh process per set x ratio x method (``--probe``), rows to memory.jsonl."""
-    path = args.out / "memory.jsonl"
-    done = set()
-    if path.exists():
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["set"], r["ratio"], r["method"]))
+    """One fresh process per set x ratio x method (``--probe``), rows to
+    ``results/<date>-<machine>-speed-memory.json``."""
+    record = Record(args.out, "speed-memory")
+    done = {(r["set"], r["ratio"], r["method"]) for r in record.rows}
     for name in args.sets:
         for ratio in args.ratios:
             for method in ("greedy", "mask"):
@@ -137,8 +152,7 @@ def run_memory(args: argparse.Namespace) -> None:
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 row = {"set": name, "ratio": ratio, "method": method}
                 row.update(json.loads(out.strip().splitlines()[-1]))
-                with path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                record.add(row)
                 print(f"memory {name} ratio={ratio} {method}: {row['peak_mb']:.0f} MB", flush=True)
 
 
@@ -169,15 +183,19 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, nargs="+", default=[None], help="thread counts, each in turn"
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--speed", action="store_true", help="the speed table: SPEED.md")
-    p.add_argument("--out", type=Path, default=None, help="results/ (results-speed/ with --speed)")
-    p.add_argument("--markdown", type=Path, default=None, help="RESULTS.md (SPEED.md with --speed)")
+    p.add_argument("--speed", action="store_true", help="the speed table (RESULTS.md's speed)")
+    p.add_argument(
+        "--out", type=Path, default=HERE, help="study folder whose results/ records the run"
+    )
+    p.add_argument(
+        "--markdown", type=Path, default=None, help="page of the grid or speed section (RESULTS.md)"
+    )
     p.add_argument("--markdown-only", action="store_true")
     p.add_argument(
         "--memory",
         action="store_true",
         help="with --speed: the peak memory of each method at each ratio, graph build "
-        "included, one fresh process each (memory.jsonl)",
+        "included, one fresh process each (results/*-speed-memory.json)",
     )
     p.add_argument("--probe", nargs=3, metavar=("SET", "RATIO", "METHOD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -191,10 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         args.sets = [s for s in SET_NAMES if s != "clustered"] if args.speed else list(SET_NAMES)
     if args.dense_max is None:
         args.dense_max = 0 if args.speed else 20_000
-    args.out = args.out or HERE / ("results-speed" if args.speed else "results")
-    args.markdown = args.markdown or HERE / ("SPEED.md" if args.speed else "RESULTS.md")
+    args.markdown = args.markdown or args.out / "RESULTS.md"
     writer = write_speed_markdown if args.speed else write_markdown
-    args.out.mkdir(parents=True, exist_ok=True)
     if args.memory and not args.markdown_only:
         run_memory(args)
     elif not args.markdown_only:
@@ -214,12 +230,8 @@ def run_set(name: str, args: argparse.Namespace, threads: int) -> None:
     if corpus is None:
         return
     unit_features(corpus)
-    path = args.out / f"{name}.jsonl"
-    done = set()
-    if path.exists():
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["ratio"], r["objective"], r["lamb"], r["method"], r["threads"]))
+    record = Record(args.out, f"{'speed' if args.speed else 'grid'}-{name}")
+    done = {(r["ratio"], r["objective"], r["lamb"], r["method"], r["threads"]) for r in record.rows}
     x = torch.as_tensor(corpus.features)
     n, d = corpus.features.shape
     for ratio in args.ratios:
@@ -282,8 +294,7 @@ def run_set(name: str, args: argparse.Namespace, threads: int) -> None:
                 else:
                     row.update(run_one(corpus, method, names, lamb, ratio, g, args.seed))
                 row["load_after"] = os.getloadavg()[0]
-                with path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                record.add(row)
                 j = row.get("J", float("nan"))
                 print(
                     f"  {obj:<14} lamb={lamb} {method:<17} J={j:.5f} "

@@ -72,11 +72,11 @@ def peak_rss_mb() -> float:
 
 
 #: glibc's malloc raises its mmap threshold each time a large block is freed (up to 32 MB);
-#: blocks below it then come from the heap, whose holes it does not give back. In a worker
-#: that runs one group after another the select step of a 97,197-row group grew to 5.0 GB
-#: after a step of 86,583 rows, where the same step in a fresh process peaked at 1.35 GB.
-#: With the threshold fixed at 4 MB the two steps in one process peaked at 1.85 GB (the
-#: first one's graph build) and took 4% longer (1 thread, docs/scale.md "Memory").
+#: blocks below it then come from the heap, whose holes it does not give back, so a worker
+#: that runs one group after another carries the earlier groups' heap into the next step
+#: (a 97k-row step after an 86k-row one: 5.0 GB, against 1.35 GB in a fresh process). A
+#: threshold fixed at 4 MB keeps a step near its fresh-process peak for about 4% more time
+#: (docs/scale.md, "Memory").
 MMAP_THRESHOLD = 4 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 

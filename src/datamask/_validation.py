@@ -429,4 +429,3 @@ def setting_field(
     if needs is not None:
         meta["needs"] = needs
     return field(default=default, metadata=meta)
-

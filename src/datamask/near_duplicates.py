@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ._device import resolve_device
 from .data import rank_order
@@ -92,17 +93,26 @@ def _upper_tiles(
 
 
 def _exact_pairs(
-    x: torch.Tensor, threshold: float
+    x: torch.Tensor, threshold: float, progress: bool = False
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    for r0, c0, sims in _upper_tiles(x):
-        i, j = torch.nonzero(sims > threshold, as_tuple=True)
-        if len(i):
-            s = sims[i, j]
-            yield (i + r0).cpu().numpy(), (j + c0).cpu().numpy(), s.cpu().numpy()
+    n = x.shape[0]
+    blocks = math.ceil(n / max(1, min(n, int(math.sqrt(TILE_ELEMENTS))))) if n else 0
+    total = blocks * (blocks + 1) // 2
+    with tqdm(total=total, desc="pairs", unit="tile", leave=False, disable=not progress) as bar:
+        for r0, c0, sims in _upper_tiles(x):
+            bar.update()
+            i, j = torch.nonzero(sims > threshold, as_tuple=True)
+            if len(i):
+                s = sims[i, j]
+                yield (i + r0).cpu().numpy(), (j + c0).cpu().numpy(), s.cpu().numpy()
 
 
 def _ivf_pairs(
-    x: torch.Tensor, threshold: float, n_probe: int, generator: torch.Generator | None
+    x: torch.Tensor,
+    threshold: float,
+    n_probe: int,
+    generator: torch.Generator | None,
+    progress: bool = False,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Pairs above ``threshold`` among rows that share a k-means cell (approximate).
 
@@ -128,7 +138,7 @@ def _ivf_pairs(
     bounds = torch.searchsorted(lists, cells).tolist()
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], cells).tolist()
-    for c in range(len(cent)):
+    for c in tqdm(range(len(cent)), desc="pairs", unit="cell", leave=False, disable=not progress):
         queries = q_order[q_bounds[c] : q_bounds[c + 1]]
         members = owners[bounds[c] : bounds[c + 1]]
         if len(queries) == 0 or len(members) < 2:
@@ -169,6 +179,7 @@ def similar_pairs(
     n_probe: int = 4,
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
+    progress: bool = False,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Stream the pairs of rows whose cosine similarity is above ``threshold``.
 
@@ -188,6 +199,8 @@ def similar_pairs(
         Draws of the ivf k-means (default: seeded with 0).
     device : torch device or str, optional
         Where to compute (default: where ``features`` lives).
+    progress : bool, default=False
+        A progress bar (stderr) over the tiles (exact) or the cells (ivf).
 
     Yields
     ------
@@ -205,8 +218,8 @@ def similar_pairs(
     x = as_float_tensor(features, device)
     method = resolve_pair_method(method, x.shape[0], x.device)
     if method == "exact":
-        return _exact_pairs(x, float(threshold))
-    return _ivf_pairs(x, float(threshold), n_probe, generator)
+        return _exact_pairs(x, float(threshold), progress)
+    return _ivf_pairs(x, float(threshold), n_probe, generator, progress)
 
 
 def max_pair_similarity(

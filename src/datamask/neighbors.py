@@ -94,7 +94,7 @@ def resolve_knn(method: str, n: int, device: torch.device) -> str:
     """The search ``knn_graph`` runs: ``auto`` -> exact on CUDA or n <= AUTO_EXACT_MAX, else
     ivf (ours). faiss only when asked for: on the full 56k real-text corpus our ivf reached
     recall@160 0.969 in 19 CPU s where faiss IVFFlat took 81 CPU s for 0.955
-    (benchmarks/realtext/KNN-full.md); at 13k the two cost about the same."""
+    (benchmarks/realtext/RESULTS.md, knn); at 13k the two cost about the same."""
     if method not in KNN_METHODS:
         raise ValueError(f"knn must be one of {list(KNN_METHODS)}; got {method!r}.")
     if method == "faiss" and not faiss_available():

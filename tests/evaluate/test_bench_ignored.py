@@ -1,7 +1,7 @@
 """``bench`` says which flags a combination ignores (issue 34, class 6): ``--map`` and
-``--map-points`` with ``--no-plots``, ``--disf-reference-batches`` without disf-greedy, and
-``--dim``/``--clusters``/``--data-seed`` with ``--input`` warn once, like select's ignored
-settings, and are not recorded in bench.json as used."""
+``--map-points`` with ``--no-plots``, and ``--dim``/``--clusters``/``--data-seed`` with
+``--input`` warn once, like select's ignored settings, and are not recorded in bench.json as
+used."""
 
 from __future__ import annotations
 
@@ -57,11 +57,10 @@ def test_a_bench_that_reads_every_flag_warns_of_none(tmp_path, capsys):
 
 def test_the_library_warns_alike_and_the_specs_say_why():
     spec = BenchSpec(
-        methods=("topk",), disf_reference_batches=2, plots=False, map_points=10, isolate=False
+        methods=("topk",), plots=False, map_method="tsne", map_points=10, isolate=False
     )
     assert spec.ignored() == {
-        "disf_reference_batches": "the original DiSF loop is timed beside disf-greedy only, "
-        "which is not run",
+        "map_method": "--no-plots draws no map",
         "map_points": "--no-plots draws no map",
     }
     assert BenchSpec(map_method="tsne").ignored() == {"map_method": "no out_dir: nothing is drawn"}
@@ -73,7 +72,7 @@ def test_the_library_warns_alike_and_the_specs_say_why():
         warnings.simplefilter("always")
         result = bench(make_clustered(40, 4, 2, seed=0), spec=spec)
     assert [str(w.message).split(" is ignored")[0] for w in caught] == [
-        "disf_reference_batches=2",
+        "map_method='tsne'",
         "map_points=10",
     ]
-    assert set(result["ignored_settings"]) == {"disf_reference_batches", "map_points"}
+    assert set(result["ignored_settings"]) == {"map_method", "map_points"}

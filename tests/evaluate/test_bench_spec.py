@@ -47,7 +47,6 @@ def test_shared_settings_are_selects_declarations():
     [
         ({"map_points": 0}, ValueError, r"^map_points must be >= 1; got 0\.$"),
         ({"map_method": "umap"}, ValueError, r"^map_method must be one of \['pca', 'tsne'\]"),
-        ({"disf_reference_batches": -1}, ValueError, r"^disf_reference_batches must be >= 0"),
         ({"isolate": "no"}, TypeError, r"^isolate must be true or false; got 'no'\.$"),
         ({"dup_thresholds": [0.9, 1.5]}, ValueError, r"^dup_thresholds must be in \(-1, 1\)"),
         ({"dup_search": "fast"}, ValueError, r"^dup_search must be one of"),
@@ -128,13 +127,3 @@ def test_synthetic_data_is_checked_by_its_declarations(tmp_path):
         run_bench(args)
     corpus = SyntheticSpec(synthetic=30, dim=3, clusters=2, data_seed=1).make()
     assert corpus.n_docs == 30 and corpus.source == "make_clustered(30, 3, 2, seed=1)"
-
-
-def test_time_reference_lives_with_the_bench():
-    import datamask.greedy.disf as disf
-    from datamask.evaluation.bench import time_reference
-
-    assert not hasattr(disf, "time_reference")
-    est = time_reference(make_clustered(64, 4, 2, seed=0), select_ratio=0.25, batch_size=32)
-    assert est["n_batches"] == 2 and est["n_batches_timed"] == 1
-    assert est["seconds_estimated"] == pytest.approx(2 * est["seconds_per_batch"])

@@ -259,3 +259,26 @@ def test_cli_exit_codes(tmp_path: Path, small_corpus):
     (tmp_path / "bad.txt").write_text("nope\n")
     bad = cli.main(["evaluate", "--input", str(data), "--selection", str(tmp_path / "bad.txt")])
     assert bad == 2
+
+
+@pytest.mark.parametrize("method", ["exact", "ivf"])
+def test_the_pair_search_shows_progress_when_asked(method, capsys):
+    """``progress`` draws a bar over the whole input's pair search (evaluate's long loop);
+    the default and ``--no-progress`` draw nothing, and the figures do not change."""
+    corpus = make_clustered(300, 8, 4, seed=0)
+    rows = np.arange(0, 300, 7)
+    quiet = evaluate_selection(corpus, rows, dup_search=method)
+    assert capsys.readouterr().err == ""
+    shown = evaluate_selection(corpus, rows, dup_search=method, progress=True)
+    assert "pairs" in capsys.readouterr().err
+    assert shown["redundancy"]["all"]["thresholds"] == quiet["redundancy"]["all"]["thresholds"]
+
+
+def test_evaluate_command_passes_no_progress(tmp_path: Path, small_corpus, capsys):
+    data = write_reference_layout(tmp_path / "docs.parquet", small_corpus)
+    write_columns(tmp_path / "sel.parquet", chunk_id=list(small_corpus.ids[::4]))
+    base = ["--input", str(data), "--selection", str(tmp_path / "sel.parquet"), "--device", "cpu"]
+    assert run_evaluate(_parse([*base, "--no-progress"])) == 0
+    assert "pairs" not in capsys.readouterr().err
+    assert run_evaluate(_parse([*base, "--output", str(tmp_path / "b.json")])) == 0
+    assert "pairs" in capsys.readouterr().err

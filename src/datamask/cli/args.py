@@ -144,4 +144,3 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
         section_settings(PartitionSpec),
     )
     add_flags(parser.add_argument_group("run"), section_settings(RunSpec))
-

@@ -7,8 +7,9 @@
     datamask embed    --input docs.jsonl   --output docs.parquet
     datamask apply    --input docs.parquet --selection out/selection.parquet --output out/kept
 
-Each command is one call of its library door (:mod:`datamask.api`): the flags and the
-``--config`` file make its spec; the door claims the output and stages remote paths.
+Each command is one call of its library door (``select`` in :mod:`datamask.api`, the
+others in :mod:`datamask.doors`): the flags and the ``--config`` file make its spec; the
+door claims the output and stages remote paths.
 
 Bad input prints one line, ``datamask: error: ...``, and exits with status 2; object
 storage that stays unavailable through every retry (:mod:`datamask.io.retry`), a full disk

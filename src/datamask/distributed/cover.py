@@ -8,8 +8,9 @@ round or the similarity cap), in two passes of pure, resumable steps:
    (``OUT/selected/``) and writes their ids and unit embeddings to
    ``WORK/cover/kept-NNNNN.parquet``; its marker (the group's centroid) last. Pass 2
    reads the group's rows again (its object, or its pieces of the input shards), not a
-   cached copy: that copy was the corpus once more on disk, as float32 (15 GB at 10M x
-   384, which filled the 10M run's disk).
+   cached copy: a copy is the corpus once more on disk, as float32 (15 GB at 10M x 384),
+   and the work dir's peak disk is the bound that matters at scale (docs/scale.md, "The
+   10M run").
 2. **Cover.** Every group loads its rows and, with
    :func:`~datamask.coverage.nearest_kept`, finds each row's nearest kept row of its own
    group (a kept row covers itself) and, as the floor, its nearest kept row of its

@@ -111,9 +111,10 @@ def plan_partition(
         spill()  # the spills again (the same bytes), for the groups still to gather
     chunk, columns = settings.partition.chunk_size, settings.read_columns
     plan, gather_steps = gather_groups(units, chunk, columns, folder, work, runner, progress)
-    # 5. Every row is in its group's object now: the spills' disk goes back (the 10M run
-    #    filled its disk holding both), deleted by steps in batches of shards (again on
-    #    a resume: a spill redone since is deleted too).
+    # 5. Every row is in its group's object now: the spills' disk goes back, since
+    #    holding both is twice the corpus on disk (DISK_PER_INPUT_BYTE; docs/scale.md,
+    #    "The 10M run"); deleted by steps in batches of shards (again on a resume: a spill
+    #    redone since is deleted too).
     batches = [
         ReleaseJob(str(folder), tuple(spilled[i : i + 256])) for i in range(0, len(spilled), 256)
     ]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,11 +43,9 @@ from .._memory import cpu_seconds, load_average, measure_peak_rss
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..data import Corpus
-from ..greedy.disf import GreedyDiSF, batch_quotas
-from ..io.snapshot import load_corpus_npz, save_corpus_npz
 from ..pipeline.step import fit_group
 from ..settings import warn_ignored_settings
-from .bench_spec import DEFAULT_METHODS, REFERENCE, BenchSpec, method_spec
+from .bench_spec import DEFAULT_METHODS, BenchSpec, method_spec
 from .bench_table import YARDSTICK, add_ratios, format_markdown, machine, write_bench
 from .redundancy import redundancy
 from .scores import evaluate_selection
@@ -62,8 +59,6 @@ __all__ = [
     "measure_peak_rss",
     "method_spec",
     "run_method",
-    "run_reference",
-    "time_reference",
 ]
 
 
@@ -82,7 +77,7 @@ def run_method(
     """
     set_threads(threads)
     if isinstance(corpus, str):
-        corpus = load_corpus_npz(corpus)
+        corpus = _load_corpus(corpus)
     load_before, cpu_before = load_average(), cpu_seconds()
     selection, memory = measure_peak_rss(lambda: fit_group(corpus, None, spec))
     cpu = cpu_seconds() - cpu_before
@@ -107,62 +102,31 @@ def run_method(
     return out
 
 
-def run_reference(
-    corpus: Corpus | str, params: dict[str, Any], threads: int | None = None
-) -> dict[str, Any]:
-    """:func:`time_reference` measured as :func:`run_method` measures a method."""
-    set_threads(threads)
-    if isinstance(corpus, str):
-        corpus = load_corpus_npz(corpus)
-    load_before, cpu_before = load_average(), cpu_seconds()
-    est = time_reference(corpus, **params)
-    est["cpu_seconds_per_batch"] = (cpu_seconds() - cpu_before) / max(est["n_batches_timed"], 1)
-    return {
-        "method": REFERENCE[1],
-        "estimate": est,
-        "seconds": est["seconds_estimated"],
-        "cpu_seconds": est["cpu_seconds_per_batch"] * est["n_batches"],
-        "load_before": load_before,
-        "load_after": load_average(),
-    }
-
-
-def time_reference(
-    corpus: Corpus,
-    *,
-    select_ratio: float,
-    batch_size: int = 1024,
-    n_batches: int = 1,
-    seed: int = 0,
-    device: str = "cpu",
-) -> dict[str, float]:
-    """Time the original per-candidate DiSF loop on the first ``n_batches`` full batches.
-
-    Returns the measured seconds per batch and the extrapolation to every batch of the
-    corpus (the loop's cost is the same for every full batch with the same quota).
-    """
-    sel = GreedyDiSF(
-        select_ratio=select_ratio,
-        batch_size=batch_size,
-        seed=seed,
-        device=device,
-        implementation="reference",
+def _save_corpus(corpus: Corpus, path: Path) -> None:
+    """Write ``corpus`` as one ``.npz`` (ids as strings): how the bench hands it to the
+    fresh process of each method (:func:`_load_corpus` reads it there)."""
+    np.savez(
+        path,
+        ids=np.asarray([str(i) for i in corpus.ids]),
+        quality=corpus.quality,
+        features=corpus.features,
+        quality_names=np.asarray(corpus.quality_names),
+        quality_weights=np.asarray(corpus.quality_weights, dtype=np.float64),
+        source=np.asarray(corpus.source),
     )
-    sel._setup(corpus)
-    starts, quotas = batch_quotas(corpus.n_docs, sel.k_, batch_size)
-    timed = min(n_batches, len(starts))
-    t0 = time.perf_counter()
-    for b in range(timed):
-        lo, hi = int(starts[b]), min(int(starts[b]) + batch_size, corpus.n_docs)
-        first = int(sel._np_rng.integers(hi - lo))
-        sel._pick_reference(sel.objective_.features_[lo:hi], int(quotas[b]), first)
-    per_batch = (time.perf_counter() - t0) / max(timed, 1)
-    return {
-        "seconds_per_batch": per_batch,
-        "n_batches_timed": timed,
-        "n_batches": len(starts),
-        "seconds_estimated": per_batch * len(starts),
-    }
+
+
+def _load_corpus(path: str | Path) -> Corpus:
+    """Read a corpus written by :func:`_save_corpus`."""
+    with np.load(path, allow_pickle=False) as z:
+        return Corpus(
+            ids=z["ids"].astype(object),
+            quality=z["quality"],
+            features=z["features"],
+            quality_names=[str(s) for s in z["quality_names"]],
+            quality_weights=z["quality_weights"],
+            source=str(z["source"]),
+        )
 
 
 def _in_own_process(fn: Any, *args: Any) -> dict[str, Any]:
@@ -200,8 +164,7 @@ def bench(corpus: Corpus, spec: BenchSpec | None = None, **settings: Any) -> dic
         ``seed``, ``device`` (passed to every method; ``select``'s defaults, declared once);
         ``threads``; ``method_params`` (e.g. ``{"mask": {"n_epochs": 500}}``) or any
         method's parameter by name (to every method that takes it);
-        ``disf_reference_batches`` (time the original per-candidate DiSF loop on this many
-        batches, row ``disf-greedy (original loop)``); ``isolate`` (each method in a fresh
+        ``isolate`` (each method in a fresh
         spawned process, default True); ``out_dir`` (where ``bench.md``, ``bench.json`` and
         the plots go; nothing is written when None); ``plots``; ``map_method`` ("pca" or
         "tsne") and ``map_points``; ``title``; ``progress`` (a line per finished method);
@@ -238,28 +201,18 @@ def _start(corpus: Corpus, spec: BenchSpec) -> _Bench:
 
 
 def _fit_methods(run: _Bench) -> None:
-    """Fit and time every method (and the original DiSF loop when asked), each in a fresh
-    process when ``isolate``."""
+    """Fit and time every method, each in a fresh process when ``isolate``."""
     spec = run.spec
-    todo: list[tuple[str, Any, Any, dict[str, Any]]] = [
-        (m, run_method, spec.select_spec(m), spec.params_of(m)) for m in spec.methods
-    ]
-    if spec.reference is not None:
-        ref = spec.reference
-        extra = {k: v for k, v in ref.items() if k not in spec.common}
-        todo.append((REFERENCE[0], run_reference, ref, extra))
     with tempfile.TemporaryDirectory(prefix="datamask-bench-") as tmp:
         data: Corpus | str = run.corpus
         if spec.isolate:
             data = str(Path(tmp) / "corpus.npz")
-            save_corpus_npz(run.corpus, Path(data))
-        for label, fn, arg, params in todo:
-            if spec.isolate:
-                one = _in_own_process(fn, data, arg, run.threads)
-            else:
-                one = fn(data, arg, run.threads)
+            _save_corpus(run.corpus, Path(data))
+        for label in spec.methods:
+            args = (data, spec.select_spec(label), run.threads)
+            one = _in_own_process(run_method, *args) if spec.isolate else run_method(*args)
             one["label"] = label
-            one["params"] = params
+            one["params"] = spec.params_of(label)
             run.runs.append(one)
             if spec.progress:
                 j = one.get("terms", {}).get("J", float("nan"))

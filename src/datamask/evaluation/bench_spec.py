@@ -54,7 +54,6 @@ from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = [
     "DEFAULT_METHODS",
-    "REFERENCE",
     "BenchSpec",
     "SyntheticSpec",
     "method_spec",
@@ -62,9 +61,6 @@ __all__ = [
 ]
 
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
-
-#: The extra row timing the original per-candidate DiSF loop: (label, method).
-REFERENCE = ("disf-greedy (original loop)", "disf-greedy-reference")
 
 #: The keys :meth:`BenchSpec.from_mapping` takes besides the fields: a method's parameters
 #: for one method (``param``, ``METHOD.KEY=VALUE`` items) or for disf-greedy alone.
@@ -83,12 +79,6 @@ def _drawn(spec: Any, sharded: bool) -> str | None:
     if not spec.plots:
         return "--no-plots draws no map"
     return None if spec.out_dir is not None else "no out_dir: nothing is drawn"
-
-
-def _timed_reference(spec: Any, sharded: bool) -> str | None:
-    if "disf-greedy" in spec.methods:
-        return None
-    return "the original DiSF loop is timed beside disf-greedy only, which is not run"
 
 
 def _synthetic_only(spec: Any, sharded: bool) -> str | None:
@@ -113,13 +103,6 @@ class BenchSpec(Spec):
     seed: int = shared_field(SelectorSpec, "seed")
     device: str = shared_field(SelectorSpec, "device")
     method_params: Mapping[str, Mapping[str, Any]] | tuple = ()
-    disf_reference_batches: int = setting_field(
-        0,
-        (Interval(int, 0, None, closed="left"),),
-        "also time the original per-candidate DiSF loop on this many batches and "
-        "extrapolate to all (0: skip); needs disf-greedy among the methods",
-        needs=_timed_reference,
-    )
     isolate: bool = setting_field(
         True,
         (bool,),
@@ -127,7 +110,10 @@ class BenchSpec(Spec):
         "this process (faster start; memory then includes allocator reuse)",
     )
     out_dir: str | None = setting_field(
-        None, (str, os.PathLike, None), "directory for bench.md, bench.json and the PNGs"
+        None,
+        (str, os.PathLike, None),
+        "folder for bench.md, bench.json and (unless --no-plots) the PNGs; required on the "
+        "command line (bench(): None writes nothing)",
     )
     plots: bool = setting_field(
         True, (bool,), "draw the PNGs (needs matplotlib; --no-plots: skip them)"
@@ -162,8 +148,8 @@ class BenchSpec(Spec):
 
     def ignored(self) -> dict[str, str]:
         """The settings given another value than their default that this bench does not
-        read (the map's without plots, the DiSF reference without disf-greedy), each with
-        why. They are warned about at the door and listed under ``ignored_settings``."""
+        read (the map's without plots or without out_dir), each with why. They are warned
+        about at the door and listed under ``ignored_settings``."""
         return ignored_fields(self, self)
 
     # --- what the runs are ------------------------------------------------------------
@@ -182,14 +168,6 @@ class BenchSpec(Spec):
 
     def _select_spec(self, method: str) -> SelectSpec:
         return method_spec(self.objective, method, {**self.common, **self.params_of(method)})
-
-    @property
-    def reference(self) -> dict[str, Any] | None:
-        """The arguments of the original DiSF loop's timing, when one is asked for."""
-        if self.disf_reference_batches == 0 or "disf-greedy" not in self.methods:
-            return None
-        batch = self.params_of("disf-greedy").get("batch_size", 1024)
-        return {**self.common, "n_batches": self.disf_reference_batches, "batch_size": batch}
 
     # --- from flat keys ---------------------------------------------------------------
     @classmethod

@@ -17,7 +17,7 @@ import torch
 
 from ..data import Corpus
 from ..io.atomic import atomic_write_json, atomic_write_text
-from .bench_spec import REFERENCE, BenchSpec
+from .bench_spec import BenchSpec
 
 __all__ = ["YARDSTICK", "add_ratios", "format_markdown", "machine", "write_bench"]
 
@@ -44,7 +44,6 @@ def add_ratios(result: dict[str, Any]) -> None:
     relative to greedy DiSF."""
     by = {r["label"]: r for r in result["runs"]}
     greedy, disf = by.get(YARDSTICK), by.get("disf-greedy")
-    ref = by.get(REFERENCE[0])
     figures: dict[str, Any] = {}
     for r in result["runs"]:
         if greedy is not None and "terms" in r:
@@ -53,8 +52,6 @@ def add_ratios(result: dict[str, Any]) -> None:
         if disf is not None and "metrics" in r:
             r["disf_loss_vs_disf_greedy"] = r["metrics"]["disf_loss"] / disf["metrics"]["disf_loss"]
             r["time_saved_vs_disf_greedy"] = 1.0 - r["seconds"] / disf["seconds"]
-            if ref is not None:
-                r["time_saved_vs_original_disf"] = 1.0 - r["seconds"] / ref["seconds"]
     mask = by.get("mask")
     if mask is not None and greedy is not None:
         figures["mask_J_pct_of_greedy"] = 100.0 * mask["J_vs_greedy"]
@@ -62,10 +59,6 @@ def add_ratios(result: dict[str, Any]) -> None:
     if mask is not None and disf is not None:
         figures["mask_time_saved_pct_vs_disf_greedy"] = 100.0 * mask["time_saved_vs_disf_greedy"]
         figures["mask_disf_loss_vs_disf_greedy"] = mask["disf_loss_vs_disf_greedy"]
-        if ref is not None:
-            figures["mask_time_saved_pct_vs_original_disf"] = (
-                100.0 * mask["time_saved_vs_original_disf"]
-            )
     result["figures"] = figures
 
 
@@ -143,7 +136,7 @@ def _table(result: dict[str, Any]) -> list[str]:
             _fmt(m.get("mean_pairwise_similarity"), ".4f"),
             _fmt(m.get("disf_loss"), ".1f"),
             _fmt(m.get("mean_nn_similarity"), ".4f"),
-            _fmt(r.get("seconds"), ".2f") + (" (est.)" if r.get("method") == REFERENCE[1] else ""),
+            _fmt(r.get("seconds"), ".2f"),
             _fmt(r.get("graph_seconds"), ".2f"),
             _fmt(r.get("optimise_seconds"), ".2f"),
             _fmt(r.get("cpu_seconds"), ".1f"),
@@ -157,35 +150,20 @@ def _table(result: dict[str, Any]) -> list[str]:
 
 
 def _disf_table(runs: list[dict[str, Any]]) -> list[str]:
-    """DiSF loss and time against greedy DiSF (and the original loop's estimate)."""
-    lines: list[str] = []
+    """DiSF loss and time against greedy DiSF."""
     extra = [r for r in runs if "disf_loss_vs_disf_greedy" in r]
-    if extra:
-        with_ref = any("time_saved_vs_original_disf" in r for r in extra)
-        lines += [
-            "",
-            "| method | DiSF loss / greedy DiSF | time saved vs greedy DiSF"
-            + (" | time saved vs original loop (est.)" if with_ref else "")
-            + " |",
-            "|---|---:|---:|" + ("---:|" if with_ref else ""),
-        ]
-        for r in extra:
-            row = (
-                f"| {r['label']} | {r['disf_loss_vs_disf_greedy']:.4f} | "
-                f"{100 * r['time_saved_vs_disf_greedy']:.1f}% |"
-            )
-            if "time_saved_vs_original_disf" in r:
-                row += f" {100 * r['time_saved_vs_original_disf']:.2f}% |"
-            lines.append(row)
-    for r in runs:
-        if r.get("method") == REFERENCE[1]:
-            e = r["estimate"]
-            lines += [
-                "",
-                f"`{REFERENCE[0]}`: the original per-candidate loop timed "
-                f"on {e['n_batches_timed']} of {e['n_batches']} batches "
-                f"({e['seconds_per_batch']:.1f} s per batch), extrapolated to all.",
-            ]
+    if not extra:
+        return []
+    lines = [
+        "",
+        "| method | DiSF loss / greedy DiSF | time saved vs greedy DiSF |",
+        "|---|---:|---:|",
+    ]
+    for r in extra:
+        lines.append(
+            f"| {r['label']} | {r['disf_loss_vs_disf_greedy']:.4f} | "
+            f"{100 * r['time_saved_vs_disf_greedy']:.1f}% |"
+        )
     return lines
 
 

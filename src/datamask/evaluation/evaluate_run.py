@@ -133,6 +133,7 @@ def _score(run: EvaluateRun) -> dict[str, Any]:
         device=spec.device,
         dup_thresholds=spec.dup_thresholds,
         dup_search=spec.dup_search,
+        progress=spec.progress,
     )
     report["selection"] = run.selection
     if spec.given is not None:  # scored given KEPT, as `select --given` scores it

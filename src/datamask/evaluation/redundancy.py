@@ -165,6 +165,7 @@ def redundancy(
     n_probe: int = 4,
     device: torch.device | str | None = None,
     closest: int = 0,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Near-duplicate figures of ``rows`` of ``features`` (all rows when None).
 
@@ -186,6 +187,8 @@ def redundancy(
     closest : int, default=0
         Also return the ``closest`` most similar pairs above the lowest threshold, from the
         same search, as ``[(row_a, row_b, cosine), ...]`` (rows of ``features``).
+    progress : bool, default=False
+        A progress bar over the search (stderr): the pair search is the long loop.
 
     Returns
     -------
@@ -209,7 +212,7 @@ def redundancy(
         x = x[torch.as_tensor(np.asarray(rows, dtype=np.int64), device=x.device)]
     n = x.shape[0]
     method = resolve_pair_method(method, n, x.device)
-    stream = similar_pairs(x, ts[0], method=method, n_probe=n_probe)
+    stream = similar_pairs(x, ts[0], method=method, n_probe=n_probe, progress=progress)
     top = _Closest(closest)
     stats = duplicate_stats(n, top.watch(stream), ts)
     out = {

@@ -121,6 +121,7 @@ def evaluate_selection(
     dup_thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     dup_search: str = "auto",
     dup_all: bool = True,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Score the rows ``selected`` of ``corpus``.
 
@@ -149,6 +150,9 @@ def evaluate_selection(
         Pair search over the whole input (the selection is always searched exactly).
     dup_all : bool, default=True
         Also measure the whole input (``redundancy["all"]``; None when False).
+    progress : bool, default=False
+        A progress bar (stderr) over the whole input's pair search, the long loop (O(N^2 d)
+        exact, up to 100,000 rows by default).
 
     Returns
     -------
@@ -173,11 +177,7 @@ def evaluate_selection(
     mask[rows] = True
     quality_columns = _quality_columns(corpus, mask)
     length = _length_section(corpus, length_col, mask)
-    x = objective.features_
-    dup = {
-        "selected": redundancy(x, rows, thresholds=thresholds, method="exact"),
-        "all": redundancy(x, thresholds=thresholds, method=dup_search) if dup_all else None,
-    }
+    dup = _redundancy(objective.features_, rows, thresholds, dup_search, dup_all, progress)
     return {
         "source": corpus.source,
         "n_docs": n,
@@ -189,6 +189,23 @@ def evaluate_selection(
         "length": length,
         "redundancy": dup,
     }
+
+
+def _redundancy(
+    x: torch.Tensor,
+    rows: np.ndarray,
+    thresholds: tuple[float, ...],
+    dup_search: str,
+    dup_all: bool,
+    progress: bool,
+) -> dict[str, Any]:
+    """The near-duplicates of the selection (exact) and of the whole input (``dup_search``,
+    the evaluation's long loop: the one with a progress bar)."""
+    selected = redundancy(x, rows, thresholds=thresholds, method="exact")
+    if not dup_all:
+        return {"selected": selected, "all": None}
+    every = redundancy(x, thresholds=thresholds, method=dup_search, progress=progress)
+    return {"selected": selected, "all": every}
 
 
 def _checked_rows(selected: np.ndarray, n: int) -> np.ndarray:

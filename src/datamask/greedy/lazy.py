@@ -195,7 +195,7 @@ def host_picks(
     A pick costs a heap pop and a few numpy ops, no tensor op: on CUDA a tensor op per pick
     is a kernel launch and often a sync, which dominated a sharded group's time
     (benchmarks/gpu/RESULTS.md); on the CPU this is 1.2-1.4x faster
-    (benchmarks/realtext/HOST-GREEDY.md)."""
+    (benchmarks/realtext/RESULTS.md, host gains)."""
 
     if bounds is None:
         bounds = [host_gain(hosts, int(j)) for j in rows]

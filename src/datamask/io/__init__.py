@@ -1,4 +1,6 @@
-"""Reading corpora from parquet and writing selections atomically."""
+"""Every reader and writer: corpora from parquet, JSON lines, save_to_disk and Hub folders;
+shards; selections and keep lists; atomic writes and output claims; local and remote
+storage (s3, gs, hf) with retries; integrity records and their checks."""
 
 from .atomic import (
     OutputLock,

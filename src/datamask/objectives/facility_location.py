@@ -40,7 +40,7 @@ MAX_NEIGHBORS = 1024
 #: below ratio 0.1. Its swap rounding counts the coverage beyond the K-th neighbour exactly
 #: instead (``FacilityLocation.exact_rounding_``), so the graph only steers the gradient
 #: steps and bounds the gains of adds; memory stays O(n * 160) at any ratio
-#: (benchmarks/realtext/SPEED.md).
+#: (benchmarks/realtext/RESULTS.md, speed).
 LEARNER_MAX_NEIGHBORS = 160
 #: Floor of a neighbour's chance of not being kept in ``FacilityLocation.expected`` (the
 #: float32 gap below 1): a keep-probability of exactly 1 would zero every later term and

@@ -152,8 +152,8 @@ class MaskLearner(Selector):
     n_epochs : int, optional
         Optimisation steps. Default 5000 for reinforce (the reference); for expected
         ``min(100, max(10, ceil(k / 4)))``: below 400 kept documents the swap rounding
-        reaches the same J from fewer steps (benchmarks/realtext/SPEED.md), and a learner
-        that takes as many steps as the greedy takes picks is slower than it.
+        reaches the same J from fewer steps (benchmarks/realtext/RESULTS.md, speed), and a
+        learner that takes as many steps as the greedy takes picks is slower than it.
     partial : float, default=0.1
         Fraction of documents drawn per step: the batch of the reinforce estimator; for
         the expected estimator, the documents whose coverage is averaged (facility
