@@ -503,6 +503,12 @@ def _budget_and_given(
         )
     if given[0] is None:
         return k, spec, None, None, None
+    if spec.selector.budget_tokens is not None or spec.selector.select_token_ratio is not None:
+        raise ValueError(
+            "--given with a token budget (--budget-tokens / --select-token-ratio) is not "
+            "supported yet: the union's rate is counted in documents. Give a document budget "
+            "(--select-ratio, --k) with --given."
+        )
     cols = spec.columns
     kept = read_given(given[0], cols, selection=given[1])
     info = prepare_given(corpus, kept, id_col=cols.id_col)
