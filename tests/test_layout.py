@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "io",
             "data",
+            "budget",
             "_validation",
             "_device",
             "_memory",

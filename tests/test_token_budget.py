@@ -232,20 +232,47 @@ def test_select_table_counts_texts_in_characters():
     assert 8_000 - corpus.lengths.max() <= corpus.lengths[rows].sum() <= 8_000
 
 
-def test_the_sharded_runner_and_given_refuse_a_token_budget_by_name(tmp_path):
+def test_the_sharded_runner_refuses_a_token_budget_by_name(tmp_path):
     corpus = _corpus(200)
     folder = tmp_path / "shards"
     folder.mkdir()
     pq.write_table(_table(corpus), folder / "a.parquet")
-    pq.write_table(_table(corpus.take(np.arange(10))), tmp_path / "old.parquet")
     with pytest.raises(ValueError, match="sharded runner does not allocate tokens"):
         datamask.select(str(folder), tmp_path / "out", select_token_ratio=0.1, progress=False)
-    with pytest.raises(ValueError, match="--given with a token budget"):
-        datamask.select(
-            str(folder / "a.parquet"),
-            tmp_path / "o.parquet",
-            select_token_ratio=0.1,
-            given=str(tmp_path / "old.parquet"),
-            progress=False,
-        )
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_given_keeps_the_token_budget_and_counts_the_union_per_token(tmp_path):
+    corpus = _corpus(400)
+    old, new = np.arange(0, 300), np.arange(300, 400)
+    pq.write_table(_table(corpus.take(old)), tmp_path / "old.parquet")
+    pq.write_table(_table(corpus.take(new)), tmp_path / "new.parquet")
+    first = datamask.select(
+        str(tmp_path / "old.parquet"), tmp_path / "old_sel.parquet",
+        select_token_ratio=0.1, device="cpu", progress=False,
+    )  # fmt: skip
+    summary = datamask.select(
+        str(tmp_path / "new.parquet"), tmp_path / "new_sel.parquet",
+        select_token_ratio=0.1, given=str(tmp_path / "old.parquet"),
+        given_selection=str(tmp_path / "old_sel.parquet"), device="cpu", progress=False,
+    )  # fmt: skip
+    tokens = summary["tokens"]
+    assert tokens["budget"] == pytest.approx(0.1 * corpus.lengths[new].sum())
+    assert tokens["budget"] - corpus.lengths[new].max() <= tokens["kept"] <= tokens["budget"]
+    # the union's J, per token, from its definition over both parts (quality scaled over both)
+    ids_old = pq.read_table(tmp_path / "old_sel.parquet").to_pandas()
+    ids_new = pq.read_table(tmp_path / "new_sel.parquet").to_pandas()
+    kept = np.r_[
+        old[ids_old["selected"].to_numpy()], new[ids_new["selected"].to_numpy()]
+    ]
+    assert len(kept) == first["k"] + summary["k"]
+    x = corpus.features / np.linalg.norm(corpus.features, axis=1, keepdims=True)
+    q = corpus.quality[:, 0]
+    q = (q - q.min()) / (q.max() - q.min())
+    lengths = corpus.lengths
+    cover = np.clip(x @ x[kept].T, 0, None).max(axis=1)
+    quality = (lengths[kept] * q[kept]).sum() / lengths[kept].sum()
+    facility = (lengths * cover).sum() / lengths.sum()
+    union = summary["terms_union"]
+    assert union["quality"] == pytest.approx(quality, rel=1e-5)
+    assert union["facility"] == pytest.approx(facility, rel=1e-4)

@@ -36,8 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._device import set_threads
-from ._validation import k_from_ratio
-from .budget import length_column, lengths_of, resolve_token_budget
+from .budget import lengths_of
 from .config import SelectSpec
 from .data import Corpus
 from .distributed.executors import LocalRunner, available_cpus
@@ -52,8 +51,9 @@ from .io.provenance import record_inputs
 from .io.remote import overlaps, staged_paths
 from .io.shards import list_shards, literal_or_glob
 from .io.text import lengths_from_arrow
-from .pipeline.given import Given, given_spec, given_terms, prepare_given, read_given
+from .pipeline.given import budget_and_given, given_terms
 from .pipeline.step import fit_group
+from .pipeline.tokens import token_length_column, token_summary
 from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
 
 __all__ = ["is_sharded", "make_runner", "select", "select_table"]
@@ -327,7 +327,7 @@ def _select_file(
     cols = spec.columns
     corpus, names = _read_file(source, spec, split)
     read_seconds = time.perf_counter() - started
-    k, fit_spec, kept, given_info, kept_cover = _budget_and_given(corpus, spec, given)
+    k, fit_spec, kept, given_info, kept_cover = budget_and_given(corpus, spec, given)
     given_seconds = time.perf_counter() - started - read_seconds
     # The input's fingerprints (a full-file checksum: 3.9 s of a 1M-row file's 34 s on an
     # H200) are hashed in a thread while the selection runs (hashlib and file reads
@@ -407,32 +407,6 @@ def _read_file(source: str, spec: SelectSpec, split: str | None) -> tuple[Corpus
     return corpus, names
 
 
-def token_summary(
-    spec: SelectSpec, corpus: Corpus, selected: np.ndarray, names: list[str]
-) -> dict[str, Any]:
-    """What a token budget kept: the tokens kept, the budget, the corpus' tokens and the
-    column they were read from (every output records it)."""
-    sel = spec.selector
-    budget = resolve_token_budget(
-        corpus.lengths, sel.budget_tokens, sel.select_token_ratio, corpus.source
-    )
-    return {
-        "kept": budget.tokens(selected),
-        "budget": budget.total,
-        "corpus": float(budget.sizes.sum()),
-        "length_col": token_length_column(spec, names, corpus.source),
-    }
-
-
-def token_length_column(spec: SelectSpec, names: list[str], where: str) -> str | None:
-    """The column a token budget reads (``--length-col``, else the first length column
-    present), or None under a document budget."""
-    sel = spec.selector
-    if sel.budget_tokens is None and sel.select_token_ratio is None:
-        return None
-    return length_column(names, sel.length_col, where)
-
-
 def _file_summary(
     spec: SelectSpec,
     corpus: Corpus,
@@ -480,47 +454,6 @@ def _file_provenance(source: str, names: list[str], spec: SelectSpec, kept: Any)
             kept.files, input_names(kept.source, kept.files), columns, id_col=id_col
         )
     return record
-
-
-def _budget_and_given(
-    corpus: Corpus, spec: SelectSpec, given: tuple[Any, Any]
-) -> tuple[
-    int | None,
-    SelectSpec,
-    Given | None,
-    dict[str, Any] | None,
-    tuple[np.ndarray, np.ndarray, bool] | None,
-]:
-    """``k`` (None: from select_ratio), the spec to fit with, KEPT, what the summary
-    records of it and the cover's floor (``(floor, row of KEPT's corpus, exact)``): with
-    ``given`` (the paths of ``--given`` and ``--given-selection``) KEPT is read and
-    checked, the input's floors set and the objective put at the union's rate
-    (:mod:`datamask.pipeline.given`)."""
-    k = spec.selector.k
-    if k is not None and k > corpus.n_docs:
-        raise ValueError(
-            f"k must be at most the {corpus.n_docs} documents of {corpus.source}; got k={k}."
-        )
-    if given[0] is None:
-        return k, spec, None, None, None
-    if spec.selector.budget_tokens is not None or spec.selector.select_token_ratio is not None:
-        raise ValueError(
-            "--given with a token budget (--budget-tokens / --select-token-ratio) is not "
-            "supported yet: the union's rate is counted in documents. Give a document budget "
-            "(--select-ratio, --k) with --given."
-        )
-    cols = spec.columns
-    kept = read_given(given[0], cols, selection=given[1])
-    info = prepare_given(corpus, kept, id_col=cols.id_col)
-    # each new document's floor and the row of KEPT's corpus giving it: what covered_by
-    # names where KEPT covers a document better than the selection does
-    # (the raw cosine, not the floor clipped at 0: a pair's cosine may be negative)
-    exact = info["floor"]["method"] == "exact"
-    cover_floor = (info.pop("floor_sim"), info.pop("floor_index"), exact)
-    k = k_from_ratio(spec.selector.select_ratio, corpus.n_docs) if k is None else k
-    fit_spec = given_spec(spec, k, corpus.n_docs, kept)
-    info["lamb_optimised"] = fit_spec.objective.lamb
-    return k, fit_spec, kept, info, cover_floor
 
 
 # --- an in-memory table -------------------------------------------------------------------
@@ -627,7 +560,7 @@ def select_table(
     if length is not None:
         corpus.lengths = lengths_from_arrow(table.column(length), length, "data")
     given = (spec.selector.given, spec.selector.given_selection)
-    k, fit_spec, kept, _, kept_cover = _budget_and_given(corpus, spec, given)
+    k, fit_spec, kept, _, kept_cover = budget_and_given(corpus, spec, given)
     selection = fit_group(
         corpus, k, fit_spec, progress=progress, cover=True, cover_floor=kept_cover
     )

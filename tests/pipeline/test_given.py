@@ -218,7 +218,7 @@ def test_bad_given_is_refused_with_nothing_written(tmp_path):
         with pytest.raises(ValueError, match=match):
             datamask.select(new, out, progress=False, **settings)
         assert not out.parent.exists() or not any(out.parent.iterdir())
-    with pytest.raises(ValueError, match="either as select_ratio or as k"):
+    with pytest.raises(ValueError, match="give the budget one way: select_ratio, k,"):
         SelectSpec.from_mapping({"select_ratio": 0.2, "k": 3})
     # sharded input: tests/distributed/test_given_sharded.py
 
@@ -264,8 +264,8 @@ def test_cli_select_given_and_its_errors(tmp_path, capsys):
     assert main([*argv, "--output", str(bad), "--k", "3", "--select-ratio", "0.2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "datamask: error: give the budget either as select_ratio or as k, not both; "
-        "got select_ratio=0.2 and k=3."
+        "datamask: error: give the budget one way: select_ratio, k, budget_tokens or "
+        "select_token_ratio; got select_ratio=0.2, k=3."
     ]
     assert not bad.exists() and not (tmp_path / "bad.summary.json").exists()
 

@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 
 from ..objectives import DiSF, FacilityLocation, PairwiseSimilarity, Quality, Term
-from ..objectives.facility_location import CoverState, _gather
+from ..objectives.cover_state import CoverState, _gather
 
 __all__ = ["DISF_POOL", "SwapScoring", "TermSwaps", "register_swaps", "swaps_for"]
 

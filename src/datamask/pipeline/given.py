@@ -36,21 +36,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
-from .._validation import check_corpus, first_duplicate
+from .._validation import check_corpus, first_duplicate, k_from_ratio
+from ..budget import length_column, lengths_of, resolve_token_budget
 from ..columns import Columns
 from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
-from ..io.datasets import input_files, read_input_corpus
+from ..io.datasets import input_column_names, input_files, read_input_corpus
+from ..io.fs import open_input
 from ..io.parquet import corpus_from_tables, read_table
 from ..io.selection import read_selection_ids, rows_from_ids
+from ..io.text import lengths_from_arrow
 from ..neighbors import best_match
 from ..objectives import FacilityLocation, TermContext
 from ..objectives.combined import group_lamb
 
 __all__ = [
     "Given",
+    "budget_and_given",
     "check_given_terms",
     "evaluate_given",
     "given_floor",
@@ -94,33 +100,53 @@ class Given:
     def n_docs(self) -> int:
         return self.corpus.n_docs
 
+    def units(self) -> tuple[float, float]:
+        """``(kept, all)`` in the budget's unit: tokens when the lengths were read (a token
+        budget), else documents."""
+        if self.corpus.lengths is None:
+            return float(self.n_kept), float(self.n_docs)
+        lengths = self.corpus.lengths
+        return float(lengths[self.rows].sum()), float(lengths.sum())
+
     def kept_features(self) -> torch.Tensor:
         return torch.from_numpy(self.corpus.features[self.rows])
 
 
 def read_given(
-    source: str | Path, columns: Columns, *, selection: str | Path | None = None
+    source: str | Path,
+    columns: Columns,
+    *,
+    selection: str | Path | None = None,
+    lengths: str | None = None,
 ) -> Given:
     """``--given`` read with the run's columns: a parquet file, a folder or glob of
     parquet shards, or a ``save_to_disk`` folder; with ``selection`` (a ``datamask
     select`` output, a parquet or text file of ids) only the rows it keeps are kept.
+    ``lengths``: the length column of a token budget, read into ``Corpus.lengths`` (the
+    given name, else the first length column of each file).
 
     The whole of ``--given`` is held in memory (``n_docs x dim`` floats)."""
     where = str(source)
     kind, files = input_files(where)
     if kind == "arrow":
-        corpus = read_input_corpus(where, columns)
+        found = None
+        if lengths is not None:
+            found = length_column(input_column_names(where), lengths or None, f"--given {where}")
+        corpus = read_input_corpus(where, columns, extra_cols=[found] if found else [])
+        if found:
+            corpus.lengths = lengths_of(corpus.extra.pop(found), found, f"--given {where}")
         names: list[str] = []
     else:
         if not files:
             raise ValueError(f"--given {where!r} holds no parquet files.")
         # each file checked as --input's are (columns present, types, nulls, widths),
         # every message naming --given and the file
-        tables = [
-            (read_table(f, columns=columns.read, where=f"--given {f}"), f"--given {f}")
-            for f in files
-        ]
-        corpus, _ = corpus_from_tables(tables, columns, source=f"--given {where}")
+        tables = [(_given_table(f, columns, lengths), f"--given {f}") for f in files]
+        corpus, _ = corpus_from_tables(
+            [(t, w) for (t, _), w in tables], columns, source=f"--given {where}"
+        )
+        if lengths is not None:
+            corpus.lengths = np.concatenate([lens for (_, lens), _ in tables])
         names = [str(f) for f in files]
     rows = np.arange(corpus.n_docs, dtype=np.int64)
     if selection is not None:
@@ -130,6 +156,21 @@ def read_given(
         rows = np.sort(rows_from_ids(corpus.ids, ids, f"--given-selection {selection}"))
     corpus.source = f"--given {where}"
     return Given(corpus, rows, names, where, None if selection is None else str(selection))
+
+
+def _given_table(
+    path: str, columns: Columns, lengths: str | None
+) -> tuple[pa.Table, np.ndarray | None]:
+    """One parquet file of ``--given``, and its lengths when a token budget reads them
+    (``lengths``: the column, "" for the first length column present)."""
+    where = f"--given {path}"
+    if lengths is None:
+        return read_table(path, columns=columns.read, where=where), None
+    with open_input(path) as fh:
+        names = list(pq.read_schema(fh).names)
+    found = length_column(names, lengths or None, where)
+    table = read_table(path, columns=list(dict.fromkeys([*columns.read, found])), where=where)
+    return table, lengths_from_arrow(table.column(found), found, where)
 
 
 def _check_pair(new: Corpus, kept: Corpus, id_col: str) -> None:
@@ -249,12 +290,13 @@ def evaluate_given(
     return {**info, "terms": scored["given"], "terms_union": scored["union"]}
 
 
-def given_spec(spec: SelectSpec, k: int, n_new: int, given: Given) -> SelectSpec:
+def given_spec(spec: SelectSpec, k: float, n_new: float, given: Given) -> SelectSpec:
     """The spec the new documents are selected with: the objective at the union's rate
     (:func:`~datamask.objectives.combined.group_lamb` of ``k`` of ``n_new`` against
-    ``n_kept + k`` of ``n_docs + n_new``). Refuses terms other than facility location."""
+    ``n_kept + k`` of ``n_docs + n_new``; under a token budget all four in tokens,
+    :meth:`Given.units`). Refuses terms other than facility location."""
     check_given_terms(spec.objective)
-    n_kept, n_docs = given.n_kept, given.n_docs
+    n_kept, n_docs = given.units()
     lamb = group_lamb(spec.objective.lamb, k, n_new, n_kept + k, n_docs + n_new)
     checked = spec.__dict__.get("_checked")
     out = replace(spec, objective=replace(spec.objective, lamb=lamb))
@@ -273,29 +315,39 @@ def given_terms(
     ``lamb * mean_{S} q + (1 - lamb) * mean_{i new} max(0, cover_S(i) - floor_i)``;
     ``union`` is ``J(KEPT ∪ S)`` over every document of ``--given`` and of the input (a
     kept document covers itself at 1; a dropped one by its best cosine to KEPT ∪ S), what
-    ``datamask evaluate`` of the two files together reports.
+    ``datamask evaluate`` of the two files together reports. Under a token budget (both
+    corpora with ``lengths``) every mean is per token: quality over the kept tokens,
+    coverage over the documents' tokens (docs/method.md "Token budgets").
     """
     sel = np.asarray(selected, dtype=np.int64)
     x = torch.from_numpy(corpus.features)
     floor = None if corpus.floor is None else torch.from_numpy(corpus.floor).to(x.dtype)
     term = FacilityLocation().bind(TermContext.create(x, None, max(len(sel), 1), floor=floor))
-    above = term.coverage(torch.from_numpy(sel)).double()
-    q_new = corpus.normalized_quality()
-    q_docs = given.corpus.normalized_quality()
-    k, nk, nn = len(sel), given.n_kept, corpus.n_docs
-    quality = float(q_new[sel].mean()) if k else 0.0
-    facility = float(above.mean())
-    new_cover = float(above.sum()) + (0.0 if floor is None else float(floor.double().sum()))
+    above = term.coverage(torch.from_numpy(sel)).double().numpy()
+    covered = above + (0.0 if floor is None else floor.double().numpy())
     # --given's own documents: kept ones at 1, dropped ones by their best cosine to KEPT ∪ S
+    docs_cover = np.zeros(given.n_docs)
+    docs_cover[given.rows] = 1.0
     dropped = np.setdiff1d(np.arange(given.n_docs), given.rows)
-    docs_cover = float(nk)
     if len(dropped):
         xd = torch.from_numpy(given.corpus.features[dropped])
         by_kept, _, _ = best_match(xd, given.kept_features())
         by_new, _, _ = best_match(xd, x[torch.from_numpy(sel)])
-        docs_cover += float(torch.maximum(by_kept, by_new).clamp_min(0.0).double().sum())
-    union_quality = float((q_docs[given.rows].sum() + q_new[sel].sum()) / max(nk + k, 1))
-    union_facility = (docs_cover + new_cover) / (given.n_docs + nn)
+        docs_cover[dropped] = torch.maximum(by_kept, by_new).clamp_min(0.0).double().numpy()
+    per_token = corpus.lengths is not None and given.corpus.lengths is not None
+    w_new = corpus.lengths if per_token else np.ones(corpus.n_docs)
+    w_docs = given.corpus.lengths if per_token else np.ones(given.n_docs)
+    q_new = corpus.normalized_quality()
+    q_docs = given.corpus.normalized_quality()
+    kept_w = float(w_new[sel].sum())
+    quality = float((w_new[sel] * q_new[sel]).sum() / kept_w) if len(sel) else 0.0
+    facility = float((w_new * above).sum() / w_new.sum())
+    union_kept = float(w_docs[given.rows].sum()) + kept_w
+    union_q = (w_docs[given.rows] * q_docs[given.rows]).sum() + (w_new[sel] * q_new[sel]).sum()
+    union_quality = float(union_q / max(union_kept, 1e-12)) if union_kept else 0.0
+    union_facility = float(
+        ((w_docs * docs_cover).sum() + (w_new * covered).sum()) / (w_docs.sum() + w_new.sum())
+    )
     return {
         "given": {
             "quality": quality,
@@ -308,3 +360,47 @@ def given_terms(
             "J": lamb * union_quality + (1 - lamb) * union_facility,
         },
     }
+
+
+def budget_and_given(
+    corpus: Corpus, spec: SelectSpec, given: tuple[Any, Any]
+) -> tuple[
+    int | None,
+    SelectSpec,
+    Given | None,
+    dict[str, Any] | None,
+    tuple[np.ndarray, np.ndarray, bool] | None,
+]:
+    """``k`` (None: from select_ratio), the spec to fit with, KEPT, what the summary
+    records of it and the cover's floor (``(floor, row of KEPT's corpus, exact)``): with
+    ``given`` (the paths of ``--given`` and ``--given-selection``) KEPT is read and
+    checked, the input's floors set and the objective put at the union's rate
+    (:mod:`datamask.pipeline.given`)."""
+    k = spec.selector.k
+    if k is not None and k > corpus.n_docs:
+        raise ValueError(
+            f"k must be at most the {corpus.n_docs} documents of {corpus.source}; got k={k}."
+        )
+    if given[0] is None:
+        return k, spec, None, None, None
+    cols = spec.columns
+    sel = spec.selector
+    tokens = sel.budget_tokens is not None or sel.select_token_ratio is not None
+    lengths = (sel.length_col or "") if tokens else None  # "": the first length column
+    kept = read_given(given[0], cols, selection=given[1], lengths=lengths)
+    info = prepare_given(corpus, kept, id_col=cols.id_col)
+    # each new document's floor and the row of KEPT's corpus giving it: what covered_by
+    # names where KEPT covers a document better than the selection does
+    # (the raw cosine, not the floor clipped at 0: a pair's cosine may be negative)
+    exact = info["floor"]["method"] == "exact"
+    cover_floor = (info.pop("floor_sim"), info.pop("floor_index"), exact)
+    if tokens:  # the union's rate in tokens; the selector keeps the budget itself
+        budget = resolve_token_budget(
+            corpus.lengths, sel.budget_tokens, sel.select_token_ratio, corpus.source
+        )
+        fit_spec = given_spec(spec, budget.total, float(budget.sizes.sum()), kept)
+    else:
+        k = k_from_ratio(spec.selector.select_ratio, corpus.n_docs) if k is None else k
+        fit_spec = given_spec(spec, k, corpus.n_docs, kept)
+    info["lamb_optimised"] = fit_spec.objective.lamb
+    return k, fit_spec, kept, info, cover_floor
