@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
 from .plan import budget_k, check_work_disk, plan_groups
 from .rounds import allocate_round, central_round, select_round
+from .tokens import count_tokens, fill_round, token_settings, uses_tokens
 from .validate import (
     QualityRange,
     ScanShard,
@@ -133,11 +135,13 @@ def run_selection(
     """
     started = time.perf_counter()
     settings = (settings or SelectSpec()).check()
-    if settings.selector.budget_tokens is not None or settings.selector.select_token_ratio:
+    if uses_tokens(settings) and (
+        settings.selector.given is not None or settings.selector.max_similarity is not None
+    ):
         raise ValueError(
-            "a token budget (--budget-tokens / --select-token-ratio) is kept on one file and "
-            "in select_table; the sharded runner does not allocate tokens yet. Select one "
-            "file, or give a document budget (--select-ratio, --k) for shards."
+            "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
+            "--given or --max-similarity yet; select one file, or give a document budget "
+            "(--select-ratio, --k) for shards."
         )
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
@@ -160,6 +164,7 @@ def run_selection(
         check_no_overlap([out, work], [source])
     files = [storage_path(f) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
+    settings = token_settings(settings, files)  # the length column named, if a token budget
     if given is not None and given[0] is not None:  # --given is read, never written
         check_no_overlap([out, work], [g for g in given if g])
     # Claim the output (and a work dir outside it) before any computation: a second run
@@ -242,6 +247,8 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     runner, progress = run.runner, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
+    if uses_tokens(settings):
+        return _run_tokens(run, checked, started)
     k_total, quality_range = checked.k_total, checked.quality_range
     # 2. Plan the groups.
     groups, shares, plan_facts, combine = plan_groups(run, checked.infos, k_total)
@@ -310,5 +317,67 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
         seconds,
     )
     manifest = build_manifest(run, checked, done)
+    atomic_write_json(manifest, out / "manifest.json")
+    return manifest
+
+
+def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, Any]:
+    """:func:`run_selection` under a token budget (:mod:`.tokens`): the corpus' tokens from
+    every shard, every group under its proportional share of them, one fill of what the
+    groups left unspent; then the cover, the keep lists and the manifest as ever."""
+    out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
+    plan = count_tokens(settings, checked.infos, runner, progress)
+    groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total)
+    groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
+    plan_s = time.perf_counter() - started
+    stats: dict[int, dict[str, Any]] = {}
+    select_started = time.perf_counter()
+    n_pending_docs = select_round(
+        run, groups, checked.quality_range, stats, propose=False, rate=checked.rate, tokens=plan
+    )
+    select_s = time.perf_counter() - select_started
+    kept = sum(stats[g.gid]["tokens"]["kept"] for g in groups)
+    fill = fill_round(
+        runner,
+        [g.gid for g in groups],
+        str(run.work),
+        str(out),
+        settings.columns.id_col,
+        plan.total - kept,
+    )
+    clean_stale_temporaries(out / "selected")
+    for g in groups:
+        stats[g.gid]["share"] = shares[g.gid]
+        stats[g.gid]["k"] = fill["k_by_group"][str(g.gid)]
+    ordered = [stats[g.gid] for g in groups]
+    k_selected = int(sum(s["k"] for s in ordered))
+    cover_facts = None
+    if not settings.run.selected_only:
+        clean_stale_temporaries(out / "covered")
+        cover_facts = cover_round(run, groups, checked.quality_range)
+    keep = keep_round(groups, checked.infos, settings.columns.id_col, run, runner, progress)
+    seconds = {"plan": plan_s, "select": select_s, "global": 0.0}
+    seconds["total"] = time.perf_counter() - started
+    done = Outcome(
+        groups,
+        ordered,
+        plan_facts,
+        "group",
+        None,
+        None,
+        cover_facts,
+        keep,
+        k_selected,
+        n_pending_docs,
+        seconds,
+    )
+    manifest = build_manifest(run, checked, done)
+    tokens = plan.summary(kept + fill["filled_tokens"])
+    manifest["totals"]["tokens"] = tokens
+    manifest["tokens"] = {
+        **tokens,
+        "allocation": "proportional to each group's tokens, then one fill of the unspent tokens",
+        "fill": fill,
+    }
     atomic_write_json(manifest, out / "manifest.json")
     return manifest

@@ -42,6 +42,7 @@ from ..io.shards import (
     corpus_from_tables,
     read_rows,
 )
+from ..io.text import lengths_from_arrow
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import selection_table
 from .allocate import (
@@ -57,6 +58,7 @@ from .given import group_floor, kept_counts
 from .partition import (
     Group,
 )
+from .tokens import TokenPlan, offer_path, select_tokens, uses_tokens
 from .validate import QualityRange
 
 __all__ = [
@@ -173,6 +175,11 @@ def read_group(
         corpus.extra[name] = np.concatenate(
             [t.column(name).to_numpy(zero_copy_only=False) for t, _ in tables]
         )
+    column = spec.selector.length_col
+    if uses_tokens(spec) and column is not None and tables:  # a token budget: each length
+        corpus.lengths = np.concatenate(
+            [lengths_from_arrow(t.column(column), column, where) for t, where in tables]
+        )
     return corpus, ids
 
 
@@ -227,6 +234,7 @@ class GroupJob:
     rate: tuple[int, int] | None = None
     width: int = 0
     n_kept: int = 0
+    tokens: TokenPlan | None = None
 
 
 class SelectGroup(Step[GroupJob]):
@@ -262,9 +270,13 @@ class SelectGroup(Step[GroupJob]):
 
     def outputs(self, job: GroupJob) -> tuple[Path, ...]:
         gid = job.group.gid
+        if job.tokens is not None:  # the fill step writes the part
+            return (candidates_path(job.work, gid), offer_path(job.work, gid))
         return (candidates_path(job.work, gid) if job.propose else part_path(job.out, gid),)
 
     def accepts(self, job: GroupJob, done: dict[str, Any]) -> bool:
+        if job.tokens is not None:  # a token budget: done for the same corpus-wide budget
+            return done.get("token_plan") == [job.tokens.total, job.tokens.corpus]
         return done.get("k") == job.group.k  # asked for more candidates since: not done
 
     def size(self, job: GroupJob) -> int:
@@ -284,6 +296,8 @@ class SelectGroup(Step[GroupJob]):
             corpus = check_corpus(corpus)
         floor = group_floor(corpus, spec, work_dir)  # given KEPT: each row's floor
         read_s = time.perf_counter() - started
+        if job.tokens is not None:
+            return select_tokens(job, corpus, ids, started, read_s, _group_stats)
 
         # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one
         #    step. Not scored exactly: a group's own J is not the corpus' (an n x k pass
