@@ -5,15 +5,21 @@
    :func:`~datamask.io.text.lengths_from_arrow`), refuses a length that is not > 0 naming
    the shard and row, and returns three numbers: its tokens, its longest and shortest
    document. The driver adds them up: the corpus' tokens resolve ``--select-token-ratio``.
-2. **Select.** Group ``g`` (``L_g`` tokens) runs the method under its share of the budget,
-   ``T_g = T * L_g / L`` (proportional: a first step, not yet the equal-marginal-gain
-   allocation of :mod:`.allocate` priced per token), and writes its kept rows to
-   ``WORK/candidates/NNNNN.parquet`` and, as *offers*, its best unkept rows by quality per
-   token (the per-token gain of the quality term), as many as make up its unspent tokens
-   plus the corpus' longest document, to ``WORK/tokens/offer-NNNNN.parquet``.
-3. **Fill.** One step walks every group's offers, best quality first (ties: group, then
-   the group's order), into the tokens the groups left unspent, keeping each that fits,
-   then writes every group's part: its kept rows and its filled ones. Each group left less
+2. **Select.** Group ``g`` (``L_g`` tokens) runs the method under ``oversample`` times
+   its share of the budget, ``T_g = T * L_g / L``, and writes what it keeps as candidates
+   (with their lengths, raw quality and embeddings); **one central round** then keeps
+   ``T`` tokens of the union (:class:`~.steps.SelectGlobal` with ``budget_tokens=T``), as
+   the document budget's central round does (GreeDi). This is not yet the allocation by
+   equal marginal gains per token of :mod:`.allocate`: a group's candidates are capped at
+   ``oversample`` times its proportional share, so a cluster worth more than that per
+   token is cut short (``--oversample`` raises the cap), and coverage in the central
+   round is counted over the candidates, not over every row.
+3. **Fill** (modular methods, or one group: no central round). Each group keeps its
+   share ``T_g`` and offers its best unkept rows by quality per token, as many as make
+   up its unspent tokens plus the corpus' longest document
+   (``WORK/tokens/offer-NNNNN.parquet``); one step walks every group's offers, best
+   quality first (ties: group, then the group's order), into the tokens the groups left
+   unspent, keeping each that fits, then writes every group's part. Each group left less
    than its shortest unkept row and offers more than its unspent tokens, so the walk ends
    on a row that does not fit: the kept tokens are within the longest document of ``T``.
 
@@ -284,23 +290,34 @@ def fill_round(
 
 
 def select_tokens(
-    job: Any, corpus: Corpus, ids: pa.Array, started: float, read_s: float, group_stats: Any
+    job: Any,
+    corpus: Corpus,
+    ids: pa.Array,
+    started: float,
+    read_s: float,
+    group_stats: Any,
+    propose: Any = None,
 ) -> dict[str, Any]:
     """A group under a token budget (:mod:`.tokens`): its proportional share ``T_g`` of
     the budget, its kept rows to ``WORK/candidates/`` (the fill step writes the part) and
-    its offers for the fill."""
+    its offers for the fill. With ``propose`` (a callable writing the candidates of the
+    central round): ``oversample`` times its share, and no offers."""
     from ..pipeline.step import fit_group
     from ..pipeline.writer import selection_table
 
     group, spec, plan = job.group, job.spec, job.tokens
     assert plan is not None  # a token budget
-    lengths = np.asarray(corpus.lengths, dtype=np.float64)
+    lengths = np.asarray([] if corpus.lengths is None else corpus.lengths, np.float64)
     budget = group_token_budget(plan, lengths) if corpus.n_docs else 0.0
+    if propose is not None:
+        budget *= spec.partition.oversample
     fit_spec = replace(
         spec, selector=replace(spec.selector, budget_tokens=budget, select_token_ratio=None)
     )
     if corpus.n_docs == 0 or budget < lengths.min():  # its share keeps none of its rows
         sel = fit_group(corpus, 0, fit_spec, seed=group.seed, evaluate=False)
+    elif budget >= lengths.sum():  # proposing every row
+        sel = fit_group(corpus, corpus.n_docs, fit_spec, seed=group.seed, evaluate=False)
     else:  # stored ids not passed: modular methods walk their ranking under the budget too
         sel = fit_group(corpus, None, fit_spec, seed=group.seed, evaluate=False)
     fit_s = time.perf_counter() - started - read_s
@@ -310,22 +327,13 @@ def select_tokens(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, probability=True),
             storage_path(job.work) / "groups" / f"{group.gid:05d}.parquet",
         )
-    table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
-    atomic_write_table(table, _candidates_path(job.work, group.gid))
     kept = float(lengths[sel.selected].sum()) if corpus.n_docs else 0.0
-    if corpus.n_docs:
-        write_offers(sel, corpus, ids, plan, budget - kept, offer_path(job.work, group.gid))
+    if propose is not None:  # the central round's candidates; no offers
+        propose(sel)
     else:
-        atomic_write_table(
-            pa.table(
-                {
-                    "id": ids,
-                    "length": pa.array([], pa.float64()),
-                    "quality": pa.array([], pa.float64()),
-                }
-            ),
-            offer_path(job.work, group.gid),
-        )
+        table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
+        atomic_write_table(table, _candidates_path(job.work, group.gid))
+        write_offers(sel, corpus, ids, plan, budget - kept, offer_path(job.work, group.gid))
     stats = group_stats(group, sel, corpus.n_docs, started, read_s, fit_s)
     stats.update(
         token_plan=[plan.total, plan.corpus],
