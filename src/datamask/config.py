@@ -522,7 +522,12 @@ class SelectSpec:
     @property
     def read_columns(self) -> list[str]:
         """Every column a run reads: id, quality, embedding and what the terms require."""
-        return list(dict.fromkeys([*self.columns.read, *self.objective.columns]))
+        columns = [*self.columns.read, *self.objective.columns]
+        sel = self.selector
+        tokens = sel.budget_tokens is not None or sel.select_token_ratio is not None
+        if tokens and sel.length_col is not None:  # a token budget's lengths (issue 46)
+            columns.append(sel.length_col)
+        return list(dict.fromkeys(columns))
 
     def make_selector(self, **kwargs: Any) -> Any:
         """A fresh selector of the method with its objective (``kwargs``: ``k``, ``seed``,

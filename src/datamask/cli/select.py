@@ -129,4 +129,10 @@ def _print_manifest(m: dict[str, Any]) -> None:
             f"global budget: {b['candidates']} candidates (oversample {b['oversample']:g}), "
             f"global round {g['seconds']['total']:.1f}s, peak RSS {format_mib(g['peak_rss_mb'])}"
         )
+    if "tokens" in m["totals"]:
+        t = m["totals"]["tokens"]
+        print(
+            f"kept {t['kept']:,.0f} of {t['corpus']:,.0f} tokens ({t['length_col']}), budget "
+            f"{t['budget']:,.0f}"
+        )
     print(f"wrote {m['output']['selected']}/ ({m['output']['parts']} parts) and manifest.json")

@@ -34,6 +34,7 @@ from .given import kept_counts
 from .lifecycle import read_marker
 from .partition import Group
 from .steps import GlobalJob, GroupJob, SelectGlobal, SelectGroup, candidates_path, part_path
+from .tokens import TokenPlan
 from .validate import QualityRange
 
 __all__ = ["allocate_round", "central_round", "select_round"]
@@ -59,6 +60,7 @@ def select_round(
     totals: tuple[int, int] | None = None,
     rate: tuple[int, int] | None = None,
     desc: str = "select groups",
+    tokens: TokenPlan | None = None,
 ) -> int:
     """Run :class:`~.steps.SelectGroup` for every group without a finished result; fills
     ``stats`` (by gid), returns the documents computed (not reused)."""
@@ -67,7 +69,7 @@ def select_round(
     width = _width(todo[0].pieces[0].path, spec.columns.feature_col) if todo else 0
     n_kept = kept_counts(run.work)["n_kept"] if spec.selector.given is not None else 0
     jobs = [
-        GroupJob(g, spec, work, out, quality_range, propose, totals, rate, width, n_kept)
+        GroupJob(g, spec, work, out, quality_range, propose, totals, rate, width, n_kept, tokens)
         for g in groups
     ]
     results = run_steps(

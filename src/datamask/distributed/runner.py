@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ from ..io.shards import (
     literal_or_glob,
 )
 from ..pipeline.given import check_given_terms
+from ..pipeline.step import MODULAR
 from .cap import cap_across_groups
 from .context import Checked, RunContext
 from .cover import cover_round
@@ -76,6 +78,8 @@ from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
 from .plan import budget_k, check_work_disk, plan_groups
 from .rounds import allocate_round, central_round, select_round
+from .steps import GlobalJob, SelectGlobal
+from .tokens import TokenPlan, count_tokens, fill_round, token_settings, uses_tokens
 from .validate import (
     QualityRange,
     ScanShard,
@@ -133,11 +137,13 @@ def run_selection(
     """
     started = time.perf_counter()
     settings = (settings or SelectSpec()).check()
-    if settings.selector.budget_tokens is not None or settings.selector.select_token_ratio:
+    if uses_tokens(settings) and (
+        settings.selector.given is not None or settings.selector.max_similarity is not None
+    ):
         raise ValueError(
-            "a token budget (--budget-tokens / --select-token-ratio) is kept on one file and "
-            "in select_table; the sharded runner does not allocate tokens yet. Select one "
-            "file, or give a document budget (--select-ratio, --k) for shards."
+            "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
+            "--given or --max-similarity yet; select one file, or give a document budget "
+            "(--select-ratio, --k) for shards."
         )
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
@@ -160,6 +166,7 @@ def run_selection(
         check_no_overlap([out, work], [source])
     files = [storage_path(f) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
+    settings = token_settings(settings, files)  # the length column named, if a token budget
     if given is not None and given[0] is not None:  # --given is read, never written
         check_no_overlap([out, work], [g for g in given if g])
     # Claim the output (and a work dir outside it) before any computation: a second run
@@ -242,6 +249,8 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     runner, progress = run.runner, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
+    if uses_tokens(settings):
+        return _run_tokens(run, checked, started)
     k_total, quality_range = checked.k_total, checked.quality_range
     # 2. Plan the groups.
     groups, shares, plan_facts, combine = plan_groups(run, checked.infos, k_total)
@@ -312,3 +321,99 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     manifest = build_manifest(run, checked, done)
     atomic_write_json(manifest, out / "manifest.json")
     return manifest
+
+
+def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, Any]:
+    """:func:`run_selection` under a token budget (:mod:`.tokens`): the corpus' tokens from
+    every shard; then every group proposes ``oversample`` times its share of the tokens
+    and one central round keeps ``T`` of them (or, for a modular method or one group,
+    every group keeps its share and one fill spends what they left); then the cover, the
+    keep lists and the manifest as ever."""
+    out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
+    plan = count_tokens(settings, checked.infos, runner, progress)
+    groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total)
+    groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
+    central = settings.selector.method not in MODULAR and len(groups) > 1
+    plan_s = time.perf_counter() - started
+    stats: dict[int, dict[str, Any]] = {}
+    select_started = time.perf_counter()
+    n_pending_docs = select_round(
+        run,
+        groups,
+        checked.quality_range,
+        stats,
+        propose=central,
+        rate=checked.rate,
+        tokens=plan,
+    )
+    select_s = time.perf_counter() - select_started
+    global_started = time.perf_counter()
+    if central:
+        fill, global_stats = None, _central_tokens(run, groups, plan, checked.quality_range)
+        kept = global_stats["tokens_kept"]
+    else:
+        fill, global_stats = _fill_tokens(run, groups, plan, stats), None
+        kept = fill["kept"]
+    clean_stale_temporaries(out / "selected")
+    for g in groups:
+        stats[g.gid]["share"] = shares[g.gid]
+    ordered = [stats[g.gid] for g in groups]
+    k_selected = global_stats["k"] if central else int(sum(s["k"] for s in ordered))
+    cover_facts = None
+    if not settings.run.selected_only:
+        clean_stale_temporaries(out / "covered")
+        cover_facts = cover_round(run, groups, checked.quality_range)
+    keep = keep_round(groups, checked.infos, settings.columns.id_col, run, runner, progress)
+    seconds = {"plan": plan_s, "select": select_s, "global": time.perf_counter() - global_started}
+    seconds["total"] = time.perf_counter() - started
+    done = Outcome(
+        groups,
+        ordered,
+        plan_facts,
+        "central" if central else "group",
+        global_stats,
+        None,
+        cover_facts,
+        keep,
+        k_selected,
+        n_pending_docs,
+        seconds,
+    )
+    manifest = build_manifest(run, checked, done)
+    tokens = plan.summary(kept)
+    manifest["totals"]["tokens"] = tokens
+    how = (
+        "each group proposes oversample x its tokens' share, one central round keeps T"
+        if central
+        else "each group keeps its tokens' share, one fill spends what they left"
+    )
+    manifest["tokens"] = {**tokens, "allocation": how, "fill": fill}
+    atomic_write_json(manifest, out / "manifest.json")
+    return manifest
+
+
+def _central_tokens(
+    run: RunContext, groups: list, plan: TokenPlan, quality_range: QualityRange
+) -> dict[str, Any]:
+    """The central round of a token budget: ``T`` tokens of every group's candidates."""
+    sel = run.spec.selector
+    spec = replace(
+        run.spec, selector=replace(sel, budget_tokens=plan.total, select_token_ratio=None)
+    )
+    job = GlobalJob(tuple(groups), spec, str(run.work), str(run.out), None, quality_range)
+    return run_steps(run.runner, SelectGlobal(), [job], progress=run.progress)[0]
+
+
+def _fill_tokens(
+    run: RunContext, groups: list, plan: TokenPlan, stats: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
+    """Every group kept its share: one fill of the tokens they left (:mod:`.tokens`);
+    each group's ``k`` becomes its kept and filled rows."""
+    kept = sum(stats[g.gid]["tokens"]["kept"] for g in groups)
+    gids = [g.gid for g in groups]
+    fill = fill_round(
+        run.runner, gids, str(run.work), str(run.out), run.spec.columns.id_col, plan.total - kept
+    )
+    for g in groups:
+        stats[g.gid]["k"] = fill["k_by_group"][str(g.gid)]
+    return {**fill, "kept": kept + fill["filled_tokens"]}

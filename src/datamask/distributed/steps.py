@@ -24,6 +24,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from ..io.shards import (
     corpus_from_tables,
     read_rows,
 )
+from ..io.text import lengths_from_arrow
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import selection_table
 from .allocate import (
@@ -57,6 +59,7 @@ from .given import group_floor, kept_counts
 from .partition import (
     Group,
 )
+from .tokens import TokenPlan, offer_path, select_tokens, uses_tokens
 from .validate import QualityRange
 
 __all__ = [
@@ -173,6 +176,11 @@ def read_group(
         corpus.extra[name] = np.concatenate(
             [t.column(name).to_numpy(zero_copy_only=False) for t, _ in tables]
         )
+    column = spec.selector.length_col
+    if uses_tokens(spec) and column is not None and tables:  # a token budget: each length
+        corpus.lengths = np.concatenate(
+            [lengths_from_arrow(t.column(column), column, where) for t, where in tables]
+        )
     return corpus, ids
 
 
@@ -227,6 +235,7 @@ class GroupJob:
     rate: tuple[int, int] | None = None
     width: int = 0
     n_kept: int = 0
+    tokens: TokenPlan | None = None
 
 
 class SelectGroup(Step[GroupJob]):
@@ -262,9 +271,14 @@ class SelectGroup(Step[GroupJob]):
 
     def outputs(self, job: GroupJob) -> tuple[Path, ...]:
         gid = job.group.gid
+        if job.tokens is not None:  # the fill step (or the central round) writes the part
+            offers = () if job.propose else (offer_path(job.work, gid),)
+            return (candidates_path(job.work, gid), *offers)
         return (candidates_path(job.work, gid) if job.propose else part_path(job.out, gid),)
 
     def accepts(self, job: GroupJob, done: dict[str, Any]) -> bool:
+        if job.tokens is not None:  # a token budget: done for the same corpus-wide budget
+            return done.get("token_plan") == [job.tokens.total, job.tokens.corpus]
         return done.get("k") == job.group.k  # asked for more candidates since: not done
 
     def size(self, job: GroupJob) -> int:
@@ -284,6 +298,18 @@ class SelectGroup(Step[GroupJob]):
             corpus = check_corpus(corpus)
         floor = group_floor(corpus, spec, work_dir)  # given KEPT: each row's floor
         read_s = time.perf_counter() - started
+        if job.tokens is not None:
+            propose = None  # proposing: the central round's candidates, with lengths
+            if job.propose:
+                propose = partial(
+                    _propose_candidates,
+                    group=group,
+                    spec=spec,
+                    corpus=corpus,
+                    ids=ids,
+                    work_dir=work_dir,
+                )
+            return select_tokens(job, corpus, ids, started, read_s, _group_stats, propose)
 
         # 2. Run the method for exactly k (nothing to learn when k is 0 or n): the one
         #    step. Not scored exactly: a group's own J is not the corpus' (an n x k pass
@@ -411,6 +437,8 @@ def _propose_candidates(
         extra["features"] = features_column(corpus.features)
         for name in spec.objective.columns:  # the terms' columns, for round 2
             extra[f"extra_{name}"] = corpus.extra[name]
+        if corpus.lengths is not None:  # a token budget: the central round's lengths
+            extra["length"] = corpus.lengths
     table = selection_table(
         sel,
         id_col=spec.columns.id_col,
@@ -505,6 +533,7 @@ def _select_global(
     ids = table.column(spec.columns.id_col).combine_chunks()
     ids_np = ids.to_numpy(zero_copy_only=False)
     n = table.num_rows
+    lengths = table.column("length").to_numpy() if "length" in table.column_names else None
     read_s = time.perf_counter() - started
     if spec.selector.method in MODULAR:  # an exact merge of comparable scores
         scores = table.column("score").to_numpy()
@@ -528,6 +557,7 @@ def _select_global(
                 name: table.column(f"extra_{name}").to_numpy(zero_copy_only=False)
                 for name in spec.objective.columns
             },
+            lengths=lengths,
         )
         table = table.drop_columns(["features"])
         fit_spec = spec
@@ -549,7 +579,9 @@ def _select_global(
     )
     atomic_write_table(out, final)
     total_s = time.perf_counter() - started
+    stats = {} if lengths is None else {"tokens_kept": float(lengths[sel.selected].sum())}
     return {
+        **stats,
         "n_candidates": n,
         "k": len(sel.selected),
         "seconds": {"read": read_s, "fit": fit_s, "total": total_s},
