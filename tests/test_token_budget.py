@@ -232,14 +232,28 @@ def test_select_table_counts_texts_in_characters():
     assert 8_000 - corpus.lengths.max() <= corpus.lengths[rows].sum() <= 8_000
 
 
-def test_the_sharded_runner_refuses_a_token_budget_by_name(tmp_path):
+def test_shards_refuse_given_with_a_token_budget_by_name(tmp_path):
     corpus = _corpus(200)
     folder = tmp_path / "shards"
     folder.mkdir()
     pq.write_table(_table(corpus), folder / "a.parquet")
-    with pytest.raises(ValueError, match="sharded runner does not allocate tokens"):
-        datamask.select(str(folder), tmp_path / "out", select_token_ratio=0.1, progress=False)
+    with pytest.raises(ValueError, match="on shards does not take --given or --max-sim"):
+        datamask.select(
+            str(folder), tmp_path / "out", select_token_ratio=0.1, progress=False,
+            given=str(folder / "a.parquet"),
+        )  # fmt: skip
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("cls", TOKEN_METHODS, ids=lambda c: c.method)
+def test_the_similarity_cap_holds_under_a_token_budget(cls):
+    corpus = _corpus(300)
+    sel = cls(select_token_ratio=0.1, max_similarity=0.9, device="cpu").fit(corpus)
+    x = corpus.features / np.linalg.norm(corpus.features, axis=1, keepdims=True)
+    sims = x[sel.selected_] @ x[sel.selected_].T
+    np.fill_diagonal(sims, -1)
+    assert sims.max() <= 0.9 + 1e-6
+    assert corpus.lengths[sel.selected_].sum() <= 0.1 * corpus.lengths.sum()
 
 
 def test_given_keeps_the_token_budget_and_counts_the_union_per_token(tmp_path):
