@@ -41,8 +41,9 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
 def load(path: Path):
-    corpus = read_corpus(path, Columns(id_col="chunk_id", quality_cols=("quality_score",),
-                                       feature_col="feature_arr"))
+    corpus = read_corpus(
+        path, Columns(id_col="chunk_id", quality_cols=("quality_score",), feature_col="feature_arr")
+    )
     corpus.lengths = pq.read_table(path, columns=["n_chars"]).column("n_chars").to_numpy()
     return corpus.__class__(**{**corpus.__dict__, "lengths": corpus.lengths.astype(float)})
 
@@ -77,7 +78,9 @@ def run_one(name: str, corpus, settings: dict) -> dict:
         "optimise_s": float(sel.optimise_seconds_),
         "wall_s_with_eval": wall,
         "cpu_s_with_eval": cpu,
-        "kept_length_quantiles": dict(zip(map(str, QUANTILES), np.quantile(lengths, QUANTILES).tolist())),
+        "kept_length_quantiles": dict(
+            zip(map(str, QUANTILES), np.quantile(lengths, QUANTILES).tolist(), strict=True)
+        ),
         "kept_length_mean": float(lengths.mean()),
         "near_duplicate_pairs_0.9": near_duplicate_pairs(corpus.features, sel.selected_),
         "per_token_won": getattr(sel, "per_token_", None),
@@ -91,14 +94,22 @@ def measure(args) -> Path:
     rows = []
     for name in METHODS:
         rows.append(run_one(name, corpus, {"select_token_ratio": args.ratio}))
-        print({k: rows[-1][k] for k in ("method", "k", "J", "fit_wall_s", "chars_kept")}, flush=True)
+        print(
+            {k: rows[-1][k] for k in ("method", "k", "J", "fit_wall_s", "chars_kept")}, flush=True
+        )
     k = next(r["k"] for r in rows if r["method"] == "mask")
     for name in ("mask", "greedy"):  # the cost figure: the same k as a document budget
         rows.append(run_one(name, corpus, {"k": k}))
         print({k_: rows[-1][k_] for k_ in ("method", "k", "J", "fit_wall_s")}, flush=True)
     payload = ledger.run_record(
-        corpus=str(args.corpus), n_docs=corpus.n_docs, chars=float(corpus.lengths.sum()),
-        ratio=args.ratio, lamb=0.5, threads=args.threads, load_average=os.getloadavg(), rows=rows,
+        corpus=str(args.corpus),
+        n_docs=corpus.n_docs,
+        chars=float(corpus.lengths.sum()),
+        ratio=args.ratio,
+        lamb=0.5,
+        threads=args.threads,
+        load_average=os.getloadavg(),
+        rows=rows,
     )
     out = ledger.result_path(HERE, "realtext")
     ledger.write_json(out, payload)
@@ -110,7 +121,8 @@ def table() -> str:
     head = (
         f"{run['date']}, {run['machine']}, commit {run['commit']}, {run['threads']} threads, "
         f"load {', '.join(f'{v:.1f}' for v in run['load_average'])}; {run['n_docs']:,} documents, "
-        f"{run['chars']:,.0f} characters, budget {run['ratio']:.0%} of them, lamb {run['lamb']}.\n\n"
+        f"{run['chars']:,.0f} characters, budget {run['ratio']:.0%} of them, "
+        f"lamb {run['lamb']}.\n\n"
         "| method | budget | k | chars kept | J | quality | facility | fit s (graph + opt) | "
         "median kept length | mean kept length | pairs > 0.9 kept |\n"
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"

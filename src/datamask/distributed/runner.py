@@ -79,7 +79,14 @@ from .manifest import Outcome, build_manifest
 from .plan import budget_k, check_work_disk, plan_groups
 from .rounds import allocate_round, central_round, select_round
 from .steps import GlobalJob, SelectGlobal
-from .tokens import TokenPlan, count_tokens, fill_round, token_settings, uses_tokens
+from .tokens import (
+    TokenPlan,
+    check_token_settings,
+    count_tokens,
+    fill_round,
+    token_settings,
+    uses_tokens,
+)
 from .validate import (
     QualityRange,
     ScanShard,
@@ -137,28 +144,13 @@ def run_selection(
     """
     started = time.perf_counter()
     settings = (settings or SelectSpec()).check()
-    if uses_tokens(settings) and (
-        settings.selector.given is not None or settings.selector.max_similarity is not None
-    ):
-        raise ValueError(
-            "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
-            "--given or --max-similarity yet; select one file, or give a document budget "
-            "(--select-ratio, --k) for shards."
-        )
+    check_token_settings(settings)
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
     # working directories; a relative path would resolve there against another folder.
     # s3:// and gs:// stay URIs, read and written in place by the steps (nothing of the
     # input or the work dir is copied to the driver).
-    out = storage_path(output)
-    if out.is_file():
-        raise ValueError(
-            f"--output {str(out)!r} is a file; sharded selection writes a folder "
-            "(selected/ parts and manifest.json)."
-        )
-    work = storage_path(work_dir) if work_dir is not None else out / "_work"
-    if isinstance(work, Path):
-        check_writable(work, folder=True)
+    out, work = _places(output, work_dir)
 
     # Output and work dir never overlap the input: not the input folder itself, and no
     # input shard inside them (folders inside the input folder are skipped when listing).
@@ -181,6 +173,21 @@ def run_selection(
             given = (settings.selector.given, settings.selector.given_selection)
         run = RunContext(source, files, out, work, settings, runner, progress, given)
         return _run_claimed(run, started)
+
+
+def _places(output: str | Path, work_dir: str | Path | None) -> tuple[Any, Any]:
+    """The output folder and the work dir (default ``output/_work``), refusing an output
+    that is a file and a local work dir that cannot be written."""
+    out = storage_path(output)
+    if out.is_file():
+        raise ValueError(
+            f"--output {str(out)!r} is a file; sharded selection writes a folder "
+            "(selected/ parts and manifest.json)."
+        )
+    work = storage_path(work_dir) if work_dir is not None else out / "_work"
+    if isinstance(work, Path):
+        check_writable(work, folder=True)
+    return out, work
 
 
 def _inside(work: Path | Location, out: Path | Location) -> bool:

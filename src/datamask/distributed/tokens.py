@@ -52,6 +52,7 @@ from .executors import Runner
 __all__ = [
     "FillSlack",
     "TokenPlan",
+    "check_token_settings",
     "count_tokens",
     "fill_round",
     "group_token_budget",
@@ -61,6 +62,18 @@ __all__ = [
     "uses_tokens",
     "write_offers",
 ]
+
+
+def check_token_settings(settings: SelectSpec) -> None:
+    """Refuse what shards do not take with a token budget yet (``--given``,
+    ``--max-similarity``), before anything is written."""
+    sel = settings.selector
+    if uses_tokens(settings) and (sel.given is not None or sel.max_similarity is not None):
+        raise ValueError(
+            "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
+            "--given or --max-similarity yet; select one file, or give a document budget "
+            "(--select-ratio, --k) for shards."
+        )
 
 
 def uses_tokens(spec: SelectSpec) -> bool:

@@ -36,6 +36,24 @@ DEFAULT_LAMB = 0.5
 ALGORITHMS: dict[str, type[Term]] = TERMS
 
 
+def _columns_for(
+    term: Term, available: Mapping[str, np.ndarray], n: int, where: str
+) -> dict[str, np.ndarray]:
+    """The extra columns ``term`` requires, each checked present and of ``n`` rows."""
+    wanted = {}
+    for col in term.requires_columns:
+        if col not in available:
+            raise ValueError(
+                f"term {type(term).__name__} requires the column {col!r}, which was "
+                f"not read from {where}; available columns: {sorted(available)}."
+            )
+        values = np.asarray(available[col])
+        if len(values) != n:
+            raise ValueError(f"column {col!r} has {len(values)} rows but there are {n} documents.")
+        wanted[col] = values
+    return wanted
+
+
 class Objective:
     """``J(S) = lamb * Quality(S) + (1 - lamb) * sum_t w_t D_t(S)``.
 
@@ -138,20 +156,7 @@ class Objective:
         self.budget_ = budget
         streams = seed_streams(self.seed_, 1 + len(self.terms))
         for i, (_, term) in enumerate(self.terms):
-            wanted = {}
-            for col in term.requires_columns:
-                if col not in available:
-                    where = getattr(corpus, "source", "the corpus")
-                    raise ValueError(
-                        f"term {type(term).__name__} requires the column {col!r}, which was "
-                        f"not read from {where}; available columns: {sorted(available)}."
-                    )
-                values = np.asarray(available[col])
-                if len(values) != n:
-                    raise ValueError(
-                        f"column {col!r} has {len(values)} rows but there are {n} documents."
-                    )
-                wanted[col] = values
+            wanted = _columns_for(term, available, n, getattr(corpus, "source", "the corpus"))
             ctx = TermContext.create(
                 self.features_,
                 self.quality_,
