@@ -207,3 +207,38 @@ def test_group_seed_is_the_seed_the_sharded_runner_gives_each_group():
     assert group_seed(7, 0, 1) == 7  # one task: the run's own seed
     for n in (2, 5):
         assert [group_seed(7, g, n) for g in range(n)] == group_seeds(7, n)
+
+
+def test_select_keeps_a_token_budget_counted_by_the_features_step():
+    """DatamaskFeatures writes each document's length (``length_key``'s token count, else
+    its characters); DatamaskSelect keeps a token budget of them, per task."""
+    from datamask.integrations.datatrove import DatamaskSelect
+
+    rng = np.random.default_rng(1)
+    docs = [
+        Document(
+            text="w" * int(rng.integers(5, 500)),
+            id=f"t{i}",
+            metadata={"q": float(rng.random()), "e": rng.normal(size=8).tolist(),
+                      "token_count": int(rng.integers(1, 100))},
+        )  # fmt: skip
+        for i in range(60)
+    ]
+    step = DatamaskFeatures("memory://tok/chars", embedding_key="e", quality_key="q")
+    list(step.run(iter(docs)))
+    step = DatamaskFeatures(
+        "memory://tok/tokens", embedding_key="e", quality_key="q", length_key="token_count"
+    )
+    list(step.run(iter(docs)))
+    for folder, lengths in (
+        ("chars", np.array([len(d.text) for d in docs])),
+        ("tokens", np.array([d.metadata["token_count"] for d in docs])),
+    ):
+        select = DatamaskSelect(
+            f"memory://tok/{folder}", f"memory://tok/sel-{folder}", select_token_ratio=0.2,
+            method="greedy", device="cpu",
+        )  # fmt: skip
+        list(select.run(None, rank=0, world_size=1))
+        kept = {d.id for d in DatamaskFilter(f"memory://tok/sel-{folder}").run(iter(docs))}
+        used = lengths[[d.id in kept for d in docs]].sum()
+        assert 0.2 * lengths.sum() - lengths.max() <= used <= 0.2 * lengths.sum()

@@ -135,6 +135,11 @@ class DatamaskFeatures(PipelineStep):
         As in :func:`datamask.embedding.embed_texts`.
     chunk_docs : int, default=1024
         Documents held, embedded and written at a time.
+    length_key : str, optional
+        Metadata key holding each document's token count (datatrove's ``TokensCounter``
+        writes ``token_count``), written as ``n_tokens``; None writes the text's
+        characters as ``n_chars``. What a token budget of :class:`DatamaskSelect`
+        (``select_token_ratio=``, ``budget_tokens=``) counts.
     """
 
     name = "🎭 datamask features"
@@ -151,9 +156,11 @@ class DatamaskFeatures(PipelineStep):
         max_seq_length: int = 256,
         device: str = "cpu",
         chunk_docs: int = 1024,
+        length_key: str | None = None,
     ) -> None:
         super().__init__()
         check_count("chunk_docs", chunk_docs)
+        self.length_key = length_key
         self.output_folder = get_datafolder(output_folder)
         self.embedding_key = embedding_key
         self.quality_key = quality_key
@@ -187,11 +194,18 @@ class DatamaskFeatures(PipelineStep):
                 docs, self.quality_key, np.float64, "drop quality_key= to use the text heuristic."
             )
         values = pa.array(np.ascontiguousarray(emb, dtype=np.float32).reshape(-1))
+        if self.length_key is None:
+            length = ("n_chars", pa.array([len(d.text) for d in docs], pa.int64()))
+        else:
+            hint = "drop length_key= to count the text's characters."
+            counts = _from_metadata(docs, self.length_key, np.float64, hint)
+            length = ("n_tokens", pa.array(counts))
         return pa.table(
             {
                 "chunk_id": pa.array([str(d.id) for d in docs], pa.string()),
                 "quality_score": pa.array(quality),
                 "feature_arr": pa.FixedSizeListArray.from_arrays(values, emb.shape[1]),
+                length[0]: length[1],
             }
         )
 
