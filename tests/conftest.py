@@ -80,6 +80,7 @@ SLOW_FIXTURES = {
     "ray_runner": "starts a local Ray",
     "s3": "starts a moto S3 server",
     "sentence_embeddings": "loads the MiniLM model",
+    "local_pool": "starts a process pool",
 }
 
 
