@@ -58,6 +58,21 @@ def demo_table() -> pa.Table:
     return pq.read_table(SHIPPED_DEMO, columns=columns).slice(0, DEMO_ROWS)
 
 
+@pytest.fixture(scope="session")
+def local_pool():
+    """A started ``LocalRunner(2)``: two spawned workers, shared by the tests that run
+    sharded selects on local files through it (``scheduler=`` / ``runner=``). Starting a
+    pool (two interpreters importing torch) costs 5-10 s on 2 cores, most tests' steps on
+    it under one. Its workers keep the environment and module state of their start: a
+    test that sets storage variables, patches a module or registers a term in this
+    process starts its own pool."""
+    from datamask.distributed import LocalRunner
+
+    runner = LocalRunner(2)
+    yield runner
+    runner.close()
+
+
 #: Fixtures that start something slow, and what: a test that uses one is marked ``slow``
 #: at collection (:func:`pytest_collection_modifyitems`), so a test added later with them
 #: leaves the fast loop (``python -m pytest -m "not slow"``) without being marked by hand.
@@ -65,6 +80,7 @@ SLOW_FIXTURES = {
     "ray_runner": "starts a local Ray",
     "s3": "starts a moto S3 server",
     "sentence_embeddings": "loads the MiniLM model",
+    "local_pool": "starts a process pool",
 }
 
 

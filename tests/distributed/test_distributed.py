@@ -404,6 +404,25 @@ def kill_during(
     assert not json.loads((out / "manifest.json").read_text())["complete"]
 
 
+@pytest.fixture(scope="module")
+def clean_run(shard_dir, tmp_path_factory):
+    """``clean_run(budget, partition)``: (manifest, output) of the uninterrupted run the
+    resume tests compare with, made once per combination (five of the eight cases share
+    ("global", "cluster")); the tests only read it."""
+    made: dict[tuple[str, str], tuple[dict, Path]] = {}
+
+    def clean(budget: str, partition: str) -> tuple[dict, Path]:
+        if (budget, partition) not in made:
+            out = tmp_path_factory.mktemp(f"clean-{budget}-{partition}") / "clean"
+            settings = SelectSpec.from_mapping(
+                dict(partition=partition, chunk_size=250, budget=budget, **FAST)
+            )
+            made[budget, partition] = run_selection(shard_dir, out, settings, progress=False), out
+        return made[budget, partition]
+
+    return clean
+
+
 @pytest.mark.parametrize(
     "when, budget, partition",
     [
@@ -418,11 +437,13 @@ def kill_during(
     ],
 )
 @pytest.mark.slow
-def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path, ray_runner):
+def test_resume_after_a_killed_run(
+    when, budget, partition, shard_dir, tmp_path, ray_runner, clean_run
+):
     settings = SelectSpec.from_mapping(
         dict(partition=partition, chunk_size=250, budget=budget, **FAST)
     )
-    clean = run_selection(shard_dir, tmp_path / "clean", settings, progress=False)
+    clean, clean_out = clean_run(budget, partition)
     n_groups = clean["totals"]["n_groups"]
     sizes = [g["n"] for g in clean["groups"]]
     submitted = [clean["groups"][i]["gid"] for i in largest_first(sizes)]
@@ -471,14 +492,14 @@ def test_resume_after_a_killed_run(when, budget, partition, shard_dir, tmp_path,
         assert computed == (sorted(submitted[2:]) if when == "round1" else [])
     if budget == "global":
         assert not resumed["budget"]["global_round"]["reused"]
-    assert selected_ids(out) == selected_ids(tmp_path / "clean")
-    assert pq.read_table(out / "selected").equals(pq.read_table(tmp_path / "clean" / "selected"))
+    assert selected_ids(out) == selected_ids(clean_out)
+    assert pq.read_table(out / "selected").equals(pq.read_table(clean_out / "selected"))
 
     # A finished run started again does nothing; a lost marker redoes only its group.
     (work / "completions" / "00005").unlink()
     again = run_selection(shard_dir, out, settings, runner=ray_runner, progress=False)
     assert [g["gid"] for g in again["groups"] if not g["reused"]] == [5]
-    assert selected_ids(out) == selected_ids(tmp_path / "clean")
+    assert selected_ids(out) == selected_ids(clean_out)
 
 
 def test_other_settings_in_the_same_work_dir_are_refused(shard_dir, tmp_path):
@@ -705,14 +726,10 @@ def test_exact_global_count_for_every_method(method, shard_dir, corpus, tmp_path
         assert selected_ids(tmp_path / "seed-1") != ids
 
 
-def test_identical_across_worker_counts_and_runners(shard_dir, tmp_path, ray_runner):
+def test_identical_across_worker_counts_and_runners(shard_dir, tmp_path, ray_runner, local_pool):
     settings = SelectSpec.from_mapping(dict(partition="chunk", chunk_size=450, **FAST))
-    pool = LocalRunner(workers=2)
-    try:
-        for name, runner in [("one", LocalRunner()), ("pool", pool), ("ray", ray_runner)]:
-            run_selection(shard_dir, tmp_path / name, settings, runner=runner, progress=False)
-    finally:
-        pool.close()
+    for name, runner in [("one", LocalRunner()), ("pool", local_pool), ("ray", ray_runner)]:
+        run_selection(shard_dir, tmp_path / name, settings, runner=runner, progress=False)
     ref = pq.read_table(tmp_path / "one" / "selected")
     assert ref.num_rows == round(FAST["select_ratio"] * N_SHARDS * ROWS)
     for name in ("pool", "ray"):

@@ -1,7 +1,8 @@
 """``select --given KEPT`` on sharded input: floors, the union's J, cover, errors, resume.
 
 Against brute force on small generated shards and the one-file ``--given`` run, with the
-real local process pool (and Ray in the slow resume test).
+real local process pool (one per module, ``local_pool``, but for the CLI test's own), and Ray in
+the slow resume test.
 """
 
 from __future__ import annotations
@@ -77,11 +78,13 @@ def _chosen_dir(out: Path) -> list[int]:
     return sorted(pq.read_table(out / "selected")["chunk_id"].to_pylist())
 
 
-def test_one_group_selects_as_the_one_file_run_with_brute_force_floors(data, tmp_path):
+def test_one_group_selects_as_the_one_file_run_with_brute_force_floors(data, tmp_path, local_pool):
     kw = dict(given=data["kept"], k=20, method="greedy-dense", progress=False)
     one = datamask.select(data["new"], tmp_path / "one.parquet", **kw)
     out = tmp_path / "sharded"
-    sharded = datamask.select(data["shards"], out, partition="chunk", chunk_size=1000, **kw)
+    sharded = datamask.select(
+        data["shards"], out, partition="chunk", chunk_size=1000, scheduler=local_pool, **kw
+    )
     assert sharded["totals"]["n_groups"] == 1
     chosen = _chosen_dir(out)
     assert chosen == _chosen_file(tmp_path / "one.parquet")
@@ -114,24 +117,27 @@ def test_one_group_selects_as_the_one_file_run_with_brute_force_floors(data, tmp
         dict(partition="chunk", chunk_size=60, budget="group"),  # a share per group
     ],
 )
-def test_many_groups_select_only_new_documents_near_the_one_file_union_j(data, tmp_path, partition):
+def test_many_groups_select_only_new_documents_near_the_one_file_union_j(
+    data, tmp_path, partition, local_pool
+):
     kw = dict(given=data["kept"], k=20, method="greedy-dense", progress=False)
     one = datamask.select(data["new"], tmp_path / "one.parquet", **kw)
     out = tmp_path / "sharded"
-    sharded = datamask.select(data["shards"], out, **kw, **partition)
+    sharded = datamask.select(data["shards"], out, **kw, **partition, scheduler=local_pool)
     assert sharded["totals"]["n_groups"] > 1
     chosen = _chosen_dir(out)
     assert len(chosen) == 20 and set(chosen) <= set(range(N_NEW))  # from the input only
     assert _union_j(data, chosen) >= one["terms_union"]["J"] - 0.01
     # without --given the same shards select for the input alone: the union J is lower
     alone = datamask.select(
-        data["shards"], tmp_path / "alone", k=20, method="greedy-dense", progress=False, **partition
-    )
+        data["shards"], tmp_path / "alone", k=20, method="greedy-dense", progress=False,
+        scheduler=local_pool, **partition,
+    )  # fmt: skip
     assert alone["totals"]["k"] == 20  # --k on shards: exactly k
     assert _union_j(data, chosen) >= _union_j(data, _chosen_dir(tmp_path / "alone")) - 1e-9
 
 
-def test_cover_names_a_kept_document_where_it_is_nearer(data, tmp_path):
+def test_cover_names_a_kept_document_where_it_is_nearer(data, tmp_path, local_pool):
     out = tmp_path / "sharded"
     datamask.select(
         data["shards"],
@@ -143,6 +149,7 @@ def test_cover_names_a_kept_document_where_it_is_nearer(data, tmp_path):
         chunk_size=60,
         budget="group",
         progress=False,
+        scheduler=local_pool,
     )
     cover = pq.read_table(out / "covered").to_pandas().sort_values("chunk_id")
     chosen = _chosen_dir(out)
@@ -159,7 +166,7 @@ def test_cover_names_a_kept_document_where_it_is_nearer(data, tmp_path):
     assert cover["covered_exact"].all()
 
 
-def test_bad_given_on_shards_is_refused_with_nothing_written(data, tmp_path):
+def test_bad_given_on_shards_is_refused_with_nothing_written(data, tmp_path, local_pool):
     root = tmp_path
     overlap = write(
         reference_table([10_001, 7], data["qk"][:2], data["xk"][:2]), root / "o.parquet"
@@ -182,7 +189,10 @@ def test_bad_given_on_shards_is_refused_with_nothing_written(data, tmp_path):
     out = root / "out"
     for settings, match in cases:
         with pytest.raises(ValueError, match=match):
-            datamask.select(data["shards"], out, progress=False, partition="chunk", **settings)
+            datamask.select(
+                data["shards"], out, progress=False, partition="chunk", scheduler=local_pool,
+                **settings,
+            )  # fmt: skip
         assert not out.exists(), (settings, list(out.rglob("*")))
 
 

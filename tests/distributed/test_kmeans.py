@@ -226,7 +226,9 @@ def test_cpu_and_gpu_steps_have_their_own_in_flight_limits():
 
 
 @pytest.mark.slow
-def test_ray_spread_fit_equals_the_local_pool_and_limits_follow_the_cluster(shards, tmp_path):
+def test_ray_spread_fit_equals_the_local_pool_and_limits_follow_the_cluster(
+    shards, tmp_path, local_pool
+):
     """On a local Ray with --workers left out: CPU steps up to its CPUs; the spread,
     two-level fit gives the same tree as in this process, and a spread selection equals
     the local pool's with 2 workers."""
@@ -247,11 +249,7 @@ def test_ray_spread_fit_equals_the_local_pool_and_limits_follow_the_cluster(shar
         run_selection(shards, tmp_path / "out-ray", spec, runner=runner, progress=False)
     finally:
         runner.close()
-    pool = LocalRunner(2)
-    try:
-        run_selection(shards, tmp_path / "out-pool", spec, runner=pool, progress=False)
-    finally:
-        pool.close()
+    run_selection(shards, tmp_path / "out-pool", spec, runner=local_pool, progress=False)
     ref = pq.read_table(tmp_path / "out-pool" / "selected")
     assert ref.num_rows == 400
     assert pq.read_table(tmp_path / "out-ray" / "selected").equals(ref)
@@ -284,7 +282,10 @@ def test_spread_fit_reads_and_writes_s3_in_place(shards, s3, tmp_path, monkeypat
              "--feature-col", "feature_arr"]  # fmt: skip
     uri = f"s3://{BUCKET}"
     assert main(["select", "--input", f"{uri}/kmeans/", "--output", f"{uri}/km", *flags]) == 0
-    assert main(["select", "--input", str(shards), "--output", str(tmp_path / "km"), *flags]) == 0
+    # the local reference in this process (--workers 1): steps are pure, the pool's
+    # selection is the same (test_distributed.test_identical_across_worker_counts_and_runners)
+    local_run = ["--input", str(shards), "--output", str(tmp_path / "km"), "--workers", "1"]
+    assert main(["select", *local_run, *flags]) == 0
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="km/")
     keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
     assert "km/_work/clusters/kmeans/part-00000.f32" in keys
