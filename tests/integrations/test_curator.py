@@ -86,9 +86,10 @@ def test_example_pipeline_equals_datamask_select(tmp_path):
 def test_bad_arguments_are_refused_at_the_door(tmp_path):
     from datamask.integrations.curator import CuratorRunner, DatamaskSelectionWorkflow
 
-    with pytest.raises(ValueError, match=r"one of select_ratio and k; got select_ratio=0.1, k=5"):
+    one_of = "give one of select_ratio, k, budget_tokens, select_token_ratio; got "
+    with pytest.raises(ValueError, match=one_of + "select_ratio=0.1, k=5, budget_tokens=None"):
         DatamaskSelectionWorkflow(str(tmp_path), str(tmp_path / "o"), select_ratio=0.1, k=5)
-    with pytest.raises(ValueError, match="give one of select_ratio and k"):
+    with pytest.raises(ValueError, match=one_of):
         DatamaskSelectionWorkflow(str(tmp_path), str(tmp_path / "o"))
     with pytest.raises(TypeError, match="executor must be a Curator executor .* got LocalRunner"):
         CuratorRunner(datamask.distributed.LocalRunner())
@@ -104,3 +105,8 @@ def test_bad_arguments_are_refused_at_the_door(tmp_path):
         "preset": "curator", "id_col": "id", "feature_col": "embeddings", "seed": 0,
         "progress": False, "quality_col": ["q"], "k": 5, "lamb": 0.3, "method": "topk",
     }  # fmt: skip
+    wf = DatamaskSelectionWorkflow(
+        str(tmp_path), str(tmp_path / "o"), select_token_ratio=0.1, length_field="text"
+    )
+    assert wf.select_settings()["select_token_ratio"] == 0.1
+    assert wf.select_settings()["length_col"] == "text"

@@ -61,6 +61,7 @@ from ..distributed.engine import Step
 from ..distributed.executors import available_cpus, check_workers
 from ..io.fs import resolve
 from ..io.parquet import read_table
+from ..settings import BUDGET_KEYS
 
 __all__ = [
     "CuratorRunner",
@@ -230,8 +231,13 @@ class DatamaskSelectionWorkflow(WorkflowBase):
     quality_fields : str or list of str, optional
         Quality column(s). Default: the ``curator`` preset's first present of
         ``fineweb-edu-score-float``, ``fineweb-edu-score``, ``quality_score``, ``score``.
-    select_ratio, k : optional
-        Keep ``round(select_ratio * N)`` documents, or ``k``; one of them.
+    select_ratio, k, select_token_ratio, budget_tokens : optional
+        Keep ``round(select_ratio * N)`` documents, or ``k``, or a share of the tokens, or
+        ``budget_tokens`` tokens (docs/method.md "Token budgets"); one of them.
+    length_field : str, optional
+        The column of each document's length for a token budget (token counts, or the
+        ``text`` column counted in characters; default: the first of n_chars, length,
+        n_tokens, text present).
     lamb : float, optional
         Weight of the diversity term (datamask's default when None).
     method : str, optional
@@ -260,6 +266,9 @@ class DatamaskSelectionWorkflow(WorkflowBase):
     quality_fields: str | list[str] | None = None
     select_ratio: float | None = None
     k: int | None = None
+    select_token_ratio: float | None = None
+    budget_tokens: float | None = None
+    length_field: str | None = None
     lamb: float | None = None
     method: str | None = None
     seed: int = 0
@@ -268,11 +277,10 @@ class DatamaskSelectionWorkflow(WorkflowBase):
     progress: bool = False
 
     def __post_init__(self) -> None:
-        if (self.select_ratio is None) == (self.k is None):
-            raise ValueError(
-                "give one of select_ratio and k; got "
-                f"select_ratio={self.select_ratio!r}, k={self.k!r}."
-            )
+        given = {key: getattr(self, key) for key in BUDGET_KEYS}
+        if sum(v is not None for v in given.values()) != 1:
+            got = ", ".join(f"{key}={value!r}" for key, value in given.items())
+            raise ValueError(f"give one of {', '.join(BUDGET_KEYS)}; got {got}.")
         self.selection_path = os.path.join(self.output_path, SELECTION_DIR)
         self.ids_to_remove_path = os.path.join(self.output_path, IDS_TO_REMOVE_DIR)
 
@@ -289,9 +297,11 @@ class DatamaskSelectionWorkflow(WorkflowBase):
         if self.quality_fields is not None:
             fields = self.quality_fields
             settings["quality_col"] = [fields] if isinstance(fields, str) else list(fields)
-        for key in ("select_ratio", "k", "lamb", "method"):
+        for key in (*BUDGET_KEYS, "lamb", "method"):
             if getattr(self, key) is not None:
                 settings[key] = getattr(self, key)
+        if self.length_field is not None:
+            settings["length_col"] = self.length_field
         return settings
 
     def run(self, executor: BaseExecutor | None = None) -> WorkflowRunResult:
