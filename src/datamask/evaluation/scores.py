@@ -161,7 +161,8 @@ def evaluate_selection(
         ``metrics`` (quality mean, facility coverage of the whole set, mean pairwise
         similarity, DiSF correlation loss, mean nearest-neighbour similarity inside the
         subset), each with the whole corpus' value where it is cheap (``*_all``);
-        ``quality_columns`` (raw means); ``length`` (or None); ``redundancy``
+        ``quality_columns`` (raw means); ``length`` (or None: the distribution of the
+        kept and of all, and ``tokens``, their sums: the kept tokens); ``redundancy``
         (``selected`` and ``all``: pairs, documents, groups, largest group per threshold).
     """
     thresholds = check_thresholds(dup_thresholds)
@@ -272,7 +273,13 @@ def _length_section(
     found = _lengths(corpus, length_col)
     if found is not None:
         name, values = found
-        return {"column": name, "selected": length_stats(values[mask]), "all": length_stats(values)}
+        return {
+            "column": name,
+            "selected": length_stats(values[mask]),
+            "all": length_stats(values),
+            # the kept tokens beside the kept documents (a token budget's figure)
+            "tokens": {"kept": float(values[mask].sum()), "all": float(values.sum())},
+        }
     if length_col:
         raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     return None
