@@ -338,6 +338,11 @@ def format_report(report: dict[str, Any]) -> str:
         sel, every = report["length"]["selected"], report["length"]["all"]
         for key in ("mean", "p10", "p50", "p90"):
             rows.append((f"{col} {key}", f"{sel[key]:.0f}", f"{every[key]:.0f}"))
+        tokens = report["length"].get("tokens")
+        if tokens is not None:  # the kept tokens beside the kept documents
+            rows.append((f"{col} kept (sum)", f"{tokens['kept']:,.0f}", f"{tokens['all']:,.0f}"))
+            if tokens.get("budget") is not None:
+                rows.append(("token budget", f"{tokens['budget']:,.0f}", ""))
     given = report.get("given")
     if given is not None:  # evaluate --given: J given KEPT and J of the union
         for part, label in (("terms", "given KEPT"), ("terms_union", "KEPT + selection")):
