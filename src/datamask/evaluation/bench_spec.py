@@ -254,8 +254,9 @@ class BenchSpec(Spec):
         if kept.get("budget_tokens") is not None or kept.get("select_token_ratio") is not None:
             # the defaults that keep a token budget; the others are listed as skipped
             default = tuple(m for m in DEFAULT_METHODS if SELECTORS[m].takes_tokens)
-        methods = tuple(as_names(kept.get("methods") or default))
-        kept["methods"] = methods
+        if kept.get("methods") is None:
+            kept["methods"] = default
+        methods = tuple(as_names(kept["methods"]))  # a bad value: refused by the field's check
         params = _method_params(methods, values)
         return cls(**{**kept, "objective": objective, "method_params": params})
 
