@@ -161,8 +161,7 @@ def evaluate_selection(
         ``metrics`` (quality mean, facility coverage of the whole set, mean pairwise
         similarity, DiSF correlation loss, mean nearest-neighbour similarity inside the
         subset), each with the whole corpus' value where it is cheap (``*_all``);
-        ``quality_columns`` (raw means); ``length`` (or None: the distribution of the
-        kept and of all, and ``tokens``, their sums: the kept tokens); ``redundancy``
+        ``quality_columns`` (raw means); ``length`` (or None; ``tokens``: sums); ``redundancy``
         (``selected`` and ``all``: pairs, documents, groups, largest group per threshold).
     """
     thresholds = check_thresholds(dup_thresholds)
