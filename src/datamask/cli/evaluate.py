@@ -37,7 +37,8 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         description="Score a selection of --input: the objective J and each term, quality "
         "mean, facility-location coverage of the whole set, mean pairwise similarity, DiSF "
         "correlation loss, mean nearest-neighbour similarity inside the subset and the "
-        "length distribution. Prints a table and writes JSON.",
+        "length distribution with the kept tokens (and the token budget a selection was "
+        "made under). Prints a table and writes JSON.",
     )
     add_config_argument(p)
     p.add_argument("--input", help="the parquet the selection was made from")

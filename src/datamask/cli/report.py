@@ -41,7 +41,9 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "report",
         help="write an HTML page showing what selections kept, side by side",
         description="Write one self-contained HTML page (no server, no network) showing, "
-        "for each selection side by side: documents kept per topic (k-means clusters of "
+        "for each selection side by side: the documents kept and, with a length column, "
+        "the tokens kept (and the token budget a selection was made under); documents "
+        "kept per topic (k-means clusters of "
         "the embeddings) and their quality, the quality and length distributions of kept, "
         "dropped and all documents, a 2-D map of a sample, the near-duplicate figures of "
         "`evaluate` with the closest kept pairs, text samples kept and dropped per topic, "

@@ -31,7 +31,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import torch
 from .._device import set_threads
 from .._memory import cpu_seconds, load_average, measure_peak_rss
 from .._validation import check_corpus
+from ..budget import LENGTH_COLUMNS, TokenBudget, length_column, lengths_of, resolve_token_budget
 from ..config import SelectSpec
 from ..data import Corpus
 from ..pipeline.step import fit_group
@@ -113,6 +114,7 @@ def _save_corpus(corpus: Corpus, path: Path) -> None:
         quality_names=np.asarray(corpus.quality_names),
         quality_weights=np.asarray(corpus.quality_weights, dtype=np.float64),
         source=np.asarray(corpus.source),
+        **({} if corpus.lengths is None else {"lengths": np.asarray(corpus.lengths, float)}),
     )
 
 
@@ -126,6 +128,7 @@ def _load_corpus(path: str | Path) -> Corpus:
             quality_names=[str(s) for s in z["quality_names"]],
             quality_weights=z["quality_weights"],
             source=str(z["source"]),
+            lengths=z["lengths"] if "lengths" in z.files else None,
         )
 
 
@@ -144,6 +147,8 @@ class _Bench:
     corpus: Corpus
     spec: BenchSpec
     threads: int = 0
+    budget: TokenBudget | None = None  # the token budget every method keeps, if any
+    length_col: str | None = None  # where ``corpus.lengths`` came from
     runs: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -192,12 +197,35 @@ def _start(corpus: Corpus, spec: BenchSpec) -> _Bench:
     threads every method runs with."""
     corpus = check_corpus(corpus)  # unit rows for every method, the scores and the figures
     warn_ignored_settings(spec.ignored(), vars(spec), stacklevel=4)  # said, not recorded
+    corpus, length_col = _with_lengths(corpus, spec)
+    # one budget for every method, resolved before any runs (a corpus without lengths:
+    # the error naming --length-col)
+    budget = resolve_token_budget(
+        corpus.lengths, spec.budget_tokens, spec.select_token_ratio, str(corpus.source)
+    )
     threads = set_threads(spec.threads)
     if spec.plots and spec.out_dir is not None:
         from .plots import require_matplotlib
 
         require_matplotlib(tsne=spec.map_method == "tsne")
-    return _Bench(corpus, spec, threads)
+    return _Bench(corpus, spec, threads, budget=budget, length_col=length_col)
+
+
+def _with_lengths(corpus: Corpus, spec: BenchSpec) -> tuple[Corpus, str | None]:
+    """``corpus`` with ``lengths`` read from its length column (``spec.length_col``, else
+    the first of :data:`~datamask.budget.LENGTH_COLUMNS` in ``corpus.extra``; texts count
+    their characters) and the column's name; as it is where it has lengths already or no
+    length column (a token budget then refused by the budget's own error)."""
+    if corpus.lengths is not None:
+        return corpus, spec.length_col
+    names = list(corpus.extra)
+    if spec.length_col is None and not any(c in names for c in LENGTH_COLUMNS):
+        return corpus, None
+    name = length_column(names, spec.length_col, str(corpus.source))
+    lengths = lengths_of(corpus.extra[name], name, str(corpus.source))
+    if not spec.token_budget and not (lengths > 0).all():
+        return corpus, None  # lengths to show only: a column with empty documents is not one
+    return replace(corpus, lengths=lengths), name
 
 
 def _fit_methods(run: _Bench) -> None:
@@ -235,6 +263,11 @@ def _score(run: _Bench) -> None:
                 dup_all=False,
             )
             one["metrics"] = rep["metrics"]
+            if run.corpus.lengths is not None:  # kept tokens beside kept documents
+                one["k"] = len(one["selected"])
+                one["tokens"] = float(np.asarray(run.corpus.lengths)[one["selected"]].sum())
+                if run.budget is not None:
+                    one["budget_tokens"] = run.budget.total
             one["length"] = rep["length"]
             one["redundancy"] = rep["redundancy"]["selected"]
 
@@ -247,6 +280,21 @@ def _ignored_record(spec: BenchSpec) -> dict[str, Any]:
         return {}
     values = vars(spec)
     return {"ignored_settings": {k: {"value": values[k], "why": why} for k, why in ignored.items()}}
+
+
+def _token_settings(run: _Bench) -> dict[str, Any]:
+    """The token budget's settings (the budget every method kept, the corpus' tokens and
+    their column) and the methods skipped for keeping none; nothing without lengths."""
+    spec, out = run.spec, {}
+    if run.corpus.lengths is not None:
+        out["length_col"] = run.length_col
+        out["corpus_tokens"] = float(np.sum(run.corpus.lengths))
+    if run.budget is not None:
+        out["budget_tokens"] = run.budget.total
+        out["select_token_ratio"] = spec.select_token_ratio
+    if spec.skipped:
+        out["skipped_methods"] = spec.skipped
+    return out
 
 
 def _tabulate(run: _Bench) -> dict[str, Any]:
@@ -262,8 +310,11 @@ def _tabulate(run: _Bench) -> dict[str, Any]:
             "source": corpus.source,
             "n_docs": corpus.n_docs,
             "dim": corpus.dim,
-            "select_ratio": spec.select_ratio,
-            "k": int(len(runs[0]["selected"])) if "selected" in runs[0] else None,
+            "select_ratio": None if run.budget is not None else spec.select_ratio,
+            "k": int(len(runs[0]["selected"]))
+            if "selected" in runs[0] and run.budget is None
+            else None,
+            **_token_settings(run),
             "algorithm": list(spec.objective.algorithm),
             "lamb": spec.objective.lamb,
             **spec.objective.all_params(),

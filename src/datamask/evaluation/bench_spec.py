@@ -4,8 +4,9 @@ command line and the library meet.
 
 Each setting is a field declared with :func:`~datamask._validation.setting_field` (its
 default, what it accepts, its help), or the field of ``select``'s spec it shares
-(:func:`~datamask.settings.shared_field`: ``select_ratio``, ``seed``, ``device``,
-``threads``); ``datamask bench``'s flags are made from these declarations. A spec that
+(:func:`~datamask.settings.shared_field`: ``select_ratio``, the token budget's
+``budget_tokens`` and ``select_token_ratio``, ``seed``, ``device``, ``threads``);
+``datamask bench``'s flags are made from these declarations. A spec that
 exists is checked: ``__post_init__`` checks every field, the methods and each method's
 parameters (the per-method :class:`~datamask.config.SelectSpec` is built and checked there,
 once, and is what each run fits).
@@ -54,6 +55,7 @@ from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = [
     "DEFAULT_METHODS",
+    "TOKEN_SKIP",
     "BenchSpec",
     "SyntheticSpec",
     "method_spec",
@@ -61,6 +63,10 @@ __all__ = [
 ]
 
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
+#: Why a method without a token rule is left out of a bench under a token budget.
+TOKEN_SKIP = "does not keep a token budget (no token rule: Selector.takes_tokens)"
+#: The budget settings a bench takes, one at a time (``select_ratio`` is the default).
+_BUDGETS = ("select_ratio", "budget_tokens", "select_token_ratio")
 
 #: The keys :meth:`BenchSpec.from_mapping` takes besides the fields: a method's parameters
 #: for one method (``param``, ``METHOD.KEY=VALUE`` items) or for disf-greedy alone.
@@ -100,6 +106,8 @@ class BenchSpec(Spec):
     )
     objective: ObjectiveSpec = ObjectiveSpec()
     select_ratio: float = shared_field(SelectorSpec, "select_ratio")
+    budget_tokens: float | None = shared_field(SelectorSpec, "budget_tokens")
+    select_token_ratio: float | None = shared_field(SelectorSpec, "select_token_ratio")
     seed: int = shared_field(SelectorSpec, "seed")
     device: str = shared_field(SelectorSpec, "device")
     method_params: Mapping[str, Mapping[str, Any]] | tuple = ()
@@ -141,6 +149,15 @@ class BenchSpec(Spec):
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods lists a method twice: {list(self.methods)}.")
         set_(self, "method_params", _held(self.method_params))
+        if self.token_budget:
+            untoken = [m for m in self.methods if not SELECTORS[m].takes_tokens]
+            if untoken:
+                able = [m for m in SELECTORS if SELECTORS[m].takes_tokens]
+                raise ValueError(
+                    f"methods {untoken} do not keep a token budget (--budget-tokens / "
+                    f"--select-token-ratio); run them with a document budget (--select-ratio), "
+                    f"or bench only methods that do: {able}."
+                )
         unknown = sorted(set(dict(self.method_params)) - set(self.methods))
         if unknown:
             raise ValueError(f"method_params names methods not being run: {unknown}.")
@@ -158,9 +175,42 @@ class BenchSpec(Spec):
         return {k: dict(v) for k, v in self.method_params}.get(method, {})
 
     @property
+    def token_budget(self) -> bool:
+        """Whether the runs keep a token budget (``budget_tokens`` or ``select_token_ratio``)."""
+        return self.budget_tokens is not None or self.select_token_ratio is not None
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """The default methods left out because they keep no token budget, each with why
+        (under a token budget with ``methods`` not given; :meth:`from_mapping`)."""
+        if not self.token_budget:
+            return {}
+        return {
+            m: TOKEN_SKIP
+            for m in DEFAULT_METHODS
+            if m not in self.methods and not SELECTORS[m].takes_tokens
+        }
+
+    @property
     def common(self) -> dict[str, Any]:
-        """The settings every run shares: ``select_ratio``, ``seed``, ``device``."""
-        return {"select_ratio": self.select_ratio, "seed": self.seed, "device": self.device}
+        """The settings every run shares: the budget (``select_ratio``, or the token
+        budget when one is set), ``seed``, ``device``."""
+        tokens = {
+            "budget_tokens": self.budget_tokens,
+            "select_token_ratio": self.select_token_ratio,
+        }
+        budget = {k: v for k, v in tokens.items() if v is not None} or {
+            "select_ratio": self.select_ratio
+        }
+        return {**budget, "seed": self.seed, "device": self.device}
+
+    def to_mapping(self) -> dict[str, Any]:
+        """As :meth:`Spec.to_mapping`, without ``select_ratio`` (its default) under a token
+        budget: the flat keys give one budget."""
+        out = super().to_mapping()
+        if self.token_budget:
+            del out["select_ratio"]
+        return out
 
     def select_spec(self, method: str) -> SelectSpec:
         """``method``'s run as ``select`` would run it: checked when this spec was made."""
@@ -196,7 +246,17 @@ class BenchSpec(Spec):
         rest = {k: v for k, v in values.items() if k not in own}
         objective = ObjectiveSpec.given_or_flat(values, rest, where)
         kept = {k: v for k, v in values.items() if k in own and k != "method_params"}
-        methods = tuple(as_names(kept.get("methods", DEFAULT_METHODS)))
+        budgets = [k for k in _BUDGETS if kept.get(k) is not None]
+        if len(budgets) > 1:
+            got = ", ".join(f"{k}={kept[k]}" for k in budgets)
+            raise ValueError(f"give the budget one way: {', '.join(_BUDGETS)}; got {got}.")
+        default = DEFAULT_METHODS
+        if kept.get("budget_tokens") is not None or kept.get("select_token_ratio") is not None:
+            # the defaults that keep a token budget; the others are listed as skipped
+            default = tuple(m for m in DEFAULT_METHODS if SELECTORS[m].takes_tokens)
+        if kept.get("methods") is None:
+            kept["methods"] = default
+        methods = tuple(as_names(kept["methods"]))  # a bad value: refused by the field's check
         params = _method_params(methods, values)
         return cls(**{**kept, "objective": objective, "method_params": params})
 

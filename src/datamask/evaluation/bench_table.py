@@ -81,7 +81,7 @@ def _heading(result: dict[str, Any]) -> list[str]:
     return [
         f"# {result['title']}",
         "",
-        f"N={s['n_docs']}, d={s['dim']}, k={s['k']} (select_ratio={s['select_ratio']}), "
+        f"N={s['n_docs']}, d={s['dim']}, {_budget_text(s)}, "
         f"objective: lamb={s['lamb']} * quality + (1 - lamb) * {'+'.join(s['algorithm'])}, "
         f"seed={s['seed']}, device={s['device']}.",
         f"Machine: {mach['platform']}, {mach['cpu_count']} CPUs, torch {mach['torch']} "
@@ -100,14 +100,36 @@ def _heading(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _budget_text(s: dict[str, Any]) -> str:
+    """The budget as the heading says it: k documents, or the token budget every method
+    kept (and the methods left out for keeping none)."""
+    if s.get("budget_tokens") is None:
+        return f"k={s['k']} (select_ratio={s['select_ratio']})"
+    ratio = s.get("select_token_ratio")
+    text = (
+        f"token budget {s['budget_tokens']:,.0f}"
+        + (f" (select_token_ratio={ratio})" if ratio is not None else "")
+        + f" of {s['corpus_tokens']:,.0f} tokens ({s['length_col']}; J per token, "
+        'docs/method.md "Token budgets")'
+    )
+    skipped = s.get("skipped_methods")
+    if skipped:
+        text += f"; skipped: {', '.join(skipped)} (no token rule)"
+    return text
+
+
 def _table(result: dict[str, Any]) -> list[str]:
     """One row per run: J and its terms, the evaluation metrics, times, memory, ratios."""
     runs = result["runs"]
     term_names = [t for t in runs[0].get("terms", {}) if t != "J"] if "terms" in runs[0] else []
     # facility coverage is the facility term's value: a column of its own only without one
     coverage = ["coverage"] if "facility" not in term_names else []
+    # kept documents and tokens: where the corpus has lengths (under a token budget the
+    # documents kept differ between methods)
+    kept = ["kept docs", "kept tokens"] if any("tokens" in r for r in runs) else []
     head = [
         "method",
+        *kept,
         "J",
         *term_names,
         *coverage,
@@ -130,6 +152,7 @@ def _table(result: dict[str, Any]) -> list[str]:
         t = r.get("terms", {})
         cells = [
             r["label"],
+            *([_fmt(r.get("k"), ","), _fmt(r.get("tokens"), ",.0f")] if kept else []),
             _fmt(t.get("J"), ".4f"),
             *[_fmt(t.get(n), ".4f") for n in term_names],
             *[_fmt(m.get("facility_coverage"), ".4f") for _ in coverage],

@@ -266,6 +266,8 @@ def _assemble(run: ReportRun) -> dict[str, Any]:
         "quality_all": sums["q_all"] / n,
         "length_label": length_col if not run.length_of_text else f"len({length_col})",
         "length_all": sums["l_all"] / n if pt["l_hist"] else None,
+        "length_col": length_col,
+        "tokens_all": sums["l_all"] if pt["l_hist"] else None,
         "text_col": run.text_col,
         "seed": spec.seed,
         "sample_size": len(samp["row"]),
@@ -328,6 +330,9 @@ def _selection_result(run: ReportRun, s: int, sample_texts: list[str]) -> dict[s
         "quality_dropped": _div(sums["q_all"] - sums["q_kept"][s], n - k),
         "length_kept": _div(sums["l_kept"][s], k) if has_len else None,
         "length_dropped": _div(sums["l_all"] - sums["l_kept"][s], n - k) if has_len else None,
+        # the kept tokens (the length column's sum), and the token budget it was made under
+        "tokens_kept": float(sums["l_kept"][s]) if has_len else None,
+        "tokens": summary.get("tokens"),
         "topics": per_topic,
         "samples": samples,
         "covers": _covers_shown(run, s),

@@ -22,6 +22,7 @@ from ..data import Corpus
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
 from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
 from ..io.fs import expect_file
+from ..io.parquet import read_summary
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import SELECTION_FILES, read_selection
 from ..pipeline.given import evaluate_given, read_given
@@ -120,8 +121,14 @@ def _verify(run: EvaluateRun) -> None:
 def _score(run: EvaluateRun) -> dict[str, Any]:
     """The corpus read, the selection matched to its rows and scored (``given`` too)."""
     spec = run.spec
+    budget = _token_record(run.selection)
+    length_col = spec.length_col
+    if length_col is None and budget is not None and budget.get("length_col"):
+        names = input_column_names(run.input, split=spec.split)
+        if budget["length_col"] in names:
+            length_col = budget["length_col"]  # the tokens the budget counted
     corpus, columns = read_scored_corpus(
-        run.input, spec.columns, split=spec.split, length_col=spec.length_col
+        run.input, spec.columns, split=spec.split, length_col=length_col
     )
     rows = read_selection(run.selection, corpus.ids, id_col=columns.id_col)
     report = evaluate_selection(
@@ -129,17 +136,27 @@ def _score(run: EvaluateRun) -> dict[str, Any]:
         rows,
         algorithm=list(spec.objective.algorithm),
         lamb=spec.objective.lamb,
-        length_col=spec.length_col,
+        length_col=length_col,
         device=spec.device,
         dup_thresholds=spec.dup_thresholds,
         dup_search=spec.dup_search,
         progress=spec.progress,
     )
     report["selection"] = run.selection
+    if budget is not None and report["length"] is not None:
+        report["length"]["tokens"]["budget"] = budget.get("budget")
     if spec.given is not None:  # scored given KEPT, as `select --given` scores it
         kept = read_given(spec.given, columns, selection=spec.given_selection)
         report["given"] = evaluate_given(corpus, kept, rows, spec.objective, id_col=columns.id_col)
     return report
+
+
+def _token_record(selection: str) -> dict[str, Any] | None:
+    """The token budget a selection file's summary records (``tokens``: kept, budget,
+    corpus, length_col), or None (a document budget, or a plain list of ids)."""
+    if not str(selection).endswith(".parquet"):
+        return None
+    return (read_summary(selection) or {}).get("tokens")
 
 
 def read_scored_corpus(

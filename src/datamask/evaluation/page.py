@@ -213,6 +213,24 @@ def render_html(report: dict[str, Any]) -> str:
     )
 
 
+def _tokens_cell(sel: dict[str, Any], report: dict[str, Any]) -> str:
+    """A selection's kept tokens: the length column's sum over its kept documents against
+    the corpus', and the token budget its summary records (with the kept tokens it
+    records where they were counted in another column)."""
+    parts = []
+    kept, total = sel["tokens_kept"], report["tokens_all"]
+    if kept is not None:
+        share = f" ({100 * kept / total:.1f}%)" if total else ""
+        parts.append(f"{kept:,.0f} of {total:,.0f}{share}")
+    rec = sel["tokens"]
+    if rec:
+        text = f"budget {rec['budget']:,.0f}"
+        if kept is None or rec.get("length_col") != report["length_col"]:
+            text += f" ({_e(rec.get('length_col'))}: {rec['kept']:,.0f} kept)"
+        parts.append(f'<span class="muted">{text}</span>')
+    return "<br>".join(parts) or "-"
+
+
 def _overview_html(report: dict[str, Any]) -> str:
     """The overview table: per selection its file, share kept, quality and length kept
     and dropped, and its recorded terms."""
@@ -235,6 +253,11 @@ def _overview_html(report: dict[str, Any]) -> str:
                 [_f(s["length_dropped"], ",.0f") for s in sels],
             ),
         ]
+    if any(s["tokens_kept"] is not None or s["tokens"] for s in sels):
+        label = "tokens kept" + (
+            f" ({report['length_label']})" if report["length_all"] is not None else ""
+        )
+        rows.append((label, [_tokens_cell(s, report) for s in sels]))
     term_names = list(dict.fromkeys(k for s in sels for k in (s["terms"] or {})))
     for name in term_names:
         label = "objective J" if name == "J" else f"term {name}"

@@ -241,7 +241,8 @@ def plot_selection_map(
         ax.scatter(xy[:, 0], xy[:, 1], s=2, c="lightgray", linewidths=0)
         ax.scatter(xy[keep, 0], xy[keep, 1], s=5, c=_color(r["label"]), linewidths=0)
         j = r["terms"]["J"]
-        ax.set_title(f"{literal(r['label'])}  J={j:.4f}", fontsize=8)
+        kept = f"\n{r['k']:,} docs, {r['tokens']:,.0f} tokens" if "tokens" in r else ""
+        ax.set_title(f"{literal(r['label'])}  J={j:.4f}{kept}", fontsize=8)
     for ax in axes.ravel()[len(with_sel) :]:
         ax.axis("off")
     fig.suptitle(

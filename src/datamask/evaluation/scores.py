@@ -161,7 +161,7 @@ def evaluate_selection(
         ``metrics`` (quality mean, facility coverage of the whole set, mean pairwise
         similarity, DiSF correlation loss, mean nearest-neighbour similarity inside the
         subset), each with the whole corpus' value where it is cheap (``*_all``);
-        ``quality_columns`` (raw means); ``length`` (or None); ``redundancy``
+        ``quality_columns`` (raw means); ``length`` (or None; ``tokens``: sums); ``redundancy``
         (``selected`` and ``all``: pairs, documents, groups, largest group per threshold).
     """
     thresholds = check_thresholds(dup_thresholds)
@@ -272,7 +272,13 @@ def _length_section(
     found = _lengths(corpus, length_col)
     if found is not None:
         name, values = found
-        return {"column": name, "selected": length_stats(values[mask]), "all": length_stats(values)}
+        return {
+            "column": name,
+            "selected": length_stats(values[mask]),
+            "all": length_stats(values),
+            # the kept tokens beside the kept documents (a token budget's figure)
+            "tokens": {"kept": float(values[mask].sum()), "all": float(values.sum())},
+        }
     if length_col:
         raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     return None
@@ -331,6 +337,11 @@ def format_report(report: dict[str, Any]) -> str:
         sel, every = report["length"]["selected"], report["length"]["all"]
         for key in ("mean", "p10", "p50", "p90"):
             rows.append((f"{col} {key}", f"{sel[key]:.0f}", f"{every[key]:.0f}"))
+        tokens = report["length"].get("tokens")
+        if tokens is not None:  # the kept tokens beside the kept documents
+            rows.append((f"{col} kept (sum)", f"{tokens['kept']:,.0f}", f"{tokens['all']:,.0f}"))
+            if tokens.get("budget") is not None:
+                rows.append(("token budget", f"{tokens['budget']:,.0f}", ""))
     given = report.get("given")
     if given is not None:  # evaluate --given: J given KEPT and J of the union
         for part, label in (("terms", "given KEPT"), ("terms_union", "KEPT + selection")):
