@@ -228,7 +228,7 @@ def swap_search(
         good, trial, value = _try_swaps(terms, keep, adds, drops, good, current + tol, fits)
         if value > current + tol:
             if fits is not None:  # the tokens the swaps freed, filled (J never falls)
-                trial, value = _fill(terms, trial, scores[0], fits)
+                trial, value = _fill(terms, trial, value, scores[0], fits)
                 k = int(trial.sum())
             keep, current, scores = trial, value, None
             result.swaps += len(good)
@@ -318,28 +318,33 @@ class _Fits:
     def within(
         self, keep: torch.Tensor, adds: torch.Tensor, drops: torch.Tensor, good: torch.Tensor
     ) -> torch.Tensor:
-        """The pairs of ``good``, in order, that keep the tokens within the budget when
-        applied one after another (a pair that frees tokens makes room for later ones)."""
+        """The pairs of ``good`` that keep the tokens within the budget applied together:
+        every pair that frees tokens, then, in order, each pair that takes some while the
+        tokens left (freed ones included) hold it."""
         change = (self.sizes[adds[good]] - self.sizes[drops[good]]).cpu().numpy()
-        left, chosen = self.slack(keep), []
-        for i, delta in enumerate(change.tolist()):
-            if delta <= left:
-                chosen.append(i)
-                left -= delta
-        return good[torch.as_tensor(chosen, dtype=torch.long, device=good.device)]
+        frees = change <= 0
+        left = self.slack(keep) - float(change[frees].sum())
+        chosen = frees.copy()
+        for i in np.flatnonzero(~frees).tolist():
+            if change[i] <= left:
+                chosen[i] = True
+                left -= change[i]
+        return good[torch.as_tensor(np.flatnonzero(chosen), dtype=torch.long, device=good.device)]
 
 
 def _fill(
-    terms: list, keep: torch.Tensor, gain: torch.Tensor, fits: _Fits
+    terms: list, keep: torch.Tensor, value: float, gain: torch.Tensor, fits: _Fits
 ) -> tuple[torch.Tensor, float]:
-    """``keep`` with the rows of positive ``gain`` added, best gain per token first, each
-    that fits the tokens left (the objective is monotone: an add never lowers it); and its
-    value."""
+    """``keep`` (of objective ``value``) with the rows of positive ``gain`` added, best
+    gain per token first, each that fits the tokens left (the objective is monotone: an
+    add never lowers it); and its value, computed again only when a row was added."""
     left = fits.slack(keep)
     per_token = (gain / fits.sizes).masked_fill(keep | (gain <= 0), -torch.inf)
     order = torch.argsort(per_token, descending=True, stable=True)
     order = order[: int(torch.isfinite(per_token).sum())].cpu().numpy()
     rows = fits.budget.fill(order, left=left) if len(order) else order
+    if len(rows) == 0:
+        return keep, value
     trial = keep.clone()
     trial[torch.as_tensor(rows, dtype=torch.long, device=keep.device)] = True
     return trial, _value(terms, trial)
