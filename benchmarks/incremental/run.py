@@ -325,6 +325,9 @@ def markdown() -> None:
                 f"{m['peak_rss_mb_per_worker']:.0f} |"
             )
     out.append("")
+    from given_learner import section  # issue 45 part 5: the learner against the greedy
+
+    out += section()
     MARKDOWN.write_text("\n".join(out))
 
 

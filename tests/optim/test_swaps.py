@@ -16,6 +16,7 @@ from datamask.objectives.facility_location import (
     neighbors_for_ratio,
 )
 from datamask.optim import graph_objective, swap_objective, swap_search, swaps_for
+from datamask.optim.swaps import FacilitySwaps
 
 
 # --- the swap search ---------------------------------------------------------------------------
@@ -141,3 +142,58 @@ def test_the_swap_protocol_belongs_to_the_search_not_the_term():
     assert type(swaps_for(Quality())) is QualitySwaps
     assert type(swaps_for(Shifted())) is PairwiseSwaps
     assert type(swaps_for(OnlyValue())) is TermSwaps
+
+
+# --- above a floor (--given): replacement swaps ------------------------------------------------
+def _floored(seed: int):
+    """200 clustered rows with a floor from 20 rows of another draw (documents kept before)."""
+    corpus = make_clustered(200, 8, 4, seed=seed)
+    kept = make_clustered(100, 8, 4, seed=seed + 1000).features[:20]
+    x = corpus.features / np.linalg.norm(corpus.features, axis=1, keepdims=True)
+    kept = kept / np.linalg.norm(kept, axis=1, keepdims=True)
+    corpus.floor = np.clip((x @ kept.T).max(1), 0, None).astype(np.float32)
+    return corpus
+
+
+def _best_single_swap(obj, selected: np.ndarray) -> float:
+    """The largest change of the search's objective (quality and facility location on the
+    raised graph) over every swap of a kept row for another, each counted in full."""
+    (wq, quality), (wf, facility) = obj.terms
+    assert not facility.exact_rounding_  # the search's objective is the graph's
+    idx, sim = facility.knn_graph()
+    n, k = idx.shape[0], len(selected)
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[torch.as_tensor(selected)] = True
+    now = (sim * keep[idx]).amax(1).double().sum()
+    best = -np.inf
+    for a in selected.tolist():
+        base = keep.clone()
+        base[a] = False
+        cover = (sim * base[idx]).amax(1)
+        lift = torch.zeros(n, dtype=torch.float64)
+        lift.index_add_(
+            0, idx.reshape(-1), (sim - cover[:, None]).clamp_min(0).double().reshape(-1)
+        )
+        change = wf * (cover.double().sum() + lift - now) / n
+        change += wq * (quality.quality_.double() - float(quality.quality_[a])) / k
+        best = max(best, float(change.masked_fill(keep, -np.inf).max()))
+    return best
+
+
+@pytest.mark.parametrize("seed", [4, 8])
+def test_learner_above_a_floor_reaches_the_greedy(seed, monkeypatch):
+    """Above a floor most covered documents have one kept row above it, so dropping a row
+    loses all their coverage and the separable bound ``gain_b - loss_a`` misses a row that
+    would take them over (issue 45 part 5). On these two corpora the learner without the
+    replacement round stopped below the lazy greedy; with it, it is at or above it and no
+    single swap (every pair, counted in full on the search's objective) raises J."""
+    corpus = _floored(seed)
+    fit = dict(select_ratio=0.1, seed=0, device="cpu", lamb=0.5)
+    greedy = LazyGreedy(**fit).fit(corpus).terms_["J"]
+    learner = MaskLearner(**fit).fit(corpus)
+    assert learner.terms_["J"] >= greedy - 1e-9
+    assert _best_single_swap(learner.objective_, learner.selected_) <= 1e-9
+    with monkeypatch.context() as m:  # the search as it was: no replacement offered
+        m.setattr(FacilitySwaps, "replacements", lambda self, keep: None)
+        before = MaskLearner(**fit).fit(corpus).terms_["J"]
+    assert before < greedy - 1e-5

@@ -80,6 +80,11 @@ class SwapResult:
     swaps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
 
+    def record(self, rnd: int, swaps: int, value: float) -> None:
+        """An accepted round: ``swaps`` swaps that raised the objective to ``value``."""
+        self.swaps += int(swaps)
+        self.history.append({"round": rnd, "swaps": int(swaps), "objective": value})
+
 
 def _footprints(
     terms: list[tuple[float, TermSwaps]], keep: torch.Tensor, adds: torch.Tensor
@@ -119,11 +124,20 @@ def _scores(
     return gain, loss, pooled, paired
 
 
-def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: int) -> list[int]:
+def _independent(
+    adds: torch.Tensor,
+    drops: torch.Tensor,
+    footprints: list,
+    n: int,
+    *,
+    disjoint: bool = False,
+) -> list[int]:
     """The pairs, in order, whose swaps do not interact on facility location: no two adds
     gain on a common document (the gain would be counted twice) and no two drops are the
     best and second-best cover of a common document (its fallback would be gone). Swaps
     chosen so add up: the objective rises by at least the sum of their bounds.
+    ``disjoint``: stricter, for replacement pairs (whose add gains on its drop's
+    documents): no document in two pairs' footprints, no row in two pairs.
 
     One pass over the pairs in numpy on the host: on CUDA a pair's few tensor ops were
     each a kernel launch and two a sync (4.3 s of a 1M-row group's 34 s on an H200)."""
@@ -134,14 +148,16 @@ def _independent(adds: torch.Tensor, drops: torch.Tensor, footprints: list, n: i
         for (ptr, covered), (gptr, gained) in footprints
     ]
     added = np.zeros(n, dtype=bool)
-    dropped = np.zeros(n, dtype=bool)
+    dropped = added if disjoint else np.zeros(n, dtype=bool)  # one set: no document shared
+    used = np.zeros(n, dtype=bool)
     chosen = []
     for p, (b, a) in enumerate(zip(adds.tolist(), drops.tolist(), strict=True)):
         ra = [gained[gptr[b] : gptr[b + 1]] for _, _, gptr, gained in host]
         rd = [covered[ptr[a] : ptr[a + 1]] for ptr, covered, _, _ in host]
         ra, rd = (np.concatenate(r) if len(r) > 1 else r[0] for r in (ra, rd))
-        if added[ra].any() or dropped[rd].any():
+        if added[ra].any() or dropped[rd].any() or (disjoint and (used[a] or used[b])):
             continue
+        used[a] = used[b] = True
         added[ra] = True
         dropped[rd] = True
         chosen.append(p)
@@ -170,12 +186,8 @@ def swap_search(
     tol: float = 1e-12,
     budget: TokenBudget | None = None,
 ) -> SwapResult:
-    """Improve ``selected`` (k rows) by batches of 1-for-1 swaps on :func:`swap_objective`.
-
-    Under a token ``budget`` the candidates are ranked per token (the best gain per token
-    to add, the least loss per token to drop), a batch keeps only the swaps that fit the
-    budget in order, and the tokens a batch frees are filled by :func:`_fill`: the count
-    kept may change, the tokens stay within the budget.
+    """Improve ``selected`` (k rows) by batches of 1-for-1 swaps on :func:`swap_objective`
+    (under a token ``budget``, swaps that fit it, and fills: :class:`_Fits`).
 
     Parameters
     ----------
@@ -191,7 +203,7 @@ def swap_search(
     tol : float, default=1e-12
         A swap or a batch must raise the objective by more than this.
     budget : TokenBudget, optional
-        Keep the tokens of the selection within this budget (see above).
+        Keep the selection's tokens within it.
 
     Returns
     -------
@@ -218,26 +230,30 @@ def swap_search(
         m_eff = min(m, k, n - k)
         if m_eff < 1:
             break
-        sizes = None if fits is None else fits.sizes
-        adds, drops, bound = _candidate_pairs(scores, keep, k, m_eff, sizes)
+        adds, drops, bound = _candidate_pairs(scores, keep, k, m_eff, fits and fits.sizes)
         good = torch.nonzero(bound > tol).squeeze(1)
         if fits is not None:
             good = fits.within(keep, adds, drops, good)
-        if len(good) == 0:
-            break
-        good, trial, value = _try_swaps(terms, keep, adds, drops, good, current + tol, fits)
+        value = current
+        if len(good):
+            good, trial, value = _try_swaps(terms, keep, adds, drops, good, current + tol, fits)
         if value > current + tol:
             if fits is not None:  # the tokens the swaps freed, filled (J never falls)
                 trial, value = _fill(terms, trial, value, scores[0], fits)
                 k = int(trial.sum())
             keep, current, scores = trial, value, None
-            result.swaps += len(good)
-            result.history.append({"round": rnd, "swaps": int(len(good)), "objective": value})
+            result.record(rnd, len(good), value)
             m = min(2 * m, k)
-        elif len(good) == 1:  # a lone positive bound that did not rise: rounding noise
-            break
-        else:  # interacting swaps of pairwise similarity or DiSF: fewer at once
+        elif len(good) > 1:  # interacting swaps of pairwise similarity or DiSF: fewer at once
             m = max(1, min(m, len(good)) // 2)
+        else:  # no positive bound, or a lone one that did not rise (rounding noise): stop,
+            # unless a replacement rises (offered above a floor only, `_replacement_round`;
+            # its 1-for-1 swaps are not priced in tokens, so not under a token budget)
+            found = None if fits else _replacement_round(terms, keep, scores, current + tol)
+            if found is None:
+                break
+            (keep, current, swapped), scores = found, None
+            result.record(rnd, swapped, current)
     result.selected = torch.nonzero(keep).squeeze(1)
     result.value = current
     return result
@@ -306,7 +322,10 @@ def _try_swaps(
 
 class _Fits:
     """The token budget as the swap search reads it: the sizes on the device, and which
-    swaps of a batch fit."""
+    swaps of a batch fit. Under a budget the candidates are ranked per token (the best gain
+    per token to add, the least loss per token to drop), a batch keeps the swaps that fit
+    (:meth:`within`) and the tokens it frees are filled (:func:`_fill`): the count kept may
+    change, the tokens stay within the budget."""
 
     def __init__(self, budget: TokenBudget, device: torch.device) -> None:
         self.budget = budget
@@ -348,3 +367,39 @@ def _fill(
     trial = keep.clone()
     trial[torch.as_tensor(rows, dtype=torch.long, device=keep.device)] = True
     return trial, _value(terms, trial)
+
+
+def _replacement_round(
+    terms: list[tuple[float, TermSwaps]], keep: torch.Tensor, scores: tuple, above: float
+) -> tuple[torch.Tensor, float, int] | None:
+    """Swaps of a kept row for a row that takes over its documents, which the separable
+    bound ``gain_b - loss_a`` of :func:`_candidate_pairs` prices far too low above a floor
+    (:meth:`~datamask.optim.swaps.FacilitySwaps.replacements`). Every pair with a positive
+    gain (its bound plus the pair's extra), best first, those that share no document or
+    row applied at once, else the best alone. None when no term offers pairs (no floor:
+    the search is unchanged), when a term is scored on a pool (DiSF), or when nothing
+    rises above ``above``; else the new mask, its value and the swaps made."""
+    gain, loss, pooled, _ = scores
+    offered = [(w, t.replacements(keep)) for w, t in terms if w != 0]
+    offered = [(w, found) for w, found in offered if found is not None]
+    if pooled or not offered:
+        return None
+    n = len(keep)
+    key = torch.cat([a * n + b for _, (a, b, _) in offered])
+    extra = torch.cat([w * e for w, (_, _, e) in offered])
+    pairs, where = torch.unique(key, return_inverse=True)
+    total = torch.zeros(len(pairs), dtype=torch.float64, device=keep.device)
+    total.index_add_(0, where, extra)
+    drops, adds = pairs // n, pairs % n
+    value = gain[adds] - loss[drops] + total
+    order = torch.argsort(value, descending=True, stable=True)
+    order = order[value[order] > 0]
+    if len(order) == 0:
+        return None
+    adds, drops = adds[order], drops[order]
+    pick = _independent(adds, drops, _footprints(terms, keep, adds), n, disjoint=True)
+    for chosen in (torch.as_tensor(pick, dtype=torch.long, device=keep.device), order[:1] * 0):
+        trial, value_now = _apply(terms, keep, adds[chosen], drops[chosen])
+        if value_now > above:
+            return trial, value_now, len(chosen)
+    return None
