@@ -3,14 +3,14 @@ nearest kept document.
 
     # one file: the 56k real-text corpus, each setting in a fresh process
     python benchmarks/covered/run.py one-file --input ../shared/data/realtext.parquet \
-        --results benchmarks/covered/results/realtext.json
+        --results benchmarks/covered/results/<date>-<machine>-realtext-mask.json
     # sharded: generated shards (benchmarks/scale/generate.py), the local pool; then the
     # sampled-row check, not timed
     python benchmarks/covered/run.py sharded --input /tmp/dm-covered/1m --out /tmp/dm-covered/run \
         --partition shard --budget group --workers 2 --no-check \
-        --results benchmarks/covered/results/1m.json
+        --results benchmarks/covered/results/<date>-<machine>-1m-topk-shard-group.json
     python benchmarks/covered/run.py check --input /tmp/dm-covered/1m --out /tmp/dm-covered/run \
-        --results benchmarks/covered/results/1m.json
+        --results benchmarks/covered/results/<date>-<machine>-1m-topk-shard-group.json
     # the markdown, from the JSON results
     python benchmarks/covered/run.py report --results benchmarks/covered/results \
         --output benchmarks/covered/RESULTS.md

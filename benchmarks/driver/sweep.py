@@ -1,6 +1,6 @@
 """The driver's peak memory of a sharded selection as shards x clusters and k grow.
 
-    python benchmarks/driver/sweep.py --out benchmarks/driver/results.jsonl
+    python benchmarks/driver/sweep.py --out benchmarks/driver/results/<date>-<machine>-sweep.jsonl
     python benchmarks/driver/sweep.py --one 100 100 200000 0.1   # a single point
 
 Every point is a fresh Python process (``ru_maxrss`` never goes down, so points cannot
@@ -51,8 +51,9 @@ POINTS = [
 
 #: One group step in a fresh process (what a worker needs for one group): reads the
 #: largest group's gathered object and selects it, as the run did; prints its peak RSS (KB):
-#: its own high-water mark (results-driverkb.jsonl's probe used ru_maxrss, which Linux
-#: starts at the parent's RSS in a forked child: there it is max(driver's RSS, step's)).
+#: its own high-water mark (results/2026-11-26-cpu2-sweep-driverkb.jsonl's probe used
+#: ru_maxrss, which Linux starts at the parent's RSS in a forked child: there it is
+#: max(driver's RSS, step's)).
 ONE_STEP = """
 import json, resource, sys
 import torch

@@ -2,8 +2,7 @@
 
     python benchmarks/scale/generate.py --out /tmp/kmeans-bench/1m128 --n-docs 1000000 \
         --dim 128 --n-shards 50
-    python benchmarks/kmeans/fit.py --shards /tmp/kmeans-bench/1m128 \
-        --out benchmarks/kmeans/results.jsonl              # every (C, variant)
+    python benchmarks/kmeans/fit.py --shards /tmp/kmeans-bench/1m128   # every (C, variant)
     python benchmarks/kmeans/fit.py --shards ... --one 1000 spread   # a single point
 
 Every point is a fresh Python process (``ru_maxrss`` never goes down), which runs only
@@ -26,7 +25,8 @@ corpus: the mean cosine of each row to the centre of the leaf the tree files it 
 (its k-means centroid, or its part where a cluster was split), the leaves, and the leaf
 sizes' max / mean and coefficient of variation; and the seconds to file every row (what
 the spill pays per row). Load averages before and after. Run it alone (``flock -x
-/work/cpu.lock``): the machine has two cores.
+/work/cpu.lock``): the machine has two cores. Rows append to ``--out``, by default
+``results/<date>-<machine>-fit.jsonl`` (``benchmarks/_lib/ledger.py``), each with its commit.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_lib"))
+from ledger import commit, result_path  # noqa: E402
 
 CLUSTERS = (100, 1_000, 10_000)
 VARIANTS = {
@@ -129,7 +132,7 @@ def one_point(shards: str, n_clusters: int, variant: str, chunk: int, step_rows:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shards", help="folder of parquet shards (generate.py's layout)")
-    p.add_argument("--out", default="benchmarks/kmeans/results.jsonl", help="jsonl to append")
+    p.add_argument("--out", help="jsonl to append (default: results/<date>-<machine>-fit.jsonl)")
     p.add_argument("--clusters", type=int, nargs="+", default=list(CLUSTERS), help="C values")
     p.add_argument("--variants", nargs="+", default=["one", "spread"], help=", ".join(VARIANTS))
     p.add_argument("--chunk-size", type=int, default=100_000, help="--chunk-size of the fit")
@@ -146,9 +149,13 @@ def main() -> None:
             cmd += [variant, "--chunk-size", str(args.chunk_size)]
             cmd += ["--step-rows", str(args.step_rows)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            row = json.loads(out.strip().splitlines()[-1])
+            row = {"commit": commit(), **json.loads(out.strip().splitlines()[-1])}
             print(json.dumps(row), flush=True)
-            with open(args.out, "a") as fh:
+            where = Path(
+                args.out or result_path(Path(__file__).parent, "fit").with_suffix(".jsonl")
+            )
+            where.parent.mkdir(parents=True, exist_ok=True)
+            with open(where, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
 
 

@@ -1,10 +1,14 @@
 """Near-duplicates kept by the learner and by lazy greedy, the J cost of the cap, and the
 time of the redundancy report at 1M documents.
 
-    python benchmarks/redundancy/run.py quality      # real-text sets -> results/quality.json
+    python benchmarks/redundancy/run.py quality      # real-text sets -> results/...-quality.json
     python benchmarks/redundancy/run.py quality realtext   # (re)run the sets named so only
-    python benchmarks/redundancy/run.py scale        # 1M x 384 report timing -> results/scale.json
-    python benchmarks/redundancy/run.py markdown     # RESULTS.md from the two JSON files
+    python benchmarks/redundancy/run.py scale        # 1M x 384 report timing -> ...-scale.json
+    python benchmarks/redundancy/run.py markdown     # RESULTS.md from the newest two JSON files
+
+Results: ``results/<date>-<machine>-{quality,scale}.json`` with date, machine, commit and
+command first (``benchmarks/_lib/ledger.py``); ``quality NAME`` reruns one set inside the
+newest quality file, in place (its ``reruns`` list records each such run's commit).
 
 ``quality``: on every real-text set present (the shipped demo, the shared demo and the
 real-text corpus when it exists: ``$REALTEXT``, default the path
@@ -52,6 +56,15 @@ from datamask.selectors import make_selector
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE.parent / "_lib"))
+from ledger import result_path, run_record, write_json  # noqa: E402
+
+
+def latest(what: str) -> Path | None:
+    """The newest ``results/*-<what>.json`` (by name: the date), or None."""
+    found = sorted(RESULTS.glob(f"*-{what}.json"))
+    return found[-1] if found else None
+
 
 #: name -> (path, read_corpus arguments)
 DATASETS = {
@@ -115,11 +128,12 @@ def _realtext_meta(path: Path) -> dict | None:
 
 
 def run_quality(only: str | None = None) -> dict:
-    out = {"settings": {"lamb": LAMB, "algorithm": "Facility"}, "sets": []}
-    path_json = RESULTS / "quality.json"
-    if only is not None and path_json.exists():  # rerun one set, keep the others
+    out = {**run_record(), "settings": {"lamb": LAMB, "algorithm": "Facility"}, "sets": []}
+    path_json = latest("quality")
+    if only is not None and path_json is not None:  # rerun one set, keep the others
         out = json.loads(path_json.read_text())
         out["sets"] = [s for s in out["sets"] if not s["name"].startswith(only)]
+        out.setdefault("reruns", []).append({"only": only, **run_record()})
     for (name, (path, kwargs)), ratio in ((item, r) for item in DATASETS.items() for r in RATIOS):
         label = f"{name}, k = {round(100 * ratio)}%"
         if only is not None and not label.startswith(only):
@@ -280,7 +294,7 @@ def _cell(red: dict, t: str) -> str:
 
 
 def markdown() -> str:
-    q = json.loads((RESULTS / "quality.json").read_text())
+    q = json.loads(latest("quality").read_text())
     lines = [
         "# Near-duplicates in the selection, and the similarity cap",
         "",
@@ -369,8 +383,8 @@ def markdown() -> str:
                 f"{r['seconds']:.1f} |"
             )
         lines.append("")
-    path = RESULTS / "scale.json"
-    if path.exists():
+    path = latest("scale")
+    if path is not None:
         sc = json.loads(path.read_text())
         sel, whole, sub = sc["selected"], sc["all_ivf"], sc["subset_100k"]
         ex, iv = sub["exact"]["thresholds"], sub["ivf"]["thresholds"]
@@ -424,9 +438,10 @@ def main(argv: list[str]) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     what, only = args.what, args.only
     if what == "quality":
-        (RESULTS / "quality.json").write_text(json.dumps(run_quality(only), indent=1))
+        into = latest("quality") if only is not None else None
+        write_json(into or result_path(HERE, "quality"), run_quality(only))
     elif what == "scale":
-        (RESULTS / "scale.json").write_text(json.dumps(run_scale(), indent=1))
+        write_json(result_path(HERE, "scale"), {**run_record(), **run_scale()})
     (HERE / "RESULTS.md").write_text(markdown())
     return 0
 

@@ -1,8 +1,10 @@
 """The cost model of docs/scale.md ("A costed plan"): calibrate on one run, predict others.
 
-    python benchmarks/scale/plan.py --calibrate results/run-200k-tp-default.json \\
-        --check results/run-1m-tp-default.json
-    python benchmarks/scale/plan.py --calibrate results/run-1m-tp-default.json --at 1e7 1e9 1e10
+    python benchmarks/scale/plan.py \\
+        --calibrate benchmarks/scale/results/2026-11-26-cpu2-200k-tp-default.json \\
+        --check benchmarks/scale/results/2026-11-26-cpu2-1m-tp-default.json
+    python benchmarks/scale/plan.py \\
+        --calibrate benchmarks/scale/results/2026-11-26-cpu2-1m-tp-default.json --at 1e7 1e9 1e10
 
 A run's figures come from ``run.py --results`` (its ``phases``: the plan phase's parts,
 every group's size and seconds, the exchange steps' parts, the files and bytes each phase

@@ -2,7 +2,7 @@
 
     python benchmarks/scale/generate.py --out /tmp/datamask-scale/1m
     python benchmarks/scale/run.py --data /tmp/datamask-scale/1m --out /tmp/datamask-scale/run-1m \
-        --workers 2 --results /tmp/datamask-scale/run-1m.json
+        --workers 2
 
 Runs :func:`datamask.distributed.run_selection` on a local Ray (or ``--runner local``, the
 standard-library process pool), with ``--budget global`` (two rounds) or ``group``,
@@ -11,6 +11,11 @@ per worker (``getrusage`` inside every worker, the largest over the run), the dr
 peak RSS, and peak GPU memory per worker when the groups ran on CUDA. Every setting is
 the library's default (``datamask select``'s) unless a flag sets it. ``--out`` must not
 exist unless you mean to resume it.
+
+The figures go to ``results/<date>-<machine>-<what>.json`` (``benchmarks/_lib/ledger.py``:
+date, machine, commit and command first; ``--what`` defaults to ``<documents>-run``, e.g.
+``1m-run``), or to ``--results`` when given; a failed run leaves its record only in
+``--results``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import platform
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +33,23 @@ import torch
 
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, RayRunner, run_selection
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "_lib"))
+from ledger import result_path, run_record, write_json  # noqa: E402
+
+
+def size_name(n: int) -> str:
+    """``n`` documents as a file name part: ``200k``, ``1m``, ``10m`` (``1234`` as is)."""
+    for unit, scale in (("m", 1_000_000), ("k", 1_000)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def results_path(args: argparse.Namespace, default_what: str) -> Path:
+    """``--results``, else this folder's ``results/<date>-<machine>-<what>.json``."""
+    return Path(args.results) if args.results else result_path(HERE, args.what or default_what)
 
 
 def _folder_key(f: Path, root: Path) -> str:
@@ -96,7 +119,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="folder of parquet shards")
     p.add_argument("--out", required=True, help="output folder of the selection")
-    p.add_argument("--results", help="write the figures as JSON here too")
+    p.add_argument(
+        "--results", help="the figures' JSON (default: results/<date>-<machine>-<what>.json)"
+    )
+    p.add_argument("--what", help="<what> of the default results file (default: <documents>-run)")
     p.add_argument("--runner", choices=["ray", "local"], default="ray")
     p.add_argument("--workers", type=int, default=None, help="default: all CPUs or GPUs")
     # Every setting below left out is the library's default (``datamask select``'s).
@@ -142,6 +168,7 @@ def main() -> None:
         if args.results:
             out = Path(args.out)
             failed = {
+                **run_record(),
                 "failed": f"{type(exc).__name__}: {exc}",
                 "started_epoch": time.time() - (time.perf_counter() - started),
                 "wall_to_failure": time.perf_counter() - started,
@@ -151,14 +178,14 @@ def main() -> None:
                 "loadavg_after": os.getloadavg(),
                 "settings": given,
             }
-            Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.results).write_text(json.dumps(failed, indent=2) + "\n")
+            write_json(Path(args.results), failed)
         raise
     finally:
         runner.close()
     wall = time.perf_counter() - started
     t, s = m["totals"], m["summary"]
     figures = {
+        **run_record(),
         "n_docs": t["n_docs"],
         "n_shards": m["input"]["n_shards"],
         "n_groups": t["n_groups"],
@@ -182,7 +209,7 @@ def main() -> None:
         "allocation_rounds": (m["budget"].get("global_round") or {}).get("rounds"),
         "groups_reused": t["groups_reused"],
         "settings": m["settings"],
-        "machine": {
+        "host": {  # "machine" (ledger.machine()) is the short name; runs before had this there
             "cpus": os.cpu_count(),
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
@@ -192,9 +219,9 @@ def main() -> None:
         },
     }
     figures["phases"] = phase_facts(m, Path(args.out))
-    if args.results:
-        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.results).write_text(json.dumps(figures, indent=2) + "\n")
+    path = results_path(args, f"{size_name(t['n_docs'])}-run")
+    write_json(path, figures)
+    print(f"figures: {path}")
     gpu = figures["gpu_peak_mb_per_worker"]
     print(
         "| docs | shards | groups | workers | wall s | docs/s | group s (median) "

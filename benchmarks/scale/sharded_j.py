@@ -18,8 +18,9 @@ the default flags with ``--chunk-size NNNN``, which forces k-means clusters to b
 and cut). Each sharded row records its group sizes. J is computed by
 one scorer for all of them, exactly, over every document of the corpus:
 ``lamb * mean corpus-scaled quality of S + (1 - lamb) * mean_i max(0, max_{j in S} cos)``.
-Rows append to ``results/sharded_j.jsonl``; SHARDED.md is rebuilt from them. Wall seconds
-are what the variant took on this machine at the load average recorded with it.
+Rows append to ``results/2026-11-23-cpu2-sharded-j.jsonl`` (each with its ``code``, the commit);
+SHARDED.md is rebuilt from them. Wall seconds are what the variant took on this machine at
+the load average recorded with it.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ from datamask.config import SelectSpec
 from datamask.distributed import run_selection
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "sharded_j.jsonl"
+RESULTS = HERE / "results" / "2026-11-23-cpu2-sharded-j.jsonl"
 #: Dated notes written by hand (figures the tool does not record), appended to SHARDED.md.
-NOTES = HERE / "results" / "sharded_j_notes.md"
+NOTES = HERE / "results" / "2026-11-26-cpu2-sharded-j-notes.md"
 MARKDOWN = HERE / "SHARDED.md"
 ID, Q, F = "chunk_id", "quality_score", "feature_arr"
 

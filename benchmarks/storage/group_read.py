@@ -1,6 +1,7 @@
 """A cluster group step's read as the shards grow: objects opened, bytes, seconds (issue 30).
 
-    python benchmarks/storage/group_read.py --out benchmarks/storage/results/group_read.jsonl
+    python benchmarks/storage/group_read.py \
+        --out benchmarks/storage/results/2026-11-26-cpu2-group-read.jsonl
     python benchmarks/storage/group_read.py --one 1000        # a single point
 
 At a fixed corpus (``--n-docs`` generated documents, ``benchmarks/scale/generate.py``,

@@ -12,7 +12,7 @@ the run's processes (user + sys, its pool workers included), the driver's peak R
 the largest worker's (from the manifest), the load average before and after, and for
 ``s3`` the requests the S3 server answered, by method and by the folder they touched.
 Moto is a Python server on the same 2 cores, so the s3 wall is an upper bound of what a
-real object store costs. Rows append to ``results/s3_inplace.jsonl``; RESULTS.md is
+real object store costs. Rows append to ``results/2026-11-26-cpu2-s3-inplace.jsonl``; RESULTS.md is
 written by hand from them.
 """
 
@@ -177,7 +177,7 @@ def main() -> None:
         row["corpus"] = args.corpus.name
         row["n_shards"], row["workers"] = args.n_shards, args.workers
     server.stop()
-    with open(HERE / "results" / "s3_inplace.jsonl", "a") as fh:
+    with open(HERE / "results" / "2026-11-26-cpu2-s3-inplace.jsonl", "a") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
     print(json.dumps(rows, indent=1))

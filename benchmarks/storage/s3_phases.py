@@ -1,7 +1,7 @@
 """Requests and bytes per phase of a sharded select s3 -> s3, counted at the S3 server.
 
     flock -x /work/cpu.lock python benchmarks/storage/s3_phases.py \
-        --out benchmarks/storage/results/s3_phases.jsonl          # S = 20, 100, 400
+        --out benchmarks/storage/results/2026-11-26-cpu2-s3-phases.jsonl  # S = 20, 100, 400
     python benchmarks/storage/s3_phases.py --one 100              # a single point
 
 At a fixed corpus (``--n-docs`` documents of :func:`datamask.make_clustered`, ``--dim``
