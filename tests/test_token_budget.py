@@ -176,10 +176,22 @@ def test_token_budget_errors_name_the_flag(settings, lengths, message):
 
 
 def test_methods_without_a_token_rule_are_refused_by_name():
+    from datamask.greedy import StochasticGreedy
+
+    with pytest.raises(ValueError, match="does not keep a token budget.*greedy, greedy-dense"):
+        StochasticGreedy(select_token_ratio=0.1, device="cpu").fit(_corpus(50))
+
+
+def test_the_dense_greedy_is_the_naive_algorithm_on_all_pairs():
     from datamask.greedy import DenseGreedy
 
-    with pytest.raises(ValueError, match="does not keep a token budget.*greedy, mask"):
-        DenseGreedy(select_token_ratio=0.1, device="cpu").fit(_corpus(50))
+    for seed in range(3):
+        corpus = _corpus(14, seed=seed, dim=4)
+        total = 0.3 * corpus.lengths.sum()
+        sel = DenseGreedy(budget_tokens=total, seed=seed, device="cpu").fit(corpus)
+        assert corpus.lengths[sel.selected_].sum() <= total
+        got = _objective_value(corpus, sel.selected_, total)
+        assert got == pytest.approx(_naive_celf(corpus, total), rel=1e-6)
 
 
 def test_pairwise_terms_cannot_count_tokens():
@@ -276,9 +288,7 @@ def test_given_keeps_the_token_budget_and_counts_the_union_per_token(tmp_path):
     # the union's J, per token, from its definition over both parts (quality scaled over both)
     ids_old = pq.read_table(tmp_path / "old_sel.parquet").to_pandas()
     ids_new = pq.read_table(tmp_path / "new_sel.parquet").to_pandas()
-    kept = np.r_[
-        old[ids_old["selected"].to_numpy()], new[ids_new["selected"].to_numpy()]
-    ]
+    kept = np.r_[old[ids_old["selected"].to_numpy()], new[ids_new["selected"].to_numpy()]]
     assert len(kept) == first["k"] + summary["k"]
     x = corpus.features / np.linalg.norm(corpus.features, axis=1, keepdims=True)
     q = corpus.quality[:, 0]

@@ -87,7 +87,7 @@ def test_default_methods_skip_those_without_a_token_rule(tmp_path: Path):
     assert BenchSpec.from_mapping({}).skipped == {}
 
 
-@pytest.mark.parametrize("method", ["stochastic-greedy", "greedy-dense", "disf-greedy"])
+@pytest.mark.parametrize("method", ["stochastic-greedy", "disf-greedy"])
 def test_a_method_without_a_token_rule_is_refused_by_name(method):
     with pytest.raises(ValueError, match=rf"methods \['{method}'\] do not keep a token budget"):
         BenchSpec.from_mapping({"methods": ["greedy", method], "budget_tokens": 1000})

@@ -219,8 +219,32 @@ def host_picks(
         yield j, -neg
 
 
+class _SummedGains(HostGains):
+    """The objective's gains as one :class:`HostGains`: its terms' host gains, weighted
+    (:func:`host_gain`), or, with ``hosts`` None, its tensor gains on ``state`` (one
+    candidate at a time: dense facility location, ``greedy-dense``)."""
+
+    def __init__(self, objective: Objective, graph: bool) -> None:
+        self.hosts = host_gains_of(objective) if graph else None
+        self.objective = objective
+        self.state = None if graph else objective.init_state(graph=False)
+
+    def gain(self, j: int) -> float:
+        if self.hosts is not None:
+            return host_gain(self.hosts, j)
+        row = torch.tensor([j], device=self.objective.device_)
+        return float(self.objective.gains(self.state, row)[0])
+
+    def update(self, j: int) -> None:
+        if self.hosts is None:
+            self.state = self.objective.update(self.state, j)
+            return
+        for _, h in self.hosts:
+            h.update(j)
+
+
 def budget_picks(
-    hosts: list[tuple[float, HostGains]],
+    gains: HostGains,
     bounds: np.ndarray,
     budget: TokenBudget,
     *,
@@ -243,12 +267,11 @@ def budget_picks(
         if sizes[j] > left:
             continue  # never fits again
         if fresh != t:
-            heapq.heappush(heap, (-host_gain(hosts, j) / cost[j], j, t))
+            heapq.heappush(heap, (-gains.gain(j) / cost[j], j, t))
             continue
         if refuse is not None and refuse(j):
             continue
-        for _, h in hosts:
-            h.update(j)
+        gains.update(j)
         left -= sizes[j]
         t += 1
         yield j, -neg * cost[j]
@@ -395,36 +418,41 @@ class LazyGreedy(Selector):
         objective: with the plain run as the guard, the pair keeps a constant-factor
         guarantee, (1 - 1/e) / 2, that the cost-benefit run alone lacks (Leskovec et al.,
         KDD 2007, "Cost-effective outbreak detection"). ``per_token_`` says which won."""
-        if not self.graph:
-            raise ValueError(
-                f"{self.method} keeps a token budget on the neighbour graph only (graph=True)."
-            )
-        objective.build_graphs()
-        if host_gains_of(objective) is None:
+        if self.graph:
+            objective.build_graphs()
+        if (self.graph and host_gains_of(objective) is None) or not is_submodular(objective):
             raise ValueError(
                 "a token budget needs a submodular objective whose terms have host gains "
                 "(quality and facility location: --algorithm Facility)."
             )
         t0 = time.perf_counter()
-        first = host_gains_of(objective)
-        bounds = np.asarray([host_gain(first, j) for j in range(corpus.n_docs)])
+        if self.graph:  # the host gains, as the picks re-evaluate them
+            first = _SummedGains(objective, graph=True)
+            bounds = np.asarray([first.gain(j) for j in range(corpus.n_docs)])
+        else:  # dense: every row's gain in one tensor call
+            every = torch.arange(corpus.n_docs, device=self.device_)
+            state = objective.init_state(graph=False)
+            bounds = objective.gains(state, every).double().cpu().numpy()
         self.initial_seconds_ = time.perf_counter() - t0
         self.n_evaluations_, self.lazy_ = corpus.n_docs, True
         runs = []
         for per_token in (True, False):
-            hosts = host_gains_of(objective)  # fresh states: each run starts empty
+            gains = _SummedGains(objective, self.graph)  # fresh: each run starts empty
             if self.max_similarity is not None:
                 self._cap = SimilarityCap(objective.features_, self.max_similarity)
             trace = GreedyTrace(self.k_, self._start)
             picks = budget_picks(
-                hosts, bounds, self.budget_, per_token=per_token, refuse=self._capped
+                gains, bounds, self.budget_, per_token=per_token, refuse=self._capped
             )
             with self._bar(self.k_, desc=f"{self.method} per token" if per_token else None) as bar:
                 for j, gain in picks:
                     trace.add(j, gain)
                     bar.update()
             rows = torch.as_tensor(trace.order, dtype=torch.long, device=self.device_)
-            value = sum(w * term.graph_value(rows) for w, term in objective.terms)
+            value = sum(  # each on the objective it maximised: the graph's, or all pairs
+                w * (term.graph_value(rows) if self.graph else term.value(rows))
+                for w, term in objective.terms
+            )
             runs.append((value, per_token, trace))
         _, self.per_token_, self._trace = max(runs, key=lambda r: (r[0], r[1]))
         self.order_ = np.asarray(self._trace.order, dtype=np.int64)
@@ -456,7 +484,6 @@ class DenseGreedy(LazyGreedy):
     """
 
     method = "greedy-dense"
-    takes_tokens = False  # its gains are dense tensors: no host gains to price per token
     _parameter_constraints = {  # always on all pairs: no graph parameter
         k: v for k, v in LazyGreedy._parameter_constraints.items() if k != "graph"
     }
