@@ -36,7 +36,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._device import set_threads
-from .budget import lengths_of
 from .config import SelectSpec
 from .data import Corpus
 from .distributed.executors import LocalRunner, available_cpus
@@ -403,7 +402,7 @@ def _read_file(source: str, spec: SelectSpec, split: str | None) -> tuple[Corpus
     )
     if length is not None:
         values = corpus.extra[length] if length in extra else corpus.extra.pop(length)
-        corpus.lengths = lengths_of(values, length, source)
+        corpus.lengths = lengths_from_arrow(pa.array(values), length, source)
     return corpus, names
 
 

@@ -22,9 +22,9 @@ __all__ = [
     "LENGTH_COLUMNS",
     "TOKEN_FLAGS",
     "TokenBudget",
+    "budget_total",
     "check_lengths",
     "length_column",
-    "lengths_of",
     "resolve_token_budget",
 ]
 
@@ -51,30 +51,6 @@ def length_column(names: list[str], length_col: str | None, where: str) -> str:
             f"(or character) counts with --length-col. Available columns: {names}."
         )
     return found
-
-
-def lengths_of(values: np.ndarray, column: str, where: str) -> np.ndarray:
-    """Document lengths from a column read into numpy: numbers as they are, texts by their
-    length in characters (a null text: 0, refused later by :func:`check_lengths`)."""
-    values = np.asarray(values)
-    if values.dtype.kind in "iuf":
-        return values.astype(np.float64)
-    if values.dtype.kind in "OUS":
-        out = np.fromiter((len(v) if isinstance(v, str | bytes) else -1 for v in values), float)
-        if (out < 0).any():
-            row = int(np.flatnonzero(out < 0)[0])
-            if values[row] is not None:
-                raise ValueError(
-                    f"length column {column!r} of {where} holds {type(values[row]).__name__} "
-                    f"at row {row}: neither a number nor a text; give a column of lengths or "
-                    "texts (--length-col)."
-                )
-            out[out < 0] = 0
-        return out
-    raise ValueError(
-        f"length column {column!r} of {where} holds {values.dtype}: neither numbers nor "
-        "texts; give a column of lengths or texts (--length-col)."
-    )
 
 
 def check_lengths(lengths: np.ndarray, where: str, first_row: int = 0) -> np.ndarray:
@@ -156,6 +132,37 @@ class TokenBudget:
             )
 
 
+def budget_total(
+    budget_tokens: float | None,
+    select_token_ratio: float | None,
+    corpus: float,
+    shortest: float,
+    where: str,
+) -> float:
+    """T of the settings for a corpus of ``corpus`` tokens whose shortest document has
+    ``shortest``: ``budget_tokens``, or ``select_token_ratio * corpus``; a ValueError naming
+    the flag when T keeps no document or every one. What one file
+    (:func:`resolve_token_budget`) and shards (their counted tokens) both resolve."""
+    flag = "--budget-tokens" if budget_tokens is not None else "--select-token-ratio"
+    if budget_tokens is not None:
+        total = float(budget_tokens)
+        if not (math.isfinite(total) and total > 0):
+            raise ValueError(f"budget_tokens must be > 0; got {budget_tokens!r}.")
+    else:
+        total = float(select_token_ratio) * corpus
+    if total < shortest:
+        raise ValueError(
+            f"{flag}: a budget of {total:.0f} tokens is shorter than every document of {where} "
+            f"(the shortest has {shortest:.0f}); it would keep nothing."
+        )
+    if total >= corpus:
+        raise ValueError(
+            f"{flag}: a budget of {total:.0f} tokens holds all {corpus:.0f} tokens of "
+            f"{where}; there is nothing to select. Lower it."
+        )
+    return total
+
+
 def resolve_token_budget(
     lengths: np.ndarray | None,
     budget_tokens: float | None,
@@ -182,21 +189,7 @@ def resolve_token_budget(
             "the column of token (or character) counts with --length-col."
         )
     sizes = check_lengths(lengths, where)
-    total_tokens = float(sizes.sum())
-    if budget_tokens is not None:
-        total = float(budget_tokens)
-        if not (math.isfinite(total) and total > 0):
-            raise ValueError(f"budget_tokens must be > 0; got {budget_tokens!r}.")
-    else:
-        total = float(select_token_ratio) * total_tokens
-    if total < float(sizes.min()):
-        raise ValueError(
-            f"{flag}: a budget of {total:.0f} tokens is shorter than every document of {where} "
-            f"(the shortest has {sizes.min():.0f}); it would keep nothing."
-        )
-    if total >= total_tokens:
-        raise ValueError(
-            f"{flag}: a budget of {total:.0f} tokens holds all {total_tokens:.0f} tokens of "
-            f"{where}; there is nothing to select. Lower it."
-        )
+    total = budget_total(
+        budget_tokens, select_token_ratio, float(sizes.sum()), float(sizes.min()), where
+    )
     return TokenBudget(sizes, total)

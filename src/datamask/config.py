@@ -235,6 +235,11 @@ class SelectorSpec:
     #: The method's own parameters (its ``_parameter_constraints``), by name.
     params: tuple[tuple[str, Any], ...] = ()
 
+    @property
+    def token_budget(self) -> bool:
+        """Whether the budget is in tokens (``budget_tokens`` or ``select_token_ratio``)."""
+        return self.budget_tokens is not None or self.select_token_ratio is not None
+
     def __post_init__(self) -> None:
         for name in ("given", "given_selection"):  # a Path is held as its text (it pickles,
             value = getattr(self, name)  # prints and fingerprints as the flag's value)
@@ -524,8 +529,7 @@ class SelectSpec:
         """Every column a run reads: id, quality, embedding and what the terms require."""
         columns = [*self.columns.read, *self.objective.columns]
         sel = self.selector
-        tokens = sel.budget_tokens is not None or sel.select_token_ratio is not None
-        if tokens and sel.length_col is not None:  # a token budget's lengths (issue 46)
+        if sel.token_budget and sel.length_col is not None:  # a token budget's lengths
             columns.append(sel.length_col)
         return list(dict.fromkeys(columns))
 

@@ -85,7 +85,6 @@ from .tokens import (
     count_tokens,
     fill_round,
     token_settings,
-    uses_tokens,
 )
 from .validate import (
     QualityRange,
@@ -256,7 +255,7 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     runner, progress = run.runner, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
-    if uses_tokens(settings):
+    if settings.selector.token_budget:
         return _run_tokens(run, checked, started)
     k_total, quality_range = checked.k_total, checked.quality_range
     # 2. Plan the groups.

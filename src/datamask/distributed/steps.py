@@ -59,7 +59,8 @@ from .given import group_floor, kept_counts
 from .partition import (
     Group,
 )
-from .tokens import TokenPlan, offer_path, select_tokens, uses_tokens
+from .paths import _group_name, candidates_path, completion_path, graph_path, part_path
+from .tokens import TokenPlan, offer_path, select_tokens
 from .validate import QualityRange
 
 __all__ = [
@@ -80,31 +81,6 @@ __all__ = [
 
 
 # --- the pure step --------------------------------------------------------------------------
-def _group_name(gid: int) -> str:
-    return f"{gid:05d}"
-
-
-def completion_path(work_dir: str | Path, gid: int) -> Path:
-    """The marker a finished group leaves behind."""
-    return storage_path(work_dir) / "completions" / _group_name(gid)
-
-
-def part_path(out_dir: str | Path, gid: int) -> Path:
-    """The selected-ids file of one group in the output dataset."""
-    return storage_path(out_dir) / "selected" / f"part-{_group_name(gid)}.parquet"
-
-
-def candidates_path(work_dir: str | Path, gid: int) -> Path:
-    """Round 1 of a global budget: the candidates one group proposes."""
-    return storage_path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
-
-
-def graph_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)), saved
-    by its select step for the exchange round, which would otherwise build it again."""
-    return storage_path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
-
-
 def saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The graph :func:`save_graph` wrote to ``path``, if it is there."""
     if not path.exists():
@@ -177,7 +153,7 @@ def read_group(
             [t.column(name).to_numpy(zero_copy_only=False) for t, _ in tables]
         )
     column = spec.selector.length_col
-    if uses_tokens(spec) and column is not None and tables:  # a token budget: each length
+    if spec.selector.token_budget and column is not None and tables:  # a token budget: each length
         corpus.lengths = np.concatenate(
             [lengths_from_arrow(t.column(column), column, where) for t, where in tables]
         )

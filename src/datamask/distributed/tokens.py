@@ -29,7 +29,6 @@ read by the fill step, a few rows per group.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..budget import check_lengths, length_column
+from ..budget import budget_total, check_lengths, length_column
 from ..config import SelectSpec
 from ..data import Corpus, Selection
 from ..io.fs import open_input, storage_path
@@ -48,6 +47,7 @@ from ..io.shards import ShardInfo
 from ..io.text import lengths_from_arrow
 from .engine import Step, run_steps
 from .executors import Runner
+from .paths import candidates_path, part_path
 
 __all__ = [
     "FillSlack",
@@ -59,7 +59,6 @@ __all__ = [
     "offer_path",
     "select_tokens",
     "token_settings",
-    "uses_tokens",
     "write_offers",
 ]
 
@@ -68,7 +67,7 @@ def check_token_settings(settings: SelectSpec) -> None:
     """Refuse what shards do not take with a token budget yet (``--given``,
     ``--max-similarity``), before anything is written."""
     sel = settings.selector
-    if uses_tokens(settings) and (sel.given is not None or sel.max_similarity is not None):
+    if settings.selector.token_budget and (sel.given is not None or sel.max_similarity is not None):
         raise ValueError(
             "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
             "--given or --max-similarity yet; select one file, or give a document budget "
@@ -76,17 +75,11 @@ def check_token_settings(settings: SelectSpec) -> None:
         )
 
 
-def uses_tokens(spec: SelectSpec) -> bool:
-    """Whether the settings ask for a token budget."""
-    sel = spec.selector
-    return sel.budget_tokens is not None or sel.select_token_ratio is not None
-
-
 def token_settings(spec: SelectSpec, files: list[Any]) -> SelectSpec:
     """``spec`` with its length column resolved from the first shard's columns (the named
     one, else the first of :data:`~datamask.budget.LENGTH_COLUMNS`); unchanged without a
     token budget. Every shard must hold it (the footers' check reads it)."""
-    if not uses_tokens(spec) or not files:
+    if not spec.selector.token_budget or not files:
         return spec
     with open_input(files[0]) as fh:
         names = list(pq.ParquetFile(fh).schema_arrow.names)
@@ -158,39 +151,14 @@ def count_tokens(
     stats = run_steps(runner, CountTokens(), jobs, progress=progress)
     corpus = float(sum(s["tokens"] for s in stats))
     shortest = min(s["shortest"] for s in stats)
-    flag = "--budget-tokens" if sel.budget_tokens is not None else "--select-token-ratio"
-    if sel.budget_tokens is not None:
-        total = float(sel.budget_tokens)
-        if not (math.isfinite(total) and total > 0):
-            raise ValueError(f"budget_tokens must be > 0; got {sel.budget_tokens!r}.")
-    else:
-        total = float(sel.select_token_ratio) * corpus
-    if total < shortest:
-        raise ValueError(
-            f"{flag}: a budget of {total:.0f} tokens is shorter than every document of the "
-            f"input shards (the shortest has {shortest:.0f}); it would keep nothing."
-        )
-    if total >= corpus:
-        raise ValueError(
-            f"{flag}: a budget of {total:.0f} tokens holds all {corpus:.0f} tokens of the "
-            "input shards; there is nothing to select. Lower it."
-        )
+    where = "the input shards"
+    total = budget_total(sel.budget_tokens, sel.select_token_ratio, corpus, shortest, where)
     return TokenPlan(total, corpus, max(s["longest"] for s in stats), column)
 
 
 def group_token_budget(plan: TokenPlan, lengths: np.ndarray) -> float:
     """Step 2: a group's share of the budget, proportional to its tokens."""
     return plan.total * float(lengths.sum()) / plan.corpus
-
-
-def _candidates_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's kept rows before the fill (:func:`.steps.candidates_path`)."""
-    return storage_path(work_dir) / "candidates" / f"{gid:05d}.parquet"
-
-
-def _part_path(out_dir: str | Path, gid: int) -> Path:
-    """A group's part of the output (:func:`.steps.part_path`)."""
-    return storage_path(out_dir) / "selected" / f"part-{gid:05d}.parquet"
 
 
 def offer_path(work_dir: str | Path, gid: int) -> Path:
@@ -242,7 +210,7 @@ class FillSlack(Step[FillJob]):
         return storage_path(job.work) / "completions" / "tokens-fill"
 
     def outputs(self, job: FillJob) -> tuple[Path, ...]:
-        return tuple(_part_path(job.out, g) for g in job.gids)
+        return tuple(part_path(job.out, g) for g in job.gids)
 
     def accepts(self, job: FillJob, done: dict[str, Any]) -> bool:
         return done.get("slack") == job.slack
@@ -259,11 +227,11 @@ class FillSlack(Step[FillJob]):
                 taken[row], left = True, left - lengths[row]
         counts, filled_tokens = {}, float(lengths[taken].sum())
         for i, gid in enumerate(job.gids):
-            own = read_table(_candidates_path(job.work, gid))
+            own = read_table(candidates_path(job.work, gid))
             mine = taken[owner == i]
             extra = offers[i].filter(pa.array(mine))
             counts[str(gid)] = own.num_rows + extra.num_rows
-            atomic_write_table(_with_filled(own, extra, gid, job.id_col), _part_path(job.out, gid))
+            atomic_write_table(_with_filled(own, extra, gid, job.id_col), part_path(job.out, gid))
         return {
             "slack": job.slack,
             "filled": int(taken.sum()),
@@ -345,7 +313,7 @@ def select_tokens(
         propose(sel)
     else:
         table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
-        atomic_write_table(table, _candidates_path(job.work, group.gid))
+        atomic_write_table(table, candidates_path(job.work, group.gid))
         write_offers(sel, corpus, ids, plan, budget - kept, offer_path(job.work, group.gid))
     stats = group_stats(group, sel, corpus.n_docs, started, read_s, fit_s)
     stats.update(

@@ -36,14 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from .._device import set_threads
 from .._memory import cpu_seconds, load_average, measure_peak_rss
 from .._validation import check_corpus
-from ..budget import LENGTH_COLUMNS, TokenBudget, length_column, lengths_of, resolve_token_budget
+from ..budget import LENGTH_COLUMNS, TokenBudget, length_column, resolve_token_budget
 from ..config import SelectSpec
 from ..data import Corpus
+from ..io.text import lengths_from_arrow
 from ..pipeline.step import fit_group
 from ..settings import warn_ignored_settings
 from .bench_spec import DEFAULT_METHODS, BenchSpec, method_spec
@@ -222,7 +224,7 @@ def _with_lengths(corpus: Corpus, spec: BenchSpec) -> tuple[Corpus, str | None]:
     if spec.length_col is None and not any(c in names for c in LENGTH_COLUMNS):
         return corpus, None
     name = length_column(names, spec.length_col, str(corpus.source))
-    lengths = lengths_of(corpus.extra[name], name, str(corpus.source))
+    lengths = lengths_from_arrow(pa.array(corpus.extra[name]), name, str(corpus.source))
     if not spec.token_budget and not (lengths > 0).all():
         return corpus, None  # lengths to show only: a column with empty documents is not one
     return replace(corpus, lengths=lengths), name

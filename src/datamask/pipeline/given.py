@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import torch
 
 from .._validation import check_corpus, first_duplicate, k_from_ratio
-from ..budget import length_column, lengths_of, resolve_token_budget
+from ..budget import length_column, resolve_token_budget
 from ..columns import Columns
 from ..config import ObjectiveSpec, SelectSpec
 from ..data import Corpus
@@ -134,7 +134,8 @@ def read_given(
             found = length_column(input_column_names(where), lengths or None, f"--given {where}")
         corpus = read_input_corpus(where, columns, extra_cols=[found] if found else [])
         if found:
-            corpus.lengths = lengths_of(corpus.extra.pop(found), found, f"--given {where}")
+            values = pa.array(corpus.extra.pop(found))
+            corpus.lengths = lengths_from_arrow(values, found, f"--given {where}")
         names: list[str] = []
     else:
         if not files:
@@ -385,7 +386,7 @@ def budget_and_given(
         return k, spec, None, None, None
     cols = spec.columns
     sel = spec.selector
-    tokens = sel.budget_tokens is not None or sel.select_token_ratio is not None
+    tokens = sel.token_budget
     lengths = (sel.length_col or "") if tokens else None  # "": the first length column
     kept = read_given(given[0], cols, selection=given[1], lengths=lengths)
     info = prepare_given(corpus, kept, id_col=cols.id_col)

@@ -35,7 +35,6 @@ def token_summary(
 def token_length_column(spec: SelectSpec, names: list[str], where: str) -> str | None:
     """The column a token budget reads (``--length-col``, else the first length column
     present), or None under a document budget."""
-    sel = spec.selector
-    if sel.budget_tokens is None and sel.select_token_ratio is None:
+    if not spec.selector.token_budget:
         return None
-    return length_column(names, sel.length_col, where)
+    return length_column(names, spec.selector.length_col, where)
