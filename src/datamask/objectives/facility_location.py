@@ -378,14 +378,7 @@ class FacilityLocation(Term):
             if torch.equal(cover.keep, keep):
                 return cover
         n, dev = self.n_docs, keep.device
-        idx, sim = self.knn_graph()
-        m = min(2, idx.shape[1])
-        top = (sim * _gather(keep.to(sim.dtype), idx)).topk(m, dim=1)  # 1. the graph's top two
-        vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
-        rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
-        vals[:, :m] = top.values
-        rows[:, :m] = torch.where(top.values > 0, idx.gather(1, top.indices), n)
-        thin = vals[:, 1] <= 0
+        vals, rows, thin = self._graph_top2(keep)  # 1. the graph's top two
         docs = torch.nonzero(thin).squeeze(1)  # 2. the thin documents, over all pairs
         base = self._cover_base
         sel = torch.nonzero(keep).squeeze(1)
@@ -421,6 +414,43 @@ class FacilityLocation(Term):
         cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1], thin)
         self._covers = [*self._covers[-2:], cover]
         return cover
+
+    def _graph_top2(self, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Step 1 of :meth:`_cover_of`: each document's two most similar kept rows in its
+        graph list (``vals``, ``rows``; row n at similarity 0) and whether it is thin (fewer
+        than two). From the last cover computed, only the documents whose list holds a row
+        kept in one mask and not the other are read again (a bool gather, then O(K) a
+        document): the others' lists, hence their top two, are unchanged. A thin
+        document's entries are left as they were; step 2 writes them."""
+        n, dev = self.n_docs, keep.device
+        idx, sim = self.knn_graph()
+        m = min(2, idx.shape[1])
+        last = self._covers[-1] if self._covers else None
+        docs = None
+        if last is not None:
+            touched = _gather(last.keep ^ keep, idx).any(1)
+            docs = torch.nonzero(touched).squeeze(1)
+            if len(docs) > n // 2:  # most lists changed: one pass over all is cheaper
+                docs = None
+        if docs is None:
+            vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
+            rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
+            i, s = idx, sim
+        else:
+            vals = torch.stack([last.best, last.second], 1)
+            rows = torch.stack([last.owner, last.owner2], 1)
+            i, s = idx.index_select(0, docs), sim.index_select(0, docs)
+        top = (s * _gather(keep.to(s.dtype), i)).topk(m, dim=1)
+        v = torch.zeros(len(i), 2, dtype=s.dtype, device=dev)
+        r = torch.full((len(i), 2), n, dtype=torch.long, device=dev)
+        v[:, :m] = top.values
+        r[:, :m] = torch.where(top.values > 0, i.gather(1, top.indices), n)
+        if docs is None:
+            return v, r, v[:, 1] <= 0
+        vals[docs], rows[docs] = v, r
+        thin = last.thin.clone()
+        thin[docs] = v[:, 1] <= 0
+        return vals, rows, thin
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]
@@ -510,18 +540,39 @@ class FacilityLocation(Term):
             out.append(lift.sum(1) / self.n_docs)
         return torch.cat(out)
 
+    def graph_gain_sums(
+        self,
+        cover: torch.Tensor,
+        sums: torch.Tensor | None = None,
+        was: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``sum_{i lists j} max(0, sim_ij - cover_i)`` for every row j, in float64 (the
+        graph gains times n). Every row: scatter the forward graph, no gathers by column; in
+        blocks of rows, so the float64 copy never holds the whole graph.
+
+        Given ``sums`` of the cover ``was``, only the documents whose cover changed are
+        read: their old lifts taken out and their new ones put in (O(K) a changed document,
+        not O(n K); float64 sums of the same float32 lifts, in another order)."""
+        idx, sim = self.knn_graph()
+        if sums is not None and was is not None:
+            docs = torch.nonzero(cover != was).squeeze(1)
+            if len(docs) <= self.n_docs // 4:
+                i, s = idx.index_select(0, docs), sim.index_select(0, docs)
+                new = (s - cover[docs, None]).clamp_min(0.0).double()
+                old = (s - was[docs, None]).clamp_min(0.0).double()
+                out = sums.index_add(0, i.reshape(-1), (new - old).reshape(-1))
+                return out.clamp_min_(0.0)  # a sum of lifts >= 0: no rounding below it
+        out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
+        step = block_rows(idx.shape[1], budget=1 << 20)
+        for lo in range(0, self.n_docs, step):
+            gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
+            out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))
+        return out
+
     def _graph_gains(self, cover: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """``sum_{i lists j} max(0, sim_ij - cover_i) / n`` for every candidate j."""
         if len(candidates) == self.n_docs and bool((candidates[1:] > candidates[:-1]).all()):
-            # Every row, in order: scatter the forward graph, no gathers by column; in
-            # blocks of rows, so the float64 copy never holds the whole graph.
-            idx, sim = self.knn_graph()
-            out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
-            step = block_rows(idx.shape[1], budget=1 << 20)
-            for lo in range(0, self.n_docs, step):
-                gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
-                out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))
-            return (out / self.n_docs).to(cover.dtype)
+            return (self.graph_gain_sums(cover) / self.n_docs).to(cover.dtype)
         ptr, clients, sims = self.reverse_graph()
         if len(candidates) <= 64:  # the lazy greedy's few stale rows: slices, no scatter
             bounds = self._ptr_list
