@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .._validation import Interval, Options, check_count
 from ..neighbors import KNN_METHODS, block_rows, knn_graph, resolve_knn
 from .base import HostGains, Term, TermContext
-from .cover_state import CoverState, ExactCover, _gather, _GraphGains
+from .cover_state import CoverState, ExactCover, _gather, _GraphGains, graph_top2
 from .registry import register_term
 
 __all__ = [
@@ -378,7 +378,8 @@ class FacilityLocation(Term):
             if torch.equal(cover.keep, keep):
                 return cover
         n, dev = self.n_docs, keep.device
-        vals, rows, thin = self._graph_top2(keep)  # 1. the graph's top two
+        last = self._covers[-1] if self._covers else None
+        vals, rows, thin = graph_top2(*self.knn_graph(), keep, last)  # 1. the graph's top two
         docs = torch.nonzero(thin).squeeze(1)  # 2. the thin documents, over all pairs
         base = self._cover_base
         sel = torch.nonzero(keep).squeeze(1)
@@ -414,43 +415,6 @@ class FacilityLocation(Term):
         cover = ExactCover(keep.clone(), vals[:, 0], rows[:, 0], vals[:, 1], rows[:, 1], thin)
         self._covers = [*self._covers[-2:], cover]
         return cover
-
-    def _graph_top2(self, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Step 1 of :meth:`_cover_of`: each document's two most similar kept rows in its
-        graph list (``vals``, ``rows``; row n at similarity 0) and whether it is thin (fewer
-        than two). From the last cover computed, only the documents whose list holds a row
-        kept in one mask and not the other are read again (a bool gather, then O(K) a
-        document): the others' lists, hence their top two, are unchanged. A thin
-        document's entries are left as they were; step 2 writes them."""
-        n, dev = self.n_docs, keep.device
-        idx, sim = self.knn_graph()
-        m = min(2, idx.shape[1])
-        last = self._covers[-1] if self._covers else None
-        docs = None
-        if last is not None:
-            touched = _gather(last.keep ^ keep, idx).any(1)
-            docs = torch.nonzero(touched).squeeze(1)
-            if len(docs) > n // 2:  # most lists changed: one pass over all is cheaper
-                docs = None
-        if docs is None:
-            vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
-            rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
-            i, s = idx, sim
-        else:
-            vals = torch.stack([last.best, last.second], 1)
-            rows = torch.stack([last.owner, last.owner2], 1)
-            i, s = idx.index_select(0, docs), sim.index_select(0, docs)
-        top = (s * _gather(keep.to(s.dtype), i)).topk(m, dim=1)
-        v = torch.zeros(len(i), 2, dtype=s.dtype, device=dev)
-        r = torch.full((len(i), 2), n, dtype=torch.long, device=dev)
-        v[:, :m] = top.values
-        r[:, :m] = torch.where(top.values > 0, i.gather(1, top.indices), n)
-        if docs is None:
-            return v, r, v[:, 1] <= 0
-        vals[docs], rows[docs] = v, r
-        thin = last.thin.clone()
-        thin[docs] = v[:, 1] <= 0
-        return vals, rows, thin
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]
