@@ -14,11 +14,11 @@ import pytest
 import datamask
 from datamask import MaskLearner, make_clustered
 from datamask.budget import TokenBudget
-from datamask.greedy import LazyGreedy
+from datamask.greedy import GreedyDiSF, LazyGreedy, StochasticGreedy
 from datamask.objectives.combined import resolve_objective
 from datamask.ranking import RandomSelector, TopKQuality
 
-TOKEN_METHODS = (MaskLearner, LazyGreedy, TopKQuality, RandomSelector)
+TOKEN_METHODS = (MaskLearner, LazyGreedy, StochasticGreedy, GreedyDiSF, TopKQuality, RandomSelector)
 
 
 def _corpus(n: int = 400, seed: int = 0, dim: int = 16):
@@ -73,10 +73,18 @@ def test_the_objective_counts_per_token():
     )
 
 
-def test_cutting_a_document_in_two_halves_changes_no_value():
-    """A document split into two halves with its embedding and quality: the selection
-    that keeps both halves scores as the one that keeps the whole, and one that keeps
-    neither scores as one without it; so neither cutting nor padding is rewarded."""
+def _bound(corpus, algorithm: str, total: float):
+    budget = TokenBudget(corpus.lengths.astype(float), total)
+    return resolve_objective(None, algorithm, 0.5).bind(corpus, 10, budget=budget)
+
+
+@pytest.mark.parametrize("algorithm", ["Facility", "Pair_simi", "DiSF"])
+def test_cutting_a_document_in_two_halves_changes_no_value(algorithm):
+    """A document split into two halves of its embedding and quality: keeping both halves
+    scores as keeping the whole, keeping neither as keeping none of it (DiSF's scale, the
+    loss of random subsets of the corpus, is a constant of each corpus: the one of the
+    whole corpus is used for both, so the values compare the selections alone). Equal to
+    float32's precision: the terms sum in float32."""
     corpus = _corpus(120)
     cut = 7
     halves = corpus.take(np.r_[np.arange(corpus.n_docs), cut])
@@ -84,15 +92,17 @@ def test_cutting_a_document_in_two_halves_changes_no_value():
     halves.lengths = halves.lengths.astype(float).copy()
     halves.lengths[[cut, -1]] = corpus.lengths[cut] / 2
     total = 0.2 * corpus.lengths.sum()
-
-    def j(c, rows):
-        budget = TokenBudget(c.lengths.astype(float), total)
-        obj = resolve_objective(None, "Facility", 0.5).bind(c, 10, budget=budget)
-        return obj.term_values(np.asarray(rows))["J"]
+    whole_obj, halves_obj = _bound(corpus, algorithm, total), _bound(halves, algorithm, total)
+    if algorithm == "DiSF":
+        halves_obj.terms[1][1].scale_ = whole_obj.terms[1][1].scale_
 
     with_whole = [cut, 30, 60, 90]
-    assert j(halves, [*with_whole, corpus.n_docs]) == pytest.approx(j(corpus, with_whole))
-    assert j(halves, [30, 60, 90]) == pytest.approx(j(corpus, [30, 60, 90]))
+    both = halves_obj.term_values(np.asarray([*with_whole, corpus.n_docs]))["J"]
+    assert both == pytest.approx(whole_obj.term_values(np.asarray(with_whole))["J"], rel=1e-5)
+    rest = np.asarray([30, 60, 90])
+    assert halves_obj.term_values(rest)["J"] == pytest.approx(
+        whole_obj.term_values(rest)["J"], rel=1e-5
+    )
 
 
 def test_the_greedy_is_at_least_half_of_the_best_subset_within_the_budget():
@@ -175,11 +185,19 @@ def test_token_budget_errors_name_the_flag(settings, lengths, message):
         MaskLearner(device="cpu", **settings).fit(corpus)
 
 
-def test_methods_without_a_token_rule_are_refused_by_name():
-    from datamask.greedy import StochasticGreedy
+def test_a_selector_without_a_token_rule_is_refused_by_name():
+    """Every built-in method keeps a token budget; a user's Selector that declares no
+    rule (``takes_tokens`` False) is refused, naming the methods that keep one."""
+    from datamask.base import Selector
 
-    with pytest.raises(ValueError, match="does not keep a token budget.*greedy, greedy-dense"):
-        StochasticGreedy(select_token_ratio=0.1, device="cpu").fit(_corpus(50))
+    class FirstRows(Selector):
+        method = "first-rows"
+
+        def _select(self, corpus, objective):
+            return np.arange(self.k_), -np.arange(corpus.n_docs, dtype=float)
+
+    with pytest.raises(ValueError, match="'first-rows' does not keep a token budget.*disf-greedy"):
+        FirstRows(select_token_ratio=0.1, device="cpu").fit(_corpus(50))
 
 
 def test_the_dense_greedy_is_the_naive_algorithm_on_all_pairs():
@@ -192,11 +210,6 @@ def test_the_dense_greedy_is_the_naive_algorithm_on_all_pairs():
         assert corpus.lengths[sel.selected_].sum() <= total
         got = _objective_value(corpus, sel.selected_, total)
         assert got == pytest.approx(_naive_celf(corpus, total), rel=1e-6)
-
-
-def test_pairwise_terms_cannot_count_tokens():
-    with pytest.raises(ValueError, match="cannot count documents by their length"):
-        MaskLearner(algorithm="Pair_simi", select_token_ratio=0.1, device="cpu").fit(_corpus(50))
 
 
 def _table(corpus, lengths_as_text: bool = False) -> pa.Table:

@@ -209,7 +209,7 @@ class SelectorSpec:
         None,
         _SHARED["select_token_ratio"],
         "share of the corpus' tokens kept, in (0, 1), instead of --select-ratio (needs "
-        "--length-col); docs/method.md \"Token budgets\"",
+        '--length-col); docs/method.md "Token budgets"',
     )
     length_col: str | None = shared_field(InputSettings, "length_col")
     given: str | None = setting_field(

@@ -1,6 +1,6 @@
 """``datamask bench`` under a token budget (issue 46): every method keeps the same budget of
-tokens read from the length column, its kept documents and tokens shown side by side; the
-methods without a token rule refused at the door, or left out of the defaults as skipped."""
+tokens read from the length column, its kept documents and tokens shown side by side, the
+default methods included."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from datamask import make_clustered
 from datamask.cli.main import main
 from datamask.doors import bench
-from datamask.evaluation.bench_spec import TOKEN_SKIP, BenchSpec
+from datamask.evaluation.bench_spec import DEFAULT_METHODS, BenchSpec
 from tests._data import reference_table, write
 
 FAST = {"mask": {"n_epochs": 30}}
-TOKEN_METHODS = ["mask", "greedy", "topk", "random"]
+TOKEN_METHODS = ["mask", "greedy", "stochastic-greedy", "disf-greedy", "topk", "random"]
 
 
 def _tokens_file(tmp_path: Path, n: int = 160) -> tuple[Path, np.ndarray]:
@@ -80,17 +80,9 @@ def test_isolated_runs_carry_the_lengths(tmp_path: Path):
     assert 2000 - lengths.max() <= lengths[run["selected"]].sum() <= 2000
 
 
-def test_default_methods_skip_those_without_a_token_rule(tmp_path: Path):
+def test_the_default_methods_all_run_under_a_token_budget():
     spec = BenchSpec.from_mapping({"select_token_ratio": 0.2})
-    assert "stochastic-greedy" not in spec.methods and "greedy" in spec.methods
-    assert spec.skipped == {"stochastic-greedy": TOKEN_SKIP}
-    assert BenchSpec.from_mapping({}).skipped == {}
-
-
-@pytest.mark.parametrize("method", ["stochastic-greedy", "disf-greedy"])
-def test_a_method_without_a_token_rule_is_refused_by_name(method):
-    with pytest.raises(ValueError, match=rf"methods \['{method}'\] do not keep a token budget"):
-        BenchSpec.from_mapping({"methods": ["greedy", method], "budget_tokens": 1000})
+    assert spec.methods == DEFAULT_METHODS
 
 
 def test_one_budget_at_a_time():

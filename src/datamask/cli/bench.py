@@ -37,8 +37,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "bench.md, bench.json and PNG plots (objective, each term, wall time, peak memory). "
         "With --budget-tokens or --select-token-ratio every method keeps the same budget of "
         "tokens (the length column's, --length-col) and each row shows its kept documents "
-        "and kept tokens; methods without a token rule (stochastic-greedy, disf-greedy) are "
-        "refused by name, and left out of the default methods.",
+        'and kept tokens (docs/method.md "Token budgets": each method\'s per-token rule).',
     )
     add_config_argument(p)
     src = p.add_mutually_exclusive_group()

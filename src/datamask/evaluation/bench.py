@@ -286,7 +286,7 @@ def _ignored_record(spec: BenchSpec) -> dict[str, Any]:
 
 def _token_settings(run: _Bench) -> dict[str, Any]:
     """The token budget's settings (the budget every method kept, the corpus' tokens and
-    their column) and the methods skipped for keeping none; nothing without lengths."""
+    their column); nothing without lengths."""
     spec, out = run.spec, {}
     if run.corpus.lengths is not None:
         out["length_col"] = run.length_col
@@ -294,8 +294,6 @@ def _token_settings(run: _Bench) -> dict[str, Any]:
     if run.budget is not None:
         out["budget_tokens"] = run.budget.total
         out["select_token_ratio"] = spec.select_token_ratio
-    if spec.skipped:
-        out["skipped_methods"] = spec.skipped
     return out
 
 

@@ -55,7 +55,6 @@ from .redundancy import DuplicateSettings, check_thresholds
 
 __all__ = [
     "DEFAULT_METHODS",
-    "TOKEN_SKIP",
     "BenchSpec",
     "SyntheticSpec",
     "method_spec",
@@ -63,8 +62,6 @@ __all__ = [
 ]
 
 DEFAULT_METHODS = ("mask", "greedy", "stochastic-greedy", "topk", "random")
-#: Why a method without a token rule is left out of a bench under a token budget.
-TOKEN_SKIP = "does not keep a token budget (no token rule: Selector.takes_tokens)"
 #: The budget settings a bench takes, one at a time (``select_ratio`` is the default).
 _BUDGETS = ("select_ratio", "budget_tokens", "select_token_ratio")
 
@@ -149,15 +146,6 @@ class BenchSpec(Spec):
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods lists a method twice: {list(self.methods)}.")
         set_(self, "method_params", _held(self.method_params))
-        if self.token_budget:
-            untoken = [m for m in self.methods if not SELECTORS[m].takes_tokens]
-            if untoken:
-                able = [m for m in SELECTORS if SELECTORS[m].takes_tokens]
-                raise ValueError(
-                    f"methods {untoken} do not keep a token budget (--budget-tokens / "
-                    f"--select-token-ratio); run them with a document budget (--select-ratio), "
-                    f"or bench only methods that do: {able}."
-                )
         unknown = sorted(set(dict(self.method_params)) - set(self.methods))
         if unknown:
             raise ValueError(f"method_params names methods not being run: {unknown}.")
@@ -178,18 +166,6 @@ class BenchSpec(Spec):
     def token_budget(self) -> bool:
         """Whether the runs keep a token budget (``budget_tokens`` or ``select_token_ratio``)."""
         return self.budget_tokens is not None or self.select_token_ratio is not None
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        """The default methods left out because they keep no token budget, each with why
-        (under a token budget with ``methods`` not given; :meth:`from_mapping`)."""
-        if not self.token_budget:
-            return {}
-        return {
-            m: TOKEN_SKIP
-            for m in DEFAULT_METHODS
-            if m not in self.methods and not SELECTORS[m].takes_tokens
-        }
 
     @property
     def common(self) -> dict[str, Any]:
@@ -250,12 +226,8 @@ class BenchSpec(Spec):
         if len(budgets) > 1:
             got = ", ".join(f"{k}={kept[k]}" for k in budgets)
             raise ValueError(f"give the budget one way: {', '.join(_BUDGETS)}; got {got}.")
-        default = DEFAULT_METHODS
-        if kept.get("budget_tokens") is not None or kept.get("select_token_ratio") is not None:
-            # the defaults that keep a token budget; the others are listed as skipped
-            default = tuple(m for m in DEFAULT_METHODS if SELECTORS[m].takes_tokens)
         if kept.get("methods") is None:
-            kept["methods"] = default
+            kept["methods"] = DEFAULT_METHODS
         methods = tuple(as_names(kept["methods"]))  # a bad value: refused by the field's check
         params = _method_params(methods, values)
         return cls(**{**kept, "objective": objective, "method_params": params})

@@ -102,7 +102,7 @@ def _heading(result: dict[str, Any]) -> list[str]:
 
 def _budget_text(s: dict[str, Any]) -> str:
     """The budget as the heading says it: k documents, or the token budget every method
-    kept (and the methods left out for keeping none)."""
+    kept."""
     if s.get("budget_tokens") is None:
         return f"k={s['k']} (select_ratio={s['select_ratio']})"
     ratio = s.get("select_token_ratio")
@@ -112,9 +112,6 @@ def _budget_text(s: dict[str, Any]) -> str:
         + f" of {s['corpus_tokens']:,.0f} tokens ({s['length_col']}; J per token, "
         'docs/method.md "Token budgets")'
     )
-    skipped = s.get("skipped_methods")
-    if skipped:
-        text += f"; skipped: {', '.join(skipped)} (no token rule)"
     return text
 
 

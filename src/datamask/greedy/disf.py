@@ -37,9 +37,9 @@ import torch
 from .._validation import Interval, Options
 from ..base import Selector
 from ..data import Corpus, apportion
-from ..near_duplicates import infeasible_message
+from ..near_duplicates import SimilarityCap, infeasible_message
 from ..objectives import Objective
-from ..objectives.disf import correlation_loss, offdiag_correlation
+from ..objectives.disf import correlation_loss, offdiag_correlation, rank_one_offdiag
 
 __all__ = [
     "GreedyDiSF",
@@ -124,6 +124,22 @@ def reference_correlation(feat: torch.Tensor, eps: float = 1e-8) -> torch.Tensor
     return offdiag_correlation(z.T @ z / (m - 1), eps=eps, eps_mode="add")
 
 
+def _moments_of(
+    weight: float, total: torch.Tensor, second: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and biased covariance of rows of ``weight`` in all, from their weighted sum
+    ``total`` and weighted second moment ``second``."""
+    mean = total / weight
+    return mean, second / weight - torch.outer(mean, mean)
+
+
+def _moments(x: torch.Tensor, weights: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """``(weight, mean, covariance)`` of the rows ``x`` weighted by ``weights``."""
+    weight = float(weights.sum())
+    wx = weights[:, None] * x
+    return weight, *_moments_of(weight, wx.sum(0), wx.T @ x)
+
+
 class GreedyDiSF(Selector):
     """The original greedy DiSF, batch by batch, with every candidate scored at once.
 
@@ -194,11 +210,23 @@ class GreedyDiSF(Selector):
         self.implementation = implementation
         self.eps = eps
 
+    takes_tokens = True
+
     def _check_param_rules(self) -> None:
         if self.implementation == "reference" and self.max_similarity is not None:
             raise ValueError("max_similarity needs implementation='vectorised'; got 'reference'.")
+        if self.implementation == "reference" and (
+            self.budget_tokens is not None or self.select_token_ratio is not None
+        ):
+            raise ValueError(
+                "a token budget (--budget-tokens / --select-token-ratio) needs "
+                "implementation='vectorised'; got 'reference' (the original's loop counts "
+                "documents)."
+            )
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        if self.budget_ is not None:
+            return self._select_tokens(corpus, objective)
         n = corpus.n_docs
         starts, quotas = batch_quotas(n, self.k_, self.batch_size)
         self.batch_starts_, self.quotas_ = starts, quotas
@@ -241,6 +269,128 @@ class GreedyDiSF(Selector):
         self.disf_loss_ = correlation_loss(objective.features_[torch.as_tensor(self.order_)])
         self.batch_loss_ = float(np.mean(losses)) if losses else 0.0
         return self.order_, scores
+
+    def _select_tokens(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        """Under a token budget: the same contiguous batches, each given the budget's share
+        of its tokens (``quotas_``, in tokens) plus what the batches before it left; inside
+        a batch the random first pick (the first row from it on that fits), then the
+        cost-benefit rule of :meth:`_pick_tokens` until no row fits. The tokens the last
+        batch leaves are filled from every unpicked row in row order, each that fits, so
+        the kept tokens end within one document of T. As the lazy greedy's guard, the run
+        is made again with the plain rule (the lowest loss after, whatever the tokens)
+        from the same draws, and the selection whose picked tokens have the lower
+        correlation loss is kept (``per_token_`` says which)."""
+        n, budget = corpus.n_docs, self.budget_
+        starts = np.arange(0, n, self.batch_size, dtype=np.int64)
+        ends = np.minimum(starts + self.batch_size, n)
+        tokens = np.concatenate([[0.0], np.cumsum(budget.sizes)])
+        due = budget.total * tokens[ends] / tokens[-1]  # the budget's share up to each end
+        self.batch_starts_, self.quotas_ = starts, np.diff(np.concatenate([[0.0], due]))
+        x = objective.features_.double()
+        draws = self._np_rng.bit_generator.state
+        runs = []
+        for per_token in (True, False):
+            self._np_rng.bit_generator.state = draws  # both runs from the same first picks
+            if self.max_similarity is not None:
+                self._cap = SimilarityCap(objective.features_, self.max_similarity)
+            order, scores = self._token_run(x, ends, due, per_token)
+            weights = torch.as_tensor(budget.sizes[order], device=x.device)
+            cov = _moments(x[order], weights)[2]
+            loss = float(offdiag_correlation(cov, eps=self.eps, eps_mode="add"))
+            runs.append((-loss, per_token, order, scores))
+        _, self.per_token_, self.order_, scores = max(runs, key=lambda r: (r[0], r[1]))
+        self.disf_loss_ = correlation_loss(objective.features_[torch.as_tensor(self.order_)])
+        self.batch_loss_ = 0.0
+        return self.order_, scores
+
+    def _token_run(
+        self, x: torch.Tensor, ends: np.ndarray, due: np.ndarray, per_token: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One run over the batches ending at ``ends``, the budget's share up to each end
+        ``due``; returns the pick order (the fill last) and the scores."""
+        n, budget = len(x), self.budget_
+        order: list[np.ndarray] = []
+        scores = np.full(n, -float(n))
+        used, lo = 0.0, 0
+        with self._bar(self.k_, desc=f"{self.method} per token" if per_token else None) as bar:
+            for hi, upto in zip(ends.tolist(), due.tolist(), strict=True):
+                first = int(self._np_rng.integers(hi - lo))  # the original: random first pick
+                left = min(upto, budget.total) - used  # its share and what earlier ones left
+                rows = lo + self._pick_tokens(x[lo:hi], lo, left, first, per_token)
+                order.append(rows)
+                scores[rows] = -np.arange(len(rows), dtype=np.float64)
+                used += budget.tokens(rows)
+                bar.update(len(rows))
+                lo = hi
+        picked = np.concatenate(order)
+        admit = None if self._cap is None else self._cap.admit  # it holds every pick
+        rest = np.setdiff1d(np.arange(n), picked)
+        extra = budget.fill(rest, admit, left=budget.total - used)
+        scores[extra] = 0.5 - n  # kept, after every batch's own picks
+        return np.concatenate([picked, extra]).astype(np.int64), scores
+
+    def _pick_tokens(
+        self, x: torch.Tensor, lo: int, left: float, first: int, per_token: bool = True
+    ) -> np.ndarray:
+        """Rows of the batch ``x`` (float64; its first row is row ``lo``) picked by the
+        cost-benefit DiSF rule within ``left`` tokens, in pick order (batch-local indices).
+
+        The loss is the original's of the picked *tokens*: each row weighs its length in
+        the mean and the biased covariance, ``eps`` added to the variances (the original's
+        unbiased correction counts rows, which lengths in characters are not). A candidate
+        x of l tokens turns the picked covariance C (W tokens, mean m) into
+        ``a C + b u u^T``, ``u = x - m``, ``a = W / (W + l)``, ``b = W l / (W + l)^2``,
+        scored for every candidate at once by
+        :func:`~datamask.objectives.disf.rank_one_offdiag`. The pick maximises
+        ``(loss before - loss after) / l``: with a fixed count the original's argmin of
+        the loss after, per token of the budget it spends. ``per_token=False``: the plain
+        rule, the lowest loss after (the guard's run)."""
+        sizes = torch.as_tensor(self.budget_.sizes[lo : lo + len(x)], device=x.device)
+        avail = sizes <= left
+        # The first pick: the first row from the random one on that fits (and the cap admits).
+        first = next(
+            (
+                r
+                for r in np.roll(np.arange(len(x)), -first)
+                if bool(avail[r]) and not self._capped(lo + r)
+            ),
+            None,
+        )
+        if first is None:
+            return np.zeros(0, dtype=np.int64)
+        picks = [first]
+        weight = float(sizes[first])
+        total, second = weight * x[first], weight * torch.outer(x[first], x[first])
+        left -= weight
+        avail[first] = False
+        while True:
+            avail &= sizes <= left
+            rest = torch.nonzero(avail).squeeze(1)
+            if len(rest) == 0:
+                break
+            mean, cov = _moments_of(weight, total, second)
+            before = offdiag_correlation(cov, eps=self.eps, eps_mode="add")
+            a = weight / (weight + sizes[rest])
+            b = a * sizes[rest] / (weight + sizes[rest])
+            after = rank_one_offdiag(
+                cov, cov * cov, x[rest] - mean, a, b, eps=self.eps, eps_mode="add"
+            )
+            key = (before - after) / sizes[rest] if per_token else -after
+            best = int(torch.argmax(key))  # sync point: once per pick; first max wins
+            while self._capped(lo + int(rest[best])):  # conflicts with a kept row: drop it
+                avail[rest[best]] = False
+                key[best] = -torch.inf
+                if bool(torch.isneginf(key).all()):
+                    return np.asarray(picks, dtype=np.int64)
+                best = int(torch.argmax(key))
+            j = int(rest[best])
+            picks.append(j)
+            avail[j] = False
+            w = float(sizes[j])
+            weight, left = weight + w, left - w
+            total += w * x[j]
+            second += w * torch.outer(x[j], x[j])
+        return np.asarray(picks, dtype=np.int64)
 
     def fit_stats(self) -> dict[str, Any]:
         """The base's, with the correlation loss of the selection and within the batches."""

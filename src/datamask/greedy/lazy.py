@@ -25,7 +25,14 @@ from ..objectives import Objective
 from ..objectives.base import HostGains
 from ._trace import GreedyTrace, pick_order_scores
 
-__all__ = ["DenseGreedy", "LazyGreedy", "gain_order", "is_submodular", "lazy_picks"]
+__all__ = [
+    "DenseGreedy",
+    "LazyGreedy",
+    "full_budget_picks",
+    "gain_order",
+    "is_submodular",
+    "lazy_picks",
+]
 
 
 def is_submodular(objective: Objective) -> bool:
@@ -277,6 +284,48 @@ def budget_picks(
         yield j, -neg * cost[j]
 
 
+def full_budget_picks(
+    objective: Objective,
+    state: Any,
+    budget: TokenBudget,
+    *,
+    per_token: bool,
+    refuse: Callable[[int], bool] | None = None,
+    counter: Any = None,
+) -> Iterator[tuple[int, float]]:
+    """:func:`budget_picks` for an objective whose stale gains are not bounds (a term not
+    submodular: Pair_simi, DiSF; or one without host gains on the graph): every pick
+    computes the gain of every row that still fits, in one call of ``objective.gains``
+    on ``state``, and takes the best by gain per token (``per_token``) or by gain, ties
+    to the lower row, as the naive greedy does. The picks end when no row fits."""
+    dev = objective.device_
+    sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=dev)
+    cost = sizes if per_token else torch.ones_like(sizes)
+    open_ = torch.ones(len(sizes), dtype=torch.bool, device=dev)
+    left = budget.total
+    while True:
+        open_ &= sizes <= left  # a row that no longer fits never fits again
+        rest = torch.nonzero(open_).squeeze(1)
+        if len(rest) == 0:
+            return
+        gains = objective.gains(state, rest)
+        if counter is not None:
+            counter.n_evaluations_ += len(rest)
+        keys = gains.double() / cost[rest]
+        best = int(torch.argmax(keys))  # sync point: once per pick; the first maximum
+        while refuse is not None and refuse(int(rest[best])):  # conflicts with a kept row
+            open_[rest[best]] = False
+            keys[best] = -torch.inf
+            if bool(torch.isneginf(keys).all()):
+                return
+            best = int(torch.argmax(keys))
+        j = int(rest[best])
+        state = objective.update(state, j)
+        open_[j] = False
+        left -= float(sizes[j])
+        yield j, float(gains[best])
+
+
 class LazyGreedy(Selector):
     """Lazy greedy maximisation of the objective, exactly equal to naive greedy.
 
@@ -417,33 +466,37 @@ class LazyGreedy(Selector):
         plain-gain one, each until no row fits, and the better of the two on the graph
         objective: with the plain run as the guard, the pair keeps a constant-factor
         guarantee, (1 - 1/e) / 2, that the cost-benefit run alone lacks (Leskovec et al.,
-        KDD 2007, "Cost-effective outbreak detection"). ``per_token_`` says which won."""
+        KDD 2007, "Cost-effective outbreak detection"). ``per_token_`` says which won.
+
+        An objective whose stale gains are not bounds (Pair_simi, DiSF: not submodular),
+        or whose terms have no host gains on the graph, runs the same pair without
+        laziness (:func:`full_budget_picks`; ``lazy_`` False)."""
         if self.graph:
             objective.build_graphs()
-        if (self.graph and host_gains_of(objective) is None) or not is_submodular(objective):
-            raise ValueError(
-                "a token budget needs a submodular objective whose terms have host gains "
-                "(quality and facility location: --algorithm Facility)."
-            )
-        t0 = time.perf_counter()
-        if self.graph:  # the host gains, as the picks re-evaluate them
-            first = _SummedGains(objective, graph=True)
-            bounds = np.asarray([first.gain(j) for j in range(corpus.n_docs)])
-        else:  # dense: every row's gain in one tensor call
-            every = torch.arange(corpus.n_docs, device=self.device_)
-            state = objective.init_state(graph=False)
-            bounds = objective.gains(state, every).double().cpu().numpy()
-        self.initial_seconds_ = time.perf_counter() - t0
-        self.n_evaluations_, self.lazy_ = corpus.n_docs, True
+        self.lazy_ = is_submodular(objective) and (
+            not self.graph or host_gains_of(objective) is not None
+        )
+        self.n_evaluations_, self.initial_seconds_ = 0, 0.0
+        bounds = self._initial_bounds(corpus, objective) if self.lazy_ else None
         runs = []
         for per_token in (True, False):
-            gains = _SummedGains(objective, self.graph)  # fresh: each run starts empty
             if self.max_similarity is not None:
                 self._cap = SimilarityCap(objective.features_, self.max_similarity)
             trace = GreedyTrace(self.k_, self._start)
-            picks = budget_picks(
-                gains, bounds, self.budget_, per_token=per_token, refuse=self._capped
-            )
+            if self.lazy_:
+                gains = _SummedGains(objective, self.graph)  # fresh: each run starts empty
+                picks = budget_picks(
+                    gains, bounds, self.budget_, per_token=per_token, refuse=self._capped
+                )
+            else:
+                picks = full_budget_picks(
+                    objective,
+                    objective.init_state(graph=self.graph),
+                    self.budget_,
+                    per_token=per_token,
+                    refuse=self._capped,
+                    counter=self,
+                )
             with self._bar(self.k_, desc=f"{self.method} per token" if per_token else None) as bar:
                 for j, gain in picks:
                     trace.add(j, gain)
@@ -457,6 +510,21 @@ class LazyGreedy(Selector):
         _, self.per_token_, self._trace = max(runs, key=lambda r: (r[0], r[1]))
         self.order_ = np.asarray(self._trace.order, dtype=np.int64)
         return self.order_, pick_order_scores(self.order_, corpus.n_docs)
+
+    def _initial_bounds(self, corpus: Corpus, objective: Objective) -> np.ndarray:
+        """Every row's gain for the empty selection (float64): its host gains on the graph,
+        or one tensor call on all pairs. Sets ``initial_seconds_`` and counts the gains."""
+        t0 = time.perf_counter()
+        if self.graph:  # the host gains, as the picks re-evaluate them
+            first = _SummedGains(objective, graph=True)
+            bounds = np.asarray([first.gain(j) for j in range(corpus.n_docs)])
+        else:  # dense: every row's gain in one tensor call
+            every = torch.arange(corpus.n_docs, device=self.device_)
+            state = objective.init_state(graph=False)
+            bounds = objective.gains(state, every).double().cpu().numpy()
+        self.initial_seconds_ = time.perf_counter() - t0
+        self.n_evaluations_ = corpus.n_docs
+        return bounds
 
     def fit_stats(self) -> dict[str, Any]:
         """The base's, with the gains computed, the initial pass's time and ``lazy_``."""

@@ -16,6 +16,7 @@ import torch
 from .._validation import Interval
 from ..base import Selector
 from ..data import Corpus
+from ..near_duplicates import SimilarityCap
 from ..objectives import Objective
 from ._trace import GreedyTrace, pick_order_scores
 from .lazy import is_submodular
@@ -69,6 +70,7 @@ class StochasticGreedy(Selector):
     """
 
     method = "stochastic-greedy"
+    takes_tokens = True
     _parameter_constraints = {
         "eps": [Interval(float, 0, 1, closed="neither")],
         "sample": [Interval(int, 0, None, closed="neither"), None],
@@ -90,6 +92,8 @@ class StochasticGreedy(Selector):
         self.batch_size = batch_size
 
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        if self.budget_ is not None:
+            return self._select_tokens(corpus, objective)
         n, k = corpus.n_docs, self.k_
         dev = self.device_
         self.sample_size_ = s = self.sample or sample_size(n, k, self.eps)
@@ -143,6 +147,82 @@ class StochasticGreedy(Selector):
                 bar.update()
         self.order_ = np.asarray(trace.order, dtype=np.int64)
         return self.order_, pick_order_scores(self.order_, n)
+
+    def _select_tokens(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+        """Under a token budget: every pick draws a uniform sample of ``sample_size_`` rows
+        among those not picked that still fit the tokens left, and takes its best by gain
+        per token (the cost-benefit rule of :class:`~datamask.greedy.LazyGreedy`); a second
+        run takes the best by plain gain from the same generator state, and the better of
+        the two on the objective is kept (the lazy greedy's guard; ``per_token_`` says
+        which). Each run ends when no row fits. ``sample_size_`` is Mirzasoleiman et al.'s
+        with k the count the budget is expected to keep."""
+        self.sample_size_ = self.sample or sample_size(corpus.n_docs, self.k_, self.eps)
+        self.n_evaluations_ = 0
+        start = self._torch_gen.get_state()
+        runs = []
+        for per_token in (True, False):
+            self._torch_gen.set_state(start)  # both runs from the same draws' state
+            if self.max_similarity is not None:
+                self._cap = SimilarityCap(objective.features_, self.max_similarity)
+            trace = self._token_run(objective, per_token)
+            rows = torch.as_tensor(trace.order, dtype=torch.long, device=self.device_)
+            runs.append((objective.value(rows), per_token, trace))
+        _, self.per_token_, self._trace = max(runs, key=lambda r: (r[0], r[1]))
+        self.order_ = np.asarray(self._trace.order, dtype=np.int64)
+        return self.order_, pick_order_scores(self.order_, corpus.n_docs)
+
+    def _token_run(self, objective: Objective, per_token: bool) -> GreedyTrace:
+        """One stochastic greedy run under the token budget, keyed by gain per token or by
+        gain; lazily from stored keys (``+inf`` until first seen) when the objective is
+        submodular, as the document budget's run."""
+        dev, s = self.device_, self.sample_size_
+        sizes = torch.as_tensor(self.budget_.sizes, dtype=torch.float64, device=dev)
+        cost = sizes if per_token else torch.ones_like(sizes)
+        n, lazy = len(sizes), is_submodular(objective)
+        state = objective.init_state()
+        trace = GreedyTrace(self.k_, self._start)
+        keys = torch.full((n,), torch.inf, dtype=torch.float64, device=dev)  # bounds / cost
+        fresh = torch.full((n,), -1, dtype=torch.long, device=dev)
+        pool, left, t = torch.arange(n, device=dev), self.budget_.total, 0
+        with self._bar(self.k_, desc=f"{self.method} per token" if per_token else None) as bar:
+            while True:
+                pool = pool[sizes[pool] <= left]  # a row that no longer fits never fits again
+                if len(pool) == 0:
+                    break
+                # 1. A uniform sample of the rows that fit, sorted: ties to the lower row.
+                if s >= len(pool):
+                    cand = pool
+                else:
+                    pos = torch.randperm(len(pool), generator=self._torch_gen, device=dev)[:s]
+                    cand = pool[pos.sort().values]
+                # 2. Its exact argmax by key: evaluate everything, or lazily from the keys.
+                if not lazy:
+                    keys[cand] = objective.gains(state, cand).double() / cost[cand]
+                    self.n_evaluations_ += len(cand)
+                    j = int(cand[torch.argmax(keys[cand])])  # sync point: once per pick
+                else:
+                    while True:
+                        local = keys[cand]
+                        j = int(cand[torch.argmax(local)])  # sync point: once per check
+                        if int(fresh[j]) == t:
+                            break
+                        top = cand[torch.topk(local, min(self.batch_size, len(cand))).indices]
+                        never = cand[torch.isinf(local)]  # first sight: evaluate them all
+                        stale = torch.unique(torch.cat([top[fresh[top] != t], never]))
+                        if len(stale) == 0:
+                            stale = torch.tensor([j], device=dev)
+                        keys[stale] = objective.gains(state, stale).double() / cost[stale]
+                        fresh[stale] = t
+                        self.n_evaluations_ += len(stale)
+                pool = pool[pool != j]
+                if self._capped(j):  # conflicts with a kept row: out of the pool
+                    continue
+                trace.add(j, float(keys[j] * cost[j]))
+                state = objective.update(state, j)
+                left -= float(sizes[j])
+                t += 1
+                bar.update()
+        return trace
 
     def fit_stats(self) -> dict[str, Any]:
         """The base's, with the sample size and the gains computed."""

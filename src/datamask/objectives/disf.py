@@ -8,7 +8,7 @@ from .._validation import Interval
 from .base import Term, TermContext
 from .registry import register_term
 
-__all__ = ["DiSF", "correlation_loss", "offdiag_correlation"]
+__all__ = ["DiSF", "correlation_loss", "offdiag_correlation", "rank_one_offdiag"]
 
 _EPS = 1e-8
 
@@ -52,6 +52,34 @@ def offdiag_correlation(
     return (corr * corr).sum((-2, -1)) - (corr.diagonal(dim1=-2, dim2=-1) ** 2).sum(-1)
 
 
+def rank_one_offdiag(
+    cov: torch.Tensor,
+    cov_sq: torch.Tensor,
+    u: torch.Tensor,
+    a: float | torch.Tensor,
+    b: float | torch.Tensor,
+    *,
+    eps: float = _EPS,
+    eps_mode: str = "clamp",
+) -> torch.Tensor:
+    """:func:`offdiag_correlation` of ``a C + b u u^T`` for each row u of ``u`` (c, d),
+    without a d x d matrix each: with ``D = 1 / diag`` the squared correlations sum to
+    ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (u^T (u o D))^2``, less the
+    diagonal. ``cov_sq`` is ``C o C``; ``a`` and ``b`` are numbers or one per row (c,);
+    ``eps`` guards the variances as in :func:`offdiag_correlation`. The one rank-one
+    kernel of the DiSF term's greedy gains and of the token-budget ``disf-greedy``."""
+    ac, bc = (a[:, None], b[:, None]) if isinstance(a, torch.Tensor) else (a, b)
+    diag = ac * cov.diagonal()[None] + bc * u * u
+    inv = 1.0 / (diag.clamp_min(eps) if eps_mode == "clamp" else diag + eps)
+    ud = u * inv
+    total_sq = (
+        a * a * ((inv @ cov_sq) * inv).sum(1)
+        + 2 * a * b * ((ud @ cov) * ud).sum(1)
+        + b * b * (u * ud).sum(1) ** 2
+    )
+    return total_sq - ((diag * inv) ** 2).sum(1)
+
+
 def _weighted_offdiag(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Mean squared off-diagonal correlation of ``x`` rows weighted by each row of ``weights``.
 
@@ -92,6 +120,13 @@ class DiSF(Term):
     keep-probabilities (not the exact expectation, which has no closed form); given
     ``clients``, over that random sample of rows only (a stochastic estimate, d^2 per row).
 
+    Under a token budget (``TermContext.sizes``, lengths ``l``) L is the correlation of
+    the kept *tokens*' features: each kept document weighs its length in the mean and the
+    covariance (frequency weights, ``w_``), so a document cut in two halves of its
+    embedding gives the same covariance and cutting changes nothing; ``L_k`` is taken over
+    the same random subsets, weighted by their lengths (docs/method.md "Token budgets").
+    With every ``l = 1`` it is the document term.
+
     Parameters
     ----------
     n_reference : int, default=4
@@ -101,6 +136,7 @@ class DiSF(Term):
     """
 
     name = "disf"
+    takes_sizes = True
     _parameter_constraints = {"n_reference": [Interval(int, 1, None, closed="left")]}
 
     def __init__(self, n_reference: int = 4) -> None:
@@ -127,27 +163,42 @@ class DiSF(Term):
         for row in masks:
             row[torch.randperm(n, generator=gen)[:size]] = 1.0
         masks = masks.to(features.device)
+        #: Each row's weight under a token budget, its length over the mean length
+        #: (float64; the unit of the lengths cancels); else None.
+        sizes = self.ctx_.sizes
+        self.w_ = None if sizes is None else sizes / sizes.mean()
+        if self.w_ is not None:  # the random subsets' tokens
+            masks = masks * self.w_.to(masks.dtype)
         self.scale_ = float(torch.cat([_weighted_offdiag(m[None], features) for m in masks]).mean())
         self.scale_ = max(self.scale_, _EPS)
         return self
 
+    def _weights(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``mask`` (G, len(rows)) times the rows' lengths under a token budget."""
+        return mask if self.w_ is None else mask * self.w_[rows].to(mask.dtype)
+
     def value(self, selected: torch.Tensor) -> float:
         w = torch.ones(1, len(selected), dtype=self.features_.dtype, device=self.features_.device)
+        w = self._weights(selected, w)
         return float(1.0 - _weighted_offdiag(w, self.features_[selected])[0] / self.scale_)
 
     def batch_values(self, batch: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         xb = self.features_[batch]
         chunk = max(1, (1 << 25) // (len(batch) * xb.shape[1]))
+        masks = self._weights(batch, masks)
         return torch.cat([1.0 - _weighted_offdiag(m, xb) / self.scale_ for m in masks.split(chunk)])
 
     def expected(self, p: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
+        if self.w_ is not None:  # keep-probabilities times lengths: the expected tokens
+            p = p * self.w_.to(p.dtype)
         if clients is None:
             return 1.0 - _weighted_offdiag(p[None], self.features_)[0] / self.scale_
         # A random sample of rows: the same weighted correlation, O(|clients| d^2) a step.
         return 1.0 - _weighted_offdiag(p[clients][None], self.features_[clients])[0] / self.scale_
 
-    # Greedy state: count, feature sum and second-moment sum of the selection.
-    def init_state(self, graph: bool = False) -> tuple[int, torch.Tensor, torch.Tensor]:
+    # Greedy state: count, feature sum and second-moment sum of the selection (under a
+    # token budget: its tokens, and the sums weighted by the lengths).
+    def init_state(self, graph: bool = False) -> tuple[float, torch.Tensor, torch.Tensor]:
         d = self.features_.shape[1]
         z = self.features_.new_zeros
         return 0, z(d, dtype=torch.float64), z(d, d, dtype=torch.float64)
@@ -158,10 +209,11 @@ class DiSF(Term):
         """Exact gains of adding each candidate, by a rank-one covariance update (see
         :meth:`_rank_one_values`): two GEMMs for all candidates, no d x d matrix each."""
         count, total, second = state
-        before = self._loss_from_moments(count, total, second) if count >= 1 else 1.0
+        before = self._loss_from_moments(count, total, second) if count > 0 else 1.0
         if count == 0:  # one row has no variance: every correlation is 0
             return torch.zeros(len(candidates), dtype=self.features_.dtype, device=total.device)
-        after = self._rank_one_values(count, total, second, candidates, +1)
+        weights = self._row_w(candidates)
+        after = self._rank_one_values(count, total, second, candidates, +1, weights)
         return (after - before).to(self.features_.dtype)
 
     def single_changes(
@@ -171,11 +223,18 @@ class DiSF(Term):
         if each of ``drops`` (rows of ``selected``) were dropped alone (float64); exact,
         O(d^2) a row as matrix products (the swap search's DiSF scores)."""
         x = self.features_[selected].double()
-        count, total, second = len(selected), x.sum(0), x.T @ x
+        if self.w_ is None:
+            count, total, second = len(selected), x.sum(0), x.T @ x
+        else:
+            wx = self.w_[selected, None] * x
+            count, total, second = float(self.w_[selected].sum()), wx.sum(0), wx.T @ x
         before = self._loss_from_moments(count, total, second)
-        gain = self._rank_one_values(count, total, second, adds, +1) - before
-        loss = before - self._rank_one_values(count, total, second, drops, -1)
+        gain = self._rank_one_values(count, total, second, adds, +1, self._row_w(adds)) - before
+        loss = before - self._rank_one_values(count, total, second, drops, -1, self._row_w(drops))
         return gain, loss
+
+    def _row_w(self, rows: torch.Tensor) -> torch.Tensor | None:
+        return None if self.w_ is None else self.w_[rows]
 
     def _rank_one_values(
         self,
@@ -184,38 +243,42 @@ class DiSF(Term):
         second: torch.Tensor,
         rows: torch.Tensor,
         sign: int,
+        weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The term's value after adding (``sign=+1``) or removing (-1) each row alone.
 
         With mean m and covariance C of the c rows and ``u = x - m``, adding x gives
         ``C' = a C + b u u^T`` with ``a = c / (c + 1)``, ``b = c / (c + 1)^2``; removing it,
-        ``a = c / (c - 1)``, ``b = -c / (c - 1)^2``. With ``D = 1 / diag(C')`` the squared
-        correlations sum to ``a^2 D^T (C o C) D + 2 a b (u o D)^T C (u o D) + b^2 (u^T (u o D))^2``.
-        This is :func:`offdiag_correlation` (``eps_mode="clamp"``) of ``C'`` expanded, so all
-        candidates cost two GEMMs instead of one d x d matrix each.
+        ``a = c / (c - 1)``, ``b = -c / (c - 1)^2``; :func:`rank_one_offdiag` scores every
+        candidate with two GEMMs instead of one d x d matrix each. Under a token budget
+        ``count`` is the selection's tokens W and row x weighs ``weights`` l:
+        ``a = W / (W +- l)``, ``b = +-W l / (W +- l)^2`` (a row each).
         """
         d = self.features_.shape[1]
         mean = total / count
         cov = second / count - mean[:, None] * mean[None, :]
-        c1 = count + sign
-        if c1 < 1:
-            return torch.ones(len(rows), dtype=torch.float64, device=total.device)
-        a, b = count / c1, sign * count / c1**2
+        if weights is None:
+            c1 = count + sign
+            if c1 < 1:
+                return torch.ones(len(rows), dtype=torch.float64, device=total.device)
+            a, b = count / c1, sign * count / c1**2
+        else:  # a row each, as columns; dropping the only document leaves none (value 1)
+            c1 = count + sign * weights
+            alone = c1 <= count * 1e-9
+            c1 = torch.where(alone, 1.0, c1)
+            a_rows, b_rows = count / c1, sign * count * weights / c1**2
         cov_sq = cov * cov
         out = []
-        for part in rows.split(max(1, (1 << 24) // d)):
+        step = max(1, (1 << 24) // d)
+        for lo in range(0, len(rows), step):
+            part = rows[lo : lo + step]
             u = self.features_[part].double() - mean[None]  # (c, d)
-            diag = a * cov.diagonal()[None] + b * u * u
-            inv = 1.0 / diag.clamp_min(_EPS)
-            ud = u * inv
-            total_sq = (
-                a * a * ((inv @ cov_sq) * inv).sum(1)
-                + 2 * a * b * ((ud @ cov) * ud).sum(1)
-                + b * b * (u * ud).sum(1) ** 2
-            )
-            off = total_sq - ((diag * inv) ** 2).sum(1)
+            if weights is not None:
+                a, b = a_rows[lo : lo + step], b_rows[lo : lo + step]
+            off = rank_one_offdiag(cov, cov_sq, u, a, b)
             out.append(1.0 - off / (d * (d - 1)) / self.scale_)
-        return torch.cat(out)
+        values = torch.cat(out)
+        return values if weights is None else torch.where(alone, 1.0, values)
 
     def _loss_from_moments(self, count: int, total: torch.Tensor, second: torch.Tensor) -> float:
         d = total.shape[0]
@@ -229,4 +292,7 @@ class DiSF(Term):
     ) -> tuple[int, torch.Tensor, torch.Tensor]:
         count, total, second = state
         x = self.features_[j].double()
+        if self.w_ is not None:  # weighted by the length: the tokens of the selection
+            w = float(self.w_[j])
+            return count + w, total + w * x, second + w * x[:, None] * x[None, :]
         return count + 1, total + x, second + x[:, None] * x[None, :]

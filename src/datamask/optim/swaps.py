@@ -154,10 +154,19 @@ class QualitySwaps(TermSwaps):
 class PairwiseSwaps(TermSwaps):
     """With s the kept rows' sum and c = k (k - 1): adding b changes the term by
     ``-2 <x_b, s> / c``, dropping a by ``(2 <x_a, s> - 2) / c`` (its self product); a swap
-    adds the cross term ``+2 <x_b, x_a> / c``, counted in both single scores."""
+    adds the cross term ``+2 <x_b, x_a> / c``, counted in both single scores.
+
+    Under a token budget (weights ``w = l / T``, s the kept rows' sum of ``w x``): adding
+    b changes the term by ``-(2 w_b <x_b, s> + w_b^2)``, dropping a by
+    ``2 w_a <x_a, s> - w_a^2``, and a swap adds ``+2 w_a w_b <x_a, x_b>``."""
 
     def bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.term.features_
+        w = self.term.w_
+        if w is not None:
+            s = (w[keep, None] * x[keep].to(torch.float64)).sum(0)
+            dots = w * (x.to(torch.float64) @ s)
+            return -(2.0 * dots + w * w), -(2.0 * dots - w * w)
         self._norm = c = max(k * (k - 1), 1)
         pair_sum = x[torch.nonzero(keep).squeeze(1)].to(torch.float64).sum(0)
         dots = x.to(torch.float64) @ pair_sum
@@ -165,6 +174,9 @@ class PairwiseSwaps(TermSwaps):
 
     def pair(self, adds: torch.Tensor, drops: torch.Tensor) -> torch.Tensor:
         x = self.term.features_
+        w = self.term.w_
+        if w is not None:
+            return 2.0 * w[adds] * w[drops] * (x[adds] * x[drops]).sum(1).double()
         return 2.0 / self._norm * (x[adds] * x[drops]).sum(1).double()
 
 
