@@ -12,7 +12,7 @@ Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
                                       selected (skipped with ``selected_only``)
     WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
     WORK/graphs/NNNNN.npz             allocated by gains: the group's neighbour graph, kept
-                                      for the exchange round (which deletes it once used)
+                                      for the exchange round and the cover (which deletes it)
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
     OUT/selected/part-NNNNN.parquet   the group's kept ids (budget="group", or allocated)
 """
