@@ -66,7 +66,6 @@ from ..io.shards import (
     literal_or_glob,
 )
 from ..pipeline.given import check_given_terms
-from ..pipeline.step import MODULAR
 from .cap import cap_across_groups
 from .context import Checked, RunContext
 from .cover import cover_round
@@ -77,13 +76,14 @@ from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
 from .plan import budget_k, check_work_disk, plan_groups
-from .rounds import allocate_round, central_round, select_round
+from .rounds import allocate_round, allocate_tokens_round, central_round, select_round
 from .steps import GlobalJob, SelectGlobal
 from .tokens import (
     TokenPlan,
     check_token_settings,
     count_tokens,
     fill_round,
+    token_combine,
     token_settings,
 )
 from .validate import (
@@ -332,14 +332,17 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
 def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, Any]:
     """:func:`run_selection` under a token budget (:mod:`.tokens`): the corpus' tokens from
     every shard; then every group proposes ``oversample`` times its share of the tokens
-    and one central round keeps ``T`` of them (or, for a modular method or one group,
-    every group keeps its share and one fill spends what they left); then the cover, the
-    keep lists and the manifest as ever."""
+    and one price per token over every group keeps ``T`` of them where the document
+    budget allocates by gains, else one central round (:func:`~.tokens.token_combine`;
+    for a modular method or one group, every group keeps its share and one fill spends
+    what they left); then the cover, the keep lists and the manifest as ever."""
     out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
     plan = count_tokens(settings, checked.infos, runner, progress)
     groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total)
     groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
-    central = settings.selector.method not in MODULAR and len(groups) > 1
+    combine = token_combine(settings, len(groups))
+    central = combine != "group"
+    totals = (plan.total, plan.corpus) if combine == "gains" else None
     plan_s = time.perf_counter() - started
     stats: dict[int, dict[str, Any]] = {}
     select_started = time.perf_counter()
@@ -349,12 +352,19 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         checked.quality_range,
         stats,
         propose=central,
+        totals=totals,
         rate=checked.rate,
         tokens=plan,
     )
     select_s = time.perf_counter() - select_started
     global_started = time.perf_counter()
-    if central:
+    if combine == "gains":
+        fill = None
+        global_stats = allocate_tokens_round(
+            run, groups, checked.quality_range, stats, plan, totals
+        )
+        kept = global_stats["tokens_kept"]
+    elif central:
         fill, global_stats = None, _central_tokens(run, groups, plan, checked.quality_range)
         kept = global_stats["tokens_kept"]
     else:
@@ -376,7 +386,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         groups,
         ordered,
         plan_facts,
-        "central" if central else "group",
+        combine,
         global_stats,
         None,
         cover_facts,
@@ -388,11 +398,12 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     manifest = build_manifest(run, checked, done)
     tokens = plan.summary(kept)
     manifest["totals"]["tokens"] = tokens
-    how = (
-        "each group proposes oversample x its tokens' share, one central round keeps T"
-        if central
-        else "each group keeps its tokens' share, one fill spends what they left"
-    )
+    how = {
+        "gains": "each group proposes oversample x its tokens' share priced per token, one "
+        "price over every group keeps T",
+        "central": "each group proposes oversample x its tokens' share, one central round keeps T",
+        "group": "each group keeps its tokens' share, one fill spends what they left",
+    }[combine]
     manifest["tokens"] = {**tokens, "allocation": how, "fill": fill}
     atomic_write_json(manifest, out / "manifest.json")
     return manifest
