@@ -71,7 +71,14 @@ from .context import Checked, RunContext
 from .cover import cover_round
 from .engine import run_steps
 from .executors import LocalRunner, Runner
-from .given import CheckGivenSelection, GivenJob, PrepareKept, given_files, rate_totals
+from .given import (
+    CheckGivenSelection,
+    GivenJob,
+    PrepareKept,
+    given_files,
+    rate_totals,
+    token_rate_totals,
+)
 from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
@@ -211,7 +218,10 @@ def _check_inputs(
     docs: list[ShardInfo] = []
     if run.given[0] is not None:
         check_given_terms(run.spec.objective)
-        docs = inspect_shards(given_files(run.given[0]), columns=run.spec.columns.read)
+        sel = run.spec.selector  # a token budget reads --given's lengths too
+        more = [sel.length_col] if sel.token_budget and sel.length_col else []
+        columns = list(dict.fromkeys([*run.spec.columns.read, *more]))
+        docs = inspect_shards(given_files(run.given[0]), columns=columns)
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
@@ -342,7 +352,8 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
     combine = token_combine(settings, len(groups))
     central = combine != "group"
-    totals = (plan.total, plan.corpus) if combine == "gains" else None
+    rate = token_rate_totals(plan.total, plan.corpus, checked.kept)  # given KEPT: the union's
+    totals = rate if combine == "gains" else None
     plan_s = time.perf_counter() - started
     stats: dict[int, dict[str, Any]] = {}
     select_started = time.perf_counter()
@@ -353,7 +364,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         stats,
         propose=central,
         totals=totals,
-        rate=checked.rate,
+        rate=rate,
         tokens=plan,
     )
     select_s = time.perf_counter() - select_started
@@ -375,6 +386,9 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]
     k_selected = global_stats["k"] if central else int(sum(s["k"] for s in ordered))
+    cap_facts = None
+    if settings.selector.max_similarity is not None:  # token_combine: the central round
+        cap_facts = {"applied_in": "global round", "threshold": settings.selector.max_similarity}
     cover_facts = None
     if not settings.run.selected_only:
         clean_stale_temporaries(out / "covered")
@@ -388,7 +402,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         plan_facts,
         combine,
         global_stats,
-        None,
+        cap_facts,
         cover_facts,
         keep,
         k_selected,

@@ -518,11 +518,14 @@ def _select_global(
         table = table.drop_columns(["features"])
         fit_spec = spec
         if group_floor(corpus, spec, work_dir) is not None:  # given KEPT
-            # the candidates stand for the new documents, as in the one-file run
+            # the candidates stand for the new documents, as in the one-file run (a token
+            # budget: T of the candidates' tokens, KEPT's in tokens)
             counts = kept_counts(work_dir)
-            fit_spec = group_spec(
-                spec, k_total, n, counts["n_kept"] + k_total, counts["n_docs"] + n
-            )
+            k_c, n_c, kept, docs = k_total, n, counts["n_kept"], counts["n_docs"]
+            if lengths is not None:
+                k_c, n_c = spec.selector.budget_tokens, float(lengths.sum())
+                kept, docs = counts["tokens_kept"], counts["tokens_docs"]
+            fit_spec = group_spec(spec, k_c, n_c, kept + k_c, docs + n_c)
         sel = fit_group(corpus, k_total, fit_spec, seed=int(spec.selector.seed))
         del corpus
     fit_s = time.perf_counter() - started - read_s

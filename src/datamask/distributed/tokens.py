@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..budget import budget_total, check_lengths, length_column
+from ..budget import TOKEN_FLAGS, budget_total, check_lengths, length_column
 from ..config import SelectSpec
 from ..data import Corpus, Selection
 from ..io.atomic import atomic_write_json
@@ -95,14 +95,15 @@ __all__ = [
 
 
 def check_token_settings(settings: SelectSpec) -> None:
-    """Refuse what shards do not take with a token budget yet (``--given``,
-    ``--max-similarity``), before anything is written."""
+    """Refuse what shards do not take with a token budget, before anything is written: the
+    similarity cap with a modular method (each group's share and the fill would keep
+    pairs across groups and the fill's rows unchecked)."""
     sel = settings.selector
-    if settings.selector.token_budget and (sel.given is not None or sel.max_similarity is not None):
+    if sel.token_budget and sel.max_similarity is not None and sel.method in MODULAR:
         raise ValueError(
-            "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
-            "--given or --max-similarity yet; select one file, or give a document budget "
-            "(--select-ratio, --k) for shards."
+            f"--max-similarity with a token budget ({TOKEN_FLAGS}) on shards needs a method "
+            f"that is not modular; got method={sel.method!r}. Use greedy or mask, select "
+            "one file, or give a document budget (--select-ratio, --k)."
         )
 
 
@@ -194,10 +195,15 @@ def group_token_budget(plan: TokenPlan, lengths: np.ndarray) -> float:
 
 def token_combine(settings: SelectSpec, n_groups: int) -> str:
     """How a token run combines its groups: ``"gains"`` (the allocation by gains per token,
-    where the document budget allocates by gains), ``"central"`` (one central round, the
-    other methods that are not modular) or ``"group"`` (each group's share and the fill:
+    where the document budget allocates by gains), ``"central"`` (one central round: the
+    other methods that are not modular, and every one with a similarity cap, which the
+    central round keeps over every pair) or ``"group"`` (each group's share and the fill:
     modular methods, or one group)."""
-    if settings.selector.method in MODULAR or n_groups <= 1:
+    if settings.selector.method in MODULAR:
+        return "group"
+    if settings.selector.max_similarity is not None:  # every kept pair in one round
+        return "central"
+    if n_groups <= 1:
         return "group"
     return "gains" if allocates_by_gains(settings) else "central"
 
@@ -397,8 +403,9 @@ def select_tokens(
     fit_spec = replace(
         spec, selector=replace(spec.selector, budget_tokens=budget, select_token_ratio=None)
     )
-    if by_gains:  # at the corpus' rate: T_c tokens of L_g against T of L
-        fit_spec = group_spec(fit_spec, budget, float(lengths.sum()) or 1.0, *job.totals)
+    rate = job.totals if by_gains else (job.rate if corpus.floor is not None else None)
+    if rate is not None and corpus.n_docs:  # T_c tokens of L_g against T of L (KEPT's too)
+        fit_spec = group_spec(fit_spec, budget, float(lengths.sum()), *rate)
     if corpus.n_docs == 0 or budget < lengths.min():  # its share keeps none of its rows
         k: int | None = 0
     elif budget >= lengths.sum():  # proposing every row
