@@ -252,7 +252,7 @@ def test_shards_refuse_the_cap_with_a_modular_method_and_a_token_budget_by_name(
     with pytest.raises(ValueError, match="--max-similarity with a token budget.*method='topk'"):
         datamask.select(
             str(folder), tmp_path / "out", select_token_ratio=0.1, progress=False,
-            max_similarity=0.9, method="topk",
+            max_similarity=0.9, method="topk", budget="group",
         )  # fmt: skip
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 

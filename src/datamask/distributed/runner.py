@@ -44,7 +44,8 @@ combine rounds :mod:`.rounds`, the manifest :mod:`.manifest`.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -205,11 +206,12 @@ def _inside(work: Path | Location, out: Path | Location) -> bool:
 
 def _check_inputs(
     run: RunContext,
-) -> tuple[list[ShardInfo], list[ShardInfo], dict[str, str], QualityRange]:
+) -> tuple[list[ShardInfo], list[ShardInfo], dict[str, str], QualityRange, TokenPlan | None]:
     """Phase 1: footers (row counts, columns), then every row of every shard, and of
-    ``--given``'s with them (one width, one id type, no id in both, one quality range);
-    nothing is written for a run whose input is bad, and no group starts before all are
-    checked. Returns the input's shards, ``--given``'s, the checksums and the range."""
+    ``--given``'s with them (one width, one id type, no id in both, one quality range),
+    and a token budget's lengths (:func:`~.tokens.count_tokens`); nothing is written for
+    a run whose input is bad, and no group starts before all are checked. Returns the
+    input's shards, ``--given``'s, the checksums, the range and the token plan."""
     infos = inspect_shards(run.files, columns=run.spec.read_columns)
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
@@ -235,18 +237,22 @@ def _check_inputs(
         if run.given[1] is not None:  # every id of --given-selection is in --given
             job = GivenJob(run.spec, str(run.work), run.given)
             run_steps(checker, CheckGivenSelection(), [job], progress=False)
+        tokens = None  # a length that is not > 0 is refused here, before the claim
+        if run.spec.selector.token_budget:
+            tokens = count_tokens(run.spec, infos, checker, run.progress)
     finally:
         if checker is not run.runner:
             checker.close()
-    return infos, docs, checksums, quality_range
+    return infos, docs, checksums, quality_range, tokens
 
 
 def _check_and_claim(run: RunContext) -> Checked:
     """Phase 1: check every row (and --given's), then claim the work dir for these inputs
     and settings (--given's files in the fingerprint too: changed, a resume is refused);
     given KEPT, its kept rows written once for the groups."""
-    with dropped_on_error(id_buckets_dir(run.work)):  # a run refused here leaves nothing
-        infos, docs, checksums, quality_range = _check_inputs(run)
+    # a run refused here leaves nothing (a remote work dir it made: its empty folder too)
+    with _made_remote_dropped(run.work), dropped_on_error(id_buckets_dir(run.work)):
+        infos, docs, checksums, quality_range, tokens = _check_inputs(run)
         n_total = sum(i.num_rows for i in infos)
         k_total = budget_k(run.spec, n_total)
         record = fingerprint(run.spec, infos + docs, checksums)
@@ -256,7 +262,28 @@ def _check_and_claim(run: RunContext) -> Checked:
         job = GivenJob(run.spec, str(run.work), run.given)
         (kept,) = run_steps(run.runner, PrepareKept(), [job], progress=run.progress)
     rate = rate_totals(k_total, n_total, kept)
-    return Checked(infos, docs, checksums, quality_range, k_total, record, resumed, kept, rate)
+    return Checked(
+        infos, docs, checksums, quality_range, k_total, record, resumed, kept, rate, tokens
+    )
+
+
+@contextmanager
+def _made_remote_dropped(work: Path | Location) -> Iterator[None]:
+    """On an error in the ``with`` body, delete the remote folders above a work dir that
+    did not exist before it, from the highest (the id buckets' empty folder objects stay
+    behind :func:`~.validate.dropped_on_error`; deleting a lower one makes its parent's)."""
+    if not isinstance(work, Location) or work.exists():
+        yield
+        return
+    top = work
+    while "/" in top.parent.path.strip("/") and not top.parent.exists():
+        top = top.parent
+    try:
+        yield
+    except BaseException:
+        with suppress(OSError):
+            top.fs.delete_dir(top.path)
+        raise
 
 
 def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
@@ -347,7 +374,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     for a modular method or one group, every group keeps its share and one fill spends
     what they left); then the cover, the keep lists and the manifest as ever."""
     out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
-    plan = count_tokens(settings, checked.infos, runner, progress)
+    plan = checked.tokens
     groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total)
     groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
     combine = token_combine(settings, len(groups))
@@ -412,15 +439,18 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     manifest = build_manifest(run, checked, done)
     tokens = plan.summary(kept)
     manifest["totals"]["tokens"] = tokens
-    how = {
-        "gains": "each group proposes oversample x its tokens' share priced per token, one "
-        "price over every group keeps T",
-        "central": "each group proposes oversample x its tokens' share, one central round keeps T",
-        "group": "each group keeps its tokens' share, one fill spends what they left",
-    }[combine]
-    manifest["tokens"] = {**tokens, "allocation": how, "fill": fill}
+    manifest["tokens"] = {**tokens, "allocation": TOKEN_ALLOCATIONS[combine], "fill": fill}
     atomic_write_json(manifest, out / "manifest.json")
     return manifest
+
+
+#: How a token run's groups became one selection, as its manifest says (by combine).
+TOKEN_ALLOCATIONS = {
+    "gains": "each group proposes oversample x its tokens' share priced per token, one price "
+    "over every group keeps T",
+    "central": "each group proposes oversample x its tokens' share, one central round keeps T",
+    "group": "each group keeps its tokens' share, one fill spends what they left",
+}
 
 
 def _central_tokens(

@@ -267,11 +267,8 @@ def _fit(
     )
     if gain_curve:
         started = time.perf_counter()
-        budget = selector.budget_  # a token budget: the cost-benefit order
-        sizes = None if budget is None else budget.sizes
-        meta["gain_order"] = gain_order(
-            selector.objective_, np.asarray(result.selected), sizes=sizes
-        )
+        sizes = None if selector.budget_ is None else selector.budget_.sizes  # per token
+        meta["gain_order"] = gain_order(selector.objective_, result.selected, sizes=sizes)
         meta["seconds"]["gain_order"] = time.perf_counter() - started
         meta["neighbor_graph"] = facility_graph(selector.objective_)  # the exchange round's
     selection = Selection(
