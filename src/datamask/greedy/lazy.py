@@ -24,11 +24,11 @@ from ..near_duplicates import SimilarityCap
 from ..objectives import Objective
 from ..objectives.base import HostGains
 from ._trace import GreedyTrace, pick_order_scores
+from .budgeted import full_budget_picks
 
 __all__ = [
     "DenseGreedy",
     "LazyGreedy",
-    "full_budget_picks",
     "gain_order",
     "is_submodular",
     "lazy_picks",
@@ -323,48 +323,6 @@ def budget_picks(
         left -= sizes[j]
         t += 1
         yield j, -neg * cost[j]
-
-
-def full_budget_picks(
-    objective: Objective,
-    state: Any,
-    budget: TokenBudget,
-    *,
-    per_token: bool,
-    refuse: Callable[[int], bool] | None = None,
-    counter: Any = None,
-) -> Iterator[tuple[int, float]]:
-    """:func:`budget_picks` for an objective whose stale gains are not bounds (a term not
-    submodular: Pair_simi, DiSF; or one without host gains on the graph): every pick
-    computes the gain of every row that still fits, in one call of ``objective.gains``
-    on ``state``, and takes the best by gain per token (``per_token``) or by gain, ties
-    to the lower row, as the naive greedy does. The picks end when no row fits."""
-    dev = objective.device_
-    sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=dev)
-    cost = sizes if per_token else torch.ones_like(sizes)
-    open_ = torch.ones(len(sizes), dtype=torch.bool, device=dev)
-    left = budget.total
-    while True:
-        open_ &= sizes <= left  # a row that no longer fits never fits again
-        rest = torch.nonzero(open_).squeeze(1)
-        if len(rest) == 0:
-            return
-        gains = objective.gains(state, rest)
-        if counter is not None:
-            counter.n_evaluations_ += len(rest)
-        keys = gains.double() / cost[rest]
-        best = int(torch.argmax(keys))  # sync point: once per pick; the first maximum
-        while refuse is not None and refuse(int(rest[best])):  # conflicts with a kept row
-            open_[rest[best]] = False
-            keys[best] = -torch.inf
-            if bool(torch.isneginf(keys).all()):
-                return
-            best = int(torch.argmax(keys))
-        j = int(rest[best])
-        state = objective.update(state, j)
-        open_[j] = False
-        left -= float(sizes[j])
-        yield j, float(gains[best])
 
 
 class LazyGreedy(Selector):
