@@ -7,6 +7,7 @@ coverage floor clipped at 0). One file (exact search, exact and ivf graphs, ivf 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +210,50 @@ def test_sharded_cover_against_brute_force(tmp_path, given):
     neg = np.arange(n - 12, n)
     assert (x[neg] @ np.concatenate([x[kept], xk]).T < 0).all()
     assert (sim[neg] < 0).all() and (got[neg] < 1000).all()
+
+
+def test_sharded_cover_from_the_graphs_against_brute_force(tmp_path):
+    """Allocated by gains (k-means groups, the exchange round): each row's nearest kept
+    row of its own group is read from the graph its select step saved (K=6, fewer than the
+    copies), the rest searched. Every row names a kept row holding the nearest kept vector
+    at the true cosine, a kept row itself, and a dropped copy a kept copy of its own group
+    where it has one."""
+    x, q = _tricky(seed=2, n=180)
+    n = len(x)
+    root = tmp_path / "shards"
+    for g in range(3):
+        rows = np.arange(60 * g, 60 * (g + 1))
+        _write_file(root / f"part-{g:05d}.parquet", rows, q[rows], x[rows])
+    out = tmp_path / "out"
+    datamask.select(
+        root,
+        out,
+        k=30,
+        partition="cluster",
+        chunk_size=60,
+        n_neighbors=6,
+        n_epochs=20,
+        workers=1,
+        progress=False,
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["budget"]["allocation"] == "gains"
+    assert manifest["cover"]["routes"]["graph"] > 0
+    cover = pq.read_table(out / "covered")
+    cover = cover.take(np.argsort(cover["chunk_id"].to_numpy()))
+    got, sim, exact = _table_cover(cover, {v: v for v in range(n)})
+    kept = np.flatnonzero(cover["selected"].to_numpy())
+    assert exact.all() and np.isin(got, kept).all()  # at most 5 groups: exact everywhere
+    j, best, clear = _expected(x, [x[kept]])
+    np.testing.assert_allclose(sim, best, atol=1e-5)
+    assert (x[got][clear] == x[kept[j]][clear]).all()  # the nearest vector (copies tie)
+    assert np.array_equal(got[kept], kept)
+    group = cover["group"].to_numpy()
+    copies = np.flatnonzero((x == x[got]).all(1) & (got != np.arange(n)))
+    checked = 0
+    for i in copies:  # a dropped copy: a kept copy of its own group first
+        same = kept[(group[kept] == group[i]) & (x[kept] == x[i]).all(1)]
+        if len(same):
+            assert got[i] == same[0]
+            checked += 1
+    assert checked > 0

@@ -257,15 +257,15 @@ def test_select_table_counts_texts_in_characters():
     assert 8_000 - corpus.lengths.max() <= corpus.lengths[rows].sum() <= 8_000
 
 
-def test_shards_refuse_given_with_a_token_budget_by_name(tmp_path):
+def test_shards_refuse_the_cap_with_a_modular_method_and_a_token_budget_by_name(tmp_path):
     corpus = _corpus(200)
     folder = tmp_path / "shards"
     folder.mkdir()
     pq.write_table(_table(corpus), folder / "a.parquet")
-    with pytest.raises(ValueError, match="on shards does not take --given or --max-sim"):
+    with pytest.raises(ValueError, match="--max-similarity with a token budget.*method='topk'"):
         datamask.select(
             str(folder), tmp_path / "out", select_token_ratio=0.1, progress=False,
-            given=str(folder / "a.parquet"),
+            max_similarity=0.9, method="topk", budget="group",
         )  # fmt: skip
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 

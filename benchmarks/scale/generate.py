@@ -8,8 +8,10 @@ unit centres, cluster-dependent quality with rare clusters scoring high), but ev
 draws its rows from its own generator, ``SeedSequence(seed).spawn(n_shards)``, so a shard
 never needs the others in memory: 1M x 384 float32 is 1.5 GB on disk and about 15 MB per
 shard in memory. Columns follow the reference layout: ``chunk_id`` (string),
-``quality_score`` (float64), ``feature_arr`` (fixed-size list of float32). Keep the output
-under /tmp, never in the repository.
+``quality_score`` (float64), ``feature_arr`` (fixed-size list of float32), and ``n_chars``
+(int64, a document length for token budgets: log-normal, median 900, mean about 1,350, close
+to the real-text corpus' 1,443; drawn last, so the other columns are those of a corpus
+generated without it). Keep the output under /tmp, never in the repository.
 """
 
 from __future__ import annotations
@@ -53,12 +55,15 @@ def write_shard(
     x += centres[labels]
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     quality = cluster_quality[labels] + 0.15 * rng.standard_normal(n_rows)
+    # Drawn after every other column: adding lengths changed none of them.
+    n_chars = np.maximum(1, np.rint(rng.lognormal(np.log(900.0), 0.9, n_rows))).astype(np.int64)
     ids = pa.array([f"doc-{i:010d}" for i in range(first_id, first_id + n_rows)])
     table = pa.table(
         {
             "chunk_id": ids,
             "quality_score": pa.array(quality),
             "feature_arr": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), dim),
+            "n_chars": pa.array(n_chars),
         }
     )
     tmp = path.with_name(f".{path.name}.tmp")

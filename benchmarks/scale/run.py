@@ -132,7 +132,11 @@ def main() -> None:
     p.add_argument("--partition", choices=["shard", "chunk", "cluster"], default=None)
     p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument("--n-clusters", type=int, default=None)
-    p.add_argument("--select-ratio", type=float, default=0.1)
+    p.add_argument("--select-ratio", type=float, default=None, help="default 0.1 (no other budget)")
+    p.add_argument("--k", type=int, default=None, help="documents to keep, instead of a ratio")
+    p.add_argument("--select-token-ratio", type=float, default=None, help="share of the tokens")
+    p.add_argument("--budget-tokens", type=float, default=None, help="tokens to keep")
+    p.add_argument("--length-col", default=None, help="lengths (generate.py writes n_chars)")
     p.add_argument("--n-epochs", type=int, default=None, help="default: the learner's")
     p.add_argument("--device", default=None)
     p.add_argument("--progress", action="store_true")
@@ -142,6 +146,10 @@ def main() -> None:
         key: getattr(args, key)
         for key in (
             "select_ratio",
+            "k",
+            "select_token_ratio",
+            "budget_tokens",
+            "length_col",
             "n_epochs",
             "partition",
             "chunk_size",
@@ -153,6 +161,8 @@ def main() -> None:
         )
         if getattr(args, key) is not None
     }
+    if not any(key in given for key in ("k", "select_token_ratio", "budget_tokens")):
+        given.setdefault("select_ratio", 0.1)
     settings = SelectSpec.from_mapping(given)
     load_before = os.getloadavg()
     started = time.perf_counter()

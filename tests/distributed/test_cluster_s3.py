@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -86,11 +87,13 @@ def corpus(s3, ray_cluster) -> list:
     return sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
 
 
-def _select(s3, cluster, driver: Path, out: str, workers: int, flags: dict = FLAGS) -> Any:
+def _select(
+    s3, cluster, driver: Path, out: str, workers: int, flags: dict = FLAGS, source: str = "in"
+) -> Any:
     """``datamask select`` s3 -> s3 on the cluster, from ``driver`` (its own TMPDIR, HOME
     and cache); the only process given the storage settings."""
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
-    cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", f"s3://{BUCKET}/in/"]
+    cmd = [sys.executable, "-m", "datamask.cli", "select", "--input", f"s3://{BUCKET}/{source}/"]
     cmd += ["--output", f"s3://{BUCKET}/{out}", "--runner", "ray", "--ray-address"]
     cmd += [cluster.address, "--workers", str(workers), "--no-progress", *flags]
     env = {**cluster.driver_env(driver), **{k: s3[k] for k in STORAGE_KEYS}}
@@ -253,3 +256,33 @@ def test_a_worker_node_lost_mid_phase_and_added_back(phase, s3, ray_cluster, cor
     assert _selection(client, out) == corpus
     # the node was lost while the phase still had steps to run
     assert len(seen) < len(_markers(client, out, phase)), logs[-2000:]
+
+
+TOKEN_FLAGS = dict(select_token_ratio=0.1, length_col="n_chars", method="greedy",
+                   n_neighbors=16, chunk_size=300, seed=0)  # fmt: skip
+
+
+def test_a_token_budget_on_the_cluster_selects_what_the_pool_does(s3, ray_cluster):
+    """A token budget allocated by gains per token on nodes that share only S3: the local
+    pool's selection, within one document of the budget."""
+    client, root = s3["client"], ray_cluster.root
+    local = root / "tok-input"
+    rng = np.random.default_rng(2)
+    lengths: dict[str, int] = {}
+    for f in write_corpus_shards(local, make_clustered(800, 16, 6, seed=2), 4):
+        table = pq.read_table(f)
+        n_chars = rng.integers(20, 400, table.num_rows)
+        pq.write_table(table.append_column("n_chars", pa.array(n_chars)), f)
+        lengths |= dict(zip(table.column("chunk_id").to_pylist(), n_chars.tolist(), strict=True))
+        client.upload_file(str(f), BUCKET, f"tok-in/{f.name}")
+    spec = SelectSpec.from_mapping(TOKEN_FLAGS)
+    run_selection(local, root / "tok-local", spec, runner=LocalRunner(2), progress=False)
+    pool = sorted(pq.read_table(root / "tok-local" / "selected").column("chunk_id").to_pylist())
+    driver = root / "driver-tokens"
+    _finish(_select(s3, ray_cluster, driver, "out-tok", 2, TOKEN_FLAGS, source="tok-in"))
+    assert _selection(client, "out-tok") == pool
+    manifest = _read_json(client, "out-tok/manifest.json")
+    assert manifest["budget"]["allocation"] == "gains" and manifest["totals"]["n_groups"] > 1
+    total, used = 0.1 * sum(lengths.values()), sum(lengths[i] for i in pool)
+    assert total - max(lengths.values()) <= used <= total
+    assert manifest["tokens"]["kept"] == pytest.approx(used)

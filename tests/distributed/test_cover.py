@@ -20,6 +20,7 @@ from tests.test_cover import check_against_brute
 
 ROWS = 480
 FAST = dict(n_epochs=20, select_ratio=0.1, n_neighbors=16)
+GAINS = dict(partition="cluster", chunk_size=160)  # allocated by gains: the exchange round
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +141,45 @@ def test_the_cover_changes_no_selected_row(corpus, tmp_path):
     )
     assert without["cover"] is None and not (tmp_path / "b" / "covered").exists()
     assert with_cover["selection_digest"] == without["selection_digest"]
+
+
+def test_the_cover_reads_the_own_group_from_its_graph(corpus, tmp_path):
+    """Allocated by gains (the exchange round): every kept row's embedding comes from the
+    table the parts were written from, each row's nearest kept row of its own group from
+    the graph its select step saved (exact: groups of 160 rows), and the cover is brute
+    force's; the graphs are deleted by the cover, their last reader."""
+    manifest, table, out = run(corpus, tmp_path, 3, **GAINS)
+    cover = manifest["cover"]
+    assert manifest["budget"]["allocation"] == "gains"
+    assert cover["kept_rows_read"] == {"stored": manifest["partition"]["n_groups"]}
+    assert cover["routes"]["graph"] > ROWS // 2 and cover["exact"] == ROWS
+    against_brute(corpus, table, out)
+    assert not list((out / "_work" / "graphs").glob("*.npz"))
+
+
+def test_a_run_killed_between_exchange_and_cover_resumes_from_the_graphs(corpus, tmp_path):
+    """A cover step that fails (a folder where a group's kept rows go) after the exchange
+    round: the graphs stay, the resumed run reads its own groups from them and equals
+    brute force, and the same cover searched without the graphs is the same table."""
+    blocker = tmp_path / "out" / "_work" / "cover" / "kept-00001.parquet"
+    blocker.mkdir(parents=True)
+    with pytest.raises(OSError):
+        run(corpus, tmp_path, 3, **GAINS)
+    work = tmp_path / "out" / "_work"
+    graphs = sorted(f.stem for f in (work / "graphs").glob("*.npz"))
+    assert graphs and graphs == sorted(f.stem for f in (work / "exchange").glob("*.parquet"))
+    blocker.rmdir()
+    manifest, table, out = run(corpus, tmp_path, 3, **GAINS)
+    assert manifest["cover"]["routes"]["graph"] > ROWS // 2
+    against_brute(corpus, table, out)
+    assert not list((work / "graphs").glob("*.npz"))
+    # again without the graphs: every own group searched, the same rows named
+    for f in [*(out / "covered").glob("part-*"), *(out / "_work" / "cover").glob("*")]:
+        f.unlink()
+    again, searched, _ = run(corpus, tmp_path, 3, **GAINS)
+    assert again["cover"]["routes"]["graph"] == 0
+    a, b = table.sort_by("chunk_id"), searched.sort_by("chunk_id")
+    assert a.drop_columns(["covered_sim"]).equals(b.drop_columns(["covered_sim"]))
+    # a graph's pair is the row-wise dot product, the search's a matmul's: the last bit
+    sim_a, sim_b = a.column("covered_sim").to_numpy(), b.column("covered_sim").to_numpy()
+    np.testing.assert_allclose(sim_a, sim_b, rtol=0, atol=1e-6)

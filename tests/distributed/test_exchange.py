@@ -117,12 +117,16 @@ def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
     first = pq.read_table(candidates_path(work, 2))
     again = pq.read_table(exchange_path(work, 2))
     assert stats["floors"] == 0 and not stats["reused"]
-    # the graph its select step saved, then deleted: the same graph gives the same order
-    assert stats["graph"] == "saved" and not graph_path(work, 2).exists()
+    # the graph its select step saved, kept for the cover: the same graph, the same order
+    assert stats["graph"] == "saved" and graph_path(work, 2).exists()
     assert again.column("chunk_id").equals(first.column("chunk_id"))
     assert np.array_equal(again.column("gain").to_numpy(), first.column("gain").to_numpy())
     # with its marker in place the step returns it and computes nothing
     assert _exchange(groups[2], [(0, 0)], settings, work, qr, totals)["reused"]
+    # without a cover (selected_only) nothing reads the graph again: deleted
+    alone = replace(settings, run=replace(settings.run, selected_only=True))
+    assert _exchange(groups[2], [(0, 0)], alone, work, qr, totals)["reused"]
+    assert not graph_path(work, 2).exists()
 
 
 def test_a_covered_border_is_priced_lower(steps_setup):
@@ -153,7 +157,7 @@ def test_a_run_with_the_exchange_round_records_it(tmp_path):
     work = Path(m["work_dir"])
     assert len(list((work / "exchange").glob("*.json"))) == n_groups
     assert m["budget"]["global_round"]["seconds"]["exchange"] > 0
-    assert not list((work / "graphs").glob("*"))  # each deleted once its exchange step ran
+    assert not list((work / "graphs").glob("*"))  # each deleted once its cover step ran
     kept = pq.read_table(tmp_path / "out" / "selected").num_rows
     assert kept == round(FAST["select_ratio"] * 900)
     off = run_selection(shards, tmp_path / "off", replace_exchange(settings, 0), progress=False)

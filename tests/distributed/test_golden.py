@@ -99,10 +99,13 @@ SELECTION = {
 
 #: Every published byte, scores included. Recorded at a746bdc and unchanged by the engine
 #: rebuild; re-recorded when the learner's epoch lost its host syncs (learner-epoch merge):
-#: its logits differ in the last bits, its selections do not (SELECTION).
+#: its logits differ in the last bits, its selections do not (SELECTION). "gains"
+#: re-recorded when the cover read each row's own group from the saved graph: that
+#: route's ``covered_sim`` is the pair's row-wise dot product, not a matmul's, and
+#: differs in the last bit (``covered_by`` and ``covered_exact`` are SELECTION's, unchanged).
 GOLDEN = {
     "central": "f8d64c1878bf09a9",
-    "gains": "d619e1f6208d6164",
+    "gains": "56e89406a1745956",
     "given": "6c0bc591fe1fcf94",
     "group-cap": "49ea01247c52d5e3",
     "selected-only": "49cd87d25873af94",

@@ -98,14 +98,15 @@ def test_sharded_j_close_to_one_file(tmp_path):
     one = pq.read_table(tmp_path / "one" / "sel.parquet")
     one_ids = set(one.filter(one.column("selected")).column("chunk_id").to_pylist())
     shards = _shards(table, tmp_path / "in")
-    # clusters merged up to 100 rows: several groups. Each group proposes 4x its share of
-    # the tokens (at the default 2x this corpus' best clusters are cut short: 98.1%)
-    sharded = _spec(chunk_size=100, oversample=4.0)
+    # clusters merged up to 100 rows: several groups, at the default --oversample (2); the
+    # allocation by gains per token (benchmarks/tokens/RESULTS.md: 100.00% of one file)
+    sharded = _spec(chunk_size=100)
     manifest = run_selection(shards, tmp_path / "out", sharded, progress=False)
     assert manifest["totals"]["n_groups"] > 1
+    assert manifest["budget"]["allocation"] == "gains"
     j_one = _exact_j(table, one_ids, spec)
     j_sharded = _exact_j(table, _kept_ids(tmp_path / "out"), spec)
-    assert j_sharded >= 0.995 * j_one
+    assert j_sharded >= 0.998 * j_one
 
 
 def test_resume_reuses_every_group(tmp_path):

@@ -134,6 +134,29 @@ def _s3_apply_claim_held(root, client):
     return argv, "pid 4242 on elsewhere", None
 
 
+TOKENS = ["--select-token-ratio", "0.1", "--length-col", "n_chars", "--method", "greedy",
+          "--n-neighbors", "8", "--no-progress"]  # fmt: skip
+
+
+def _bad_length_shards(folder: Path) -> list[Path]:
+    """:func:`write_corpus`'s shards with an ``n_chars`` column, 0 in the last shard's
+    row 7: found by the count of tokens, after every row was scanned."""
+    files = sorted(write_corpus(folder))
+    for s, f in enumerate(files):
+        t = pq.read_table(f)
+        n_chars = np.arange(1, t.num_rows + 1) * 10
+        if s == len(files) - 1:
+            n_chars[7] = 0
+        pq.write_table(t.append_column("n_chars", pa.array(n_chars)), f)
+    return files
+
+
+def _token_bad_length(root, client):
+    _bad_length_shards(root / "tokdata")
+    argv = ["select", "--input", str(root / "tokdata"), "--output", str(root / "tsel")]
+    return [*argv, *ONE, *TOKENS], "not numbers > 0", None
+
+
 REFUSALS = {
     "select-sharded-other-settings": _other_settings,
     "select-sharded-shard-added": _shard_added,
@@ -147,6 +170,7 @@ REFUSALS = {
     "s3-select-sharded-claim-held": _s3_claim_held,
     "s3-select-one-file-claim-held": _s3_one_file_claim_held,
     "s3-apply-claim-held": _s3_apply_claim_held,
+    "select-sharded-token-bad-length": _token_bad_length,
 }
 
 

@@ -95,6 +95,47 @@ def test_exact_cover_after_swaps_matches_brute_force(seed):
             keep = trial  # accept: the next bounds stand on it
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_covers_and_gains_derived_from_the_last_equal_those_computed_afresh(seed):
+    """The swap search reads a cover's graph part and the gains of adds from the last
+    round's (only the documents whose list or cover changed): equal to a term that
+    computes every one from nothing, through accepted and rejected rounds."""
+    n, k = 1000, 40
+    corpus = make_clustered(n, 8, 4, seed=seed)
+    obj = Objective([FacilityLocation(n_neighbors=24)], lamb=0.0).bind(corpus, k, "cpu")
+    term = obj.terms[-1][1]
+    swaps = swaps_for(term)
+    idx = term.knn_graph()[0]
+    rng = np.random.default_rng(seed)
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[torch.as_tensor(rng.choice(n, k, replace=False))] = True
+    for step in range(8):
+        gain, loss = swaps.bounds(keep, k)
+        cached = term.exact_cover(keep)
+        term._covers = []  # afresh: no last cover to derive the graph's part from
+        fresh = term.exact_cover(keep)
+        for a, b in zip(
+            (cached.best, cached.second, cached.owner, cached.owner2, cached.thin),
+            (fresh.best, fresh.second, fresh.owner, fresh.owner2, fresh.thin),
+            strict=True,
+        ):
+            assert torch.equal(a, b)
+        assert (~cached.thin).sum() > 50  # many covers read from the graph
+        fresh_gain, fresh_loss = swaps_for(term).bounds(keep, k)
+        torch.testing.assert_close(gain, fresh_gain, rtol=1e-6, atol=1e-12)
+        assert torch.equal(loss, fresh_loss)
+        trial = keep.clone()
+        n_swaps = int(rng.integers(1, 4))
+        kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
+        trial[torch.as_tensor(rng.choice(kept, n_swaps, replace=False))] = False
+        trial[torch.as_tensor(rng.choice(other, n_swaps, replace=False))] = True
+        # few lists hold a swapped row: the trial's cover is derived, not a full pass
+        assert 0 < int((trial ^ keep)[idx].any(1).sum()) < n // 2
+        swaps.value(trial)
+        if step % 3 != 2:
+            keep = trial
+
+
 def test_learner_caps_its_graph_the_greedy_does_not():
     """At select_ratio 0.01 the greedy's K grows to ceil(16 n / k); the learner's stops at
     LEARNER_MAX_NEIGHBORS and its rounding counts facility location exactly."""

@@ -41,7 +41,7 @@ from .._memory import peak_rss_mb
 from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
 from ..io.fs import storage_path
-from ..io.parquet import atomic_write_table, read_table
+from ..io.parquet import atomic_write_table, features_column, read_table
 from ..objectives.combined import group_lamb
 from ..pipeline.step import MODULAR
 from .engine import Step
@@ -55,6 +55,7 @@ __all__ = [
     "compact_marker",
     "finish_allocation",
     "gain_knots",
+    "gain_table",
     "gains_in_j_units",
     "group_lamb",
     "group_spec",
@@ -302,6 +303,30 @@ def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray
     )
 
 
+def gain_table(
+    ids: pa.Array,
+    order: np.ndarray,
+    gid: int,
+    logits: Any,
+    gains: np.ndarray,
+    features: np.ndarray,
+    id_col: str,
+) -> pa.Table:
+    """A group's candidates in pick order: id, group, rank, logit, gain in J units, and the
+    embedding (``features``: the group's rows, unit length once ``check_corpus`` has run;
+    what the exchange round's neighbours read of the kept prefix)."""
+    return pa.table(
+        {
+            id_col: ids.take(pa.array(order)),
+            "group": pa.array(np.full(len(order), gid, dtype=np.int32)),
+            "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
+            "logit": pa.array(np.asarray(logits, np.float32)[order]),
+            "gain": pa.array(np.asarray(gains, dtype=np.float64)),
+            "features": features_column(features[order]),
+        }
+    )
+
+
 # --- the allocation phase of a sharded run ---------------------------------------------------
 def compact_marker(stats: dict[str, Any]) -> dict[str, Any]:
     """A group's marker as the driver holds it: its keys (and nested dicts' keys) and
@@ -363,13 +388,15 @@ def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list
 @dataclass(frozen=True, slots=True)
 class AllocatedJob:
     """One group's allocated part: its first ``m`` candidates, read from ``candidates``
-    (its candidates or its exchanged ones), written to ``part``."""
+    (its candidates or its exchanged ones), written to ``part``; and the candidates at
+    positions ``filled`` after them (a token budget's fill, :func:`~.tokens.allocate_tokens`)."""
 
     gid: int
     m: int
     spec: SelectSpec
     part: str
     candidates: str
+    filled: tuple[int, ...] = ()
 
 
 class WriteAllocated(Step[AllocatedJob]):
@@ -383,16 +410,20 @@ class WriteAllocated(Step[AllocatedJob]):
         return job.m
 
     def run(self, job: AllocatedJob) -> dict[str, Any]:
-        table = read_table(job.candidates).slice(0, int(job.m))
+        table = read_table(job.candidates)
+        if job.filled:
+            table = pa.concat_tables([table.slice(0, int(job.m)), table.take(list(job.filled))])
+        else:
+            table = table.slice(0, int(job.m))
         id_col = job.spec.columns.id_col
         columns = [id_col, "group", "rank", "logit", "gain"]
         atomic_write_table(pa.table({c: table.column(c) for c in columns}), job.part)
         gains = table.column("gain").to_numpy()
         return {
             "gid": job.gid,
-            "kept": int(job.m),
+            "kept": table.num_rows,
             "gain_sum": float(gains.sum()),
-            "last_gain": float(gains[-1]) if job.m else None,
+            "last_gain": float(gains[-1]) if table.num_rows else None,
             "peak_rss_mb": peak_rss_mb(),
         }
 
@@ -409,8 +440,10 @@ def finish_allocation(
     n_candidates: int,
     rounds: int,
     seconds: dict[str, float],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The allocation's stats, written as the marker ``WORK/completions/global`` last."""
+    """The allocation's stats (and ``extra``: a token budget's), written as the marker
+    ``WORK/completions/global`` last."""
     last = [w["last_gain"] for w in written if w["last_gain"] is not None]
     stats = {
         "mode": "allocate",
@@ -425,6 +458,7 @@ def finish_allocation(
         "seconds": seconds,
         "peak_rss_mb": peak_rss_mb(),
         "peak_rss_mb_write": max((w["peak_rss_mb"] or 0) for w in written) if written else None,
+        **(extra or {}),
     }
     atomic_write_json(stats, global_marker(work_dir))
     return stats

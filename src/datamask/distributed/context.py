@@ -32,7 +32,8 @@ class RunContext:
 @dataclass
 class Checked:
     """Phase 1's facts: the shards (the input's, ``--given``'s), their checksums and
-    quality range, the budget, the work dir's record and the ``--given`` kept rows."""
+    quality range, the budget, the work dir's record, the ``--given`` kept rows and a
+    token budget's plan."""
 
     infos: list[ShardInfo]
     docs: list[ShardInfo]
@@ -43,6 +44,7 @@ class Checked:
     resumed: bool
     kept: dict[str, Any] | None
     rate: tuple[int, int]
+    tokens: Any = None  # a token budget's TokenPlan (:mod:`.tokens`), counted before the claim
 
     @property
     def n_total(self) -> int:

@@ -4,35 +4,42 @@ groups as a dataset of their own (``OUT/covered/``), never through the driver.
 It runs once the selection is final (after the allocation, the exchange round, the central
 round or the similarity cap), in two passes of pure, resumable steps:
 
-1. **Kept rows.** Every group reads its rows, finds the ones the output keeps
-   (``OUT/selected/``) and writes their ids and unit embeddings to
-   ``WORK/cover/kept-NNNNN.parquet``; its marker (the group's centroid) last. Pass 2
-   reads the group's rows again (its object, or its pieces of the input shards), not a
-   cached copy: a copy is the corpus once more on disk, as float32 (15 GB at 10M x 384),
-   and the work dir's peak disk is the bound that matters at scale (docs/scale.md, "The
-   10M run").
+1. **Kept rows.** Every group writes the ids and unit embeddings of the rows the output
+   keeps (``OUT/selected/``) to ``WORK/cover/kept-NNNNN.parquet``, in its row order; its
+   marker (the group's centroid) last. Allocated by gains, both are already stored: the
+   embeddings in the table the group's part was written from (``WORK/exchange/``, else
+   ``WORK/candidates/``), the centroid in its select step's marker; the group then reads
+   only its id column. Otherwise it reads its rows. Pass 2 reads the group's rows again
+   (its object, or its pieces of the input shards), not a cached copy: a copy is the
+   corpus once more on disk, as float32 (15 GB at 10M x 384), and the work dir's peak
+   disk is the bound that matters at scale (docs/scale.md, "The 10M run").
 2. **Cover.** Every group loads its rows and, with
    :func:`~datamask.coverage.nearest_kept`, finds each row's nearest kept row of its own
-   group (a kept row covers itself) and, as the floor, its nearest kept row of its
-   :data:`COVER_NEIGHBORS` nearest groups by centroid (both directions:
-   :func:`~.exchange.exchange_neighbors` with ``lower_only=False``); the nearer wins, the
-   own group's on a tie. It writes ``OUT/covered/part-NNNNN.parquet``: the id, ``group``,
-   ``selected``, ``covered_by``, ``covered_sim`` (float32), ``covered_exact``; then its
-   marker ``WORK/cover/NNNNN.json``.
+   group (a kept row covers itself; read from the K-NN graph its select step saved where
+   there is one, ``WORK/graphs/``, searched for the rows the graph does not resolve) and,
+   as the floor, its nearest kept row of its :data:`COVER_NEIGHBORS` nearest groups by
+   centroid (both directions: :func:`~.exchange.exchange_neighbors` with
+   ``lower_only=False``); the nearer wins, the own group's on a tie. It writes
+   ``OUT/covered/part-NNNNN.parquet``: the id, ``group``, ``selected``, ``covered_by``,
+   ``covered_sim`` (float32), ``covered_exact``; then its marker ``WORK/cover/NNNNN.json``,
+   and deletes the group's graph (the exchange round leaves it for this step).
 
 Given documents already kept (``--given``), pass 2 adds KEPT's rows
 (:func:`~.given.kept_table`) to the neighbours' kept rows: a dropped document names the
 KEPT document where that one is nearer, as the one-file output does.
 
 Why not the exchange round's floors: they are taken against the neighbours' kept prefixes
-of the *first* allocation (the final one differs) and only from groups of lower id; the
-cover must name a row the output keeps.
+of the *first* allocation (the final one differs), only from groups of lower id and by an
+ivf search probing 0.05 of its lists (the selection depends on them as they are, so they
+cannot be made the cover's search without changing it); the cover must name a row the
+output keeps.
 
 ``covered_exact`` is True only where the row is guaranteed to be the exact argmax over
 every kept row of the corpus: the group was compared with every other group (at most
-:data:`COVER_NEIGHBORS` + 1 groups) and both searches compared every pair (``rows x kept
-<= COVER_EXACT_PAIRS``, :mod:`datamask.neighbors`). Elsewhere the ivf search found it and
-a nearer kept row may exist. The nearest groups by centroid are where a row's nearest kept
+:data:`COVER_NEIGHBORS` + 1 groups) and both the own group's route (an exact graph, or
+every pair: ``rows x kept <= COVER_EXACT_PAIRS``, :mod:`datamask.neighbors`) and the
+neighbours' search were exact, whichever won. Elsewhere an ivf graph or search found it
+and a nearer kept row may exist. The nearest groups by centroid are where a row's nearest kept
 row lies when groups are k-means clusters (the default: 99.3% of sampled rows exact at
 200k); with ``--partition shard`` or ``chunk`` beyond 5 groups they often are not (31% at
 20 groups, 14% at 100: ``benchmarks/covered/RESULTS.md``).
@@ -48,20 +55,27 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 
+from .._device import resolve_device
 from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..coverage import nearest_kept
 from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
+from ..io.shards import read_rows
+from ..neighbors import resolve_knn
+from ..objectives.facility_location import facility_term
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .context import RunContext
 from .engine import Step, run_steps
-from .exchange import exchange_neighbors
+from .exchange import exchange_neighbors, exchange_path
 from .given import kept_table
+from .lifecycle import read_marker
 from .partition import Group
-from .steps import GLOBAL_PART, part_path, read_group
+from .paths import candidates_path, completion_path, graph_path
+from .steps import GLOBAL_PART, part_path, read_group, saved_graph
 from .validate import QualityRange
 
 __all__ = [
@@ -147,18 +161,55 @@ class KeptRows(Step[CoverJob]):
     def run(self, job: CoverJob) -> dict[str, Any]:
         started = time.perf_counter()
         group, id_col = job.group, job.spec.columns.id_col
-        x, ids = _read_unit_rows(group, job.spec, job.quality_range)
-        rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(job.out, group.gid, id_col)))
-        table = pa.table({id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])})
+        stored = _stored_kept_rows(job)
+        if stored is None:  # no stored embeddings of its kept rows: read the group
+            x, ids = _read_unit_rows(group, job.spec, job.quality_range)
+            rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(job.out, group.gid, id_col)))
+            table = pa.table(
+                {id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])}
+            )
+            centroid = x.mean(0).tolist() if len(x) else [0.0] * x.shape[1]
+        else:
+            table, centroid = stored
         atomic_write_table(table, kept_rows_path(job.work, group.gid))
         release_heap()
         return {
             "gid": group.gid,
-            "kept": len(rows),
-            "centroid": x.mean(0).tolist() if len(x) else [0.0] * x.shape[1],
+            "kept": table.num_rows,
+            "centroid": centroid,
+            "read": "group" if stored is None else "stored",
             "seconds": time.perf_counter() - started,
             "peak_rss_mb": peak_rss_mb(),
         }
+
+
+def _stored_kept_rows(job: CoverJob) -> tuple[pa.Table, list[float]] | None:
+    """:class:`KeptRows`' table (id and unit embedding of every kept row, in the group's
+    row order) and the group's centroid without reading its embeddings again, when the
+    allocation left them: the embeddings from the table its part was written from (the
+    exchange round's, else its candidates: the unit rows its select step wrote), the
+    centroid from its select step's marker (proposing by gains: the mean of the same
+    unit rows), the order from its id column. None where one of them is missing."""
+    group, work, id_col = job.group, job.work, job.spec.columns.id_col
+    done = read_marker(completion_path(work, group.gid))
+    centroid = None if done is None else done.get("centroid")
+    sources = [exchange_path(work, group.gid), candidates_path(work, group.gid)]
+    sources = [p for p in sources if p.exists()]
+    if centroid is None or not sources:
+        return None
+    source = read_table(sources[0], columns=[id_col, "features"])
+    kind = source.schema.field(id_col).type
+    parts = []
+    for p in group.pieces:  # the id column alone: a few bytes a row
+        col = read_rows(p.path, p.start, p.stop, [id_col]).column(0).combine_chunks()
+        parts.append(col.dictionary_decode() if pa.types.is_dictionary(col.type) else col)
+    ids = pa.concat_arrays([c.cast(kind) for c in parts]) if parts else pa.array([], kind)
+    kept = _kept_ids(job.out, group.gid, id_col).cast(kind)
+    in_order = ids.filter(pc.is_in(ids, value_set=kept))
+    at = pc.index_in(in_order, value_set=source.column(0).combine_chunks())
+    if len(in_order) != len(kept) or at.null_count:  # not the table the part came from
+        return None
+    return pa.table({id_col: in_order, "features": source.column(1).take(at)}), centroid
 
 
 class CoverGroup(Step[CoverJob]):
@@ -181,6 +232,25 @@ class CoverGroup(Step[CoverJob]):
         release_heap()
         return stats
 
+    def release(self, job: CoverJob) -> None:
+        graph_path(job.work, job.group.gid).unlink(missing_ok=True)  # its last reader
+
+
+def _own_graph(job: CoverJob, n: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, bool]:
+    """The K-NN graph the group's select step saved (proposing by gains, for the exchange
+    round), to read each row's nearest kept row of its own group from, and whether it is
+    exact: the method the group's learner resolved for ``n`` rows with this spec
+    (:func:`~datamask.neighbors.resolve_knn`). None without one, or with ``--given``
+    (that graph is raised by KEPT's floor)."""
+    if job.spec.selector.given is not None:
+        return None, False
+    graph = saved_graph(graph_path(job.work, job.group.gid))
+    if graph is None or graph[0].shape[0] != n:
+        return None, False
+    term = facility_term(job.spec.objective.make())
+    knn = "auto" if term is None else term.knn
+    return graph, resolve_knn(knn, n, resolve_device(job.spec.selector.device)) == "exact"
+
 
 def _cover(job: CoverJob) -> dict[str, Any]:
     """:class:`CoverGroup`'s work: the floor from the neighbours' kept rows (and KEPT's),
@@ -201,18 +271,29 @@ def _cover(job: CoverJob) -> dict[str, Any]:
     tables = [t for t in tables if t.num_rows]
     floor = floor_index = None
     other_ids = pa.array([], type=ids.type)
-    floor_exact: np.ndarray | bool = False
+    floor_exact = np.ones(len(ids), dtype=bool)  # no kept rows elsewhere: nothing missed
     if tables:
         other = pa.concat_tables(tables)
         other_ids = other.column(id_col).combine_chunks()
         far = nearest_kept(x, kept_features=features_matrix(other.column("features")))
         floor, floor_index, floor_exact = far.sim, far.index, far.exact
         floor = np.nan_to_num(floor, nan=-np.inf)
-    cover = nearest_kept(x, kept, floor=floor, floor_index=floor_index, floor_exact=floor_exact)
+    graph, graph_exact = _own_graph(job, len(ids))
+    cover = nearest_kept(
+        x,
+        kept,
+        graph=graph,
+        graph_exact=graph_exact,
+        floor=floor,
+        floor_index=floor_index,
+        floor_exact=floor_exact,
+    )
     cols = cover_columns(cover, ids, other_ids)
-    exact = cover.exact & job.searched_all  # exact over the whole corpus, not these groups
     mask = np.zeros(len(ids), dtype=bool)
     mask[kept] = True
+    # exact where both searches were (the one that lost may have missed a nearer row), or
+    # the row is kept; over the whole corpus only where every other group was searched
+    exact = ((cover.exact & floor_exact) | mask) & job.searched_all
     table = pa.table(
         {
             id_col: ids,
@@ -274,8 +355,12 @@ def cover_round(
     rows = sum(r["rows"] for r in done)
     exact = sum(r["exact"] for r in done)
     rss = [r["peak_rss_mb"] for r in [*kept.values(), *done] if r.get("peak_rss_mb")]
+    read: dict[str, int] = {}
+    for r in kept.values():  # where the kept rows' embeddings came from
+        read[r.get("read", "group")] = read.get(r.get("read", "group"), 0) + 1
     return {
         "dataset": str(run.out / "covered"),
+        "kept_rows_read": read,
         "columns": list(COVER_COLUMNS),
         "rows": rows,
         "exact": exact,

@@ -183,8 +183,10 @@ class ExchangeJob:
 class ExchangeGroup(Step[ExchangeJob]):
     """Re-price one group's candidates above the coverage its lower neighbours' kept rows
     give (steps 2-3 of the module's docstring). Writes :func:`exchange_path`; the engine
-    writes :func:`exchange_marker` (with the curve's knots) last, and the group's saved
-    graph is deleted once marked (:meth:`release`)."""
+    writes :func:`exchange_marker` (with the curve's knots) last. The group's saved graph
+    stays for the cover step, which reads the group's own nearest kept rows from it and
+    deletes it (:class:`~.cover.CoverGroup`); without a cover (``selected_only``) it is
+    deleted once marked (:meth:`release`)."""
 
     name = "exchange"
 
@@ -198,7 +200,8 @@ class ExchangeGroup(Step[ExchangeJob]):
         return job.group.n
 
     def release(self, job: ExchangeJob) -> None:
-        graph_path(job.work, job.group.gid).unlink(missing_ok=True)  # used: disk goes back
+        if job.spec.run.selected_only:  # no cover step reads it: disk goes back now
+            graph_path(job.work, job.group.gid).unlink(missing_ok=True)
 
     def run(self, job: ExchangeJob) -> dict[str, Any]:
         bound_heap()

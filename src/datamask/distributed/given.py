@@ -19,6 +19,8 @@ The one-file rules (:mod:`datamask.pipeline.given`) carried over to the groups:
 - **The rate.** Groups trade quality against coverage at the union's rate, quality a mean
   over ``n_kept + k`` and coverage over ``n_docs + N`` (:func:`rate_totals`), so the
   gains of every group are in the union's ``J`` units and the allocation compares them.
+  Under a token budget all four are tokens (:func:`token_rate_totals`; KEPT's lengths
+  read by :class:`PrepareKept` from the same length column).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ __all__ = [
     "kept_counts",
     "kept_table",
     "rate_totals",
+    "token_rate_totals",
 ]
 
 
@@ -141,15 +144,19 @@ class PrepareKept(Step[GivenJob]):
 
     def run(self, job: GivenJob) -> dict[str, Any]:
         started = time.perf_counter()
-        cols = job.spec.columns
-        kept = read_given(job.given[0], cols, selection=job.given[1])
+        cols, sel = job.spec.columns, job.spec.selector
+        lengths = (sel.length_col or "") if sel.token_budget else None  # "": the first one
+        kept = read_given(job.given[0], cols, selection=job.given[1], lengths=lengths)
         docs = check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
         ids = pa.array(np.asarray(docs.ids)[kept.rows])
         features = features_column(docs.features[kept.rows])
         atomic_write_table(pa.table({cols.id_col: ids, "features": features}), kept_path(job.work))
+        tokens_kept, tokens_docs = kept.units()  # documents, without a token budget
         return {
             "n_docs": kept.n_docs,
             "n_kept": kept.n_kept,
+            "tokens_kept": tokens_kept if sel.token_budget else None,
+            "tokens_docs": tokens_docs if sel.token_budget else None,
             "files": kept.files,
             "seconds": time.perf_counter() - started,
             "peak_rss_mb": peak_rss_mb(),
@@ -192,3 +199,13 @@ def rate_totals(k_total: int, n_total: int, kept: dict[str, Any] | None) -> tupl
     if kept is None:
         return k_total, n_total
     return kept["n_kept"] + k_total, kept["n_docs"] + n_total
+
+
+def token_rate_totals(
+    total: float, corpus: float, kept: dict[str, Any] | None
+) -> tuple[float, float]:
+    """:func:`rate_totals` under a token budget: ``(T, L)`` of the input, or, given KEPT,
+    the union's (KEPT's kept tokens and ``T``, ``--given``'s tokens and the input's)."""
+    if kept is None:
+        return total, corpus
+    return kept["tokens_kept"] + total, kept["tokens_docs"] + corpus

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -34,10 +35,10 @@ from .given import kept_counts
 from .lifecycle import read_marker
 from .partition import Group
 from .steps import GlobalJob, GroupJob, SelectGlobal, SelectGroup, candidates_path, part_path
-from .tokens import TokenPlan
+from .tokens import TokenPlan, allocate_tokens, ask_for_tokens
 from .validate import QualityRange
 
-__all__ = ["allocate_round", "central_round", "select_round"]
+__all__ = ["allocate_round", "allocate_tokens_round", "central_round", "select_round"]
 
 
 def _width(path: str, feature_col: str) -> int:
@@ -190,3 +191,82 @@ def central_round(
     on one worker that may use the whole machine."""
     job = GlobalJob(tuple(groups), run.spec, str(run.work), str(run.out), k_total, quality_range)
     return run_steps(run.runner, SelectGlobal(), [job], progress=run.progress)[0]
+
+
+def allocate_tokens_round(
+    run: RunContext,
+    groups: list[Group],
+    quality_range: QualityRange,
+    stats: dict[int, dict[str, Any]],
+    plan: TokenPlan,
+    totals: tuple[float, float],
+) -> dict[str, Any]:
+    """Round 2 of a token budget allocated by gains per token (:mod:`.tokens`): one price
+    over every group's candidates (:func:`~.tokens.allocate_tokens`), again after groups
+    whose every candidate was kept propose twice their tokens, then every group's kept
+    prefix written as its part; the marker last (its ``tokens_kept``)."""
+    work = run.work
+    done = read_marker(global_marker(work))
+    if done is not None:
+        return {**done, "reused": True}
+    started, rounds = time.perf_counter(), 1
+    while True:
+        tables = [
+            read_table(candidates_path(work, g.gid), columns=["price", "length"]) for g in groups
+        ]
+        prices = [t.column("price").to_numpy() for t in tables]
+        lengths = [t.column("length").to_numpy() for t in tables]
+        counts, filled, kept = allocate_tokens(prices, lengths, plan.total)
+        cut_off = [
+            i
+            for i, (g, m, f, t) in enumerate(zip(groups, counts, filled, tables, strict=True))
+            if 0 < t.num_rows == m + len(f) < g.n
+        ]
+        if not cut_off:
+            break
+        for i in cut_off:  # its curve may go on above the price: twice its tokens
+            gid = groups[i].gid
+            ask_for_tokens(work, gid, 2.0 * stats[gid]["tokens"]["budget"])
+        fresh: dict[int, dict[str, Any]] = {}
+        again = [groups[i] for i in cut_off]
+        desc = f"propose more ({rounds})"
+        select_round(
+            run, again, quality_range, fresh, propose=True, totals=totals, desc=desc, tokens=plan
+        )
+        stats.update(fresh)
+        rounds += 1
+    allocate_s = time.perf_counter() - started
+    jobs = [
+        AllocatedJob(
+            g.gid,
+            int(m),
+            run.spec,
+            str(part_path(run.out, g.gid)),
+            str(candidates_path(work, g.gid)),
+            tuple(int(p) for p in f),
+        )
+        for g, m, f in zip(groups, counts, filled, strict=True)
+    ]
+    written = run_steps(run.runner, WriteAllocated(), jobs, progress=run.progress)
+    seconds = {
+        "allocate": allocate_s,
+        "write": time.perf_counter() - started - allocate_s,
+        "total": time.perf_counter() - started,
+    }
+    n_candidates = sum(len(p) for p in prices)
+    extra = {
+        "tokens_kept": kept,
+        "price": _last_price(prices, counts),
+        "filled": int(sum(len(f) for f in filled)),
+    }
+    kept_per_group = counts + np.asarray([len(f) for f in filled], dtype=np.int64)
+    global_stats = finish_allocation(
+        work, kept_per_group, written, n_candidates, rounds, seconds, extra
+    )
+    return {**global_stats, "reused": False}
+
+
+def _last_price(prices: list[Any], counts: Any) -> float | None:
+    """The lowest price of the kept prefixes: the allocation's threshold."""
+    kept = [float(p[m - 1]) for p, m in zip(prices, counts, strict=True) if m]
+    return min(kept) if kept else None

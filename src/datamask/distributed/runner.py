@@ -44,7 +44,8 @@ combine rounds :mod:`.rounds`, the manifest :mod:`.manifest`.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,24 +67,31 @@ from ..io.shards import (
     literal_or_glob,
 )
 from ..pipeline.given import check_given_terms
-from ..pipeline.step import MODULAR
 from .cap import cap_across_groups
 from .context import Checked, RunContext
 from .cover import cover_round
 from .engine import run_steps
 from .executors import LocalRunner, Runner
-from .given import CheckGivenSelection, GivenJob, PrepareKept, given_files, rate_totals
+from .given import (
+    CheckGivenSelection,
+    GivenJob,
+    PrepareKept,
+    given_files,
+    rate_totals,
+    token_rate_totals,
+)
 from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
 from .plan import budget_k, check_work_disk, plan_groups
-from .rounds import allocate_round, central_round, select_round
+from .rounds import allocate_round, allocate_tokens_round, central_round, select_round
 from .steps import GlobalJob, SelectGlobal
 from .tokens import (
     TokenPlan,
     check_token_settings,
     count_tokens,
     fill_round,
+    token_combine,
     token_settings,
 )
 from .validate import (
@@ -198,11 +206,12 @@ def _inside(work: Path | Location, out: Path | Location) -> bool:
 
 def _check_inputs(
     run: RunContext,
-) -> tuple[list[ShardInfo], list[ShardInfo], dict[str, str], QualityRange]:
+) -> tuple[list[ShardInfo], list[ShardInfo], dict[str, str], QualityRange, TokenPlan | None]:
     """Phase 1: footers (row counts, columns), then every row of every shard, and of
-    ``--given``'s with them (one width, one id type, no id in both, one quality range);
-    nothing is written for a run whose input is bad, and no group starts before all are
-    checked. Returns the input's shards, ``--given``'s, the checksums and the range."""
+    ``--given``'s with them (one width, one id type, no id in both, one quality range),
+    and a token budget's lengths (:func:`~.tokens.count_tokens`); nothing is written for
+    a run whose input is bad, and no group starts before all are checked. Returns the
+    input's shards, ``--given``'s, the checksums, the range and the token plan."""
     infos = inspect_shards(run.files, columns=run.spec.read_columns)
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
@@ -211,7 +220,10 @@ def _check_inputs(
     docs: list[ShardInfo] = []
     if run.given[0] is not None:
         check_given_terms(run.spec.objective)
-        docs = inspect_shards(given_files(run.given[0]), columns=run.spec.columns.read)
+        sel = run.spec.selector  # a token budget reads --given's lengths too
+        more = [sel.length_col] if sel.token_budget and sel.length_col else []
+        columns = list(dict.fromkeys([*run.spec.columns.read, *more]))
+        docs = inspect_shards(given_files(run.given[0]), columns=columns)
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
@@ -225,18 +237,22 @@ def _check_inputs(
         if run.given[1] is not None:  # every id of --given-selection is in --given
             job = GivenJob(run.spec, str(run.work), run.given)
             run_steps(checker, CheckGivenSelection(), [job], progress=False)
+        tokens = None  # a length that is not > 0 is refused here, before the claim
+        if run.spec.selector.token_budget:
+            tokens = count_tokens(run.spec, infos, checker, run.progress)
     finally:
         if checker is not run.runner:
             checker.close()
-    return infos, docs, checksums, quality_range
+    return infos, docs, checksums, quality_range, tokens
 
 
 def _check_and_claim(run: RunContext) -> Checked:
     """Phase 1: check every row (and --given's), then claim the work dir for these inputs
     and settings (--given's files in the fingerprint too: changed, a resume is refused);
     given KEPT, its kept rows written once for the groups."""
-    with dropped_on_error(id_buckets_dir(run.work)):  # a run refused here leaves nothing
-        infos, docs, checksums, quality_range = _check_inputs(run)
+    # a run refused here leaves nothing (a remote work dir it made: its empty folder too)
+    with _made_remote_dropped(run.work), dropped_on_error(id_buckets_dir(run.work)):
+        infos, docs, checksums, quality_range, tokens = _check_inputs(run)
         n_total = sum(i.num_rows for i in infos)
         k_total = budget_k(run.spec, n_total)
         record = fingerprint(run.spec, infos + docs, checksums)
@@ -246,7 +262,28 @@ def _check_and_claim(run: RunContext) -> Checked:
         job = GivenJob(run.spec, str(run.work), run.given)
         (kept,) = run_steps(run.runner, PrepareKept(), [job], progress=run.progress)
     rate = rate_totals(k_total, n_total, kept)
-    return Checked(infos, docs, checksums, quality_range, k_total, record, resumed, kept, rate)
+    return Checked(
+        infos, docs, checksums, quality_range, k_total, record, resumed, kept, rate, tokens
+    )
+
+
+@contextmanager
+def _made_remote_dropped(work: Path | Location) -> Iterator[None]:
+    """On an error in the ``with`` body, delete the remote folders above a work dir that
+    did not exist before it, from the highest (the id buckets' empty folder objects stay
+    behind :func:`~.validate.dropped_on_error`; deleting a lower one makes its parent's)."""
+    if not isinstance(work, Location) or work.exists():
+        yield
+        return
+    top = work
+    while "/" in top.parent.path.strip("/") and not top.parent.exists():
+        top = top.parent
+    try:
+        yield
+    except BaseException:
+        with suppress(OSError):
+            top.fs.delete_dir(top.path)
+        raise
 
 
 def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
@@ -332,14 +369,18 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
 def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, Any]:
     """:func:`run_selection` under a token budget (:mod:`.tokens`): the corpus' tokens from
     every shard; then every group proposes ``oversample`` times its share of the tokens
-    and one central round keeps ``T`` of them (or, for a modular method or one group,
-    every group keeps its share and one fill spends what they left); then the cover, the
-    keep lists and the manifest as ever."""
+    and one price per token over every group keeps ``T`` of them where the document
+    budget allocates by gains, else one central round (:func:`~.tokens.token_combine`;
+    for a modular method or one group, every group keeps its share and one fill spends
+    what they left); then the cover, the keep lists and the manifest as ever."""
     out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
-    plan = count_tokens(settings, checked.infos, runner, progress)
+    plan = checked.tokens
     groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total)
     groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
-    central = settings.selector.method not in MODULAR and len(groups) > 1
+    combine = token_combine(settings, len(groups))
+    central = combine != "group"
+    rate = token_rate_totals(plan.total, plan.corpus, checked.kept)  # given KEPT: the union's
+    totals = rate if combine == "gains" else None
     plan_s = time.perf_counter() - started
     stats: dict[int, dict[str, Any]] = {}
     select_started = time.perf_counter()
@@ -349,12 +390,19 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         checked.quality_range,
         stats,
         propose=central,
-        rate=checked.rate,
+        totals=totals,
+        rate=rate,
         tokens=plan,
     )
     select_s = time.perf_counter() - select_started
     global_started = time.perf_counter()
-    if central:
+    if combine == "gains":
+        fill = None
+        global_stats = allocate_tokens_round(
+            run, groups, checked.quality_range, stats, plan, totals
+        )
+        kept = global_stats["tokens_kept"]
+    elif central:
         fill, global_stats = None, _central_tokens(run, groups, plan, checked.quality_range)
         kept = global_stats["tokens_kept"]
     else:
@@ -365,6 +413,9 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]
     k_selected = global_stats["k"] if central else int(sum(s["k"] for s in ordered))
+    cap_facts = None
+    if settings.selector.max_similarity is not None:  # token_combine: the central round
+        cap_facts = {"applied_in": "global round", "threshold": settings.selector.max_similarity}
     cover_facts = None
     if not settings.run.selected_only:
         clean_stale_temporaries(out / "covered")
@@ -376,9 +427,9 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         groups,
         ordered,
         plan_facts,
-        "central" if central else "group",
+        combine,
         global_stats,
-        None,
+        cap_facts,
         cover_facts,
         keep,
         k_selected,
@@ -388,14 +439,18 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     manifest = build_manifest(run, checked, done)
     tokens = plan.summary(kept)
     manifest["totals"]["tokens"] = tokens
-    how = (
-        "each group proposes oversample x its tokens' share, one central round keeps T"
-        if central
-        else "each group keeps its tokens' share, one fill spends what they left"
-    )
-    manifest["tokens"] = {**tokens, "allocation": how, "fill": fill}
+    manifest["tokens"] = {**tokens, "allocation": TOKEN_ALLOCATIONS[combine], "fill": fill}
     atomic_write_json(manifest, out / "manifest.json")
     return manifest
+
+
+#: How a token run's groups became one selection, as its manifest says (by combine).
+TOKEN_ALLOCATIONS = {
+    "gains": "each group proposes oversample x its tokens' share priced per token, one price "
+    "over every group keeps T",
+    "central": "each group proposes oversample x its tokens' share, one central round keeps T",
+    "group": "each group keeps its tokens' share, one fill spends what they left",
+}
 
 
 def _central_tokens(

@@ -12,7 +12,7 @@ Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
                                       selected (skipped with ``selected_only``)
     WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
     WORK/graphs/NNNNN.npz             allocated by gains: the group's neighbour graph, kept
-                                      for the exchange round (which deletes it once used)
+                                      for the exchange round and the cover (which deletes it)
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
     OUT/selected/part-NNNNN.parquet   the group's kept ids (budget="group", or allocated)
 """
@@ -48,6 +48,7 @@ from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import selection_table
 from .allocate import (
     gain_knots,
+    gain_table,
     gains_in_j_units,
     global_marker,
     group_spec,
@@ -60,7 +61,7 @@ from .partition import (
     Group,
 )
 from .paths import _group_name, candidates_path, completion_path, graph_path, part_path
-from .tokens import TokenPlan, offer_path, select_tokens
+from .tokens import TokenPlan, offer_path, select_tokens, wanted_tokens
 from .validate import QualityRange
 
 __all__ = [
@@ -101,30 +102,6 @@ def save_graph(graph: tuple[Any, Any], path: Path) -> None:
 
 
 GLOBAL_PART = "part-global.parquet"
-
-
-def gain_table(
-    ids: pa.Array,
-    order: np.ndarray,
-    gid: int,
-    logits: Any,
-    gains: np.ndarray,
-    features: np.ndarray,
-    id_col: str,
-) -> pa.Table:
-    """A group's candidates in pick order: id, group, rank, logit, gain in J units, and the
-    embedding (``features``: the group's rows, unit length once ``check_corpus`` has run;
-    what the exchange round's neighbours read of the kept prefix)."""
-    return pa.table(
-        {
-            id_col: ids.take(pa.array(order)),
-            "group": pa.array(np.full(len(order), gid, dtype=np.int32)),
-            "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
-            "logit": pa.array(np.asarray(logits, np.float32)[order]),
-            "gain": pa.array(np.asarray(gains, dtype=np.float64)),
-            "features": features_column(features[order]),
-        }
-    )
 
 
 def read_group(
@@ -253,8 +230,11 @@ class SelectGroup(Step[GroupJob]):
         return (candidates_path(job.work, gid) if job.propose else part_path(job.out, gid),)
 
     def accepts(self, job: GroupJob, done: dict[str, Any]) -> bool:
-        if job.tokens is not None:  # a token budget: done for the same corpus-wide budget
-            return done.get("token_plan") == [job.tokens.total, job.tokens.corpus]
+        if job.tokens is not None:  # a token budget: done for the same budget (and ask)
+            wanted = wanted_tokens(job.work, job.group.gid) if job.totals else None
+            return done.get("token_plan") == [job.tokens.total, job.tokens.corpus] and (
+                done.get("tokens", {}).get("wanted") == wanted
+            )
         return done.get("k") == job.group.k  # asked for more candidates since: not done
 
     def size(self, job: GroupJob) -> int:
@@ -538,11 +518,14 @@ def _select_global(
         table = table.drop_columns(["features"])
         fit_spec = spec
         if group_floor(corpus, spec, work_dir) is not None:  # given KEPT
-            # the candidates stand for the new documents, as in the one-file run
+            # the candidates stand for the new documents, as in the one-file run (a token
+            # budget: T of the candidates' tokens, KEPT's in tokens)
             counts = kept_counts(work_dir)
-            fit_spec = group_spec(
-                spec, k_total, n, counts["n_kept"] + k_total, counts["n_docs"] + n
-            )
+            k_c, n_c, kept, docs = k_total, n, counts["n_kept"], counts["n_docs"]
+            if lengths is not None:
+                k_c, n_c = spec.selector.budget_tokens, float(lengths.sum())
+                kept, docs = counts["tokens_kept"], counts["tokens_docs"]
+            fit_spec = group_spec(spec, k_c, n_c, kept + k_c, docs + n_c)
         sel = fit_group(corpus, k_total, fit_spec, seed=int(spec.selector.seed))
         del corpus
     fit_s = time.perf_counter() - started - read_s

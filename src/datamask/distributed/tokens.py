@@ -5,15 +5,30 @@
    :func:`~datamask.io.text.lengths_from_arrow`), refuses a length that is not > 0 naming
    the shard and row, and returns three numbers: its tokens, its longest and shortest
    document. The driver adds them up: the corpus' tokens resolve ``--select-token-ratio``.
-2. **Select.** Group ``g`` (``L_g`` tokens) runs the method under ``oversample`` times
-   its share of the budget, ``T_g = T * L_g / L``, and writes what it keeps as candidates
-   (with their lengths, raw quality and embeddings); **one central round** then keeps
-   ``T`` tokens of the union (:class:`~.steps.SelectGlobal` with ``budget_tokens=T``), as
-   the document budget's central round does (GreeDi). This is not yet the allocation by
-   equal marginal gains per token of :mod:`.allocate`: a group's candidates are capped at
-   ``oversample`` times its proportional share, so a cluster worth more than that per
-   token is cut short (``--oversample`` raises the cap), and coverage in the central
-   round is counted over the candidates, not over every row.
+2. **Select.** How the groups' results become one selection of ``T`` tokens follows the
+   document budget (:func:`token_combine`):
+
+   - **By gains per token** where the document budget allocates by gains
+     (:func:`~.allocate.allocates_by_gains`: a semantic partition, per-document terms, a
+     method that is not modular). Group ``g`` (``L_g`` tokens) selects ``T_c = oversample
+     x T L_g / L`` tokens with its method at the corpus' rate between quality and coverage
+     (:func:`~.allocate.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``: quality counts
+     ``l q / T``, coverage ``l cover / L``), then orders them by the cost-benefit lazy
+     greedy on its graph (gain per token, :func:`~datamask.greedy.lazy.gain_order` with
+     sizes) and writes each one's gain in ``J`` units, its length and its **price**, gain
+     per token (non-increasing). One price over every group keeps each group's candidates
+     above it, walked best price first (ties: the group, then its order) until the next
+     one does not fit ``T``; the walk goes on where a group's next candidate still fits,
+     a group stopping at its first that does not (:func:`allocate_tokens`): every group
+     keeps a prefix, and the kept tokens end within one document of ``T``. A group whose
+     every candidate is kept, with rows left, proposes again with twice its tokens (its
+     curve may go on above the price), until none is cut off. Only prices and lengths
+     cross groups (16 bytes a candidate, on the driver), no embedding.
+   - **Central round** for the other non-modular runs (a partition by chunk or shard, a
+     term that is not per document, a similarity cap): every group proposes ``oversample``
+     times its share of the tokens and **one central round** keeps ``T`` tokens of the
+     union (:class:`~.steps.SelectGlobal` with ``budget_tokens=T``), as the document
+     budget's central round does (GreeDi).
 3. **Fill** (modular methods, or one group: no central round). Each group keeps its
    share ``T_g`` and offers its best unkept rows by quality per token, as many as make
    up its unspent tokens plus the corpus' longest document
@@ -23,8 +38,8 @@
    than its shortest unkept row and offers more than its unspent tokens, so the walk ends
    on a row that does not fit: the kept tokens are within the longest document of ``T``.
 
-Only numbers cross groups on the driver (tokens per shard and per group); the offers are
-read by the fill step, a few rows per group.
+Besides the prices, only numbers cross groups on the driver (tokens per shard and per
+group); the offers are read by the fill step, a few rows per group.
 """
 
 from __future__ import annotations
@@ -38,40 +53,57 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..budget import budget_total, check_lengths, length_column
+from ..budget import TOKEN_FLAGS, budget_total, check_lengths, length_column
 from ..config import SelectSpec
 from ..data import Corpus, Selection
+from ..io.atomic import atomic_write_json
 from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo
 from ..io.text import lengths_from_arrow
+from ..pipeline.step import MODULAR
+from .allocate import (
+    allocates_by_gains,
+    gain_table,
+    gains_in_j_units,
+    group_spec,
+    monotone,
+    want_path,
+)
 from .engine import Step, run_steps
 from .executors import Runner
+from .lifecycle import read_marker
 from .paths import candidates_path, part_path
 
 __all__ = [
     "FillSlack",
     "TokenPlan",
+    "allocate_tokens",
+    "ask_for_tokens",
     "check_token_settings",
     "count_tokens",
     "fill_round",
     "group_token_budget",
     "offer_path",
     "select_tokens",
+    "token_combine",
     "token_settings",
+    "wanted_tokens",
+    "write_priced",
     "write_offers",
 ]
 
 
 def check_token_settings(settings: SelectSpec) -> None:
-    """Refuse what shards do not take with a token budget yet (``--given``,
-    ``--max-similarity``), before anything is written."""
+    """Refuse what shards do not take with a token budget, before anything is written: the
+    similarity cap with a modular method (each group's share and the fill would keep
+    pairs across groups and the fill's rows unchecked)."""
     sel = settings.selector
-    if settings.selector.token_budget and (sel.given is not None or sel.max_similarity is not None):
+    if sel.token_budget and sel.max_similarity is not None and sel.method in MODULAR:
         raise ValueError(
-            "a token budget (--budget-tokens / --select-token-ratio) on shards does not take "
-            "--given or --max-similarity yet; select one file, or give a document budget "
-            "(--select-ratio, --k) for shards."
+            f"--max-similarity with a token budget ({TOKEN_FLAGS}) on shards needs a method "
+            f"that is not modular; got method={sel.method!r}. Use greedy or mask, select "
+            "one file, or give a document budget (--select-ratio, --k)."
         )
 
 
@@ -159,6 +191,77 @@ def count_tokens(
 def group_token_budget(plan: TokenPlan, lengths: np.ndarray) -> float:
     """Step 2: a group's share of the budget, proportional to its tokens."""
     return plan.total * float(lengths.sum()) / plan.corpus
+
+
+def token_combine(settings: SelectSpec, n_groups: int) -> str:
+    """How a token run combines its groups: ``"gains"`` (the allocation by gains per token,
+    where the document budget allocates by gains), ``"central"`` (one central round: the
+    other methods that are not modular, and every one with a similarity cap, which the
+    central round keeps over every pair) or ``"group"`` (each group's share and the fill:
+    modular methods, or one group)."""
+    if settings.selector.method in MODULAR:
+        return "group"
+    if settings.selector.max_similarity is not None:  # every kept pair in one round
+        return "central"
+    if n_groups <= 1:
+        return "group"
+    return "gains" if allocates_by_gains(settings) else "central"
+
+
+def wanted_tokens(work_dir: str | Path, gid: int) -> float | None:
+    """The tokens group ``gid`` proposes when the allocation asked it for more (else None:
+    ``oversample`` times its share)."""
+    done = read_marker(want_path(work_dir, gid))
+    return float(done["tokens"]) if done else None
+
+
+def ask_for_tokens(work_dir: str | Path, gid: int, tokens: float) -> None:
+    """Record that group ``gid`` must propose ``tokens`` (read back by :func:`wanted_tokens`)."""
+    atomic_write_json({"tokens": float(tokens)}, want_path(work_dir, gid))
+
+
+def allocate_tokens(
+    prices: list[np.ndarray], lengths: list[np.ndarray], total: float
+) -> tuple[np.ndarray, list[np.ndarray], float]:
+    """Which of each group's ordered candidates to keep under ``total`` tokens, by one
+    price (gain per token) over every group. Returns each group's kept prefix (a count),
+    each group's candidates kept by the fill after it (positions), and the tokens kept.
+
+    Every group's prices are non-increasing (:func:`~.allocate.monotone`), so the price
+    keeps a prefix of each group. The candidates are walked by price, best first (ties:
+    the lower group, then the earlier pick), and kept while they fit: the price of the
+    first that does not is the threshold, and the tokens left are less than its length.
+    The walk then goes on past it (the fill): every candidate that still fits is kept, in
+    price order (J is monotone: a fill never lowers it), until no candidate left fits.
+
+    Examples
+    --------
+    >>> prices = [np.array([3.0, 1.0]), np.array([2.0, 0.5, 0.2])]
+    >>> sizes = [np.array([4.0, 4.0]), np.array([5.0, 3.0, 1.0])]
+    >>> counts, filled, kept = allocate_tokens(prices, sizes, 10)
+    >>> counts.tolist(), [f.tolist() for f in filled], kept
+    ([1, 1], [[], [2]], 10.0)
+    """
+    price = np.concatenate([np.asarray(p, np.float64) for p in prices] or [np.zeros(0)])
+    size = np.concatenate([np.asarray(x, np.float64) for x in lengths] or [np.zeros(0)])
+    group = np.concatenate([np.full(len(p), g) for g, p in enumerate(prices)] or [np.zeros(0, int)])
+    place = np.concatenate([np.arange(len(p)) for p in prices] or [np.zeros(0, int)])
+    order = np.lexsort((place, group, -price))
+    reach = np.cumsum(size[order])
+    stop = int(np.searchsorted(reach, total, side="right"))  # the threshold's walk
+    counts = np.bincount(group[order[:stop]], minlength=len(prices)).astype(np.int64)
+    left = total - (float(reach[stop - 1]) if stop else 0.0)
+    rest = order[stop:]
+    rest = rest[size[rest] <= left]  # what may still fit, in price order
+    taken = []
+    while len(rest) and left >= size[rest].min():
+        row = int(rest[0])
+        taken.append(row)
+        left -= size[row]
+        rest = rest[1:][size[rest[1:]] <= left]
+    taken_rows = np.asarray(taken, dtype=np.int64)
+    filled = [np.sort(place[taken_rows[group[taken_rows] == g]]) for g in range(len(prices))]
+    return counts, filled, float(total - left)
 
 
 def offer_path(work_dir: str | Path, gid: int) -> Path:
@@ -282,25 +385,34 @@ def select_tokens(
     """A group under a token budget (:mod:`.tokens`): its proportional share ``T_g`` of
     the budget, its kept rows to ``WORK/candidates/`` (the fill step writes the part) and
     its offers for the fill. With ``propose`` (a callable writing the candidates of the
-    central round): ``oversample`` times its share, and no offers."""
+    central round): ``oversample`` times its share, and no offers. Proposing with
+    ``job.totals`` (the ``(T, L)`` of the rate): priced candidates for the allocation by
+    gains per token (:func:`write_priced`), ``oversample`` times its share or what the
+    allocation asked for (:func:`wanted_tokens`)."""
     from ..pipeline.step import fit_group
     from ..pipeline.writer import selection_table
 
     group, spec, plan = job.group, job.spec, job.tokens
     assert plan is not None  # a token budget
     lengths = np.asarray([] if corpus.lengths is None else corpus.lengths, np.float64)
+    by_gains = job.propose and job.totals is not None
+    want = wanted_tokens(job.work, group.gid) if by_gains else None
     budget = group_token_budget(plan, lengths) if corpus.n_docs else 0.0
-    if propose is not None:
-        budget *= spec.partition.oversample
+    if propose is not None or by_gains:
+        budget = want if want is not None else budget * spec.partition.oversample
     fit_spec = replace(
         spec, selector=replace(spec.selector, budget_tokens=budget, select_token_ratio=None)
     )
+    rate = job.totals if by_gains else (job.rate if corpus.floor is not None else None)
+    if rate is not None and corpus.n_docs:  # T_c tokens of L_g against T of L (KEPT's too)
+        fit_spec = group_spec(fit_spec, budget, float(lengths.sum()), *rate)
     if corpus.n_docs == 0 or budget < lengths.min():  # its share keeps none of its rows
-        sel = fit_group(corpus, 0, fit_spec, seed=group.seed, evaluate=False)
+        k: int | None = 0
     elif budget >= lengths.sum():  # proposing every row
-        sel = fit_group(corpus, corpus.n_docs, fit_spec, seed=group.seed, evaluate=False)
+        k = corpus.n_docs
     else:  # stored ids not passed: modular methods walk their ranking under the budget too
-        sel = fit_group(corpus, None, fit_spec, seed=group.seed, evaluate=False)
+        k = None
+    sel = fit_group(corpus, k, fit_spec, seed=group.seed, evaluate=False, gain_curve=by_gains)
     fit_s = time.perf_counter() - started - read_s
     id_col = spec.columns.id_col
     if not spec.run.selected_only:
@@ -309,7 +421,9 @@ def select_tokens(
             storage_path(job.work) / "groups" / f"{group.gid:05d}.parquet",
         )
     kept = float(lengths[sel.selected].sum()) if corpus.n_docs else 0.0
-    if propose is not None:  # the central round's candidates; no offers
+    if by_gains:
+        write_priced(sel, corpus, ids, job, fit_spec.objective.lamb, budget)
+    elif propose is not None:  # the central round's candidates; no offers
         propose(sel)
     else:
         table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
@@ -318,6 +432,28 @@ def select_tokens(
     stats = group_stats(group, sel, corpus.n_docs, started, read_s, fit_s)
     stats.update(
         token_plan=[plan.total, plan.corpus],
-        tokens={"group": float(lengths.sum()), "budget": budget, "kept": kept},
+        tokens={"group": float(lengths.sum()), "budget": budget, "kept": kept, "wanted": want},
     )
     return stats
+
+
+def write_priced(
+    sel: Selection, corpus: Corpus, ids: pa.Array, job: Any, lamb_g: float, budget: float
+) -> None:
+    """A group's candidates for the allocation by gains per token, in cost-benefit order
+    (``sel.meta["gain_order"]``): :func:`~.allocate.gain_table`'s columns (gains in ``J``
+    units of the rate ``job.totals``) with each one's ``length`` and ``price``, its gain
+    per token made non-increasing (:func:`~.allocate.monotone`)."""
+    order, gains = sel.meta["gain_order"]
+    lengths = np.asarray(corpus.lengths, dtype=np.float64)
+    group, spec = job.group, job.spec
+    if len(order):
+        lamb = spec.objective.lamb
+        gains = gains_in_j_units(gains, lamb, lamb_g, budget, float(lengths.sum()), *job.totals)
+    price = monotone(np.asarray(gains, np.float64) / lengths[order])
+    logits = sel.logits if sel.logits is not None else sel.scores
+    table = gain_table(ids, order, group.gid, logits, gains, corpus.features, spec.columns.id_col)
+    table = table.append_column("length", pa.array(lengths[order]))
+    atomic_write_table(
+        table.append_column("price", pa.array(price)), candidates_path(job.work, group.gid)
+    )

@@ -123,7 +123,12 @@ class _Pool:
 
 
 def gain_order(
-    objective: Objective, rows: np.ndarray, *, batch_size: int = 16, k: int | None = None
+    objective: Objective,
+    rows: np.ndarray,
+    *,
+    batch_size: int = 16,
+    k: int | None = None,
+    sizes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Order ``rows`` greedily on a bound objective and return ``(order, gains)``.
 
@@ -139,6 +144,11 @@ def gain_order(
     the host, one heap pop and a few numpy ops each (:func:`host_picks`); else on
     the objective's tensors (:func:`lazy_picks`, ``batch_size`` stale rows at a time).
     ``k`` stops after that many picks (the greedy selection of size ``k``; default: all).
+
+    ``sizes`` (each row's length, a token budget): the cost-benefit order instead, by gain
+    per token (:func:`budget_picks`' rule with every row fitting), on host gains; the gains
+    returned are still the plain marginal gains. Their ratios to ``sizes`` do not increase
+    (a submodular objective): the per-token curve a sharded token run allocates with.
     """
     pool = np.sort(np.asarray(rows, dtype=np.int64))  # ascending: ties to the lower row
     if not len(pool):  # a group that keeps nothing has an empty curve
@@ -146,7 +156,14 @@ def gain_order(
     objective.build_graphs()
     m = len(pool) if k is None else min(k, len(pool))
     hosts = host_gains_of(objective)
-    if hosts is not None:
+    if sizes is not None:
+        if hosts is None:
+            raise ValueError(
+                "a token budget needs a submodular objective whose terms have host gains "
+                "(quality and facility location: --algorithm Facility)."
+            )
+        picks = list(_ratio_picks(hosts, pool, np.asarray(sizes, dtype=np.float64), m))
+    elif hosts is not None:
         picks = list(host_picks(hosts, pool, m))
     else:
         rows_t = torch.as_tensor(pool, device=objective.device_)
@@ -157,10 +174,34 @@ def gain_order(
             lazy_picks(_Pool(objective, rows_t), state, bounds, m, batch_size=batch_size, lazy=lazy)
         )
     order = np.asarray([j for j, _ in picks], dtype=np.int64)
-    if hosts is None:  # the tensor picks are positions in the pool
+    if hosts is None and sizes is None:  # the tensor picks are positions in the pool
         order = pool[order]
     gains = np.asarray([g for _, g in picks], dtype=np.float64)
     return order, gains
+
+
+def _ratio_picks(
+    hosts: list[tuple[float, HostGains]], rows: np.ndarray, sizes: np.ndarray, k: int
+) -> Iterator[tuple[int, float]]:
+    """``k`` cost-benefit picks ``(row, exact gain)`` among ``rows``: lazily by gain per
+    token (``sizes[row]``), a heap of stale ratios ``(-gain / size, row)`` (ties: the lower
+    row); :func:`budget_picks` with a budget every row fits in."""
+
+    def entry(j: int, t: int) -> tuple[float, int, int, float]:
+        gain = host_gain(hosts, j)
+        return -gain / sizes[j], j, t, gain
+
+    heap = [entry(j, 0) for j in rows.tolist()]
+    heapq.heapify(heap)
+    for t in range(k):
+        while True:
+            _, j, fresh, gain = heapq.heappop(heap)
+            if fresh == t:
+                break
+            heapq.heappush(heap, entry(j, t))
+        for _, h in hosts:
+            h.update(j)
+        yield j, gain
 
 
 def host_gains_of(objective: Objective) -> list[tuple[float, HostGains]] | None:

@@ -11,7 +11,7 @@ import torch
 
 from .base import HostGains
 
-__all__ = ["CoverState", "ExactCover"]
+__all__ = ["CoverState", "ExactCover", "graph_top2"]
 
 
 @dataclass
@@ -30,6 +30,41 @@ class ExactCover:
 
     def value(self) -> float:
         return float(self.best.double().mean())
+
+
+def graph_top2(
+    idx: torch.Tensor, sim: torch.Tensor, keep: torch.Tensor, last: ExactCover | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step 1 of an exact cover: each document's two most similar kept rows in its graph
+    list (``vals``, ``rows``; row n at similarity 0) and whether it is thin (fewer than
+    two). From the ``last`` cover computed, only the documents whose list holds a row kept
+    in one mask and not the other are read again (a bool gather, then O(K) a document):
+    the others' lists, hence their top two, are unchanged. A thin document's entries are
+    left as they were; step 2 (all pairs) writes them."""
+    n, dev = idx.shape[0], keep.device
+    m = min(2, idx.shape[1])
+    docs = None
+    if last is not None:
+        docs = torch.nonzero(_gather(last.keep ^ keep, idx).any(1)).squeeze(1)
+        if len(docs) > n // 2:  # most lists changed: one pass over all is cheaper
+            docs = None
+    if docs is None:
+        i, s = idx, sim
+    else:
+        i, s = idx.index_select(0, docs), sim.index_select(0, docs)
+    top = (s * _gather(keep.to(s.dtype), i)).topk(m, dim=1)
+    v = torch.zeros(len(i), 2, dtype=s.dtype, device=dev)
+    r = torch.full((len(i), 2), n, dtype=torch.long, device=dev)
+    v[:, :m] = top.values
+    r[:, :m] = torch.where(top.values > 0, i.gather(1, top.indices), n)
+    if docs is None or last is None:
+        return v, r, v[:, 1] <= 0
+    vals = torch.stack([last.best, last.second], 1)
+    rows = torch.stack([last.owner, last.owner2], 1)
+    vals[docs], rows[docs] = v, r
+    thin = last.thin.clone()
+    thin[docs] = v[:, 1] <= 0
+    return vals, rows, thin
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .._validation import Interval, Options, check_count
 from ..neighbors import KNN_METHODS, block_rows, knn_graph, resolve_knn
 from .base import HostGains, Term, TermContext
-from .cover_state import CoverState, ExactCover, _gather, _GraphGains
+from .cover_state import CoverState, ExactCover, _gather, _GraphGains, graph_top2
 from .registry import register_term
 
 __all__ = [
@@ -378,14 +378,8 @@ class FacilityLocation(Term):
             if torch.equal(cover.keep, keep):
                 return cover
         n, dev = self.n_docs, keep.device
-        idx, sim = self.knn_graph()
-        m = min(2, idx.shape[1])
-        top = (sim * _gather(keep.to(sim.dtype), idx)).topk(m, dim=1)  # 1. the graph's top two
-        vals = torch.zeros(n, 2, dtype=sim.dtype, device=dev)
-        rows = torch.full((n, 2), n, dtype=torch.long, device=dev)
-        vals[:, :m] = top.values
-        rows[:, :m] = torch.where(top.values > 0, idx.gather(1, top.indices), n)
-        thin = vals[:, 1] <= 0
+        last = self._covers[-1] if self._covers else None
+        vals, rows, thin = graph_top2(*self.knn_graph(), keep, last)  # 1. the graph's top two
         docs = torch.nonzero(thin).squeeze(1)  # 2. the thin documents, over all pairs
         base = self._cover_base
         sel = torch.nonzero(keep).squeeze(1)
@@ -510,18 +504,39 @@ class FacilityLocation(Term):
             out.append(lift.sum(1) / self.n_docs)
         return torch.cat(out)
 
+    def graph_gain_sums(
+        self,
+        cover: torch.Tensor,
+        sums: torch.Tensor | None = None,
+        was: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``sum_{i lists j} max(0, sim_ij - cover_i)`` for every row j, in float64 (the
+        graph gains times n). Every row: scatter the forward graph, no gathers by column; in
+        blocks of rows, so the float64 copy never holds the whole graph.
+
+        Given ``sums`` of the cover ``was``, only the documents whose cover changed are
+        read: their old lifts taken out and their new ones put in (O(K) a changed document,
+        not O(n K); float64 sums of the same float32 lifts, in another order)."""
+        idx, sim = self.knn_graph()
+        if sums is not None and was is not None:
+            docs = torch.nonzero(cover != was).squeeze(1)
+            if len(docs) <= self.n_docs // 4:
+                i, s = idx.index_select(0, docs), sim.index_select(0, docs)
+                new = (s - cover[docs, None]).clamp_min(0.0).double()
+                old = (s - was[docs, None]).clamp_min(0.0).double()
+                out = sums.index_add(0, i.reshape(-1), (new - old).reshape(-1))
+                return out.clamp_min_(0.0)  # a sum of lifts >= 0: no rounding below it
+        out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
+        step = block_rows(idx.shape[1], budget=1 << 20)
+        for lo in range(0, self.n_docs, step):
+            gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
+            out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))
+        return out
+
     def _graph_gains(self, cover: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """``sum_{i lists j} max(0, sim_ij - cover_i) / n`` for every candidate j."""
         if len(candidates) == self.n_docs and bool((candidates[1:] > candidates[:-1]).all()):
-            # Every row, in order: scatter the forward graph, no gathers by column; in
-            # blocks of rows, so the float64 copy never holds the whole graph.
-            idx, sim = self.knn_graph()
-            out = torch.zeros(self.n_docs, dtype=torch.float64, device=idx.device)
-            step = block_rows(idx.shape[1], budget=1 << 20)
-            for lo in range(0, self.n_docs, step):
-                gain = (sim[lo : lo + step] - cover[lo : lo + step, None]).clamp_min(0.0)
-                out.index_add_(0, idx[lo : lo + step].reshape(-1), gain.double().reshape(-1))
-            return (out / self.n_docs).to(cover.dtype)
+            return (self.graph_gain_sums(cover) / self.n_docs).to(cover.dtype)
         ptr, clients, sims = self.reverse_graph()
         if len(candidates) <= 64:  # the lazy greedy's few stale rows: slices, no scatter
             bounds = self._ptr_list

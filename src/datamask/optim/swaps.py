@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 
 from ..objectives import DiSF, FacilityLocation, PairwiseSimilarity, Quality, Term
-from ..objectives.cover_state import CoverState, _gather
+from ..objectives.cover_state import _gather
 
 __all__ = ["DISF_POOL", "SwapScoring", "TermSwaps", "register_swaps", "swaps_for"]
 
@@ -206,6 +206,9 @@ class FacilitySwaps(TermSwaps):
     """Facility location on its K-NN graph, or counted exactly with ``exact_rounding_``
     (small select_ratio: :meth:`~datamask.objectives.FacilityLocation.exact_cover`)."""
 
+    #: The last bounds' gain sums and the cover they were of (one adapter a search).
+    _sums: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+
     def value(self, keep: torch.Tensor) -> float:
         if not self.term.exact_rounding_:  # graph_value of the mask, without its rows
             idx, sim = self.term.knn_graph()
@@ -240,8 +243,10 @@ class FacilitySwaps(TermSwaps):
             self._owners = torch.where(top.values > 0, owners, n)  # 0: no neighbour
         self._best, self._second = best, second
         drop.index_add_(0, owner, (best - second).to(torch.float64))
-        every = torch.arange(n, device=keep.device)
-        gain = term.gains(CoverState(best, graph=True), every)
+        # The gains of adds, from the last round's by the documents whose cover changed.
+        sums = term.graph_gain_sums(best, *self._sums)
+        self._sums = (sums, best)
+        gain = (sums / n).to(best.dtype)
         return gain.to(torch.float64), drop[:n] / n
 
     def footprint(self, keep: torch.Tensor, adds: torch.Tensor) -> tuple:

@@ -17,6 +17,7 @@ import torch
 from .._device import resolve_device
 from .._memory import bound_heap
 from .._validation import check_corpus, k_from_ratio
+from ..budget import TokenBudget
 from ..config import SelectSpec
 from ..coverage import Cover, nearest_kept
 from ..data import Corpus, Selection, rank_order
@@ -185,13 +186,18 @@ def _all_or_none(
     scores = np.zeros(n)
     selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
     if gain_curve:  # every row is kept; the order still prices them
+        budget, sizes = None, None
+        if spec.selector.token_budget and corpus.lengths is not None:  # per token, as fitted
+            sizes = np.asarray(corpus.lengths, dtype=np.float64)
+            budget = TokenBudget(sizes, float(spec.selector.budget_tokens or sizes.sum()))
         objective = spec.objective.make().bind(
             check_corpus(corpus),
             len(selected),
             resolve_device(spec.selector.device),
             seed=spec.selector.seed if seed is None else seed,
+            budget=budget,
         )
-        meta["gain_order"] = gain_order(objective, selected)
+        meta["gain_order"] = gain_order(objective, selected, sizes=sizes)
     logits = scores.astype(np.float32)
     return Selection(selected, scores, meta, ids=corpus.ids, logits=logits)
 
@@ -261,7 +267,8 @@ def _fit(
     )
     if gain_curve:
         started = time.perf_counter()
-        meta["gain_order"] = gain_order(selector.objective_, np.asarray(result.selected))
+        sizes = None if selector.budget_ is None else selector.budget_.sizes  # per token
+        meta["gain_order"] = gain_order(selector.objective_, result.selected, sizes=sizes)
         meta["seconds"]["gain_order"] = time.perf_counter() - started
         meta["neighbor_graph"] = facility_graph(selector.objective_)  # the exchange round's
     selection = Selection(
