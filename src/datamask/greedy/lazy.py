@@ -334,11 +334,10 @@ def full_budget_picks(
     refuse: Callable[[int], bool] | None = None,
     counter: Any = None,
 ) -> Iterator[tuple[int, float]]:
-    """:func:`budget_picks` for an objective whose stale gains are not bounds (a term not
-    submodular: Pair_simi, DiSF; or one without host gains on the graph): every pick
-    computes the gain of every row that still fits, in one call of ``objective.gains``
-    on ``state``, and takes the best by gain per token (``per_token``) or by gain, ties
-    to the lower row, as the naive greedy does. The picks end when no row fits."""
+    """:func:`budget_picks` where stale gains are not bounds (Pair_simi, DiSF; or no host
+    gains on the graph): every pick computes the gain of every row that still fits, in
+    one ``objective.gains`` call, and takes the best per token (``per_token``) or by
+    gain, ties to the lower row, as the naive greedy does, until no row fits."""
     dev = objective.device_
     sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=dev)
     cost = sizes if per_token else torch.ones_like(sizes)
@@ -509,9 +508,8 @@ class LazyGreedy(Selector):
         guarantee, (1 - 1/e) / 2, that the cost-benefit run alone lacks (Leskovec et al.,
         KDD 2007, "Cost-effective outbreak detection"). ``per_token_`` says which won.
 
-        An objective whose stale gains are not bounds (Pair_simi, DiSF: not submodular),
-        or whose terms have no host gains on the graph, runs the same pair without
-        laziness (:func:`full_budget_picks`; ``lazy_`` False)."""
+        Where stale gains are not bounds (Pair_simi, DiSF), or without host gains on the
+        graph, the pair runs without laziness (:func:`full_budget_picks`, ``lazy_`` False)."""
         if self.graph:
             objective.build_graphs()
         self.lazy_ = is_submodular(objective) and (
