@@ -23,11 +23,11 @@ def full_budget_picks(
     refuse: Callable[[int], bool] | None = None,
     counter: Any = None,
 ) -> Iterator[tuple[int, float]]:
-    """:func:`~datamask.greedy.lazy.budget_picks` for an objective whose stale gains are not bounds (a term not
-    submodular: Pair_simi, DiSF; or one without host gains on the graph): every pick
-    computes the gain of every row that still fits, in one call of ``objective.gains``
-    on ``state``, and takes the best by gain per token (``per_token``) or by gain, ties
-    to the lower row, as the naive greedy does. The picks end when no row fits."""
+    """:func:`~datamask.greedy.lazy.budget_picks` where stale gains are not bounds (Pair_simi,
+    DiSF; or no host gains on the graph): every pick computes the gain of every row that
+    still fits, in one ``objective.gains`` call, and takes the best per token
+    (``per_token``) or by gain, ties to the lower row, as the naive greedy does, until no
+    row fits."""
     dev = objective.device_
     sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=dev)
     cost = sizes if per_token else torch.ones_like(sizes)

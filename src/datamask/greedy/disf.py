@@ -293,25 +293,26 @@ class GreedyDiSF(Selector):
             self._np_rng.bit_generator.state = draws  # both runs from the same first picks
             if self.max_similarity is not None:
                 self._cap = SimilarityCap(objective.features_, self.max_similarity)
-            order, scores = self._token_run(x, ends, due, per_token)
+            order, scores, losses = self._token_run(x, ends, due, per_token)
             weights = torch.as_tensor(budget.sizes[order], device=x.device)
             cov = _moments(x[order], weights)[2]
             loss = float(offdiag_correlation(cov, eps=self.eps, eps_mode="add"))
-            runs.append((-loss, per_token, order, scores))
-        _, self.per_token_, self.order_, scores = max(runs, key=lambda r: (r[0], r[1]))
+            runs.append((-loss, per_token, order, scores, losses))
+        _, self.per_token_, self.order_, scores, losses = max(runs, key=lambda r: (r[0], r[1]))
         self.disf_loss_ = correlation_loss(objective.features_[torch.as_tensor(self.order_)])
-        self.batch_loss_ = 0.0
+        self.batch_loss_ = float(np.mean(losses)) if losses else 0.0
         return self.order_, scores
 
     def _token_run(
         self, x: torch.Tensor, ends: np.ndarray, due: np.ndarray, per_token: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """One run over the batches ending at ``ends``, the budget's share up to each end
-        ``due``; returns the pick order (the fill last) and the scores."""
+        ``due``; returns the pick order (the fill last), the scores and the correlation
+        loss of each batch's picks (batches with >= 2, as ``batch_loss_`` averages)."""
         n, budget = len(x), self.budget_
         order: list[np.ndarray] = []
         scores = np.full(n, -float(n))
-        used, lo = 0.0, 0
+        used, lo, losses = 0.0, 0, []
         with self._bar(self.k_, desc=f"{self.method} per token" if per_token else None) as bar:
             for hi, upto in zip(ends.tolist(), due.tolist(), strict=True):
                 first = int(self._np_rng.integers(hi - lo))  # the original: random first pick
@@ -319,6 +320,8 @@ class GreedyDiSF(Selector):
                 rows = lo + self._pick_tokens(x[lo:hi], lo, left, first, per_token)
                 order.append(rows)
                 scores[rows] = -np.arange(len(rows), dtype=np.float64)
+                if len(rows) >= 2:
+                    losses.append(correlation_loss(x[torch.as_tensor(rows)]))
                 used += budget.tokens(rows)
                 bar.update(len(rows))
                 lo = hi
@@ -327,7 +330,7 @@ class GreedyDiSF(Selector):
         rest = np.setdiff1d(np.arange(n), picked)
         extra = budget.fill(rest, admit, left=budget.total - used)
         scores[extra] = 0.5 - n  # kept, after every batch's own picks
-        return np.concatenate([picked, extra]).astype(np.int64), scores
+        return np.concatenate([picked, extra]).astype(np.int64), scores, losses
 
     def _pick_tokens(
         self, x: torch.Tensor, lo: int, left: float, first: int, per_token: bool = True

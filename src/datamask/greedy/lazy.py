@@ -467,9 +467,8 @@ class LazyGreedy(Selector):
         guarantee, (1 - 1/e) / 2, that the cost-benefit run alone lacks (Leskovec et al.,
         KDD 2007, "Cost-effective outbreak detection"). ``per_token_`` says which won.
 
-        An objective whose stale gains are not bounds (Pair_simi, DiSF: not submodular),
-        or whose terms have no host gains on the graph, runs the same pair without
-        laziness (:func:`full_budget_picks`; ``lazy_`` False)."""
+        Where stale gains are not bounds (Pair_simi, DiSF), or without host gains on the
+        graph, the pair runs without laziness (:func:`full_budget_picks`, ``lazy_`` False)."""
         if self.graph:
             objective.build_graphs()
         self.lazy_ = is_submodular(objective) and (
