@@ -44,6 +44,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 #: on the GPU (benchmarks/gpu/RESULTS.md, the graph figure).
 BF16_MARGIN = (32, 1.0)
 
+#: Similarities in one (queries, list members) block of :func:`ivf_search` (64 MB of float32).
+LIST_BLOCK = 1 << 24
+
 #: ``auto`` compares every pair up to this many rows on CPU (always on CUDA).
 AUTO_EXACT_MAX = 20_000
 
@@ -416,7 +419,7 @@ def ivf_search(
         out_idx[:] = torch.arange(n, device=queries.device)[:, None]
         out_sim.fill_(-1.0)
         return out_idx, out_sim
-    n_lists = max(1, min(nb, n_lists))
+    n_lists, d = max(1, min(nb, n_lists)), base.shape[1]
     if generator is None:  # never torch's global RNG: the same input gives the same graph
         generator = torch.Generator(device=base.device).manual_seed(0)
     cent = spherical_kmeans(
@@ -436,19 +439,28 @@ def ivf_search(
     bounds = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
+    # One buffer for a list's rows and one for its similarity block, reused list after list:
+    # fresh ones above the mmap threshold (4 MB in a worker, ``bound_heap``) were mapped and
+    # faulted in page by page for every list (benchmarks/graph/RESULTS.md).
+    steps = (LIST_BLOCK // counts.clamp_min(1)).clamp(1, 65536)  # block_rows, per list
+    q_counts = q_bounds.diff()
+    listed_buf = base.new_empty(int(counts.max()) * base.shape[1])
+    block_buf = base.new_empty(int((torch.minimum(q_counts, steps) * counts).max()))
     for c in range(n_lists):
         in_list = q_order[q_bounds[c] : q_bounds[c + 1]]
         if len(in_list) == 0:
             continue
         members = owners[bounds[c] : bounds[c + 1]]
         kk = min(k, len(members))
-        listed = base[members]
+        listed = listed_buf[: len(members) * d].view(len(members), d)
+        torch.index_select(base, 0, members, out=listed)
         # Queries in blocks: a list can be home to most queries (all of them near one part
         # of ``base``), and its (queries, members) block must stay bounded all the same.
-        step = block_rows(len(members), budget=1 << 24)
+        step = int(steps[c])
         for lo in range(0, len(in_list), step):
             rows = in_list[lo : lo + step]
-            s, i = (queries[rows] @ listed.T).topk(kk, dim=1)
+            block = block_buf[: len(rows) * len(members)].view(len(rows), len(members))
+            s, i = torch.mm(queries[rows], listed.T, out=block).topk(kk, dim=1)
             if kk < k:  # tiny list: pad with the query's row at similarity -1 (never first)
                 pad = k - kk
                 s = torch.cat([s, s.new_full((len(rows), pad), -1.0)], 1)
