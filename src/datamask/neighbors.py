@@ -413,10 +413,9 @@ def ivf_search(
     first; where a list holds fewer than ``k`` rows the rest is padding at similarity -1
     (index: the query's own row number), never ranked above a real row.
 
-    ``screen`` (None: where :func:`screen_available`) finds each list's top ``k`` by a
-    bf16 product first, then the fp32 product of only the members that can still be in it
-    (:class:`_ListBlocks`): the same neighbours and fp32 similarities as without it, up to
-    the choice among exactly equal ones.
+    ``screen`` (None: where :func:`screen_available`): a bf16 product first, then the fp32
+    one of only the members that can still be in a row's top ``k`` (:class:`_ListBlocks`):
+    the same neighbours as without it, up to the choice among exactly equal similarities.
     """
     n, nb = queries.shape[0], base.shape[0]
     out_idx = torch.empty(n, k, dtype=torch.long, device=queries.device)
@@ -477,16 +476,17 @@ def screen_available(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype == torch.float32 and bool(check and check())
 
 
-#: How far a bf16 product of two unit rows may lie from their float32 product: each row
-#: rounded to bf16 moves by at most 2^-9 of its norm (2^-8 for the pair), the product is
-#: rounded once to bf16 (2^-9 of |s| <= 1), and both sums of 384-odd terms carry float32
-#: rounding (2^-14 covers d up to 1,000). Measured on this machine: 0.0028 at most.
+#: How far a bf16 product of unit rows may lie from the float32 one: each row rounded to bf16
+#: moves by <= 2^-9 of its norm (2^-8 for the pair), the product is rounded once (2^-9), and
+#: float32 sums of d terms err by < 2^-14 for d up to 1,000. Measured here: 0.0028 at most.
 SCREEN_ERROR = 2.0**-8 + 2.0**-9 + 2.0**-14
 
 #: The screen stops for the rest of a search once it kept this fraction of the members it
 #: screened: the bf16 product and the kept ones' float32 product then cost more than float32
-#: alone (real MiniLM text kept ~0.6, generated ~0.06: benchmarks/graph/RESULTS.md).
-SCREEN_KEEP = 0.3
+#: alone (real MiniLM text kept ~0.6, generated ~0.06: benchmarks/graph/RESULTS.md). Blocks
+#: below SCREEN_PAIRS similarities are not screened: a small product of the kept members
+#: may round differently in the last bit (MKL's small-matrix kernels; at d = 12 it did).
+SCREEN_KEEP, SCREEN_PAIRS = 0.3, 1 << 20
 
 
 class _ListBlocks:
@@ -536,7 +536,7 @@ class _ListBlocks:
         """The top ``kk`` members (float32 similarities, positions in the list) of each of
         the query rows ``rows``, most similar first."""
         m = len(self.listed)
-        if not self.screen or m < 16 * kk:
+        if not self.screen or m < 16 * kk or len(rows) * m < SCREEN_PAIRS:
             block = self.block_buf[: len(rows) * m].view(len(rows), m)
             return torch.mm(self.queries[rows], self.listed.T, out=block).topk(kk, dim=1)
         low = self.low_block_buf[: len(rows) * m].view(len(rows), m)
