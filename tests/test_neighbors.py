@@ -227,6 +227,38 @@ def test_ivf_search_probing_every_list_is_brute_force_and_fewer_probes_only_miss
     assert bool((none == -1).all())
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        "clustered",  # the screen keeps a few members per list and screens every list
+        "uniform",  # close similarities: it keeps most members and stops after a few lists
+    ],
+)
+def test_ivf_bf16_screen_finds_the_same_neighbours_as_the_fp32_search(data, monkeypatch):
+    """The screen only skips members that cannot be in a row's fp32 top K: the same
+    similarities, of real pairs, as the plain fp32 search of the same lists (every block
+    screened here, however small)."""
+    from datamask import neighbors
+
+    monkeypatch.setattr(neighbors, "SCREEN_PAIRS", 0)
+    if data == "clustered":
+        x = torch.as_tensor(make_clustered(6000, 96, 40, spread=0.4, seed=2).features)
+    else:
+        gen = torch.Generator().manual_seed(2)
+        x = torch.nn.functional.normalize(torch.randn(6000, 96, generator=gen), dim=1)
+    args = dict(n_probe=24, n_lists=77)
+    idx, sim = ivf_search(x, x, 64, screen=False, **args)
+    idx_s, sim_s = ivf_search(x, x, 64, screen=True, **args)
+    assert torch.equal(sim_s, sim)
+    assert torch.allclose(sim_s, (x[:, None, :] * x[idx_s]).sum(-1), atol=1e-5)
+    # the same rows, but for the choice among exactly equal similarities
+    strict = sim > sim[:, -1:]
+    assert all(
+        set(a[m].tolist()) == set(b[m].tolist())
+        for a, b, m in zip(idx, idx_s, strict, strict=True)
+    )
+
+
 # --- bf16 search with an fp32 re-rank (the CUDA default, run here on CPU) ----------------------
 @pytest.mark.parametrize("budget", [None, 1 << 16])  # one block / many small blocks
 def test_bf16_search_reranked_in_fp32_matches_the_fp32_graph(budget):

@@ -44,6 +44,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 #: on the GPU (benchmarks/gpu/RESULTS.md, the graph figure).
 BF16_MARGIN = (32, 1.0)
 
+#: Similarities in one (queries, list members) block of :func:`ivf_search` (64 MB of float32).
+LIST_BLOCK = 1 << 24
+
 #: ``auto`` compares every pair up to this many rows on CPU (always on CUDA).
 AUTO_EXACT_MAX = 20_000
 
@@ -398,6 +401,7 @@ def ivf_search(
     n_probe: int,
     n_lists: int,
     generator: torch.Generator | None = None,
+    screen: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` most similar rows of ``base`` for every row of ``queries`` (unit rows), by
     our ivf: ``base`` is clustered (spherical k-means, ``n_lists`` clusters), every base row
@@ -408,6 +412,10 @@ def ivf_search(
     Returns ``(indices into base, sims)``, each of shape (len(queries), k), most similar
     first; where a list holds fewer than ``k`` rows the rest is padding at similarity -1
     (index: the query's own row number), never ranked above a real row.
+
+    ``screen`` (None: where :func:`screen_available`): a bf16 product first, then the fp32
+    one of only the members that can still be in a row's top ``k`` (:class:`_ListBlocks`):
+    the same neighbours as without it, up to the choice among exactly equal similarities.
     """
     n, nb = queries.shape[0], base.shape[0]
     out_idx = torch.empty(n, k, dtype=torch.long, device=queries.device)
@@ -436,19 +444,20 @@ def ivf_search(
     bounds = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
+    blocks = _ListBlocks(queries, base, counts, q_bounds.diff(), screen)
     for c in range(n_lists):
         in_list = q_order[q_bounds[c] : q_bounds[c + 1]]
         if len(in_list) == 0:
             continue
         members = owners[bounds[c] : bounds[c + 1]]
         kk = min(k, len(members))
-        listed = base[members]
+        blocks.load(members)
         # Queries in blocks: a list can be home to most queries (all of them near one part
         # of ``base``), and its (queries, members) block must stay bounded all the same.
-        step = block_rows(len(members), budget=1 << 24)
+        step = int(blocks.steps[c])
         for lo in range(0, len(in_list), step):
             rows = in_list[lo : lo + step]
-            s, i = (queries[rows] @ listed.T).topk(kk, dim=1)
+            s, i = blocks.top(rows, kk)
             if kk < k:  # tiny list: pad with the query's row at similarity -1 (never first)
                 pad = k - kk
                 s = torch.cat([s, s.new_full((len(rows), pad), -1.0)], 1)
@@ -457,6 +466,90 @@ def ivf_search(
                 continue
             out_idx[rows], out_sim[rows] = members[i], s
     return out_idx, out_sim
+
+
+def screen_available(x: torch.Tensor) -> bool:
+    """Whether :func:`ivf_search` screens with bf16 products on ``x``'s device: float32
+    rows on a CPU with AVX512-BF16 (there a bf16 product, accumulated in fp32, runs in
+    about half the time of a float32 one; elsewhere bf16 products can be slower)."""
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return x.device.type == "cpu" and x.dtype == torch.float32 and bool(check and check())
+
+
+#: How far a bf16 product of unit rows may lie from the float32 one: each row rounded to bf16
+#: moves by <= 2^-9 of its norm (2^-8 for the pair), the product is rounded once (2^-9), and
+#: float32 sums of d terms err by < 2^-14 for d up to 1,000. Measured here: 0.0028 at most.
+SCREEN_ERROR = 2.0**-8 + 2.0**-9 + 2.0**-14
+
+#: The screen stops for the rest of a search once it kept this fraction of the members it
+#: screened: the bf16 product and the kept ones' float32 product then cost more than float32
+#: alone (real MiniLM text kept ~0.6, generated ~0.06: benchmarks/graph/RESULTS.md). Blocks
+#: below SCREEN_PAIRS similarities are not screened: a small product of the kept members
+#: may round differently in the last bit (MKL's small-matrix kernels; at d = 12 it did).
+SCREEN_KEEP, SCREEN_PAIRS = 0.3, 1 << 20
+
+
+class _ListBlocks:
+    """The (queries, list members) products of :func:`ivf_search`, in buffers reused list
+    after list (fresh blocks above a worker's 4 MB mmap threshold were faulted in per list).
+
+    The bf16 screen finds a block's top ``kk`` per row in two products. The bf16 one
+    (``s~``, within ``e`` = :data:`SCREEN_ERROR` of float32's ``s``) gives a floor: in 4
+    ``kk`` strided chunks of the members, a row's ``kk``-th largest chunk maximum ``p`` is
+    at most its ``kk``-th largest ``s~``, so its float32 ``kk``-th is >= ``p - e`` and its
+    float32 top ``kk`` all have ``s~ >= p - 2e``. The float32 product of the members above
+    the floor of any row of the block holds the float32 top ``kk`` of every row.
+    """
+
+    def __init__(
+        self,
+        queries: torch.Tensor,
+        base: torch.Tensor,
+        counts: torch.Tensor,
+        q_counts: torch.Tensor,
+        screen: bool | None,
+    ) -> None:
+        self.queries, self.base = queries, base
+        self.steps = (LIST_BLOCK // counts.clamp_min(1)).clamp(1, 65536)  # block_rows
+        most, d = int(counts.max()), base.shape[1]
+        self.listed_buf = base.new_empty(most * d)
+        self.block_buf = base.new_empty(int((torch.minimum(q_counts, self.steps) * counts).max()))
+        self.screen = screen_available(base) if screen is None else screen
+        self.screened = self.kept = 0
+        if self.screen:
+            norms = queries.norm(dim=1).max() * base.norm(dim=1).max()
+            self.gap = 2 * SCREEN_ERROR * max(1.0, float(norms)) + 2.0**-8  # 2^-8: the cast
+            self.q_low, self.base_low = queries.bfloat16(), base.bfloat16()
+            self.low_buf = self.base_low.new_empty(most * d)
+            self.low_block_buf = self.base_low.new_empty(self.block_buf.numel())
+
+    def load(self, members: torch.Tensor) -> None:
+        """Gather one list's members into the buffers."""
+        m, d = len(members), self.base.shape[1]
+        self.listed = self.listed_buf[: m * d].view(m, d)
+        torch.index_select(self.base, 0, members, out=self.listed)
+        if self.screen:
+            self.low = self.low_buf[: m * d].view(m, d)
+            torch.index_select(self.base_low, 0, members, out=self.low)
+
+    def top(self, rows: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top ``kk`` members (float32 similarities, positions in the list) of each of
+        the query rows ``rows``, most similar first."""
+        m = len(self.listed)
+        if not self.screen or m < 16 * kk or len(rows) * m < SCREEN_PAIRS:
+            block = self.block_buf[: len(rows) * m].view(len(rows), m)
+            return torch.mm(self.queries[rows], self.listed.T, out=block).topk(kk, dim=1)
+        low = self.low_block_buf[: len(rows) * m].view(len(rows), m)
+        torch.mm(self.q_low[rows], self.low.T, out=low)
+        width = m // (4 * kk)
+        peaks = low[:, : width * 4 * kk].view(len(rows), width, 4 * kk).amax(1)
+        floor = peaks.topk(kk, dim=1).values[:, -1:].float() - self.gap
+        keep = (low >= floor.bfloat16()).any(0).nonzero()[:, 0]
+        self.screened, self.kept = self.screened + m, self.kept + len(keep)
+        if self.kept > SCREEN_KEEP * self.screened:
+            self.screen = False  # the rest of this search: float32 products alone
+        s, i = (self.queries[rows] @ self.listed[keep].T).topk(kk, dim=1)
+        return s, keep[i]
 
 
 def _faiss_graph(
