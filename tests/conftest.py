@@ -12,7 +12,7 @@ import pytest
 
 from datamask import make_clustered
 from datamask.data import Corpus
-from tests._data import DEMO_ROWS, SHARED_DEMO, SHIPPED_DEMO, write_reference_layout
+from tests._data import DEMO_ROWS, ROOT, SHARED_DEMO, SHIPPED_DEMO, write_reference_layout
 
 # No test reaches the network for a dataset or a model: datasets and the Hub stay offline.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -84,7 +84,30 @@ SLOW_FIXTURES = {
 }
 
 
+#: The files that take longest, longest first, run before all others. pytest-xdist's
+#: ``--dist loadfile`` keeps a file in one worker and hands files out in collection order
+#: (pyproject's ``--no-loadscope-reorder``: its default orders them by test count, which
+#: left the one-test Curator file to run alone at the end of the suite, 4 minutes).
+LONG_FILES = (
+    "tests/distributed/test_cluster_s3.py",
+    "tests/cli/test_reliability.py",
+    "tests/integrations/test_curator.py",
+    "tests/distributed/test_distributed.py",
+    "tests/io/test_storage_faults.py",
+    "tests/distributed/test_kmeans.py",
+)
+
+
+def _run_order(item: pytest.Item) -> int:
+    path = item.path.relative_to(ROOT).as_posix() if item.path.is_relative_to(ROOT) else ""
+    return LONG_FILES.index(path) if path in LONG_FILES else len(LONG_FILES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    missing = [f for f in LONG_FILES if not (ROOT / f).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONG_FILES names missing files: {missing}")
+    items.sort(key=_run_order)  # stable: each file's tests keep their order
     for item in items:
         used = SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ()))
         if used:

@@ -29,7 +29,7 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed import run_selection
 from tests._data import write_corpus_shards
 
 pytest.importorskip("ray")
@@ -74,7 +74,7 @@ def s3() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def corpus(s3, ray_cluster) -> list:
+def corpus(s3, ray_cluster, local_pool) -> list:
     """Four shards uploaded to s3://BUCKET/in/, and what the local pool selects from the
     same files on local disk with the same seed."""
     root = ray_cluster.root
@@ -83,7 +83,7 @@ def corpus(s3, ray_cluster) -> list:
     for f in sorted(local.iterdir()):
         s3["client"].upload_file(str(f), BUCKET, f"in/{f.name}")
     out = root / "local-output"
-    run_selection(local, out, SelectSpec.from_mapping(FLAGS), runner=LocalRunner(2), progress=False)
+    run_selection(local, out, SelectSpec.from_mapping(FLAGS), runner=local_pool, progress=False)
     return sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
 
 
@@ -153,14 +153,36 @@ def _local_data_files(folder: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_s3_only_cluster_matches_the_local_pool(workers, s3, ray_cluster, corpus):
+#: The spread k-means fit by steps (sample parts, Lloyd sums, routed rows, subtrees: all
+#: objects under the S3 work dir): 1,200 sampled rows in 4 parts.
+SPREAD = {**FLAGS, "kmeans_step_rows": 300}
+
+
+@pytest.mark.parametrize("workers, spread", [(1, False), (2, True)], ids=["1", "2-spread"])
+def test_s3_only_cluster_matches_the_local_pool(
+    workers, spread, s3, ray_cluster, corpus, local_pool
+):
+    """The selection on nodes that share nothing but the bucket is the local pool's, both
+    nodes ran steps, and nothing reached the driver's disk or the logs. With 2 workers the
+    k-means is the spread fit (its steps on the nodes too: one run checks both)."""
     client = s3["client"]
     driver = ray_cluster.root / f"driver-{workers}"
-    logs = _finish(_select(s3, ray_cluster, driver, f"out-{workers}", workers))
-    assert _selection(client, f"out-{workers}") == corpus
+    expected = corpus
+    if spread:  # the local pool's spread fit on the same files
+        out = ray_cluster.root / "local-spread"
+        spec = SelectSpec.from_mapping(SPREAD)
+        run_selection(
+            ray_cluster.root / "local-input", out, spec, runner=local_pool, progress=False
+        )
+        expected = sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
+    flags = SPREAD if spread else FLAGS
+    logs = _finish(_select(s3, ray_cluster, driver, f"out-{workers}", workers, flags))
+    assert _selection(client, f"out-{workers}") == expected
     manifest = _read_json(client, f"out-{workers}/manifest.json")
     assert manifest["complete"] and manifest["work_dir"] == f"s3://{BUCKET}/out-{workers}/_work"
+    assert manifest["partition"]["kmeans"]["spread"] is spread
+    if spread:
+        assert manifest["partition"]["kmeans"]["parts"] == 4
     # both worker nodes ran group steps (each step's stats name its Ray node)
     assert {g["ray_node"] for g in manifest["groups"]} == {n["NodeID"] for n in ray_cluster.nodes()}
     # the driver's disk (cwd, TMPDIR, HOME, cache) holds no data file
@@ -203,26 +225,6 @@ def test_killed_driver_resumes_from_s3_on_a_fresh_host(s3, ray_cluster, corpus):
     assert redone == [], f"{len(redone)} marked steps were redone: {redone[:5]}"
     assert _selection(client, "out-kill") == corpus
     assert _local_data_files(root / "driver-fresh") == []
-
-
-def test_the_spread_kmeans_fit_runs_on_the_cluster(s3, ray_cluster, corpus):
-    """The k-means fitted by steps (sample parts, Lloyd sums, routed rows, subtrees: all
-    objects under the S3 work dir) on nodes that share nothing else: the same selection as
-    the local pool's spread fit, steps on both nodes, no data file on the driver."""
-    client, root = s3["client"], ray_cluster.root
-    flags = {**FLAGS, "kmeans_step_rows": 300}  # 1,200 sampled rows: 4 parts
-    out = root / "local-spread"
-    spec = SelectSpec.from_mapping(flags)
-    run_selection(root / "local-input", out, spec, runner=LocalRunner(2), progress=False)
-    local = sorted(pq.read_table(out / "selected").column("chunk_id").to_pylist())
-    driver = root / "driver-spread"
-    _finish(_select(s3, ray_cluster, driver, "out-spread", 2, flags))
-    manifest = _read_json(client, "out-spread/manifest.json")
-    assert manifest["partition"]["kmeans"]["spread"] is True
-    assert manifest["partition"]["kmeans"]["parts"] == 4
-    assert _selection(client, "out-spread") == local
-    assert {g["ray_node"] for g in manifest["groups"]} == {n["NodeID"] for n in ray_cluster.nodes()}
-    assert _local_data_files(driver) == []
 
 
 #: The marker of one step of each phase: the assignment of a shard's rows to the clusters

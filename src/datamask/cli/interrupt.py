@@ -50,7 +50,7 @@ def exit_status(exc: KeyboardInterrupt) -> int:
 
 def _count(folder: Path, pattern: str) -> int:
     try:
-        return sum(1 for p in folder.glob(pattern) if p.is_file() and p.name != "global")
+        return sum(1 for p in folder.glob(pattern) if p.is_file())
     except OSError:
         return 0
 
@@ -70,7 +70,9 @@ def interrupted_line(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
         return f"{how}; no shard had finished, so nothing was written to {output}."
     if command == "select" and output and Path(output).is_dir():
         work = Path(getattr(args, "work_dir", None) or Path(output) / "_work")
-        done = _count(work / "completions", "*")
+        # group markers only: not a marker's temporary (".NNNNN....tmp", a group still being
+        # written when the signal came), nor the global, given or token-fill markers
+        done = _count(work / "completions", "[0-9]*")
         if done:
             return (
                 f"{how}; {done} finished group(s) are kept in {work}; rerun the same command "
