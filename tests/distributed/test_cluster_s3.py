@@ -264,7 +264,7 @@ TOKEN_FLAGS = dict(select_token_ratio=0.1, length_col="n_chars", method="greedy"
                    n_neighbors=16, chunk_size=300, seed=0)  # fmt: skip
 
 
-def test_a_token_budget_on_the_cluster_selects_what_the_pool_does(s3, ray_cluster):
+def test_a_token_budget_on_the_cluster_selects_what_the_pool_does(s3, ray_cluster, local_pool):
     """A token budget allocated by gains per token on nodes that share only S3: the local
     pool's selection, within one document of the budget."""
     client, root = s3["client"], ray_cluster.root
@@ -278,7 +278,7 @@ def test_a_token_budget_on_the_cluster_selects_what_the_pool_does(s3, ray_cluste
         lengths |= dict(zip(table.column("chunk_id").to_pylist(), n_chars.tolist(), strict=True))
         client.upload_file(str(f), BUCKET, f"tok-in/{f.name}")
     spec = SelectSpec.from_mapping(TOKEN_FLAGS)
-    run_selection(local, root / "tok-local", spec, runner=LocalRunner(2), progress=False)
+    run_selection(local, root / "tok-local", spec, runner=local_pool, progress=False)
     pool = sorted(pq.read_table(root / "tok-local" / "selected").column("chunk_id").to_pylist())
     driver = root / "driver-tokens"
     _finish(_select(s3, ray_cluster, driver, "out-tok", 2, TOKEN_FLAGS, source="tok-in"))
