@@ -133,3 +133,26 @@ def test_a_refused_resume_changes_nothing_of_the_run(shards, tmp_path):
         run_selection(data, out, settings, progress=False)
     assert _files(out) == before  # no spill written again, no tree fitted again
     assert first["totals"]["k"] == 120
+
+
+def test_what_a_run_killed_before_its_claim_left_is_not_trusted(shards, tmp_path):
+    settings = SelectSpec.from_mapping(dict(partition="cluster", chunk_size=150, **FAST))
+    clean = tmp_path / "clean"
+    run_selection(shards, clean, settings, progress=False)
+    # a run of other settings killed in its check pass: its tree and a spill, no claim
+    out = tmp_path / "out"
+    other = SelectSpec.from_mapping(dict(partition="cluster", chunk_size=400, **COLUMNS, **FAST))
+    infos = inspect_shards(list_shards(shards), columns=other.read_columns)
+    runner = LocalRunner(workers=1)
+    fit_first(infos, other, out / "_work", runner, progress=False)
+    run_steps(
+        runner,
+        SpillShard(),
+        spill_jobs(infos, other, out / "_work" / "clusters")[:1],
+        progress=False,
+    )
+    runner.close()
+    assert not (out / "_work" / "settings.json").exists()
+    run_selection(shards, out, settings, progress=False)
+    got = pq.read_table(out / "selected").sort_by("chunk_id")
+    assert got.equals(pq.read_table(clean / "selected").sort_by("chunk_id"))

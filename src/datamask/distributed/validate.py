@@ -114,6 +114,8 @@ def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
     """On an error in the ``with`` body, remove what the check pass writes in the work dir
     (:data:`CHECK_FOLDERS`) and every folder above them that the body created (the work
     dir, the output folder): a run refused before it claims its work dir leaves nothing.
+    What a run killed before its claim left there is removed on entry: nothing says which
+    settings its tree and spills were made with (the check pass makes them again).
     A work dir that already holds a run (its ``settings.json``) is left as it was: the
     checks that refuse a run over it (:func:`~.lifecycle.check_previous`, the scans'
     checksums) come before any write, its tree is fitted and its spills are written (the
@@ -126,22 +128,29 @@ def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
         while not folder.exists() and folder != folder.parent:
             created.append(folder)
             folder = folder.parent
+    if not claimed:  # what a killed run left before its claim: of unknown settings
+        _drop(work)
     try:
         yield
     except BaseException:
         if claimed:
             raise
-        for name in CHECK_FOLDERS:
-            place = work / name
-            if isinstance(place, Location):
-                with contextlib.suppress(OSError):
-                    place.fs.delete_dir(place.path)
-            else:
-                shutil.rmtree(place, ignore_errors=True)
+        _drop(work)
         for folder in created:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
         raise
+
+
+def _drop(work: Path | Location) -> None:
+    """Remove :data:`CHECK_FOLDERS` from an unclaimed work dir."""
+    for name in CHECK_FOLDERS:
+        place = work / name
+        if isinstance(place, Location):
+            with contextlib.suppress(OSError):
+                place.fs.delete_dir(place.path)
+        else:
+            shutil.rmtree(place, ignore_errors=True)
 
 
 @dataclass(frozen=True, slots=True)
