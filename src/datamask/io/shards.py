@@ -501,8 +501,7 @@ def scan_shard(
     the id hashes.
 
     ``extra``: more columns read in the same pass (not checked, not in the checksum);
-    ``visit``: called with every batch (``columns.read`` and ``extra``) once it is
-    checked, so a caller does its own work on the rows without reading them again.
+    ``visit``: called with every batch once it is checked (no second read of the rows).
 
     Raises
     ------
