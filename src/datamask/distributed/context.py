@@ -32,8 +32,8 @@ class RunContext:
 @dataclass
 class Checked:
     """Phase 1's facts: the shards (the input's, ``--given``'s), their checksums and
-    quality range, the budget, the work dir's record, the ``--given`` kept rows and a
-    token budget's plan."""
+    quality range, the budget, the work dir's record and the ``--given`` kept rows; the
+    k-means fit, the token count and the seconds of the check pass."""
 
     infos: list[ShardInfo]
     docs: list[ShardInfo]
@@ -44,7 +44,9 @@ class Checked:
     resumed: bool
     kept: dict[str, Any] | None
     rate: tuple[int, int]
-    tokens: Any = None  # a token budget's TokenPlan (:mod:`.tokens`), counted before the claim
+    fitted: dict[str, Any] | None = None  # the k-means fit before the check pass
+    tokens: Any = None  # the TokenPlan, under a token budget (counted by the check pass)
+    check_s: float = 0.0  # the check pass's seconds (with the spills, cluster partition)
 
     @property
     def n_total(self) -> int:

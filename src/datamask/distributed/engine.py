@@ -40,7 +40,7 @@ from ..io.verify import check_object
 from .executors import Runner, largest_first
 from .lifecycle import read_marker
 
-__all__ = ["Step", "amend", "execute", "finish", "finished", "run_steps"]
+__all__ = ["Step", "amend", "execute", "finish", "finished", "run_steps", "unfinished"]
 
 JobT = TypeVar("JobT")
 Place = Path | Location
@@ -137,13 +137,17 @@ def amend(marker: Place, book: dict[str, Any]) -> None:
     atomic_write_json(done, marker)
 
 
-def execute(step: Step[JobT], job: JobT) -> Any:
+def execute(step: Step[JobT], job: JobT, run: Callable[[JobT], Any] | None = None) -> Any:
     """One job, in a worker, under the resume rule: reused if finished, else run and
-    marked. Steps call nothing else to be resumable."""
+    marked. Steps call nothing else to be resumable.
+
+    ``run``: how to do the job instead of ``step.run``, with what the caller holds
+    already (the check pass spills the rows it has just read, :mod:`.validate`); the
+    same outputs and marker, under the same rule."""
     done = finished(step, job)
     if done is None:
         with recording(step.outputs(job)) as book:  # only what the marker will keep
-            stats = step.run(job)
+            stats = (run or step.run)(job)
         done = finish(step, job, stats, book)
     else:
         done = {**done, "reused": True}
@@ -191,6 +195,14 @@ def _reusable(step: Step[JobT], job: JobT, listings: _Listings) -> dict[str, Any
             return {**done, "reused": True}
     marker.unlink(missing_ok=True)
     return None
+
+
+def unfinished(step: Step[JobT], jobs: Sequence[JobT]) -> list[int]:
+    """Which of ``jobs`` :func:`run_steps` would run (the driver's view: one listing, then
+    the markers), for a phase that does some of a step's jobs inside another step (the
+    check pass writes the spills, :mod:`.validate`, each job under :func:`execute`)."""
+    listings = _Listings()
+    return [i for i, job in enumerate(jobs) if _reusable(step, job, listings) is None]
 
 
 def run_steps(

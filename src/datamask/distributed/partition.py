@@ -67,6 +67,7 @@ __all__ = [
     "spill_path",
     "SpillJob",
     "SpillShard",
+    "spill_table",
     "spills_released_path",
     "coalesce",
     "part_rows",
@@ -429,14 +430,23 @@ class SpillShard(Step[SpillJob]):
 
 
 def _spill(job: SpillJob) -> dict:
-    """:class:`SpillShard`'s work; returns the marker's stats (the shard, its counts)."""
+    """:class:`SpillShard`'s work on its own: one read of the shard, then
+    :func:`spill_table`."""
+    info = job.info
+    table = read_rows(info.path, 0, info.num_rows, job.columns, row_group_rows=info.row_group_rows)
+    return spill_table(job, table)
+
+
+def spill_table(job: SpillJob, table: pa.Table) -> dict:
+    """File the rows of ``table`` (the shard's ``job.columns``, in the shard's order)
+    under their leaves and write the spill; returns the marker's stats (the shard, its
+    counts). The check pass calls it on the rows it has just read (:mod:`.validate`), so
+    a shard is read once; :class:`SpillShard` on its own read."""
     info, feature_col, batch_size = job.info, job.feature_col, job.batch_size
     out = spill_path(storage_path(job.clusters), job.shard)
     tree = ClusterTree.load(job.tree_path)
-    columns = job.columns
-    # One read of the shard: the leaves come from its embedding column, then the rows are
-    # reordered by leaf. Memory is one shard, whatever the size of the corpus.
-    table = read_rows(info.path, 0, info.num_rows, columns, row_group_rows=info.row_group_rows)
+    # The leaves come from the embedding column, then the rows are reordered by leaf.
+    # Memory is one shard, whatever the size of the corpus.
     feats = features_from_arrow(table.column(feature_col), info.path, feature_col)
     labels, projections = [], []
     for lo in range(0, len(feats), batch_size):

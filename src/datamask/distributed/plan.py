@@ -47,11 +47,14 @@ __all__ = [
     "DISK_PER_INPUT_BYTE",
     "budget_k",
     "check_disk",
+    "cluster_count",
+    "fit_first",
     "check_work_disk",
     "disk_needed",
     "fit_cluster_tree",
     "plan_groups",
     "plan_partition",
+    "spill_jobs",
 ]
 
 #: A sharded run's peak disk in its work dir, per byte of input parquet, with a 10%
@@ -63,44 +66,83 @@ __all__ = [
 DISK_PER_INPUT_BYTE = {"cluster": 2.6, "cluster-gathered": 1.94, "chunk": 0.7, "shard": 0.7}
 
 
-def plan_partition(
+def cluster_count(infos: list[ShardInfo], settings: SelectSpec) -> int:
+    """The k-means clusters of ``--partition cluster``: ``--n-clusters``, else
+    :func:`~.partition.default_clusters` of the corpus."""
+    n_total = sum(i.num_rows for i in infos)
+    return settings.partition.n_clusters or default_clusters(n_total, settings.partition.chunk_size)
+
+
+def spill_jobs(infos: list[ShardInfo], settings: SelectSpec, folder: Path) -> list[SpillJob]:
+    """One :class:`~.partition.SpillShard` job per non-empty shard, filing its rows by
+    the tree in ``folder``; once the spills are released (every group gathered), a
+    spill's counts alone finish its job."""
+    released = spills_released_path(folder).exists()
+    columns, feature_col = tuple(settings.read_columns), settings.columns.feature_col
+    tree = str(folder / "tree.npz")
+    return [
+        SpillJob(s, info, tree, str(folder), columns, feature_col, released)
+        for s, info in enumerate(infos)
+        if info.num_rows
+    ]
+
+
+def fit_first(
     infos: list[ShardInfo], settings: SelectSpec, work: Path, runner: Runner, progress: bool
+) -> dict[str, Any] | None:
+    """Before the check pass, for ``--partition cluster``: the tree fitted on the seeded
+    sample (which reads only the sampled rows' row groups), so that the check pass files
+    every row under its leaf as it reads it (:func:`~.validate.scan_step`). Returns the
+    fit's facts and seconds for :func:`plan_partition` (None: another partition)."""
+    if settings.partition.partition != "cluster":
+        return None
+    clock = time.perf_counter()
+    n_clusters = cluster_count(infos, settings)
+    kmeans = fit_cluster_tree(infos, settings, n_clusters, work / "clusters", runner, progress)
+    return {"kmeans": kmeans, "fit": time.perf_counter() - clock}
+
+
+def plan_partition(
+    infos: list[ShardInfo],
+    settings: SelectSpec,
+    work: Path,
+    runner: Runner,
+    progress: bool,
+    fitted: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[str, list]], dict[str, Any]]:
-    """Group plan for the chosen partition, and facts about it for the manifest."""
+    """Group plan for the chosen partition, and facts about it for the manifest.
+
+    ``fitted``: :func:`fit_first`'s facts, when the tree was fitted before the check pass
+    and the check pass wrote the spills (then the spill steps here find them done)."""
     if settings.partition.partition == "shard":
         return plan_by_shard(infos), {}
     if settings.partition.partition == "chunk":
         return plan_by_chunk(infos, settings.partition.chunk_size), {}
-    n_total = sum(i.num_rows for i in infos)
-    n_clusters = settings.partition.n_clusters or default_clusters(
-        n_total, settings.partition.chunk_size
-    )
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     clock = time.perf_counter()
-    # 1-2. The k-means centroids and the cuts of clusters too large for one group.
-    kmeans = fit_cluster_tree(infos, settings, n_clusters, folder, runner, progress)
-    seconds = {"fit": time.perf_counter() - clock}
-    # 3. One streaming pass filing every row under its leaf (resumable per shard); the
-    #    driver gets only the leaves' totals back.
+    # 1-2. The k-means centroids and the cuts of clusters too large for one group (fitted
+    #    before the check pass, which spilled every shard as it read it, in a run).
+    if fitted is None:
+        fitted = fit_first(infos, settings, work, runner, progress)
+        assert fitted is not None
+        clock = time.perf_counter()
+    seconds = {"fit": fitted["fit"]}
+    # 3. Every row filed under its leaf (resumable per shard: done by the check pass, or
+    #    here by a read of its own); the driver gets only the leaves' totals back.
     released = spills_released_path(folder)
-    columns, feature_col = tuple(settings.read_columns), settings.columns.feature_col
-    spilled = [s for s, info in enumerate(infos) if info.num_rows]
     tree = ClusterTree.load(tree_path)
 
     def spill() -> np.ndarray:
-        done = released.exists()  # then a spill's counts finish its job
-        jobs = [
-            SpillJob(s, infos[s], str(tree_path), str(folder), columns, feature_col, done)
-            for s in spilled
-        ]
+        jobs = spill_jobs(infos, settings, folder)
         run_steps(runner, SpillShard(), jobs, progress=progress)  # counts stay in files
         index = IndexJob(str(folder), tree.n_leaves)  # one step: S counts files to one table
         (offsets,) = run_steps(runner, IndexSpills(), [index], progress=False)
         return np.asarray(offsets["per_leaf"], dtype=np.int64)
 
     per_leaf = spill()
-    seconds["spill"] = time.perf_counter() - clock - seconds["fit"]
+    seconds["spill"] = time.perf_counter() - clock
+    spilled = [s for s, info in enumerate(infos) if info.num_rows]
     # 4. The groups from the totals (neighbouring clusters merged up to --chunk-size,
     #    unless --n-clusters asked for them), then one step per group writes its rows as
     #    one object: every later step of the group opens that, not the S spills.
@@ -121,12 +163,12 @@ def plan_partition(
     run_steps(runner, ReleaseSpills(), batches, progress=False)
     if not released.exists():
         atomic_write_json({"shards": len(spilled)}, released)
-    seconds["gather"] = time.perf_counter() - clock - seconds["fit"] - seconds["spill"]
+    seconds["gather"] = time.perf_counter() - clock - seconds["spill"]
     # the phase's parts (a resumed run's fit is 0): docs/scale.md's plan calibrates on them
     facts = {
         "n_clusters": len(tree.centroids),
         "n_leaves": tree.n_leaves,
-        "kmeans": kmeans,
+        "kmeans": fitted["kmeans"],
         "gather_steps": gather_steps,  # buckets of groups, each opening every spill once
         "seconds": seconds,
     }
@@ -209,7 +251,7 @@ def fit_cluster_tree(
 
 
 def plan_groups(
-    run: RunContext, infos: list[ShardInfo], k_total: int
+    run: RunContext, infos: list[ShardInfo], k_total: int, fitted: dict[str, Any] | None = None
 ) -> tuple[list[Group], list[int], dict[str, Any], str]:
     """Phase 2: the groups, each one's share of the budget, and what round 1 asks of it.
 
@@ -217,11 +259,12 @@ def plan_groups(
     become one selection: ``"group"`` (each keeps its share; also a global budget over one
     group), ``"gains"`` (:mod:`.allocate`) or ``"central"`` (one more round over the union
     of the candidates, GreeDi). Under a global budget a group's ``k`` is the candidates it
-    proposes (more where an earlier allocation asked for more).
+    proposes (more where an earlier allocation asked for more). ``fitted``: the check
+    pass's fit (:func:`fit_first`).
     """
     settings = run.spec
     n_total = sum(i.num_rows for i in infos)
-    plan, facts = plan_partition(infos, settings, run.work, run.runner, run.progress)
+    plan, facts = plan_partition(infos, settings, run.work, run.runner, run.progress, fitted)
     groups = make_groups(plan, k_total, settings.selector.seed)
     if sum(g.k for g in groups) != k_total:  # apportion guarantees it; check before writing
         raise RuntimeError("group budgets do not add up to the global k; please report this.")

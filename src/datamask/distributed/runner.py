@@ -1,11 +1,16 @@
 """The driver of a sharded run: five short phases over pure steps, on any executor.
 
-1. **Check.** Footers, then every row of every shard in one streaming pass
-   (:mod:`.validate`); the output (and a work dir outside it) is claimed with an exclusive
-   lock and its fingerprint, per-shard checksums included, recorded
-   (:func:`~.lifecycle.claim`): a shard changed in place is refused on resume.
-2. **Plan.** Groups (:mod:`.partition`: k-means clusters by default, or shards, or
-   chunks), each one's share of ``k = round(select_ratio * N)`` (or ``--k``) and its seed.
+1. **Check: the one read of the corpus.** Footers; with ``--partition cluster`` the
+   k-means tree, fitted on the seeded sample's rows alone (:func:`~.plan.fit_first`);
+   then every row of every shard in one pass (:mod:`.validate`) that checks it, files its
+   id hash and, from the same rows, writes the shard's spill (its rows by leaf) and,
+   under a token budget, sums its tokens. A refusal here leaves nothing behind
+   (:func:`~.validate.dropped_on_error`). Then the work dir is claimed with its
+   fingerprint, per-shard checksums included (:func:`~.lifecycle.claim`): a shard
+   changed in place is refused on resume, by its scan, before it writes.
+2. **Plan.** Groups (:mod:`.partition`: k-means clusters by default, gathered from the
+   spills, or shards, or chunks), each one's share of ``k = round(select_ratio * N)`` (or
+   ``--k``) and its seed.
 3. **Select.** :func:`~.steps.select_group` on every group without a finished result.
    Under the global budget a group proposes candidates instead of keeping its share.
 4. **Combine.** Where the objective allows it, the budget is allocated by the groups'
@@ -46,7 +51,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +75,7 @@ from ..pipeline.given import check_given_terms
 from .cap import cap_across_groups
 from .context import Checked, RunContext
 from .cover import cover_round
-from .engine import run_steps
+from .engine import run_steps, unfinished
 from .executors import LocalRunner, Runner
 from .given import (
     CheckGivenSelection,
@@ -83,7 +88,8 @@ from .given import (
 from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
-from .plan import budget_k, check_work_disk, plan_groups
+from .partition import SpillShard
+from .plan import budget_k, check_work_disk, fit_first, plan_groups, spill_jobs
 from .rounds import allocate_round, allocate_tokens_round, central_round, select_round
 from .steps import GlobalJob, SelectGlobal
 from .tokens import (
@@ -204,14 +210,27 @@ def _inside(work: Path | Location, out: Path | Location) -> bool:
     return str(work).startswith(str(out).rstrip("/") + "/")
 
 
-def _check_inputs(
-    run: RunContext,
-) -> tuple[list[ShardInfo], list[ShardInfo], dict[str, str], QualityRange, TokenPlan | None]:
-    """Phase 1: footers (row counts, columns), then every row of every shard, and of
-    ``--given``'s with them (one width, one id type, no id in both, one quality range),
-    and a token budget's lengths (:func:`~.tokens.count_tokens`); nothing is written for
-    a run whose input is bad, and no group starts before all are checked. Returns the
-    input's shards, ``--given``'s, the checksums, the range and the token plan."""
+@dataclass
+class _Inputs:
+    """What the check pass found: the input's shards, ``--given``'s, their checksums and
+    quality range, the fit done before it (``--partition cluster``), the token plan
+    (under a token budget) and the pass's seconds."""
+
+    infos: list[ShardInfo]
+    docs: list[ShardInfo]
+    checksums: dict[str, str]
+    quality_range: QualityRange
+    fitted: dict[str, Any] | None
+    tokens: TokenPlan | None
+    seconds: float
+
+
+def _check_inputs(run: RunContext) -> _Inputs:
+    """Phase 1: footers (row counts, columns), the k-means fit on its sample
+    (``--partition cluster``), then every row of every shard in one pass that also files
+    each row under its leaf and counts its tokens, and ``--given``'s shards with them
+    (one width, one id type, no id in both, one quality range); nothing is written for a
+    run whose input is bad, and no group starts before all are checked."""
     infos = inspect_shards(run.files, columns=run.spec.read_columns)
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
@@ -229,33 +248,65 @@ def _check_inputs(
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
     ids_dir = id_buckets_dir(run.work)  # written by the scans, read by the bucket steps
     try:
-        jobs = scan_jobs(infos + docs, run.spec, ids_dir)
+        # refuses a work dir of another run before anything is written
+        jobs = scan_jobs(infos + docs, run.spec, ids_dir, n_input=len(infos))
+        fitted = _fit_first(run, infos, docs, jobs, checker)
+        clock = time.perf_counter()
+        if fitted is not None:  # the scans spill the shards whose spill is not there
+            spills = spill_jobs(infos, run.spec, run.work / "clusters")
+            by_shard = {spills[i].shard: spills[i] for i in unfinished(SpillShard(), spills)}
+            jobs = [replace(job, spill=by_shard.get(job.index)) for job in jobs]
         scans = run_steps(checker, ScanShard(), jobs, progress=run.progress)
-        checksums, quality_range = check_scans(
-            scans, infos + docs, run.spec, checker, ids_dir, len(infos) if docs else None
-        )
+        checksums, quality_range = _check_scans(run, scans, infos, docs, checker)
+        plan = count_tokens(run.spec, scans) if run.spec.selector.token_budget else None
         if run.given[1] is not None:  # every id of --given-selection is in --given
             job = GivenJob(run.spec, str(run.work), run.given)
             run_steps(checker, CheckGivenSelection(), [job], progress=False)
-        tokens = None  # a length that is not > 0 is refused here, before the claim
-        if run.spec.selector.token_budget:
-            tokens = count_tokens(run.spec, infos, checker, run.progress)
     finally:
         if checker is not run.runner:
             checker.close()
-    return infos, docs, checksums, quality_range, tokens
+    seconds = time.perf_counter() - clock
+    return _Inputs(infos, docs, checksums, quality_range, fitted, plan, seconds)
+
+
+def _check_scans(
+    run: RunContext, scans: list, infos: list[ShardInfo], docs: list[ShardInfo], checker: Any
+) -> tuple[dict[str, str], QualityRange]:
+    """:func:`~.validate.check_scans` of the input's scans and ``--given``'s."""
+    ids_dir = id_buckets_dir(run.work)
+    n_input = len(infos) if docs else None
+    return check_scans(scans, infos + docs, run.spec, checker, ids_dir, n_input)
+
+
+def _fit_first(
+    run: RunContext, infos: list[ShardInfo], docs: list[ShardInfo], jobs: list, checker: Any
+) -> dict[str, Any] | None:
+    """:func:`~.plan.fit_first`. The fit reads only the sample's rows and cannot say what
+    is wrong with the input as the check does: when it refuses its rows, the check pass
+    (without spills) names the first bad row, file and column as ever."""
+    try:
+        return fit_first(infos, run.spec, run.work, checker, run.progress)
+    except ValueError as refused:
+        failed = refused
+    scans = run_steps(checker, ScanShard(), jobs, progress=run.progress)
+    _check_scans(run, scans, infos, docs, checker)
+    raise failed
 
 
 def _check_and_claim(run: RunContext) -> Checked:
     """Phase 1: check every row (and --given's), then claim the work dir for these inputs
     and settings (--given's files in the fingerprint too: changed, a resume is refused);
-    given KEPT, its kept rows written once for the groups."""
+    given KEPT, its kept rows written once for the groups. The claim comes after the
+    check pass, so a run refused there changes nothing of a run the work dir holds; its
+    fingerprint holds every shard's checksum, so a resume refuses a shard changed in place
+    (its scan compares it before writing anything)."""
     # a run refused here leaves nothing (a remote work dir it made: its empty folder too)
-    with _made_remote_dropped(run.work), dropped_on_error(id_buckets_dir(run.work)):
-        infos, docs, checksums, quality_range, tokens = _check_inputs(run)
+    with _made_remote_dropped(run.work), dropped_on_error(run.work):
+        found = _check_inputs(run)
+        infos, docs = found.infos, found.docs
         n_total = sum(i.num_rows for i in infos)
         k_total = budget_k(run.spec, n_total)
-        record = fingerprint(run.spec, infos + docs, checksums)
+        record = fingerprint(run.spec, infos + docs, found.checksums)
         resumed = claim(run.work, run.out, record)
     kept = None
     if docs:
@@ -263,7 +314,18 @@ def _check_and_claim(run: RunContext) -> Checked:
         (kept,) = run_steps(run.runner, PrepareKept(), [job], progress=run.progress)
     rate = rate_totals(k_total, n_total, kept)
     return Checked(
-        infos, docs, checksums, quality_range, k_total, record, resumed, kept, rate, tokens
+        infos,
+        docs,
+        found.checksums,
+        found.quality_range,
+        k_total,
+        record,
+        resumed,
+        kept,
+        rate,
+        fitted=found.fitted,
+        tokens=found.tokens,
+        check_s=found.seconds,
     )
 
 
@@ -296,7 +358,8 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
         return _run_tokens(run, checked, started)
     k_total, quality_range = checked.k_total, checked.quality_range
     # 2. Plan the groups.
-    groups, shares, plan_facts, combine = plan_groups(run, checked.infos, k_total)
+    groups, shares, plan_facts, combine = plan_groups(run, checked.infos, k_total, checked.fitted)
+    _check_seconds(plan_facts, checked)
     two_rounds = combine != "group"
     totals = checked.rate if combine == "gains" else None
     plan_s = time.perf_counter() - started
@@ -375,7 +438,9 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     what they left); then the cover, the keep lists and the manifest as ever."""
     out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
     plan = checked.tokens
-    groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total)
+    assert plan is not None  # counted by the check pass
+    groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total, checked.fitted)
+    _check_seconds(plan_facts, checked)
     groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
     combine = token_combine(settings, len(groups))
     central = combine != "group"
@@ -451,6 +516,13 @@ TOKEN_ALLOCATIONS = {
     "central": "each group proposes oversample x its tokens' share, one central round keeps T",
     "group": "each group keeps its tokens' share, one fill spends what they left",
 }
+
+
+def _check_seconds(facts: dict[str, Any], checked: Checked) -> None:
+    """The check pass's seconds in the plan's split (``partition.seconds``; with
+    ``--partition cluster`` the pass writes the spills too)."""
+    if "seconds" in facts:
+        facts["seconds"] = {"check": checked.check_s, **facts["seconds"]}
 
 
 def _central_tokens(

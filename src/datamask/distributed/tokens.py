@@ -1,10 +1,11 @@
 """Token budgets on a sharded run (issue 46): keep documents whose lengths sum to at most
 ``T`` and to within the longest document of it, over groups that never see each other.
 
-1. **Count.** One step per shard reads its length column once (texts: their characters,
-   :func:`~datamask.io.text.lengths_from_arrow`), refuses a length that is not > 0 naming
-   the shard and row, and returns three numbers: its tokens, its longest and shortest
-   document. The driver adds them up: the corpus' tokens resolve ``--select-token-ratio``.
+1. **Count.** The check pass reads every shard's length column with its other columns
+   (:mod:`.validate`; texts: their characters, :func:`~datamask.io.text.lengths_from_arrow`),
+   refuses a length that is not > 0 naming the shard and row, and returns three numbers:
+   its tokens, its longest and shortest document. The driver adds them up: the corpus'
+   tokens resolve ``--select-token-ratio``, before the work dir is claimed.
 2. **Select.** How the groups' results become one selection of ``T`` tokens follows the
    document budget (:func:`token_combine`):
 
@@ -45,6 +46,7 @@ group); the offers are read by the fill step, a few rows per group.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,7 @@ from ..data import Corpus, Selection
 from ..io.atomic import atomic_write_json
 from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, read_table
-from ..io.shards import ShardInfo
+from ..io.shards import ShardScan
 from ..io.text import lengths_from_arrow
 from ..pipeline.step import MODULAR
 from .allocate import (
@@ -82,6 +84,7 @@ __all__ = [
     "ask_for_tokens",
     "check_token_settings",
     "count_tokens",
+    "shard_tokens",
     "fill_round",
     "group_token_budget",
     "offer_path",
@@ -139,48 +142,26 @@ class TokenPlan:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class LengthJob:
-    """One shard's length column."""
-
-    index: int
-    path: str
-    rows: int
-    column: str
-
-
-class CountTokens(Step[LengthJob]):
-    """A shard's tokens, longest and shortest document; no marker (it is cheap, and a
-    changed shard is refused by the fingerprint anyway)."""
-
-    name = "count tokens"
-    unit = "shard"
-
-    def size(self, job: LengthJob) -> int:
-        return job.rows
-
-    def run(self, job: LengthJob) -> dict[str, float]:
-        column = read_table(job.path, columns=[job.column]).column(0)
-        lengths = check_lengths(lengths_from_arrow(column, job.column, job.path), job.path)
-        return {
-            "tokens": float(lengths.sum()),
-            "longest": float(lengths.max()),
-            "shortest": float(lengths.min()),
-        }
+def shard_tokens(column: Any, length_col: str, path: str) -> dict[str, float]:
+    """Step 1 for one shard, on its length column as the check pass read it
+    (:func:`~.validate.scan_step`): its tokens, longest and shortest document; a length
+    that is not > 0 is refused naming the shard and row."""
+    lengths = check_lengths(lengths_from_arrow(column, length_col, path), path)
+    return {
+        "tokens": float(lengths.sum()),
+        "longest": float(lengths.max()),
+        "shortest": float(lengths.min()),
+    }
 
 
-def count_tokens(
-    spec: SelectSpec, infos: list[ShardInfo], runner: Runner, progress: bool
-) -> TokenPlan:
-    """Step 1: the corpus' tokens from every shard's three numbers, and the budget ``T``
-    (``--budget-tokens``, or ``--select-token-ratio`` of the corpus' tokens), refused
-    as :func:`~datamask.budget.resolve_token_budget` refuses it."""
+def count_tokens(spec: SelectSpec, scans: Sequence[ShardScan]) -> TokenPlan:
+    """Step 1: the corpus' tokens from every shard's three numbers (the check pass's
+    scans, :func:`shard_tokens`), and the budget ``T`` (``--budget-tokens``, or
+    ``--select-token-ratio`` of the corpus' tokens), refused as
+    :func:`~datamask.budget.resolve_token_budget` refuses it."""
     sel, column = spec.selector, spec.selector.length_col
     assert column is not None  # token_settings resolved it
-    jobs = [
-        LengthJob(i, str(f.path), f.num_rows, column) for i, f in enumerate(infos) if f.num_rows
-    ]
-    stats = run_steps(runner, CountTokens(), jobs, progress=progress)
+    stats = [sc.tokens for sc in scans if sc.tokens is not None]
     corpus = float(sum(s["tokens"] for s in stats))
     shortest = min(s["shortest"] for s in stats)
     where = "the input shards"

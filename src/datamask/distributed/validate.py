@@ -36,8 +36,10 @@ from .._validation import check_quality_span
 from ..io.fs import Location, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
-from .engine import Step, run_steps
+from .engine import Step, execute, run_steps
 from .lifecycle import check_previous
+from .partition import SpillJob, SpillShard, spill_table
+from .tokens import shard_tokens
 
 __all__ = [
     "scan_jobs",
@@ -49,6 +51,7 @@ __all__ = [
     "repeats_step",
     "check_scans",
     "dropped_on_error",
+    "CHECK_FOLDERS",
     "id_buckets_dir",
     "BUCKET_ROWS",
     "QualityRange",
@@ -101,43 +104,62 @@ def id_buckets_dir(work_dir: str | Path) -> Path:
     return storage_path(work_dir) / "ids"
 
 
+#: What the check pass writes in a work dir it has not claimed: the id buckets, and for
+#: ``--partition cluster`` the tree and the spills (:func:`dropped_on_error` removes them).
+CHECK_FOLDERS = ("ids", "clusters")
+
+
 @contextlib.contextmanager
-def dropped_on_error(ids_dir: str | Path) -> Iterator[None]:
-    """On an error in the ``with`` body, remove the id buckets and every folder above them
-    that the body created (the work dir, the output folder): a run refused before it
-    claims its work dir leaves nothing. A work dir that already holds a run (its
-    ``settings.json``) is left as it was: the checks that refuse a run over it
-    (:func:`~.lifecycle.check_previous`, the scans' checksums) come before any write, and
-    its id buckets are that run's."""
-    place = storage_path(ids_dir)
-    claimed = (place.parent / "settings.json").exists()
+def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
+    """On an error in the ``with`` body, remove what the check pass writes in the work dir
+    (:data:`CHECK_FOLDERS`) and every folder above them that the body created (the work
+    dir, the output folder): a run refused before it claims its work dir leaves nothing.
+    What a run killed before its claim left there is removed on entry: nothing says which
+    settings its tree and spills were made with (the check pass makes them again).
+    A work dir that already holds a run (its ``settings.json``) is left as it was: the
+    checks that refuse a run over it (:func:`~.lifecycle.check_previous`, the scans'
+    checksums) come before any write, its tree is fitted and its spills are written (the
+    claim comes after the check pass), and its id buckets are that run's."""
+    work = storage_path(work_dir)
+    claimed = (work / "settings.json").exists()
     created = []  # local folders that did not exist before, deepest first
-    if not isinstance(place, Location):
-        folder = place
+    if not isinstance(work, Location):
+        folder = work
         while not folder.exists() and folder != folder.parent:
             created.append(folder)
             folder = folder.parent
+    if not claimed:  # what a killed run left before its claim: of unknown settings
+        _drop(work)
     try:
         yield
     except BaseException:
         if claimed:
             raise
+        _drop(work)
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+        raise
+
+
+def _drop(work: Path | Location) -> None:
+    """Remove :data:`CHECK_FOLDERS` from an unclaimed work dir."""
+    for name in CHECK_FOLDERS:
+        place = work / name
         if isinstance(place, Location):
             with contextlib.suppress(OSError):
                 place.fs.delete_dir(place.path)
         else:
             shutil.rmtree(place, ignore_errors=True)
-            for folder in created[1:]:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()  # only when empty
-        raise
 
 
 @dataclass(frozen=True, slots=True)
 class ScanJob:
     """One shard to scan: its place in the run, its path and rows, the columns, the id
     buckets' count and folder, and the checksum an earlier run recorded for it (``""``:
-    none)."""
+    none). ``spill``: the shard's spill, written from the rows the scan reads
+    (``--partition cluster``, the tree fitted); ``length_col``: the lengths to sum under a
+    token budget."""
 
     index: int
     path: str
@@ -146,11 +168,15 @@ class ScanJob:
     n_buckets: int
     ids_dir: str
     expect: str = ""
+    spill: SpillJob | None = None
+    length_col: str | None = None
 
 
 class ScanShard(Step[ScanJob]):
-    """Every row of one shard read once (:func:`scan_step`). No marker: the scan's
-    checksum is the run's fingerprint, taken again on every run."""
+    """Every row of one shard read once (:func:`scan_step`): checked, its id hashes filed,
+    and with them its spill and its tokens. No marker: the scan's checksum is the run's
+    fingerprint, taken again on every run (the spill keeps its own, :class:`SpillShard`'s,
+    and is not written again once there)."""
 
     name = "check inputs"
     unit = "shard"
@@ -159,7 +185,7 @@ class ScanShard(Step[ScanJob]):
         return job.rows
 
     def run(self, job: ScanJob) -> ShardScan:
-        return scan_step(job.index, job.path, job.columns, job.n_buckets, job.ids_dir, job.expect)
+        return scan_step(job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,30 +216,49 @@ class BucketRepeats(Step[RepeatsJob]):
         return repeats_step(job.bucket, job.ids_dir, np.asarray(job.shards), job.inputs)
 
 
-def scan_step(
-    index: int, path: str, columns: Any, n_buckets: int, ids_dir: str, expect: str = ""
-) -> ShardScan:
+def scan_step(job: ScanJob) -> ShardScan:
     """:func:`~datamask.io.shards.scan_shard`, then its id hashes filed by bucket: one
     parquet (``hash`` uint64, ``row`` int64) per bucket, empty ones too, so a bucket step
-    reads exactly one file per scanned shard. Returns the scan without its hashes.
+    reads exactly one file per scanned shard; then, from the same rows, the shard's spill
+    (``job.spill``: :func:`~.partition.spill_table` under :class:`SpillShard`'s marker,
+    unless that is there) and its tokens (``job.length_col``:
+    :func:`~.tokens.shard_tokens`). Returns the scan without its hashes.
 
-    ``expect``: the checksum the work dir's earlier run recorded for this shard; another
-    one is refused before anything is written (the earlier run's buckets stay as they were).
+    ``job.expect``: the checksum the work dir's earlier run recorded for this shard;
+    another one is refused before anything is written (the earlier run's buckets and
+    spills stay as they were).
     """
-    scan = scan_shard(index, path, columns, n_buckets)
-    if expect and scan.checksum != expect:
+    spill, length_col = job.spill, job.length_col
+    extra = [*(spill.columns if spill else ()), *([length_col] if length_col else [])]
+    batches: list[pa.RecordBatch] = []  # only the columns the spill and the count need
+
+    def visit(batch: pa.RecordBatch) -> None:
+        batches.append(batch.select(list(dict.fromkeys(extra))))
+
+    scan = scan_shard(
+        job.index, job.path, job.columns, job.n_buckets, extra=extra, visit=visit if extra else None
+    )
+    if job.expect and scan.checksum != job.expect:
         raise ValueError(
-            f"{storage_path(ids_dir).parent} holds a run with other settings (input shards "
-            f"changed: content of {Path(str(path)).name} changed); rerun with the same "
+            f"{storage_path(job.ids_dir).parent} holds a run with other settings (input shards "
+            f"changed: content of {Path(str(job.path)).name} changed); rerun with the same "
             "arguments to resume, or choose another --output/--work-dir."
         )
+    table = pa.Table.from_batches(batches) if batches else None  # the batches' buffers
+    tokens = None
+    if length_col is not None and table is not None:
+        tokens = shard_tokens(table.column(length_col), length_col, job.path)
     h = scan.id_hashes
     bounds = np.concatenate([[0], np.cumsum(scan.bucket_counts)]).astype(np.int64)
-    for b in range(n_buckets):
+    for b in range(job.n_buckets):
         part = h[int(bounds[b]) : int(bounds[b + 1])]
-        table = pa.table({"hash": pa.array(part["hash"]), "row": pa.array(part["row"])})
-        atomic_write_table(table, bucket_file(ids_dir, b, index))
-    return replace(scan, id_hashes=None)
+        ids = pa.table({"hash": pa.array(part["hash"]), "row": pa.array(part["row"])})
+        atomic_write_table(ids, bucket_file(job.ids_dir, b, job.index))
+    if spill is not None and table is not None:
+        rows = table.select(list(spill.columns)).combine_chunks()
+        del table
+        execute(SpillShard(), spill, run=lambda j: spill_table(j, rows))
+    return replace(scan, id_hashes=None, tokens=tokens)
 
 
 def repeats_step(bucket: int, ids_dir: str, shards: np.ndarray, inputs: str) -> dict[str, Any]:
@@ -293,16 +338,34 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
     return max(1, math.ceil(sum(i.num_rows for i in infos) / BUCKET_ROWS))
 
 
-def scan_jobs(infos: Sequence[ShardInfo], settings: Any, ids_dir: str | Path) -> list[ScanJob]:
+def scan_jobs(
+    infos: Sequence[ShardInfo],
+    settings: Any,
+    ids_dir: str | Path,
+    n_input: int | None = None,
+) -> list[ScanJob]:
     """One :class:`ScanShard` job per non-empty shard (its id hashes go to
     ``ids_dir``). A work dir holding an earlier run with other settings or shards is
-    refused here, before any scan writes (:func:`~.lifecycle.check_previous`)."""
+    refused here, before any scan writes (:func:`~.lifecycle.check_previous`).
+
+    ``n_input``: how many of ``infos`` are the input's (the rest are ``--given``'s), whose
+    tokens are counted under a token budget. A job spills nothing until given its
+    :class:`~.partition.SpillJob` (``dataclasses.replace(job, spill=...)``)."""
     sums = check_previous(storage_path(ids_dir).parent, settings, list(infos))
     n_buckets = _n_buckets(infos)
     columns = settings.columns
+    n_input = len(infos) if n_input is None else n_input
+    length_col = settings.selector.length_col if settings.selector.token_budget else None
     return [
         ScanJob(
-            s, info.path, info.num_rows, columns, n_buckets, str(ids_dir), sums.get(info.path, "")
+            s,
+            info.path,
+            info.num_rows,
+            columns,
+            n_buckets,
+            str(ids_dir),
+            sums.get(info.path, ""),
+            length_col=length_col if s < n_input else None,
         )
         for s, info in enumerate(infos)
         if info.num_rows

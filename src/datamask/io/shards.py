@@ -450,6 +450,9 @@ class ShardScan:
         bucket (``hash % n_buckets``); None once the driver has filed them.
     bucket_counts : tuple of int
         Ids of this shard in each bucket.
+    tokens : dict or None
+        Under a token budget: the shard's ``tokens``, ``longest`` and ``shortest``
+        document (filled by the sharded check pass); None otherwise.
     """
 
     index: int
@@ -461,6 +464,7 @@ class ShardScan:
     checksum: str
     id_hashes: np.ndarray | None
     bucket_counts: tuple[int, ...]
+    tokens: dict[str, float] | None = None
 
 
 ID_HASH_DTYPE = np.dtype([("hash", "<u8"), ("row", "<i8")])
@@ -485,6 +489,8 @@ def scan_shard(
     columns: Columns,
     n_buckets: int = 1,
     batch_size: int = 65_536,
+    extra: Sequence[str] = (),
+    visit: Callable[[pa.RecordBatch], None] | None = None,
 ) -> ShardScan:
     """Check every row of one shard, streaming; a pure step of the validation pass.
 
@@ -494,6 +500,9 @@ def scan_shard(
     columns (for the resume fingerprint). Memory is one batch plus 16 bytes per row for
     the id hashes.
 
+    ``extra``: more columns read in the same pass (not checked, not in the checksum);
+    ``visit``: called with every batch once it is checked (no second read of the rows).
+
     Raises
     ------
     ValueError
@@ -501,6 +510,7 @@ def scan_shard(
     """
     id_col, quality_cols = columns.id_col, columns.quality_cols
     names = columns.read
+    read = list(dict.fromkeys([*names, *extra]))
     pf = _open(path)
     id_type = pf.schema_arrow.field(id_col).type
     check_id_type(id_type, id_col, str(path))
@@ -509,7 +519,7 @@ def scan_shard(
     qmax = np.full(len(quality_cols), -np.inf)
     hashes = []
     row = 0
-    batches = pf.iter_batches(batch_size=batch_size, columns=names)
+    batches = pf.iter_batches(batch_size=batch_size, columns=read)
     while True:
         try:  # read errors (a corrupt page) name the file
             batch = next(batches, None)
@@ -536,6 +546,8 @@ def scan_shard(
         unit_rows(feats, where)
         del feats
         hashes.append(hash_ids(ids))
+        if visit is not None:
+            visit(batch)
         row += batch.num_rows
     for j, name in enumerate(quality_cols):
         check_quality_span(np.asarray([qmin[j], qmax[j]]), name, str(path))
