@@ -36,8 +36,7 @@ def one(args: argparse.Namespace) -> dict:
     import torch
 
     from datamask import make_clustered
-    from datamask._device import set_threads
-    from datamask._memory import bound_heap
+    from datamask.measure import bound_heap, set_threads
     from datamask.neighbors import knn_graph, sampled_recall
 
     set_threads(args.one_threads)

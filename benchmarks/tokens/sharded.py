@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "_lib"))
 import ledger  # noqa: E402
 
-from datamask._validation import check_corpus  # noqa: E402
+from datamask import check_corpus  # noqa: E402
 from datamask.api import select  # noqa: E402
 from datamask.budget import TokenBudget  # noqa: E402
 from datamask.config import SelectSpec  # noqa: E402

@@ -13,7 +13,7 @@ import os as _os
 # 2 threads at load average 5.6 on 2 cores (0.45 s -> 4.9 s); see _device.set_threads.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from ._validation import Interval, Options
+from ._validation import Interval, Options, check_corpus
 from ._version import __version__
 from .api import select, select_table
 from .applying import ApplySpec
@@ -79,6 +79,7 @@ __all__ = [
     "__version__",
     "apply",
     "bench",
+    "check_corpus",
     "embed",
     "evaluate",
     "make_clustered",

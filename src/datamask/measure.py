@@ -13,9 +13,17 @@ private module (``tests/test_benchmarks.py`` checks).
 """
 
 from ._device import resolve_device, set_threads
-from ._memory import cpu_seconds, load_average, measure_peak_rss, peak_rss_mb, rss_mb
+from ._memory import (
+    bound_heap,
+    cpu_seconds,
+    load_average,
+    measure_peak_rss,
+    peak_rss_mb,
+    rss_mb,
+)
 
 __all__ = [
+    "bound_heap",
     "cpu_seconds",
     "load_average",
     "measure_peak_rss",
