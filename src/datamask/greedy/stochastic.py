@@ -91,6 +91,14 @@ class StochasticGreedy(Selector):
         self.sample = sample
         self.batch_size = batch_size
 
+    def _sample(self, pool: torch.Tensor, s: int) -> torch.Tensor:
+        """A uniform sample of ``s`` rows of ``pool`` without replacement (all of them if
+        ``s`` covers it), sorted so that the first maximum is the lowest row."""
+        if s >= len(pool):
+            return pool
+        pos = torch.randperm(len(pool), generator=self._torch_gen, device=pool.device)[:s]
+        return pool[pos.sort().values]
+
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         if self.budget_ is not None:
             return self._select_tokens(corpus, objective)
@@ -110,11 +118,7 @@ class StochasticGreedy(Selector):
                 self._check_left(t, n)
                 # 1. A uniform sample without replacement of the remaining rows, sorted so
                 #    that the first maximum is the lowest row index.
-                if s >= len(pool):
-                    cand = pool
-                else:
-                    pos = torch.randperm(len(pool), generator=self._torch_gen, device=dev)[:s]
-                    cand = pool[pos.sort().values]
+                cand = self._sample(pool, s)
                 # 2. Its exact argmax: evaluate everything, or lazily from the bounds.
                 if not lazy:
                     gains = objective.gains(state, cand)
@@ -190,11 +194,7 @@ class StochasticGreedy(Selector):
                 if len(pool) == 0:
                     break
                 # 1. A uniform sample of the rows that fit, sorted: ties to the lower row.
-                if s >= len(pool):
-                    cand = pool
-                else:
-                    pos = torch.randperm(len(pool), generator=self._torch_gen, device=dev)[:s]
-                    cand = pool[pos.sort().values]
+                cand = self._sample(pool, s)
                 # 2. Its exact argmax by key: evaluate everything, or lazily from the keys.
                 if not lazy:
                     keys[cand] = objective.gains(state, cand).double() / cost[cand]
