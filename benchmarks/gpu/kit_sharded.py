@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -58,7 +59,9 @@ class OutputTimeline:
         self.sample()
 
 
-def _sharded(rec: Recorder, device: torch.device, sizes: Sizes, args, n: int, dim: int) -> None:
+def _sharded(
+    rec: Recorder, device: torch.device, sizes: Sizes, args, n: int, dim: int, workers: int
+) -> float:
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner, run_selection
 
@@ -73,15 +76,17 @@ def _sharded(rec: Recorder, device: torch.device, sizes: Sizes, args, n: int, di
         n=n,
         dim=dim,
         generate_seconds=round(generated, 3),
-        workers=sizes.workers,
+        workers=workers,
+        chunk_size=sizes.chunk_size or None,
         output=str(out),
         select_started_s=round(time.perf_counter() - rec.start, 3),
     )
-    spec = SelectSpec.from_mapping(
-        {"select_ratio": sizes.select_ratio, "device": str(device), "seed": 0}
-    )
+    settings: dict[str, Any] = {"select_ratio": sizes.select_ratio, "device": str(device)}
+    if sizes.chunk_size:
+        settings["chunk_size"] = sizes.chunk_size
+    spec = SelectSpec.from_mapping({**settings, "seed": 0})
     started = time.perf_counter()
-    runner = LocalRunner(workers=sizes.workers)
+    runner = LocalRunner(workers=workers)
     watch = OutputTimeline(rec, out)  # where a cut-off run spent its time
     try:
         m = run_selection(str(data), str(out), spec, runner=runner, progress=True)
@@ -107,15 +112,33 @@ def _sharded(rec: Recorder, device: torch.device, sizes: Sizes, args, n: int, di
         gpu_peak_mb_per_worker=s["gpu_peak_mb_per_worker"],
         peak_rss_mb_per_worker=s["peak_rss_mb_per_worker"],
         devices=s["devices"],
+        J=(m.get("terms") or {}).get("J"),
+        selection_digest=m.get("selection_digest"),
         met=device.type == "cuda" and t["n_docs"] / wall / gpus >= 200_000,
     )
     if not args.keep_data:
         shutil.rmtree(data, ignore_errors=True)
+    return wall
 
 
 def fig_sharded_384(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    _sharded(rec, device, sizes, args, sizes.sharded_n, sizes.dim)
+    _sharded(rec, device, sizes, args, sizes.sharded_n, sizes.dim, sizes.workers)
+
+
+def fig_sharded_384_cpu(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
+    """The same selection as ``sharded-384`` on the same machine's CPU cores only
+    (``cpu_workers`` workers, ``--device cpu``); with ``sharded-384``'s JSON beside it, the
+    GPU run's speed-up over this one (issue 43: >= 6x)."""
+    wall = _sharded(
+        rec, torch.device("cpu"), sizes, args, sizes.sharded_n, sizes.dim, sizes.cpu_workers
+    )
+    gpu = Path(args.results) / "sharded-384.json"
+    gpu_wall = json.loads(gpu.read_text()).get("wall_seconds") if gpu.exists() else None
+    if gpu_wall:
+        rec.add(gpu_speedup=round(wall / gpu_wall, 3), met=wall / gpu_wall >= 6.0)
+    else:
+        rec.add(gpu_speedup=None, met=None)
 
 
 def fig_sharded_1536(rec: Recorder, device: torch.device, sizes: Sizes, args) -> None:
-    _sharded(rec, device, sizes, args, sizes.sharded_wide_n, sizes.wide_dim)
+    _sharded(rec, device, sizes, args, sizes.sharded_wide_n, sizes.wide_dim, sizes.workers)

@@ -69,7 +69,7 @@ from kit_embed import fig_embed  # noqa: E402
 from kit_greedy import fig_greedy  # noqa: E402
 from kit_one_file import fig_graph, fig_group  # noqa: E402
 from kit_report import report_path, write_report  # noqa: E402
-from kit_sharded import fig_sharded_384, fig_sharded_1536  # noqa: E402
+from kit_sharded import fig_sharded_384, fig_sharded_384_cpu, fig_sharded_1536  # noqa: E402
 
 from datamask.io.atomic import atomic_write_json  # noqa: E402
 
@@ -95,14 +95,16 @@ __all__ = [
 PARTS: dict[int, list[str]] = {
     1: ["correctness", "graph", "group"],
     2: ["embed", "greedy"],
-    3: ["sharded-384", "sharded-1536"],
+    3: ["sharded-384", "sharded-384-cpu", "sharded-1536"],
 }
-#: ``--all``'s order: what the host-side fixes since the H200 run (ce2ee78) should change
-#: first (the sharded steps, the 1M group), then the greedy with its new host baseline and
-#: embed at batch 512 (cut off twice); the graph last (recall met on the H200: 0.99985).
+#: ``--all``'s order: issue 43's figures first (the sharded 1M x 384 on the GPU, then the
+#: same selection on the CPU cores alone, which reads the GPU run's shards when
+#: ``--keep-data`` keeps them), the 1M group and the greedy, then embed, the 1M x 1536
+#: shards and the graph (recall met on the H200: 0.99985).
 ORDER = [
     "correctness",
     "sharded-384",
+    "sharded-384-cpu",
     "group",
     "greedy",
     "embed",
@@ -121,6 +123,7 @@ CAPS = {
     "embed": 75,
     "greedy": 120,
     "sharded-384": 180,
+    "sharded-384-cpu": 180,
     "sharded-1536": 90,
 }
 
@@ -159,6 +162,7 @@ FIGURES: dict[str, Callable[..., None]] = {
     "embed": fig_embed,
     "greedy": fig_greedy,
     "sharded-384": fig_sharded_384,
+    "sharded-384-cpu": fig_sharded_384_cpu,
     "sharded-1536": fig_sharded_1536,
 }
 assert tuple(FIGURES) == FIGURE_NAMES  # RESULTS.md's rows, in this order
