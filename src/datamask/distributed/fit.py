@@ -35,18 +35,36 @@ from .kmeans import (
     RoutePart,
     SamplePart,
     SubtreeJob,
+    read_part,
 )
-from .partition import _KMEANS_STREAM, KMEANS_ITER, fit_centroids, fit_tree, read_sample
+from .partition import (
+    _KMEANS_STREAM,
+    KMEANS_ITER,
+    fit_centroids,
+    fit_tree,
+    read_sample,
+    sample_plan,
+)
 
-__all__ = ["FitJob", "FitPartition", "fit_partition", "fit_spread"]
+__all__ = [
+    "FitJob",
+    "FitPartition",
+    "fit_partition",
+    "fit_sample",
+    "fit_spread",
+    "read_sample_parts",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class FitJob:
-    """The seeded sample's reads (:func:`~.partition.read_sample`'s arguments per shard)
-    and what the tree is fitted with; the tree is saved to ``tree_path``."""
+    """The seeded sample as the parts :class:`~.kmeans.SamplePart` steps wrote to
+    ``folder`` (rows of each, of ``dim`` columns), and what the tree is fitted with; the
+    tree is saved to ``tree_path``."""
 
-    reads: tuple[tuple, ...]
+    folder: str
+    part_rows: tuple[int, ...]
+    dim: int
     n_clusters: int
     n_total: int
     max_rows: int
@@ -55,17 +73,22 @@ class FitJob:
 
 
 class FitPartition(Step[FitJob]):
-    """:func:`fit_partition` as one step on a worker that may use the whole machine; the
-    tree is its output (a fitted tree is not fitted again: :func:`~.plan.fit_cluster_tree`
-    checks it before planning the step)."""
+    """The tree fitted on the sample's parts, as one step on a worker that may use the
+    whole machine; the tree is its output (a fitted tree is not fitted again:
+    :func:`~.plan.fit_cluster_tree` checks it before planning the step)."""
 
     name = "k-means fit"
     unit = "step"
     whole_machine = True
 
     def run(self, job: FitJob) -> dict[str, Any]:
-        return fit_partition(
-            job.reads, job.n_clusters, job.n_total, job.max_rows, job.seed, job.tree_path
+        sample = np.empty((sum(job.part_rows), job.dim), dtype=np.float32)
+        at = 0
+        for part, rows in enumerate(job.part_rows):  # held once, filled part by part
+            sample[at : at + rows] = read_part(job.folder, part, job.dim, rows)
+            at += rows
+        return fit_sample(
+            sample, job.n_clusters, job.n_total, job.max_rows, job.seed, job.tree_path
         )
 
 
@@ -90,9 +113,35 @@ def fit_partition(
             sample = np.empty((n_rows, part.shape[1]), dtype=np.float32)
         sample[at : at + len(part)] = part
         at += len(part)
+    return fit_sample(sample, n_clusters, n_total, max_rows, seed, tree_path)
+
+
+def fit_sample(
+    sample: np.ndarray, n_clusters: int, n_total: int, max_rows: int, seed: int, tree_path: str
+) -> dict[str, Any]:
+    """The centroids and the cuts of clusters too large for one group, fitted on the
+    sample and saved to ``tree_path``; returns the sample's size and the step's memory."""
     centroids = fit_centroids(sample, n_clusters, seed)
     fit_tree(sample, centroids, n_total, max_rows, seed).save(tree_path)
     return {"sample_rows": len(sample), "peak_rss_mb": peak_rss_mb()}
+
+
+def read_sample_parts(
+    infos: Sequence[ShardInfo],
+    n_sample: int,
+    part_rows: int,
+    settings: Any,
+    kdir: str,
+    runner: Runner,
+) -> list[dict[str, Any]]:
+    """The seeded sample (:func:`~.partition.sample_plan`) read by steps in parallel, in
+    parts of ``part_rows`` rows in (shard, row) order, each written to ``kdir`` by a
+    :class:`~.kmeans.SamplePart` step; returns each part's stats (rows, dim, memory).
+    The parts hold the rows one read would, in its order: the fit is the same."""
+    wanted = sample_plan(infos, n_sample, settings.selector.seed)
+    parts = _cut_parts(wanted, infos, part_rows, settings)
+    jobs = [PartJob(kdir, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
+    return run_steps(runner, SamplePart(), jobs, progress=False)
 
 
 # --- spread over steps: the driver's part, plans and sums, never rows --------------------
@@ -107,14 +156,9 @@ def fit_spread(
     """Fit the tree of a cluster partition by steps (see the module), save it to
     ``folder / "tree.npz"``; returns facts for the manifest. ``settings``: the run's
     :class:`~datamask.config.SelectSpec`."""
-    from .partition import sample_plan
-
     seed, step_rows = settings.selector.seed, settings.partition.kmeans_step_rows
     kdir = str(folder / "kmeans")
-    wanted = sample_plan(infos, plan.n_sample, seed)
-    parts = _cut_parts(wanted, infos, step_rows, settings)
-    jobs = [PartJob(kdir, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
-    stats = run_steps(runner, SamplePart(), jobs, progress=False)
+    stats = read_sample_parts(infos, plan.n_sample, step_rows, settings, kdir, runner)
     n, dim = [st["rows"] for st in stats], int(stats[0]["dim"])
     cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
     device = settings.selector.device

@@ -146,6 +146,11 @@ def _part_path(folder: Path, part: int, kind: str = "part") -> Path:
     return folder / f"{kind}-{part:05d}.f32"
 
 
+def read_part(folder: str, part: int, dim: int, rows: int) -> np.ndarray:
+    """The ``rows`` x ``dim`` float32 rows of one sample part :class:`SamplePart` wrote."""
+    return _read_rows(_part_path(storage_path(folder), part), dim, 0, rows)
+
+
 # --- steps ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, eq=False)
 class PartJob:

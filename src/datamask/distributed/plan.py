@@ -25,7 +25,7 @@ from .allocate import allocates_by_gains, want_path, wanted
 from .context import RunContext
 from .engine import run_steps
 from .executors import Runner
-from .fit import FitJob, FitPartition, fit_spread
+from .fit import FitJob, FitPartition, fit_spread, read_sample_parts
 from .gather import IndexJob, IndexSpills, ReleaseJob, ReleaseSpills, gather_groups, ungathered
 from .kmeans import fit_plan
 from .partition import (
@@ -38,7 +38,6 @@ from .partition import (
     plan_by_chunk,
     plan_by_cluster,
     plan_by_shard,
-    sample_plan,
     spills_released_path,
 )
 from .steps import candidate_count
@@ -63,6 +62,10 @@ __all__ = [
 #: byte) until the last group is gathered and the spills are deleted; candidates, the
 #: exchange, the cover's kept rows and the id buckets add 0.6 after that. Keys: the
 #: partition, and ``"cluster-gathered"`` once the spills are released (a resumed run).
+#: Steps that read the k-means sample of a one-step fit, in parallel (a fixed number:
+#: the parts, and so a resumed run's markers, depend on the data alone).
+SAMPLE_PARTS = 16
+
 DISK_PER_INPUT_BYTE = {"cluster": 2.6, "cluster-gathered": 1.94, "chunk": 0.7, "shard": 0.7}
 
 
@@ -238,15 +241,19 @@ def fit_cluster_tree(
             kmeans = fit_spread(infos, fit, n_clusters, settings, folder, runner)
             bar.update(1)
         return kmeans
-    # A seeded sample (row groups of the shards that have sampled rows), the centroids and
-    # the cuts of clusters too large for one group: one step, on a worker, on CPU, from the
-    # same sample: the partition is the same on any runner.
-    wanted = sample_plan(infos, fit.n_sample, settings.selector.seed)
-    reads = tuple((s, infos[s], rows, settings.columns.feature_col) for s, rows in wanted.items())
+    # A seeded sample, read by steps in parallel (a row sample touches most row groups: one
+    # reader took 12-16 s of a 1M run's plan), then the centroids and the cuts of clusters
+    # too large for one group: one step, on a worker, on CPU, from the same sample: the
+    # partition is the same on any runner.
+    kdir = str(folder / "kmeans")
+    part_rows = max(1, -(-fit.n_sample // SAMPLE_PARTS))
+    parts = read_sample_parts(infos, fit.n_sample, part_rows, settings, kdir, runner)
+    rows, dim = tuple(int(p["rows"]) for p in parts), int(parts[0]["dim"])
     seed = settings.selector.seed
-    job = FitJob(reads, n_clusters, n_total, part.chunk_size, seed, str(tree_path))
+    job = FitJob(kdir, rows, dim, n_clusters, n_total, part.chunk_size, seed, str(tree_path))
     (stats,) = run_steps(runner, FitPartition(), [job], progress=progress)
-    kmeans.update(sample_rows=stats["sample_rows"], step_peak_rss_mb=stats["peak_rss_mb"])
+    peak = max([stats["peak_rss_mb"] or 0, *[p.get("peak_rss_mb") or 0 for p in parts]])
+    kmeans.update(sample_rows=stats["sample_rows"], step_peak_rss_mb=peak)
     return kmeans
 
 
