@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from .._memory import peak_rss_mb
 from ..io.atomic import atomic_write, atomic_write_json
 from ..io.fs import names_in, open_input, storage_path
+from ..io.parquet import WORK_COMPRESSION
 from ..io.shards import iter_files, read_ranges
 from .engine import Step, run_steps
 from .executors import GROUP_MEMORY_BASE, Runner
@@ -404,7 +405,9 @@ def _stream_rows(
     with ExitStack() as open_writers:
         writers = [
             open_writers.enter_context(
-                pq.ParquetWriter(tmp, schema, compression="zstd", write_page_checksum=True)
+                pq.ParquetWriter(
+                    tmp, schema, compression=WORK_COMPRESSION, write_page_checksum=True
+                )
             )
             for tmp in tmps
         ]

@@ -40,7 +40,7 @@ from .._validation import unit_rows
 from ..data import apportion
 from ..io.atomic import atomic_write
 from ..io.fs import storage_path
-from ..io.parquet import features_from_arrow
+from ..io.parquet import WORK_COMPRESSION, features_from_arrow, pack_features
 from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
 from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
@@ -454,6 +454,7 @@ def spill_table(job: SpillJob, table: pa.Table) -> dict:
         leaf, projection = tree.assign(torch.from_numpy(x))
         labels.append(leaf)
         projections.append(projection)
+    table = pack_features(table, feature_col, feats)  # raw float32 rows from here on
     del feats
     label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
     counts = np.bincount(label, minlength=tree.n_leaves)
@@ -464,7 +465,9 @@ def spill_table(job: SpillJob, table: pa.Table) -> dict:
     table = table.take(pa.array(order)).append_column(ROW_COLUMN, pa.array(order, pa.int64()))
     with (
         atomic_write(out) as tmp,
-        pq.ParquetWriter(tmp, table.schema, compression="zstd", write_page_checksum=True) as writer,
+        pq.ParquetWriter(
+            tmp, table.schema, compression=WORK_COMPRESSION, write_page_checksum=True
+        ) as writer,
     ):
         offset = 0
         for c in np.flatnonzero(counts):

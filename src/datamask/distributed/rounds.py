@@ -12,11 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.fs import open_input
-from ..io.parquet import read_table
+from ..io.parquet import feature_width, read_table
 from .allocate import (
     AllocatedJob,
     WriteAllocated,
@@ -45,9 +44,9 @@ def _width(path: str, feature_col: str) -> int:
     """Embedding width in ``path``: its fixed list size, else the first row's length."""
     with open_input(path) as fh:
         parquet = pq.ParquetFile(fh)
-        kind = parquet.schema_arrow.field(feature_col).type
-        if pa.types.is_fixed_size_list(kind):
-            return int(kind.list_size)
+        width = feature_width(parquet.schema_arrow.field(feature_col))
+        if width is not None:
+            return width
         return len(parquet.read_row_group(0, columns=[feature_col]).column(0)[0])
 
 

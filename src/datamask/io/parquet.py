@@ -156,6 +156,46 @@ def check_unique_columns(schema: pa.Schema, names: Sequence[str], where: str) ->
             )
 
 
+#: Field metadata of a work file's embedding column stored as raw float32 rows (a
+#: ``fixed_size_binary`` of 4 x width bytes; :func:`pack_features`). Parquet writes a
+#: fixed-size list with a repetition level per number: a 10k x 384 shard took 0.12 s to
+#: write and 0.05 s to read that way, 0.02 s and 0.005 s as raw rows.
+PACKED_FEATURES = b"datamask:float32-rows"
+
+
+def pack_features(table: pa.Table, name: str, feats: np.ndarray) -> pa.Table:
+    """``table`` with its embedding column ``name`` replaced by ``feats`` (float32, the
+    column already checked by :func:`features_from_arrow`) as raw rows, marked with
+    :data:`PACKED_FEATURES`: what the work dir's row copies hold."""
+    rows = np.ascontiguousarray(feats, dtype=np.float32)
+    n, width = rows.shape
+    packed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4 * width), n, [None, pa.py_buffer(rows.tobytes())]
+    )
+    field = pa.field(name, packed.type, nullable=False, metadata={PACKED_FEATURES: b"1"})
+    return table.set_column(table.schema.get_field_index(name), field, packed)
+
+
+def _unpacked(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The float32 (n, d) rows of a :func:`pack_features` column."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    width = arr.type.byte_width // 4
+    data = arr.buffers()[1]
+    start = arr.offset * arr.type.byte_width
+    flat = np.frombuffer(data, dtype=np.float32, count=len(arr) * width, offset=start)
+    return flat.reshape(len(arr), width).copy()
+
+
+def feature_width(field: pa.Field) -> int | None:
+    """The embedding width a column's type fixes (a fixed-size list, or packed rows);
+    None for a variable-length list."""
+    if field.metadata and PACKED_FEATURES in field.metadata:
+        return field.type.byte_width // 4
+    if pa.types.is_fixed_size_list(field.type):
+        return int(field.type.list_size)
+    return None
+
+
 def features_from_arrow(
     column: pa.ChunkedArray | pa.Array, where: str, name: str = "feature_arr"
 ) -> np.ndarray:
@@ -290,7 +330,11 @@ def arrays_from_table(
             raise ValueError(f"column {name!r} in {where} must be numeric; got {col.type}.")
         quality.append(col.to_numpy(zero_copy_only=False).astype(np.float64))
         check_finite_quality(quality[-1][:, None], [name], where)
-    features = features_from_arrow(table.column(feature_col), where, feature_col)
+    field = table.schema.field(feature_col)
+    if field.metadata and PACKED_FEATURES in field.metadata:  # a work file: checked before
+        features = _unpacked(table.column(feature_col))
+    else:
+        features = features_from_arrow(table.column(feature_col), where, feature_col)
     ids = ids_col.combine_chunks() if isinstance(ids_col, pa.ChunkedArray) else ids_col
     q = np.stack(quality, axis=1) if quality else np.zeros((table.num_rows, 0))
     return ids, q, features
@@ -435,6 +479,12 @@ def read_corpus(
     if expected_dim is not None and corpus.dim != expected_dim:
         raise ValueError(f"embedding width {corpus.dim} in {where} does not match {expected_dim}.")
     return corpus
+
+
+#: Compression of the work dir's row copies (the spills, the group objects): lz4 writes a
+#: 10k x 384 shard in 0.05 s against zstd's 0.12 s and reads it in half the time, for 9%
+#: more bytes (embeddings are float noise to a compressor); outputs stay zstd.
+WORK_COMPRESSION = "lz4"
 
 
 def atomic_write_table(table: pa.Table, path: str | Path | Location) -> None:
