@@ -428,7 +428,10 @@ def _file_summary(
         "output": str(output),
         "seconds": {
             "read": read_seconds,
-            **{key: meta["seconds"].get(key) for key in ("fit", "graph", "optimise", "cover")},
+            **{
+                key: meta["seconds"].get(key)
+                for key in ("fit", "graph", "optimise", "evaluate", "cover")
+            },
             "total": time.perf_counter() - started,
         },
         "graph": meta["graph"],

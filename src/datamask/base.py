@@ -249,7 +249,9 @@ class Selector:
         self.fit_seconds_ = time.perf_counter() - start  # selection only, not its evaluation
         self.graph_seconds_ = self.objective_.graph_seconds()
         self.optimise_seconds_ = self.fit_seconds_ - self.graph_seconds_
+        scored = time.perf_counter()
         self.terms_ = self.objective_.term_values(self.selected_) if evaluate else {}
+        self.evaluate_seconds_ = time.perf_counter() - scored  # the exact J: n x k
         if self._trace is not None and evaluate:
             self.history_ = self._trace.history(self.terms_["J"])
         return self

@@ -19,6 +19,7 @@ __all__ = [
     "default_n_probe",
     "exact_graph",
     "first_identical",
+    "identical_leads",
     "ivf_search",
     "KNN_METHODS",
     "knn_graph",
@@ -177,12 +178,33 @@ def best_match(
     return sims, first_identical(base, index), method
 
 
-def first_identical(base: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def identical_leads(base: torch.Tensor) -> np.ndarray:
+    """For each row of ``base``, the lowest row holding the very same vector (the row
+    itself when none does): one pass over ``base``, a hash of each row's bytes checked
+    against the rows themselves. Computed once per kept matrix; a search over
+    blocks of queries looks its answers up in it (:func:`first_identical`)."""
+    rows = np.ascontiguousarray(base.detach().cpu().float().numpy())
+    if len(rows) < 2:
+        return np.arange(len(rows))
+    # Python's hash of each row's bytes: 0.13 s for 100k x 384, against 1.97 s for a
+    # numpy multiply-and-sum hash; only which rows share a key matters (checked below),
+    # so the result does not depend on the process's hash seed.
+    key = np.fromiter((hash(r) for r in map(bytes, rows)), np.int64, len(rows))
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    lead = first[inverse]
+    own = np.arange(len(rows))
+    same = (lead < own) & (rows[lead] == rows).all(axis=1)  # a hash collision keeps its row
+    return np.where(same, lead, own)
+
+
+def first_identical(
+    base: torch.Tensor, index: torch.Tensor, leads: np.ndarray | None = None
+) -> torch.Tensor:
     """``index`` (rows of ``base``) with each row replaced by the lowest row of ``base``
     holding the very same vector: copies of one vector tie at every cosine, and ties go to
-    the first row. One pass over ``base`` (a 64-bit hash of each row's bytes, checked
-    against the rows themselves), so a search that returns any copy (a top-1 of an ivf
-    list, a graph's truncated run of equal similarities) names the first.
+    the first row, so a search that returns any copy (a top-1 of an ivf list, a graph's
+    truncated run of equal similarities) names the first. ``leads``: base's
+    :func:`identical_leads`, when the caller looks up many blocks against one base.
 
     >>> b = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     >>> first_identical(b, torch.tensor([2, 1, 0])).tolist()
@@ -190,16 +212,9 @@ def first_identical(base: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """
     if len(index) == 0 or base.shape[0] < 2:
         return index
-    rows = np.ascontiguousarray(base.detach().cpu().float().numpy())
-    bits = rows.view(np.uint32).astype(np.uint64)
-    mult = np.random.default_rng(0).integers(1, 2**63, size=rows.shape[1], dtype=np.uint64) | 1
-    with np.errstate(over="ignore"):
-        key = (bits * mult).sum(axis=1)  # wraps mod 2^64
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    leads = identical_leads(base) if leads is None else leads
     at = index.detach().cpu().numpy()
-    lead = first[inverse[at]]
-    same = (lead < at) & (rows[lead] == rows[at]).all(axis=1)  # a hash collision keeps its row
-    return torch.from_numpy(np.where(same, lead, at)).to(index.device, index.dtype)
+    return torch.from_numpy(leads[at]).to(index.device, index.dtype)
 
 
 def block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None = None) -> int:

@@ -259,6 +259,7 @@ def _fit(
             "fit": selector.fit_seconds_,
             "graph": selector.graph_seconds_,
             "optimise": selector.optimise_seconds_,
+            "evaluate": selector.evaluate_seconds_,
         },
         history=selector.history_,
         resolved=selector.resolved_params(),
