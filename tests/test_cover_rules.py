@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import datamask
+from datamask import coverage
 from datamask.coverage import nearest_kept
-from datamask.neighbors import best_match, first_identical, knn_graph
+from datamask.neighbors import best_match, first_identical, identical_leads, knn_graph
 from tests._data import reference_table, write
 
 DIM = 8
@@ -114,6 +115,29 @@ def test_first_identical_and_best_match_ties():
     for method in ("exact", "ivf"):
         _, index, _ = best_match(torch.from_numpy(x[group]), torch.from_numpy(x), method=method)
         assert (index.numpy() == group[0]).all(), method
+
+
+def test_identical_leads_against_brute_force_and_hashed_once_per_cover(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3000, 16)).astype(np.float32)
+    x[rng.integers(0, 3000, 400)] = x[rng.integers(0, 3000, 400)]  # copies, some chained
+    x[7] = -0.0 * x[7]  # -0.0 and 0.0 are different bytes: not copies of each other
+    leads = identical_leads(torch.from_numpy(x))
+    want = [next(j for j in range(i + 1) if x[j].tobytes() == x[i].tobytes()) for i in range(3000)]
+    assert leads.tolist() == want
+    # the graph lookup goes over row blocks: the kept matrix is hashed once, not per block
+    # (per block it cost 56 s of a 1M-row select on an H100)
+    x /= np.linalg.norm(x, axis=1, keepdims=True) + 1e-12
+    graph = knn_graph(torch.from_numpy(x), 8, method="exact")
+    kept = np.arange(0, 3000, 3)
+    whole = nearest_kept(x, kept, graph=graph, graph_exact=True)
+    calls = []
+    real = coverage.identical_leads
+    monkeypatch.setattr(coverage, "identical_leads", lambda b: calls.append(1) or real(b))
+    monkeypatch.setattr(coverage, "block_rows", lambda *a, **k: 256)  # 12 blocks of rows
+    got = nearest_kept(x, kept, graph=graph, graph_exact=True)
+    assert len(calls) == 1
+    assert (got.index == whole.index).all() and (got.sim == whole.sim).all()
 
 
 def _write_file(path: Path, ids, q, x) -> Path:

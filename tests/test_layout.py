@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "_validation",
             "_device",
             "_memory",
+            "_copies",
             "_units",
             "measure",
             "settings",

@@ -254,8 +254,7 @@ def test_ivf_bf16_screen_finds_the_same_neighbours_as_the_fp32_search(data, monk
     # the same rows, but for the choice among exactly equal similarities
     strict = sim > sim[:, -1:]
     assert all(
-        set(a[m].tolist()) == set(b[m].tolist())
-        for a, b, m in zip(idx, idx_s, strict, strict=True)
+        set(a[m].tolist()) == set(b[m].tolist()) for a, b, m in zip(idx, idx_s, strict, strict=True)
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
+from ._copies import first_identical, identical_leads
 from ._validation import check_count
 
 __all__ = [
@@ -176,45 +176,6 @@ def best_match(
         sims[lo : lo + step], index[lo : lo + step] = s, i
     # copies of one vector tie; a product's rounding may still differ by a column's place
     return sims, first_identical(base, index), method
-
-
-def identical_leads(base: torch.Tensor) -> np.ndarray:
-    """For each row of ``base``, the lowest row holding the very same vector (the row
-    itself when none does): one pass over ``base``, a hash of each row's bytes checked
-    against the rows themselves. Computed once per kept matrix; a search over
-    blocks of queries looks its answers up in it (:func:`first_identical`)."""
-    rows = np.ascontiguousarray(base.detach().cpu().float().numpy())
-    if len(rows) < 2:
-        return np.arange(len(rows))
-    # Python's hash of each row's bytes: 0.13 s for 100k x 384, against 1.97 s for a
-    # numpy multiply-and-sum hash; only which rows share a key matters (checked below),
-    # so the result does not depend on the process's hash seed.
-    key = np.fromiter((hash(r) for r in map(bytes, rows)), np.int64, len(rows))
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    lead = first[inverse]
-    own = np.arange(len(rows))
-    same = (lead < own) & (rows[lead] == rows).all(axis=1)  # a hash collision keeps its row
-    return np.where(same, lead, own)
-
-
-def first_identical(
-    base: torch.Tensor, index: torch.Tensor, leads: np.ndarray | None = None
-) -> torch.Tensor:
-    """``index`` (rows of ``base``) with each row replaced by the lowest row of ``base``
-    holding the very same vector: copies of one vector tie at every cosine, and ties go to
-    the first row, so a search that returns any copy (a top-1 of an ivf list, a graph's
-    truncated run of equal similarities) names the first. ``leads``: base's
-    :func:`identical_leads`, when the caller looks up many blocks against one base.
-
-    >>> b = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
-    >>> first_identical(b, torch.tensor([2, 1, 0])).tolist()
-    [0, 1, 0]
-    """
-    if len(index) == 0 or base.shape[0] < 2:
-        return index
-    leads = identical_leads(base) if leads is None else leads
-    at = index.detach().cpu().numpy()
-    return torch.from_numpy(leads[at]).to(index.device, index.dtype)
 
 
 def block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None = None) -> int:

@@ -219,8 +219,11 @@ def test_select_keeps_a_token_budget_counted_by_the_features_step():
         Document(
             text="w" * int(rng.integers(5, 500)),
             id=f"t{i}",
-            metadata={"q": float(rng.random()), "e": rng.normal(size=8).tolist(),
-                      "token_count": int(rng.integers(1, 100))},
+            metadata={
+                "q": float(rng.random()),
+                "e": rng.normal(size=8).tolist(),
+                "token_count": int(rng.integers(1, 100)),
+            },
         )  # fmt: skip
         for i in range(60)
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from datamask._validation import check_corpus
@@ -150,3 +151,30 @@ def test_read_table_names_the_file(tmp_path):
     bad = write_not_parquet(tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match="bad.parquet"):
         read_table(bad)
+
+
+def test_packed_work_features_round_trip_and_a_user_binary_column_is_refused(tmp_path):
+    """The work dir's row copies hold embeddings as raw float32 rows (pack_features); read
+    back through corpus_from_tables they are the same numbers. A user's binary column
+    without the work file's mark stays refused as not a list of floats."""
+    from datamask.io.parquet import pack_features
+
+    rng = np.random.default_rng(0)
+    feats = rng.standard_normal((50, 6)).astype(np.float32)
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(50)),
+            "q": pa.array(rng.random(50)),
+            "x": pa.array(list(feats.astype(np.float64)), pa.list_(pa.float64(), 6)),
+        }
+    )
+    packed = pack_features(table, "x", feats).slice(10, 30)  # an offset into the buffer
+    pq.write_table(packed, tmp_path / "w.parquet", compression="lz4")
+    back = pq.read_table(tmp_path / "w.parquet")
+    cols = Columns(id_col="id", quality_cols=("q",), feature_col="x")
+    for t in (packed, back):
+        corpus, ids = corpus_from_tables([(t, "w")], cols, source="w")
+        assert np.array_equal(corpus.features, feats[10:40]) and ids.to_pylist()[0] == 10
+    plain = back.cast(pa.schema([f.remove_metadata() for f in back.schema]))
+    with pytest.raises(ValueError, match="must be a list of floats"):
+        corpus_from_tables([(plain, "user.parquet")], cols, source="user")

@@ -248,7 +248,10 @@ def fit_cluster_tree(
     kdir = str(folder / "kmeans")
     part_rows = max(1, -(-fit.n_sample // SAMPLE_PARTS))
     parts = read_sample_parts(infos, fit.n_sample, part_rows, settings, kdir, runner)
-    rows, dim = tuple(int(p["rows"]) for p in parts), int(parts[0]["dim"])
+    rows, dims = tuple(int(p["rows"]) for p in parts), {int(p["dim"]) for p in parts}
+    if len(dims) > 1:  # the check pass then names the shard (runner._fit_first)
+        raise ValueError(f"the k-means sample holds embeddings of widths {sorted(dims)}.")
+    dim = dims.pop()
     seed = settings.selector.seed
     job = FitJob(kdir, rows, dim, n_clusters, n_total, part.chunk_size, seed, str(tree_path))
     (stats,) = run_steps(runner, FitPartition(), [job], progress=progress)

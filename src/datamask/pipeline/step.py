@@ -256,10 +256,8 @@ def _fit(
         term_labels=list(selector.objective_.labels),  # what it optimised, scored or not
         device=str(selector.device_),
         seconds={
-            "fit": selector.fit_seconds_,
-            "graph": selector.graph_seconds_,
-            "optimise": selector.optimise_seconds_,
-            "evaluate": selector.evaluate_seconds_,
+            key: getattr(selector, f"{key}_seconds_")
+            for key in ("fit", "graph", "optimise", "evaluate")
         },
         history=selector.history_,
         resolved=selector.resolved_params(),
