@@ -62,9 +62,10 @@ __all__ = [
 #: byte) until the last group is gathered and the spills are deleted; candidates, the
 #: exchange, the cover's kept rows and the id buckets add 0.6 after that. Keys: the
 #: partition, and ``"cluster-gathered"`` once the spills are released (a resumed run).
-#: Steps that read the k-means sample of a one-step fit, in parallel (a fixed number:
-#: the parts, and so a resumed run's markers, depend on the data alone).
-SAMPLE_PARTS = 16
+#: Steps that read the k-means sample of a one-step fit, in parallel: at most
+#: SAMPLE_PARTS, of at least SAMPLE_PART_ROWS rows each (a small corpus: one step). The
+#: parts, and so a resumed run's markers, depend on the data alone.
+SAMPLE_PARTS, SAMPLE_PART_ROWS = 16, 5000
 
 DISK_PER_INPUT_BYTE = {"cluster": 2.6, "cluster-gathered": 1.94, "chunk": 0.7, "shard": 0.7}
 
@@ -246,7 +247,7 @@ def fit_cluster_tree(
     # too large for one group: one step, on a worker, on CPU, from the same sample: the
     # partition is the same on any runner.
     kdir = str(folder / "kmeans")
-    part_rows = max(1, -(-fit.n_sample // SAMPLE_PARTS))
+    part_rows = max(SAMPLE_PART_ROWS, -(-fit.n_sample // SAMPLE_PARTS))
     parts = read_sample_parts(infos, fit.n_sample, part_rows, settings, kdir, runner)
     rows, dims = tuple(int(p["rows"]) for p in parts), {int(p["dim"]) for p in parts}
     if len(dims) > 1:  # the check pass then names the shard (runner._fit_first)
