@@ -91,8 +91,8 @@ def test_the_sample_grows_with_the_clusters_and_spreads_past_one_step():
 
 def test_small_cases_keep_the_one_step_fit(shards, corpus, tmp_path):
     """The default settings on a small corpus fit in one step, exactly as before: the tree
-    is the one fit_partition writes from the same sample."""
-    from datamask.distributed.fit import fit_partition
+    is the one fitted on the same sample read directly (one reader, shard by shard)."""
+    from datamask.distributed.partition import fit_centroids, fit_tree, read_sample
 
     plan, facts, tree = fitted(shards, tmp_path / "w", chunk_size=500)
     assert facts["kmeans"]["spread"] is False and facts["kmeans"]["levels"] == 1
@@ -100,31 +100,34 @@ def test_small_cases_keep_the_one_step_fit(shards, corpus, tmp_path):
     settings = settings_of(chunk_size=500)
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     wanted = sample_plan(infos, 100_000, 0)
-    jobs = [(s, infos[s], rows, "feature_arr") for s, rows in wanted.items()]
-    n_clusters = facts["n_clusters"]
-    fit_partition(jobs, n_clusters, 4000, 500, 0, str(tmp_path / "old.npz"))
-    old = ClusterTree.load(tmp_path / "old.npz")
+    sample = np.concatenate(
+        [read_sample(s, infos[s], rows, "feature_arr")[1] for s, rows in sorted(wanted.items())]
+    )
+    old = fit_tree(sample, fit_centroids(sample, facts["n_clusters"], 0), 4000, 500, 0)
     for name in ("centroids", "centre", "offset", "axis", "children"):
         np.testing.assert_array_equal(getattr(tree, name), getattr(old, name))
 
 
 def test_the_one_step_fit_holds_its_sample_once(corpus, tmp_path):
     """The fit step's numpy heap (tracemalloc traces numpy's buffers) peaks near one
-    sample, not two: its 20 shards' parts are copied into it one at a time, not held
-    while they are concatenated (issue 30: the fit step was the largest worker)."""
+    sample, not two: its 20 parts are copied into it one at a time, not held while
+    they are concatenated (issue 30: the fit step was the largest worker)."""
     import tracemalloc
 
-    from datamask.distributed.fit import fit_partition
+    from datamask.distributed.fit import FitJob, fit_partition, read_sample_parts
 
     write_corpus_shards(tmp_path / "in", corpus, 20)
     settings = settings_of(chunk_size=500)
     infos = inspect_shards(list_shards(tmp_path / "in"), columns=settings.read_columns)
-    wanted = sample_plan(infos, 100_000, 0)
-    jobs = [(s, infos[s], rows, "feature_arr") for s, rows in wanted.items()]
-    sample_bytes = sum(len(rows) for rows in wanted.values()) * 16 * 4  # float32, 16-d
+    kdir = str(tmp_path / "kmeans")  # the sample as 20 parts of 200 rows, as steps write it
+    parts = read_sample_parts(infos, 100_000, 200, settings, kdir, LocalRunner())
+    assert len(parts) == 20
+    rows = tuple(p["rows"] for p in parts)
+    sample_bytes = sum(rows) * 16 * 4  # float32, 16-d
+    job = FitJob(kdir, rows, 16, 12, 4000, 500, 0, str(tmp_path / "tree.npz"))
     tracemalloc.start()
     try:
-        stats = fit_partition(jobs, 12, 4000, 500, 0, str(tmp_path / "tree.npz"))
+        stats = fit_partition(job)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -2,7 +2,8 @@
 steps of :mod:`.kmeans` with the driver holding plans and sums, never rows.
 
 The driver only plans which rows of which shard form the seeded sample
-(:func:`~.partition.sample_plan`); :func:`fit_partition` reads them, fits the centroids
+(:func:`~.partition.sample_plan`); :func:`read_sample_parts` reads them by steps, and
+:func:`fit_partition` fits the centroids
 and the cuts of clusters too large for one group (:func:`~.partition.fit_centroids`,
 :func:`~.partition.fit_tree`) and saves the tree. Its memory (the sample, held once, and
 k-means' similarities in blocks of 16 MB) is a worker's.
@@ -42,7 +43,6 @@ from .partition import (
     KMEANS_ITER,
     fit_centroids,
     fit_tree,
-    read_sample,
     sample_plan,
 )
 
@@ -50,7 +50,6 @@ __all__ = [
     "FitJob",
     "FitPartition",
     "fit_partition",
-    "fit_sample",
     "fit_spread",
     "read_sample_parts",
 ]
@@ -82,47 +81,21 @@ class FitPartition(Step[FitJob]):
     whole_machine = True
 
     def run(self, job: FitJob) -> dict[str, Any]:
-        sample = np.empty((sum(job.part_rows), job.dim), dtype=np.float32)
-        at = 0
-        for part, rows in enumerate(job.part_rows):  # held once, filled part by part
-            sample[at : at + rows] = read_part(job.folder, part, job.dim, rows)
-            at += rows
-        return fit_sample(
-            sample, job.n_clusters, job.n_total, job.max_rows, job.seed, job.tree_path
-        )
+        return fit_partition(job)
 
 
-def fit_partition(
-    sample_jobs: Sequence[tuple],
-    n_clusters: int,
-    n_total: int,
-    max_rows: int,
-    seed: int,
-    tree_path: str,
-) -> dict[str, Any]:
-    """Read the sample (``sample_jobs``: :func:`~.partition.read_sample`'s arguments per
-    shard), fit the tree and save it to ``tree_path``; returns its size and memory."""
-    # Filled in shard order, one shard's part at a time: the sample is held once, not
-    # twice as when its parts were concatenated (154 MB at 10^5 x 384).
-    n_rows = sum(len(job[2]) for job in sample_jobs)
-    sample = np.empty((0, 0), dtype=np.float32)
+def fit_partition(job: FitJob) -> dict[str, Any]:
+    """Read the sample's parts, fit the tree (the centroids and the cuts of clusters too
+    large for one group) and save it to ``job.tree_path``; returns its size and memory."""
+    # Filled part by part: the sample is held once, not twice as when its parts were
+    # concatenated (154 MB at 10^5 x 384).
+    sample = np.empty((sum(job.part_rows), job.dim), dtype=np.float32)
     at = 0
-    for job in sorted(sample_jobs, key=lambda job: job[0]):
-        _, part = read_sample(*job)
-        if not at:  # the width is the first part's
-            sample = np.empty((n_rows, part.shape[1]), dtype=np.float32)
-        sample[at : at + len(part)] = part
-        at += len(part)
-    return fit_sample(sample, n_clusters, n_total, max_rows, seed, tree_path)
-
-
-def fit_sample(
-    sample: np.ndarray, n_clusters: int, n_total: int, max_rows: int, seed: int, tree_path: str
-) -> dict[str, Any]:
-    """The centroids and the cuts of clusters too large for one group, fitted on the
-    sample and saved to ``tree_path``; returns the sample's size and the step's memory."""
-    centroids = fit_centroids(sample, n_clusters, seed)
-    fit_tree(sample, centroids, n_total, max_rows, seed).save(tree_path)
+    for part, rows in enumerate(job.part_rows):
+        sample[at : at + rows] = read_part(job.folder, part, job.dim, rows)
+        at += rows
+    centroids = fit_centroids(sample, job.n_clusters, job.seed)
+    fit_tree(sample, centroids, job.n_total, job.max_rows, job.seed).save(job.tree_path)
     return {"sample_rows": len(sample), "peak_rss_mb": peak_rss_mb()}
 
 
