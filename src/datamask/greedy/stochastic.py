@@ -8,6 +8,8 @@ for monotone submodular objectives with O(n log(1 / eps)) gain evaluations in al
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,6 +101,32 @@ class StochasticGreedy(Selector):
         pos = torch.randperm(len(pool), generator=self._torch_gen, device=pool.device)[:s]
         return pool[pos.sort().values]
 
+    def _lazy_best(
+        self,
+        cand: torch.Tensor,
+        keys: torch.Tensor,
+        fresh: torch.Tensor,
+        t: int,
+        score: Callable[[torch.Tensor], torch.Tensor],
+    ) -> int:
+        """The sample's row of largest key, by lazy evaluation: ``keys`` are stale bounds
+        (``+inf`` until first seen) and ``fresh[j] == t`` marks one computed for pick
+        ``t``. While the top is stale, ``score`` re-keys the stale rows among the top
+        ``batch_size`` (and every row never seen); the first maximum is the lowest row."""
+        while True:
+            local = keys[cand]
+            j = int(cand[torch.argmax(local)])  # sync point: once per check
+            if int(fresh[j]) == t:
+                return j
+            top = cand[torch.topk(local, min(self.batch_size, len(cand))).indices]
+            never = cand[torch.isinf(local)]  # first sight: evaluate them all
+            stale = torch.unique(torch.cat([top[fresh[top] != t], never]))
+            if len(stale) == 0:
+                stale = torch.tensor([j], device=cand.device)
+            keys[stale] = score(stale)
+            fresh[stale] = t
+            self.n_evaluations_ += len(stale)
+
     def _select(self, corpus: Corpus, objective: Objective) -> tuple[np.ndarray, np.ndarray]:
         if self.budget_ is not None:
             return self._select_tokens(corpus, objective)
@@ -126,20 +154,7 @@ class StochasticGreedy(Selector):
                     best = int(torch.argmax(gains))  # sync point: once per pick
                     j, gain = int(cand[best]), float(gains[best])
                 else:
-                    while True:
-                        local = bounds[cand]
-                        best = int(torch.argmax(local))  # sync point: once per check
-                        j = int(cand[best])
-                        if int(fresh[j]) == t:
-                            break
-                        top = cand[torch.topk(local, min(self.batch_size, len(cand))).indices]
-                        never = cand[torch.isinf(local)]  # first sight: evaluate them all
-                        stale = torch.unique(torch.cat([top[fresh[top] != t], never]))
-                        if len(stale) == 0:
-                            stale = torch.tensor([j], device=dev)
-                        bounds[stale] = objective.gains(state, stale)
-                        fresh[stale] = t
-                        self.n_evaluations_ += len(stale)
+                    j = self._lazy_best(cand, bounds, fresh, t, partial(objective.gains, state))
                     gain = float(bounds[j])
                 if self._capped(j):  # conflicts with a kept row: out of the pool, pick again
                     pool = pool[pool != j]
@@ -188,6 +203,10 @@ class StochasticGreedy(Selector):
         keys = torch.full((n,), torch.inf, dtype=torch.float64, device=dev)  # bounds / cost
         fresh = torch.full((n,), -1, dtype=torch.long, device=dev)
         pool, left, t = torch.arange(n, device=dev), self.budget_.total, 0
+
+        def key(rows: torch.Tensor) -> torch.Tensor:  # gain per unit of cost, now
+            return objective.gains(state, rows).double() / cost[rows]
+
         with self._bar(self.k_, desc=f"{self.method} per token" if per_token else None) as bar:
             while True:
                 pool = pool[sizes[pool] <= left]  # a row that no longer fits never fits again
@@ -201,19 +220,7 @@ class StochasticGreedy(Selector):
                     self.n_evaluations_ += len(cand)
                     j = int(cand[torch.argmax(keys[cand])])  # sync point: once per pick
                 else:
-                    while True:
-                        local = keys[cand]
-                        j = int(cand[torch.argmax(local)])  # sync point: once per check
-                        if int(fresh[j]) == t:
-                            break
-                        top = cand[torch.topk(local, min(self.batch_size, len(cand))).indices]
-                        never = cand[torch.isinf(local)]  # first sight: evaluate them all
-                        stale = torch.unique(torch.cat([top[fresh[top] != t], never]))
-                        if len(stale) == 0:
-                            stale = torch.tensor([j], device=dev)
-                        keys[stale] = objective.gains(state, stale).double() / cost[stale]
-                        fresh[stale] = t
-                        self.n_evaluations_ += len(stale)
+                    j = self._lazy_best(cand, keys, fresh, t, key)
                 pool = pool[pool != j]
                 if self._capped(j):  # conflicts with a kept row: out of the pool
                     continue
