@@ -190,7 +190,7 @@ def section() -> list[str]:
         "Where the learner --given is below the greedy --given (random splits), the two tie on",
         "the objective both maximise (J given KEPT, within 3e-8) and differ in what S adds",
         "to the rows of the 80% that KEPT dropped, which no method counts while selecting",
-        "(docs/incremental.md, \"The learner above the floors\").",
+        '(docs/incremental.md, "The learner above the floors").',
         "",
     ]
     full = r["full"]

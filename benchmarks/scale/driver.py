@@ -25,8 +25,9 @@ import tracemalloc
 
 import numpy as np
 
-from datamask.distributed.allocate import allocate_counts, compact_marker, gain_knots
+from datamask.distributed.allocate import allocate_counts, compact_marker
 from datamask.distributed.exchange import exchange_neighbors
+from datamask.distributed.gains import gain_knots
 from datamask.measure import measure_peak_rss, peak_rss_mb
 
 

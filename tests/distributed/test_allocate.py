@@ -13,14 +13,12 @@ import torch
 from datamask import Corpus, FacilityLocation, Objective
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.distributed.allocate import (
-    allocate,
-    allocate_counts,
+from datamask.distributed.allocate import allocate, allocate_counts, saturated
+from datamask.distributed.gains import (
     allocates_by_gains,
     gain_knots,
     gains_in_j_units,
     group_lamb,
-    saturated,
 )
 from datamask.greedy.lazy import gain_order
 from datamask.pipeline.step import fit_group

@@ -26,7 +26,7 @@ import torch
 import datamask.pipeline.step as step
 from datamask._memory import rss_mb
 from datamask.config import SelectSpec
-from datamask.distributed.allocate import group_spec
+from datamask.distributed.gains import group_spec
 from datamask.distributed.partition import ClusterTree, Group, plan_by_cluster
 from datamask.distributed.steps import read_group
 

@@ -30,7 +30,7 @@ candidates (:func:`allocates_by_gains`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,107 +40,28 @@ import pyarrow as pa
 from .._memory import peak_rss_mb
 from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
-from ..io.fs import storage_path
-from ..io.parquet import atomic_write_table, features_column, read_table
-from ..objectives.combined import group_lamb
-from ..pipeline.step import MODULAR
+from ..io.parquet import atomic_write_table, read_table
 from .engine import Step
+from .gains import gain_knots
 from .lifecycle import read_marker
+from .paths import global_marker, want_path
 
 __all__ = [
-    "KNOTS",
     "allocate",
     "allocate_counts",
-    "allocates_by_gains",
+    "ask_for_more",
     "compact_marker",
     "finish_allocation",
-    "gain_knots",
-    "gain_table",
-    "gains_in_j_units",
-    "group_lamb",
-    "group_spec",
-    "monotone",
+    "knots_of",
     "saturated",
+    "wanted",
     "AllocatedJob",
     "WriteAllocated",
 ]
 
 
-def allocates_by_gains(settings: SelectSpec) -> bool:
-    """Whether a global budget is allocated by the groups' gain curves (no central round).
-
-    Only where the decomposition holds: a semantic partition (``partition="cluster"``, so
-    a document's neighbours are in its own group; shards of random rows each cover the
-    same topics and would price the same coverage several times), every diversity term a
-    per-document mean, a method that is not modular, and no similarity cap (the cap needs
-    every pair of the selection in one place). Measured in ``benchmarks/scale/SHARDED.md``.
-    """
-    terms = settings.objective.make().diversity
-    return (
-        settings.partition.partition == "cluster"
-        and settings.selector.method not in MODULAR
-        and settings.selector.max_similarity is None
-        and all(t.per_document for t in terms)
-    )
-
-
-def gains_in_j_units(
-    gains: np.ndarray,
-    lamb: float,
-    lamb_g: float,
-    c_group: int,
-    n_group: int,
-    k_total: int,
-    n_total: int,
-) -> np.ndarray:
-    """A group's marginal gains (its objective at ``lamb_g``, ``c_group`` of ``n_group``)
-    expressed in the corpus' ``J``.
-
-    At :func:`group_lamb`'s rate both terms of the group's objective are the corpus' times
-    one factor: ``lamb_g / c_g = alpha * lamb / k`` and ``(1 - lamb_g) / n_g = alpha *
-    (1 - lamb) / N``.
-    """
-    if lamb > 0:
-        alpha = (lamb_g / c_group) / (lamb / k_total)
-    else:
-        alpha = ((1.0 - lamb_g) / n_group) / ((1.0 - lamb) / n_total)
-    return np.asarray(gains, dtype=np.float64) / alpha
-
-
-def group_spec(
-    settings: SelectSpec, c_group: int, n_group: int, k_total: int, n_total: int
-) -> SelectSpec:
-    """The settings a proposing group runs with: the objective at :func:`group_lamb`."""
-    lamb_g = group_lamb(settings.objective.lamb, c_group, n_group, k_total, n_total)
-    return replace(settings, objective=replace(settings.objective, lamb=lamb_g))
-
-
-#: Knots per gain curve a group reports in its completion marker: the allocation reads
-#: O(groups x KNOTS) numbers, then only the gains near the threshold.
-KNOTS = 32
 #: Gains near the threshold read at once; more, and the knots are refined first.
 WINDOW_MAX = 1 << 20
-
-
-def monotone(gains: np.ndarray) -> np.ndarray:
-    """A greedy gain curve made non-increasing: exact for a submodular objective, and where
-    float rounding breaks it by a hair, the running minimum (so every kept set is a prefix)."""
-    return np.minimum.accumulate(np.asarray(gains, dtype=np.float64))
-
-
-def gain_knots(gains: np.ndarray, lo: int = 0, n_knots: int = KNOTS) -> tuple[np.ndarray, ...]:
-    """Positions (from ``lo``, first and last included) and values of ``n_knots`` evenly
-    spaced points of a non-increasing curve ``gains``: what a group reports of its curve.
-
-    >>> pos, val = gain_knots(np.array([5.0, 4.0, 3.0, 2.0, 1.0]), n_knots=3)
-    >>> pos.tolist(), val.tolist()
-    ([0, 2, 4], [5.0, 3.0, 1.0])
-    """
-    c = len(gains)
-    if c == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    at = np.unique(np.linspace(0, c - 1, min(c, n_knots)).round().astype(np.int64))
-    return at + lo, np.asarray(gains, dtype=np.float64)[at]
 
 
 class _Knots:
@@ -303,30 +224,6 @@ def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray
     )
 
 
-def gain_table(
-    ids: pa.Array,
-    order: np.ndarray,
-    gid: int,
-    logits: Any,
-    gains: np.ndarray,
-    features: np.ndarray,
-    id_col: str,
-) -> pa.Table:
-    """A group's candidates in pick order: id, group, rank, logit, gain in J units, and the
-    embedding (``features``: the group's rows, unit length once ``check_corpus`` has run;
-    what the exchange round's neighbours read of the kept prefix)."""
-    return pa.table(
-        {
-            id_col: ids.take(pa.array(order)),
-            "group": pa.array(np.full(len(order), gid, dtype=np.int32)),
-            "rank": pa.array(np.arange(1, len(order) + 1, dtype=np.int64)),
-            "logit": pa.array(np.asarray(logits, np.float32)[order]),
-            "gain": pa.array(np.asarray(gains, dtype=np.float64)),
-            "features": features_column(features[order]),
-        }
-    )
-
-
 # --- the allocation phase of a sharded run ---------------------------------------------------
 def compact_marker(stats: dict[str, Any]) -> dict[str, Any]:
     """A group's marker as the driver holds it: its keys (and nested dicts' keys) and
@@ -358,11 +255,6 @@ def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """The knots a proposing group left in its completion marker (and drops them there)."""
     pos, val = stats.pop("gain_knots")
     return np.asarray(pos, dtype=np.int64), np.asarray(val, dtype=np.float64)
-
-
-def want_path(work_dir: str | Path, gid: int) -> Path:
-    """Where the driver records that a group must propose more candidates."""
-    return storage_path(work_dir) / "candidates" / f"{gid:05d}.want.json"
 
 
 def wanted(work_dir: str | Path, gid: int, default: int) -> int:
@@ -426,11 +318,6 @@ class WriteAllocated(Step[AllocatedJob]):
             "last_gain": float(gains[-1]) if table.num_rows else None,
             "peak_rss_mb": peak_rss_mb(),
         }
-
-
-def global_marker(work_dir: str | Path) -> Path:
-    """Round 2's completion marker, whichever way it combined the groups."""
-    return storage_path(work_dir) / "completions" / "global"
 
 
 def finish_allocation(

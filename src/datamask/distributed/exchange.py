@@ -47,16 +47,10 @@ from ..io.parquet import atomic_write_table, features_matrix, read_table
 from ..neighbors import best_match, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
 from ..selectors import SELECTORS
-from .allocate import (
-    allocate_counts,
-    gain_knots,
-    gains_in_j_units,
-    group_spec,
-    knots_of,
-    monotone,
-)
+from .allocate import allocate_counts, knots_of
 from .context import RunContext
 from .engine import Step, run_steps
+from .gains import gain_knots, gains_in_j_units, group_spec, monotone
 from .given import group_floor
 from .partition import Group
 from .steps import candidates_path, gain_table, graph_path, read_group, saved_graph

@@ -7,7 +7,14 @@ from pathlib import Path
 
 from ..io.fs import storage_path
 
-__all__ = ["candidates_path", "completion_path", "graph_path", "part_path"]
+__all__ = [
+    "candidates_path",
+    "completion_path",
+    "global_marker",
+    "graph_path",
+    "part_path",
+    "want_path",
+]
 
 
 def _group_name(gid: int) -> str:
@@ -33,3 +40,13 @@ def graph_path(work_dir: str | Path, gid: int) -> Path:
     """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)), saved
     by its select step for the exchange round, which would otherwise build it again."""
     return storage_path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
+
+
+def want_path(work_dir: str | Path, gid: int) -> Path:
+    """Where the driver records that a group must propose more candidates."""
+    return storage_path(work_dir) / "candidates" / f"{gid:05d}.want.json"
+
+
+def global_marker(work_dir: str | Path) -> Path:
+    """Round 2's completion marker, whichever way it combined the groups."""
+    return storage_path(work_dir) / "completions" / "global"

@@ -21,11 +21,12 @@ from ..io.atomic import atomic_write_json
 from ..io.fs import names_in
 from ..io.shards import ShardInfo
 from ..pipeline.step import MODULAR
-from .allocate import allocates_by_gains, want_path, wanted
+from .allocate import wanted
 from .context import RunContext
 from .engine import run_steps
 from .executors import Runner
 from .fit import FitJob, FitPartition, fit_spread, read_sample_parts
+from .gains import allocates_by_gains
 from .gather import IndexJob, IndexSpills, ReleaseJob, ReleaseSpills, gather_groups, ungathered
 from .kmeans import fit_plan
 from .partition import (
@@ -40,6 +41,7 @@ from .partition import (
     plan_by_shard,
     spills_released_path,
 )
+from .paths import want_path
 from .steps import candidate_count
 
 __all__ = [

@@ -23,7 +23,6 @@ from .allocate import (
     ask_for_more,
     compact_marker,
     finish_allocation,
-    global_marker,
     knots_of,
     saturated,
 )
@@ -33,6 +32,7 @@ from .exchange import exchange_applies, exchange_path, exchange_round
 from .given import kept_counts
 from .lifecycle import read_marker
 from .partition import Group
+from .paths import global_marker
 from .steps import GlobalJob, GroupJob, SelectGlobal, SelectGroup, candidates_path, part_path
 from .tokens import TokenPlan, allocate_tokens, ask_for_tokens
 from .validate import QualityRange

@@ -46,21 +46,21 @@ from ..io.shards import (
 from ..io.text import lengths_from_arrow
 from ..pipeline.step import MODULAR, fit_group
 from ..pipeline.writer import selection_table
-from .allocate import (
-    gain_knots,
-    gain_table,
-    gains_in_j_units,
-    global_marker,
-    group_spec,
-    monotone,
-)
 from .engine import Step
 from .executors import group_memory_bytes
+from .gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
 from .given import group_floor, kept_counts
 from .partition import (
     Group,
 )
-from .paths import _group_name, candidates_path, completion_path, graph_path, part_path
+from .paths import (
+    _group_name,
+    candidates_path,
+    completion_path,
+    global_marker,
+    graph_path,
+    part_path,
+)
 from .tokens import TokenPlan, offer_path, select_tokens, wanted_tokens
 from .validate import QualityRange
 

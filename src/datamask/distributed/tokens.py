@@ -10,10 +10,10 @@
    document budget (:func:`token_combine`):
 
    - **By gains per token** where the document budget allocates by gains
-     (:func:`~.allocate.allocates_by_gains`: a semantic partition, per-document terms, a
+     (:func:`~.gains.allocates_by_gains`: a semantic partition, per-document terms, a
      method that is not modular). Group ``g`` (``L_g`` tokens) selects ``T_c = oversample
      x T L_g / L`` tokens with its method at the corpus' rate between quality and coverage
-     (:func:`~.allocate.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``: quality counts
+     (:func:`~.gains.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``: quality counts
      ``l q / T``, coverage ``l cover / L``), then orders them by the cost-benefit lazy
      greedy on its graph (gain per token, :func:`~datamask.greedy.lazy.gain_order` with
      sizes) and writes each one's gain in ``J`` units, its length and its **price**, gain
@@ -64,18 +64,11 @@ from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardScan
 from ..io.text import lengths_from_arrow
 from ..pipeline.step import MODULAR
-from .allocate import (
-    allocates_by_gains,
-    gain_table,
-    gains_in_j_units,
-    group_spec,
-    monotone,
-    want_path,
-)
 from .engine import Step, run_steps
 from .executors import Runner
+from .gains import allocates_by_gains, gain_table, gains_in_j_units, group_spec, monotone
 from .lifecycle import read_marker
-from .paths import candidates_path, part_path
+from .paths import candidates_path, part_path, want_path
 
 __all__ = [
     "FillSlack",
@@ -208,7 +201,7 @@ def allocate_tokens(
     price (gain per token) over every group. Returns each group's kept prefix (a count),
     each group's candidates kept by the fill after it (positions), and the tokens kept.
 
-    Every group's prices are non-increasing (:func:`~.allocate.monotone`), so the price
+    Every group's prices are non-increasing (:func:`~.gains.monotone`), so the price
     keeps a prefix of each group. The candidates are walked by price, best first (ties:
     the lower group, then the earlier pick), and kept while they fit: the price of the
     first that does not is the threshold, and the tokens left are less than its length.
@@ -422,9 +415,9 @@ def write_priced(
     sel: Selection, corpus: Corpus, ids: pa.Array, job: Any, lamb_g: float, budget: float
 ) -> None:
     """A group's candidates for the allocation by gains per token, in cost-benefit order
-    (``sel.meta["gain_order"]``): :func:`~.allocate.gain_table`'s columns (gains in ``J``
+    (``sel.meta["gain_order"]``): :func:`~.gains.gain_table`'s columns (gains in ``J``
     units of the rate ``job.totals``) with each one's ``length`` and ``price``, its gain
-    per token made non-increasing (:func:`~.allocate.monotone`)."""
+    per token made non-increasing (:func:`~.gains.monotone`)."""
     order, gains = sel.meta["gain_order"]
     lengths = np.asarray(corpus.lengths, dtype=np.float64)
     group, spec = job.group, job.spec
