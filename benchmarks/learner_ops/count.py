@@ -12,8 +12,8 @@ patches ``Tensor.cpu/.tolist`` (which do not dispatch on a CPU tensor) to count 
 reads they would be on CUDA (``.numpy()`` needs a ``.cpu()`` first on CUDA; on the CPU
 ``.cpu()`` returns the tensor itself, so ``t.cpu().tolist()`` counts two there).
 
-A group step, as the sharded runner runs it (``fit_group(..., gain_curve=True,
-evaluate=False)``): the learner's fit (graph build, the epochs, the rounding's swap
+A group step, as the sharded runner runs it (``fit_group(..., evaluate=False)``
+then ``gain_curve``): the learner's fit (graph build, the epochs, the rounding's swap
 search) and the gain order of the selection. The counts are attributed to the innermost
 phase running: ``graph`` (the K-NN build), ``epoch`` (each learner step), ``swap`` (the
 swap search), ``gain_order``, ``other`` (bind, init, top-k). Data: the clustered synthetic

@@ -51,7 +51,7 @@ from .io.remote import overlaps, staged_paths
 from .io.shards import list_shards, literal_or_glob
 from .io.text import lengths_from_arrow
 from .pipeline.given import budget_and_given, given_terms
-from .pipeline.step import fit_group
+from .pipeline.step import fit_and_cover, graph_summary
 from .pipeline.tokens import token_length_column, token_summary
 from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
 
@@ -335,16 +335,17 @@ def _select_file(
         provenance = (
             pool.submit(_file_provenance, source, names, spec, kept) if keep_lists else None
         )
-        selection = fit_group(
+        selection, objective = fit_and_cover(
             corpus,
             k,
             fit_spec,
-            progress=spec.run.progress,
-            describe_graph=True,
-            evaluate=kept is None,  # given KEPT, the terms are scored below instead
             cover=not spec.run.selected_only,  # the kept rows alone: each covers itself
-            cover_floor=kept_cover,
+            floor=kept_cover,
+            progress=spec.run.progress,
+            evaluate=kept is None,  # given KEPT, the terms are scored below instead
         )
+        selection.meta["graph"] = None if objective is None else graph_summary(objective)
+        del objective
     table = selection_table(
         selection,
         id_col=cols.id_col,
@@ -563,8 +564,8 @@ def select_table(
         corpus.lengths = lengths_from_arrow(table.column(length), length, "data")
     given = (spec.selector.given, spec.selector.given_selection)
     k, fit_spec, kept, _, kept_cover = budget_and_given(corpus, spec, given)
-    selection = fit_group(
-        corpus, k, fit_spec, progress=progress, cover=True, cover_floor=kept_cover
+    selection, _ = fit_and_cover(
+        corpus, k, fit_spec, cover=True, floor=kept_cover, progress=progress
     )
     out = selection_table(
         selection,

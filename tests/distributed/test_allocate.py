@@ -21,7 +21,7 @@ from datamask.distributed.gains import (
     group_lamb,
 )
 from datamask.greedy.lazy import gain_order
-from datamask.pipeline.step import fit_group
+from datamask.pipeline.step import fit_group, gain_curve
 from tests._data import reference_table, write
 
 
@@ -87,7 +87,8 @@ def test_a_group_that_keeps_nothing_has_an_empty_gain_curve():
     x = rng.standard_normal((30, 6))
     corpus = _corpus(x / np.linalg.norm(x, axis=1, keepdims=True), rng.random(30))
     spec = SelectSpec.from_mapping({"select_ratio": 0.1, "n_neighbors": 8})
-    sel = fit_group(corpus, 0, spec, gain_curve=True)
+    sel, objective = fit_group(corpus, 0, spec)
+    gain_curve(corpus, sel, objective, spec)
     order, gains = sel.meta["gain_order"]
     assert len(sel.selected) == 0 and order.shape == (0,) and gains.shape == (0,)
     assert order.dtype == np.int64 and gains.dtype == np.float64

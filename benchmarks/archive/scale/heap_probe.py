@@ -78,15 +78,10 @@ def main() -> None:
         spec = group_spec(settings.check(), g["k"], corpus.n_docs, k_total, n_total)
         start = time.perf_counter() - t0
         # as select_group runs it: the gain curve, no exact scoring of the group
-        step.fit_group(
-            corpus,
-            g["k"],
-            spec,
-            seed=g["seed"],
-            stored_ids=ids,
-            gain_curve=True,
-            evaluate=False,
+        sel, objective = step.fit_group(
+            corpus, g["k"], spec, seed=g["seed"], stored_ids=ids, evaluate=False
         )
+        step.gain_curve(corpus, sel, objective, spec, g["seed"])
         steps.append(
             {
                 "gid": gid,

@@ -44,7 +44,7 @@ from ..io.shards import (
     read_rows,
 )
 from ..io.text import lengths_from_arrow
-from ..pipeline.step import MODULAR, fit_group
+from ..pipeline.step import MODULAR, fit_group, gain_curve
 from ..pipeline.writer import selection_table
 from .engine import Step
 from .executors import group_memory_bytes
@@ -278,16 +278,12 @@ class SelectGroup(Step[GroupJob]):
         graph = None
         if job.totals is not None and n:
             graph = saved_graph(graph_path(work_dir, group.gid))
-        sel = fit_group(
-            corpus,
-            group.k,
-            fit_spec,
-            seed=group.seed,
-            stored_ids=ids,
-            gain_curve=job.totals is not None,
-            evaluate=False,
-            graph=graph,
+        sel, objective = fit_group(
+            corpus, group.k, fit_spec, seed=group.seed, stored_ids=ids, evaluate=False, graph=graph
         )
+        if job.totals is not None:  # proposing by gains: the candidates' curve
+            gain_curve(corpus, sel, objective, fit_spec, group.seed)
+        del objective
         fit_s = time.perf_counter() - started - read_s
 
         # 3. Write the group's files atomically (the engine writes the marker last).
@@ -526,7 +522,7 @@ def _select_global(
                 k_c, n_c = spec.selector.budget_tokens, float(lengths.sum())
                 kept, docs = counts["tokens_kept"], counts["tokens_docs"]
             fit_spec = group_spec(spec, k_c, n_c, kept + k_c, docs + n_c)
-        sel = fit_group(corpus, k_total, fit_spec, seed=int(spec.selector.seed))
+        sel, _ = fit_group(corpus, k_total, fit_spec, seed=int(spec.selector.seed))
         del corpus
     fit_s = time.perf_counter() - started - read_s
     out = selection_table(

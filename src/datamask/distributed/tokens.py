@@ -63,7 +63,8 @@ from ..io.fs import open_input, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardScan
 from ..io.text import lengths_from_arrow
-from ..pipeline.step import MODULAR
+from ..pipeline.step import MODULAR, fit_group, gain_curve
+from ..pipeline.writer import selection_table
 from .engine import Step, run_steps
 from .executors import Runner
 from .gains import allocates_by_gains, gain_table, gains_in_j_units, group_spec, monotone
@@ -363,9 +364,6 @@ def select_tokens(
     ``job.totals`` (the ``(T, L)`` of the rate): priced candidates for the allocation by
     gains per token (:func:`write_priced`), ``oversample`` times its share or what the
     allocation asked for (:func:`wanted_tokens`)."""
-    from ..pipeline.step import fit_group
-    from ..pipeline.writer import selection_table
-
     group, spec, plan = job.group, job.spec, job.tokens
     assert plan is not None  # a token budget
     lengths = np.asarray([] if corpus.lengths is None else corpus.lengths, np.float64)
@@ -386,7 +384,10 @@ def select_tokens(
         k = corpus.n_docs
     else:  # stored ids not passed: modular methods walk their ranking under the budget too
         k = None
-    sel = fit_group(corpus, k, fit_spec, seed=group.seed, evaluate=False, gain_curve=by_gains)
+    sel, objective = fit_group(corpus, k, fit_spec, seed=group.seed, evaluate=False)
+    if by_gains:
+        gain_curve(corpus, sel, objective, fit_spec, group.seed)
+    del objective
     fit_s = time.perf_counter() - started - read_s
     id_col = spec.columns.id_col
     if not spec.run.selected_only:

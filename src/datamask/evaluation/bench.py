@@ -82,7 +82,7 @@ def run_method(
     if isinstance(corpus, str):
         corpus = _load_corpus(corpus)
     load_before, cpu_before = load_average(), cpu_seconds()
-    selection, memory = measure_peak_rss(lambda: fit_group(corpus, None, spec))
+    (selection, _), memory = measure_peak_rss(lambda: fit_group(corpus, None, spec))
     cpu = cpu_seconds() - cpu_before
     meta = selection.meta
     if meta["gpu_peak_mb"] is not None:

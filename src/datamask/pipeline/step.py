@@ -30,7 +30,9 @@ __all__ = [
     "MODULAR",
     "cover_rows",
     "facility_graph",
+    "fit_and_cover",
     "fit_group",
+    "gain_curve",
     "graph_summary",
     "modular_scores",
 ]
@@ -105,13 +107,9 @@ def fit_group(
     seed: int | None = None,
     stored_ids: pa.Array | None = None,
     progress: bool = False,
-    describe_graph: bool = False,
-    gain_curve: bool = False,
     evaluate: bool = True,
-    cover: bool = False,
-    cover_floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
     graph: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> Selection:
+) -> tuple[Selection, Any]:
     """Select exactly ``k`` rows of ``corpus`` (None: ``round(select_ratio * n)``).
 
     Parameters
@@ -129,25 +127,9 @@ def fit_group(
         :func:`modular_scores`, which compare across groups (the sharded runner).
     progress : bool, default=False
         The method's progress bar.
-    describe_graph : bool, default=False
-        Add the neighbour graph's method, K and sampled recall to ``meta["graph"]``.
-    gain_curve : bool, default=False
-        Also order the selected rows by lazy greedy on the same bound objective (coverage
-        over every row; :func:`~datamask.greedy.lazy.gain_order`): ``meta["gain_order"]``
-        is ``(rows in pick order, marginal gains)``, what a sharded run allocates its
-        budget with, and ``meta["neighbor_graph"]`` the graph of :func:`facility_graph`
-        (None without one), which the exchange round re-uses.
     evaluate : bool, default=True
         Score the selection with the exact objective (``meta["terms"]``, an ``n x k``
         pass); False leaves ``meta["terms"]`` empty (a sharded run's group step).
-    cover : bool, default=False
-        Also find every row's nearest kept row (:func:`cover_rows`, on the selection's
-        own graph): ``meta["cover"]`` (a :class:`~datamask.coverage.Cover`), written by
-        the writer as ``covered_by``/``covered_sim``/``covered_exact``, and its time in
-        ``meta["seconds"]["cover"]``.
-    cover_floor : (floor, rows, exact), optional
-        With ``cover``: each row's best cosine to documents kept outside ``corpus`` and
-        which row of theirs (``--given``), for :func:`cover_rows`.
     graph : (indices, similarities), optional
         A neighbour graph of ``corpus`` already built, most similar first, with at least
         the K the facility-location term asks for (its first K columns are used): a
@@ -155,67 +137,16 @@ def fit_group(
 
     Returns
     -------
-    Selection
+    selection : Selection
         ``meta`` holds ``method``, ``terms`` (exact values; empty without ``evaluate``),
         ``term_labels`` (the objective's terms), ``device``, ``gpu_peak_mb``, ``seconds``
         (fit, graph, optimise), ``history``, ``resolved``, ``stats`` (the selector's own
-        counts and times) and ``graph``.
+        counts and times) and ``graph`` (None; :func:`graph_summary` fills it).
+    objective : Objective or None
+        The objective the selector bound (its graph built), for what follows a selection
+        (:func:`gain_curve`, :func:`cover_rows`, :func:`graph_summary`); None where no
+        selector ran (a modular method's comparable scores, or ``k`` of 0 or ``n``).
     """
-    if cover:  # checked once, here: the fit reads these unit rows and the cover too
-        corpus = check_corpus(corpus)  # a copy; the caller's corpus is unchanged
-    sel, objective = _fit(
-        corpus, k, spec, seed, stored_ids, progress, describe_graph, gain_curve, evaluate, graph
-    )
-    if cover:
-        started = time.perf_counter()
-        sel.meta["cover"] = cover_rows(corpus, sel.selected, objective, cover_floor)
-        sel.meta.setdefault("seconds", {})["cover"] = time.perf_counter() - started
-    return sel
-
-
-def _all_or_none(
-    corpus: Corpus,
-    k: int,
-    spec: SelectSpec,
-    seed: int | None,
-    gain_curve: bool,
-    meta: dict[str, Any],
-) -> Selection:
-    """Every row (``k == n``) or none (``k == 0``): nothing to learn, every score ties."""
-    n = corpus.n_docs
-    scores = np.zeros(n)
-    selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
-    if gain_curve:  # every row is kept; the order still prices them
-        budget, sizes = None, None
-        if spec.selector.token_budget and corpus.lengths is not None:  # per token, as fitted
-            sizes = np.asarray(corpus.lengths, dtype=np.float64)
-            budget = TokenBudget(sizes, float(spec.selector.budget_tokens or sizes.sum()))
-        objective = spec.objective.make().bind(
-            check_corpus(corpus),
-            len(selected),
-            resolve_device(spec.selector.device),
-            seed=spec.selector.seed if seed is None else seed,
-            budget=budget,
-        )
-        meta["gain_order"] = gain_order(objective, selected, sizes=sizes)
-    logits = scores.astype(np.float32)
-    return Selection(selected, scores, meta, ids=corpus.ids, logits=logits)
-
-
-def _fit(
-    corpus: Corpus,
-    k: int | None,
-    spec: SelectSpec,
-    seed: int | None,
-    stored_ids: pa.Array | None,
-    progress: bool,
-    describe_graph: bool,
-    gain_curve: bool,
-    evaluate: bool,
-    graph: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[Selection, Any]:
-    """:func:`fit_group` without the cover: the selection and its bound objective (None
-    where no selector ran)."""
     bound_heap()  # a worker runs group after group: keep its heap from ratcheting up
     n = corpus.n_docs
     method = spec.selector.method
@@ -239,7 +170,24 @@ def _fit(
         logits = scores.astype(np.float32)
         return Selection(selected, scores, meta, ids=corpus.ids, logits=logits), None
     if k is not None and not 0 < k < n:  # nothing to learn: every score ties
-        return _all_or_none(corpus, k, spec, seed, gain_curve, meta), None
+        selected = np.arange(n) if k == n else np.zeros(0, dtype=np.int64)
+        scores = np.zeros(n)
+        logits = scores.astype(np.float32)
+        return Selection(selected, scores, meta, ids=corpus.ids, logits=logits), None
+    return _fit_selector(corpus, k, spec, seed, progress, evaluate, graph, meta)
+
+
+def _fit_selector(
+    corpus: Corpus,
+    k: int | None,
+    spec: SelectSpec,
+    seed: int | None,
+    progress: bool,
+    evaluate: bool,
+    graph: tuple[torch.Tensor, torch.Tensor] | None,
+    meta: dict[str, Any],
+) -> tuple[Selection, Any]:
+    """:func:`fit_group` where a selector runs: fit it, and its selection with ``meta``."""
     selector = spec.make_selector(k=k, seed=seed, progress=progress)
     term = facility_term(selector.objective) if graph is not None else None
     if term is not None:  # built before (a group proposing again): not built twice
@@ -262,14 +210,7 @@ def _fit(
         history=selector.history_,
         resolved=selector.resolved_params(),
         stats=selector.fit_stats(),  # the selector's own counts and times (bench's columns)
-        graph=graph_summary(selector.objective_) if describe_graph else None,
     )
-    if gain_curve:
-        started = time.perf_counter()
-        sizes = None if selector.budget_ is None else selector.budget_.sizes  # per token
-        meta["gain_order"] = gain_order(selector.objective_, result.selected, sizes=sizes)
-        meta["seconds"]["gain_order"] = time.perf_counter() - started
-        meta["neighbor_graph"] = facility_graph(selector.objective_)  # the exchange round's
     selection = Selection(
         np.asarray(result.selected, dtype=np.int64),
         np.asarray(result.scores, dtype=np.float64),
@@ -281,3 +222,68 @@ def _fit(
         else np.asarray(result.probabilities, np.float32),
     )
     return selection, selector.objective_
+
+
+def fit_and_cover(
+    corpus: Corpus,
+    k: int | None,
+    spec: SelectSpec,
+    *,
+    cover: bool,
+    floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
+    **fit: Any,
+) -> tuple[Selection, Any]:
+    """:func:`fit_group` of one table (``fit``: its keywords), then, with ``cover``, every
+    row's nearest kept row on the selection's own graph (:func:`cover_rows`, above
+    ``floor``: documents kept elsewhere, ``--given``) as ``meta["cover"]``, which the
+    writer writes as ``covered_by``/``covered_sim``/``covered_exact``, and its time as
+    ``meta["seconds"]["cover"]``. Returns what :func:`fit_group` returns."""
+    if cover:  # checked once, here: the fit reads these unit rows and the cover too
+        corpus = check_corpus(corpus)  # a copy; the caller's corpus is unchanged
+    selection, objective = fit_group(corpus, k, spec, **fit)
+    if cover:
+        started = time.perf_counter()
+        selection.meta["cover"] = cover_rows(corpus, selection.selected, objective, floor)
+        selection.meta.setdefault("seconds", {})["cover"] = time.perf_counter() - started
+    return selection, objective
+
+
+def gain_curve(
+    corpus: Corpus,
+    selection: Selection,
+    objective: Any,
+    spec: SelectSpec,
+    seed: int | None = None,
+) -> None:
+    """Order the selected rows by lazy greedy on the objective :func:`fit_group` bound
+    (coverage over every row; :func:`~datamask.greedy.lazy.gain_order`), per token under
+    a token budget: ``selection.meta["gain_order"]`` is ``(rows in pick order, marginal
+    gains)``, what a sharded run allocates its budget with, and ``meta["neighbor_graph"]``
+    the graph of :func:`facility_graph` (None without one), which the exchange round
+    re-uses. Where no selector ran (``objective`` None: ``k`` of 0 or ``n``), the objective
+    is bound here, as the selector would have bound it, and no graph is kept."""
+    started = time.perf_counter()
+    meta = selection.meta
+    if objective is None:  # every row kept, or none: the order still prices them
+        budget = None
+        if spec.selector.token_budget and corpus.lengths is not None:  # per token, as fitted
+            sizes = np.asarray(corpus.lengths, dtype=np.float64)
+            budget = TokenBudget(sizes, float(spec.selector.budget_tokens or sizes.sum()))
+        bound = spec.objective.make().bind(
+            check_corpus(corpus),
+            len(selection.selected),
+            resolve_device(spec.selector.device),
+            seed=spec.selector.seed if seed is None else seed,
+            budget=budget,
+        )
+        meta["gain_order"] = gain_order(bound, selection.selected, sizes=_sizes(bound))
+        return
+    meta["gain_order"] = gain_order(objective, selection.selected, sizes=_sizes(objective))
+    meta["seconds"]["gain_order"] = time.perf_counter() - started
+    meta["neighbor_graph"] = facility_graph(objective)  # the exchange round's
+
+
+def _sizes(objective: Any) -> np.ndarray | None:
+    """The token budget's document lengths the objective was bound with (None: a document
+    budget)."""
+    return None if objective.budget_ is None else objective.budget_.sizes
