@@ -50,15 +50,15 @@ __all__ = ["cap_across_groups"]
 class _Pass:
     """The shared state of the pass: the cap and what each group keeps."""
 
-    def __init__(self, settings: SelectSpec, work: Path, capacity: int) -> None:
-        self.settings, self.work, self.capacity = settings, work, capacity
+    def __init__(self, spec: SelectSpec, work: Path, capacity: int) -> None:
+        self.spec, self.work, self.capacity = spec, work, capacity
         self.cap: SimilarityCap | None = None
         self.kept: dict[int, np.ndarray] = {}  # gid -> rows kept, in walk order
         self.tables: dict[int, tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def walk(self, g: Group, want: int) -> int:
         """Keep up to ``want`` more rows of group ``g``, best rank first. Returns how many."""
-        corpus, ids = read_group(g, self.settings)
+        corpus, ids = read_group(g, self.spec)
         corpus = check_corpus(corpus)  # L2-normalised, as the learner saw them
         table = read_table(
             self.work / "groups" / f"{_group_name(g.gid)}.parquet",
@@ -71,7 +71,7 @@ class _Pass:
         if self.cap is None:
             self.cap = SimilarityCap(
                 corpus.features,
-                float(self.settings.selector.max_similarity),
+                float(self.spec.selector.max_similarity),
                 capacity=self.capacity,
             )
         else:
@@ -85,7 +85,7 @@ class _Pass:
 
 def cap_across_groups(
     groups: list[Group],
-    settings: SelectSpec,
+    spec: SelectSpec,
     work: Path,
     out: Path,
     *,
@@ -101,9 +101,9 @@ def cap_across_groups(
         and ``per_group`` (gid -> replaced and kept, for groups that changed).
     """
     started = time.perf_counter()
-    threshold = float(settings.selector.max_similarity)
+    threshold = float(spec.selector.max_similarity)
     k_total = sum(g.k for g in groups)
-    state = _Pass(settings, storage_path(work), k_total)
+    state = _Pass(spec, storage_path(work), k_total)
     short = 0
     for g in tqdm(groups, desc="cap across groups", unit="group", disable=not progress):
         if g.k + short:
@@ -138,7 +138,7 @@ def cap_across_groups(
             atomic_write_table(
                 pa.table(
                     {
-                        settings.columns.id_col: ids.take(pa.array(keep)),
+                        spec.columns.id_col: ids.take(pa.array(keep)),
                         "group": pa.array(np.full(len(keep), g.gid, dtype=np.int32)),
                         "rank": pa.array(rank[keep]),
                         "logit": pa.array(logits[keep]),

@@ -327,12 +327,12 @@ def exchange_round(
     )
 
 
-def exchange_applies(settings: SelectSpec) -> bool:
+def exchange_applies(spec: SelectSpec) -> bool:
     """Whether the exchange round runs: a global budget allocated by gains whose diversity
     is facility location (the only term with a floor), and ``exchange_neighbors > 0``."""
-    terms = settings.objective.make().diversity
+    terms = spec.objective.make().diversity
     return (
-        settings.partition.exchange_neighbors > 0
+        spec.partition.exchange_neighbors > 0
         and bool(terms)
         and all(isinstance(t, FacilityLocation) for t in terms)
     )

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._memory import peak_rss_mb
+from ..config import SelectSpec
 from ..data import apportion
 from ..io.shards import ShardInfo
 from .engine import Step, run_steps
@@ -103,7 +104,7 @@ def read_sample_parts(
     infos: Sequence[ShardInfo],
     n_sample: int,
     part_rows: int,
-    settings: Any,
+    spec: SelectSpec,
     kdir: str,
     runner: Runner,
 ) -> list[dict[str, Any]]:
@@ -111,8 +112,8 @@ def read_sample_parts(
     parts of ``part_rows`` rows in (shard, row) order, each written to ``kdir`` by a
     :class:`~.kmeans.SamplePart` step; returns each part's stats (rows, dim, memory).
     The parts hold the rows one read would, in its order: the fit is the same."""
-    wanted = sample_plan(infos, n_sample, settings.selector.seed)
-    parts = _cut_parts(wanted, infos, part_rows, settings)
+    wanted = sample_plan(infos, n_sample, spec.selector.seed)
+    parts = _cut_parts(wanted, infos, part_rows, spec)
     jobs = [PartJob(kdir, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
     return run_steps(runner, SamplePart(), jobs, progress=False)
 
@@ -122,19 +123,19 @@ def fit_spread(
     infos: Sequence[ShardInfo],
     plan: FitPlan,
     n_clusters: int,
-    settings: Any,
+    spec: SelectSpec,
     folder: Path,
     runner: Runner,
 ) -> dict[str, Any]:
     """Fit the tree of a cluster partition by steps (see the module), save it to
-    ``folder / "tree.npz"``; returns facts for the manifest. ``settings``: the run's
+    ``folder / "tree.npz"``; returns facts for the manifest. ``spec``: the run's
     :class:`~datamask.config.SelectSpec`."""
-    seed, step_rows = settings.selector.seed, settings.partition.kmeans_step_rows
+    seed, step_rows = spec.selector.seed, spec.partition.kmeans_step_rows
     kdir = str(folder / "kmeans")
-    stats = read_sample_parts(infos, plan.n_sample, step_rows, settings, kdir, runner)
+    stats = read_sample_parts(infos, plan.n_sample, step_rows, spec, kdir, runner)
     n, dim = [st["rows"] for st in stats], int(stats[0]["dim"])
     cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
-    device = settings.selector.device
+    device = spec.selector.device
     iterations, used, moved = 0, 0, True
     while moved and iterations < KMEANS_ITER:  # until no centroid moves, at most that
         new, used = _lloyd_round(kdir, n, dim, cent, reserve, used, device, runner)
@@ -148,7 +149,7 @@ def fit_spread(
     starts = np.concatenate([np.zeros((len(n), 1), np.int64), np.cumsum(counts, axis=1)], 1)
     batches = _batches(per, step_rows)
     scale = sum(i.num_rows for i in infos) / plan.n_sample
-    max_rows = settings.partition.chunk_size
+    max_rows = spec.partition.chunk_size
     jobs = [
         SubtreeJob(
             kdir,
@@ -183,11 +184,11 @@ def fit_spread(
 
 
 def _cut_parts(
-    wanted: dict[int, np.ndarray], infos: Sequence[ShardInfo], step_rows: int, settings: Any
+    wanted: dict[int, np.ndarray], infos: Sequence[ShardInfo], step_rows: int, spec: SelectSpec
 ) -> list[list[tuple]]:
     """The sample, in (shard, row) order, cut into runs of ``step_rows`` rows: each part's
     :func:`~.partition.read_sample` jobs. Depends on the sample and ``step_rows`` only."""
-    col = settings.columns.feature_col
+    col = spec.columns.feature_col
     parts: list[list[tuple]] = [[]]
     room = step_rows
     for s in sorted(wanted):

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-def allocates_by_gains(settings: SelectSpec) -> bool:
+def allocates_by_gains(spec: SelectSpec) -> bool:
     """Whether a global budget is allocated by the groups' gain curves (no central round).
 
     Only where the decomposition holds: a semantic partition (``partition="cluster"``, so
@@ -44,11 +44,11 @@ def allocates_by_gains(settings: SelectSpec) -> bool:
     per-document mean, a method that is not modular, and no similarity cap (the cap needs
     every pair of the selection in one place). Measured in ``benchmarks/scale/SHARDED.md``.
     """
-    terms = settings.objective.make().diversity
+    terms = spec.objective.make().diversity
     return (
-        settings.partition.partition == "cluster"
-        and settings.selector.method not in MODULAR
-        and settings.selector.max_similarity is None
+        spec.partition.partition == "cluster"
+        and spec.selector.method not in MODULAR
+        and spec.selector.max_similarity is None
         and all(t.per_document for t in terms)
     )
 
@@ -77,11 +77,11 @@ def gains_in_j_units(
 
 
 def group_spec(
-    settings: SelectSpec, c_group: int, n_group: int, k_total: int, n_total: int
+    spec: SelectSpec, c_group: int, n_group: int, k_total: int, n_total: int
 ) -> SelectSpec:
     """The settings a proposing group runs with: the objective at :func:`group_lamb`."""
-    lamb_g = group_lamb(settings.objective.lamb, c_group, n_group, k_total, n_total)
-    return replace(settings, objective=replace(settings.objective, lamb=lamb_g))
+    lamb_g = group_lamb(spec.objective.lamb, c_group, n_group, k_total, n_total)
+    return replace(spec, objective=replace(spec.objective, lamb=lamb_g))
 
 
 #: Knots per gain curve a group reports in its completion marker: the allocation reads

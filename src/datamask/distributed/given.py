@@ -173,13 +173,13 @@ def kept_table(work_dir: str | Path) -> pa.Table:
     return read_table(kept_path(work_dir))
 
 
-def group_floor(corpus: Corpus, settings: SelectSpec, work_dir: str | Path) -> dict | None:
+def group_floor(corpus: Corpus, spec: SelectSpec, work_dir: str | Path) -> dict | None:
     """Set ``corpus.floor`` to each row's best cosine to KEPT (clipped at 0) when the run
     is given KEPT; returns what the group's stats record (sum, method), else None.
 
     The floor is taken between unit rows (``corpus`` checked, not changed: only its
     ``floor`` is set)."""
-    if settings.selector.given is None:
+    if spec.selector.given is None:
         return None
     started = time.perf_counter()
     unit = check_corpus(corpus).features

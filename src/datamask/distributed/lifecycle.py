@@ -112,11 +112,11 @@ def abort_pool(pool: Any) -> None:
 
 # --- claiming a work dir ------------------------------------------------------------------
 def fingerprint(
-    settings: SelectSpec, infos: list[ShardInfo], checksums: dict[str, str]
+    spec: SelectSpec, infos: list[ShardInfo], checksums: dict[str, str]
 ) -> dict[str, Any]:
     """SelectSpec and, per shard, path, rows, size and the checksum of the bytes read."""
     record = {
-        "settings": settings.fingerprint(),
+        "settings": spec.fingerprint(),
         "shards": [
             [
                 str(storage_path(i.path).resolve()),
@@ -160,7 +160,7 @@ def _previous(work: Path) -> dict[str, Any] | None:
     return prev if isinstance(prev, dict) else None
 
 
-def check_previous(work: Path, settings: SelectSpec, infos: list[ShardInfo]) -> dict[str, str]:
+def check_previous(work: Path, spec: SelectSpec, infos: list[ShardInfo]) -> dict[str, str]:
     """Refuse, before the validation pass writes anything, a run the earlier run recorded
     in ``work`` would refuse at :func:`claim`: other settings, or shards added, removed or
     of another size or row count (their checksums are known only after the scans; the scan
@@ -170,7 +170,7 @@ def check_previous(work: Path, settings: SelectSpec, infos: list[ShardInfo]) -> 
     if prev is None:
         return {}
     sums = {row[0]: row[3] for row in prev.get("shards") or [] if len(row) > 3}
-    now = fingerprint(settings, infos, {})
+    now = fingerprint(spec, infos, {})
     now["shards"] = [[*row[:3], sums.get(row[0], "")] for row in now["shards"]]
     same_settings = json.loads(json.dumps(prev.get("settings"), default=str)) == json.loads(
         json.dumps(now["settings"], default=str)

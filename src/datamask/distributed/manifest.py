@@ -44,12 +44,12 @@ class Outcome:
 
 def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str, Any]:
     """The manifest of a complete run (the caller writes it, last)."""
-    settings, infos, global_stats = run.spec, checked.infos, done.global_stats
+    spec, infos, global_stats = run.spec, checked.infos, done.global_stats
     n_total, groups, ordered = checked.n_total, done.groups, done.ordered
     computed = [s for s in ordered if not s["reused"]]
     manifest = {
         **run_record(
-            settings,
+            spec,
             n_docs=n_total,
             k=done.k_selected,
             terms=global_stats["terms"] if global_stats else None,
@@ -59,9 +59,9 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
         "complete": True,
         "input": {"source": str(run.source), "n_shards": len(infos), "n_docs": n_total},
         "partition": {
-            "by": settings.partition.partition,
+            "by": spec.partition.partition,
             "n_groups": len(groups),
-            "chunk_size": settings.partition.chunk_size,
+            "chunk_size": spec.partition.chunk_size,
             **done.plan_facts,
         },
         "runner": getattr(run.runner, "describe", lambda: {"runner": run.runner.name})(),
@@ -80,8 +80,8 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
         "provenance": record_inputs(  # what `apply` and `evaluate` check their input against
             [i.path for i in infos],
             input_names(run.source, [i.path for i in infos]),
-            settings.read_columns,
-            id_col=settings.columns.id_col,
+            spec.read_columns,
+            id_col=spec.columns.id_col,
             checksums=checked.checksums,
         ),
         "summary": {
@@ -99,25 +99,25 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
         manifest["provenance"]["given"] = record_inputs(
             [i.path for i in checked.docs],
             input_names(run.given[0], [i.path for i in checked.docs]),
-            settings.columns.read,
-            id_col=settings.columns.id_col,
+            spec.columns.read,
+            id_col=spec.columns.id_col,
             checksums=checked.checksums,
         )
     return manifest
 
 
 def _budget_block(run: RunContext, quality_range: QualityRange, done: Outcome) -> dict[str, Any]:
-    settings, two_rounds, global_stats = run.spec, done.two_rounds, done.global_stats
+    spec, two_rounds, global_stats = run.spec, done.two_rounds, done.global_stats
     allocating = done.combine == "gains"
     return {
         "mode": "global" if two_rounds else "group",
         "allocation": "gains" if allocating else ("central round" if two_rounds else None),
-        "method": settings.selector.method,
-        "oversample": settings.partition.oversample if two_rounds else None,
+        "method": spec.selector.method,
+        "oversample": spec.partition.oversample if two_rounds else None,
         "candidates": global_stats["n_candidates"] if global_stats else None,
         "quality_range": {
             name: [quality_range[0][j], quality_range[1][j]]
-            for j, name in enumerate(settings.columns.quality_cols)
+            for j, name in enumerate(spec.columns.quality_cols)
         },
         "global_round": global_stats,
     }

@@ -72,19 +72,19 @@ SAMPLE_PARTS, SAMPLE_PART_ROWS = 16, 5000
 DISK_PER_INPUT_BYTE = {"cluster": 2.6, "cluster-gathered": 1.94, "chunk": 0.7, "shard": 0.7}
 
 
-def cluster_count(infos: list[ShardInfo], settings: SelectSpec) -> int:
+def cluster_count(infos: list[ShardInfo], spec: SelectSpec) -> int:
     """The k-means clusters of ``--partition cluster``: ``--n-clusters``, else
     :func:`~.partition.default_clusters` of the corpus."""
     n_total = sum(i.num_rows for i in infos)
-    return settings.partition.n_clusters or default_clusters(n_total, settings.partition.chunk_size)
+    return spec.partition.n_clusters or default_clusters(n_total, spec.partition.chunk_size)
 
 
-def spill_jobs(infos: list[ShardInfo], settings: SelectSpec, folder: Path) -> list[SpillJob]:
+def spill_jobs(infos: list[ShardInfo], spec: SelectSpec, folder: Path) -> list[SpillJob]:
     """One :class:`~.partition.SpillShard` job per non-empty shard, filing its rows by
     the tree in ``folder``; once the spills are released (every group gathered), a
     spill's counts alone finish its job."""
     released = spills_released_path(folder).exists()
-    columns, feature_col = tuple(settings.read_columns), settings.columns.feature_col
+    columns, feature_col = tuple(spec.read_columns), spec.columns.feature_col
     tree = str(folder / "tree.npz")
     return [
         SpillJob(s, info, tree, str(folder), columns, feature_col, released)
@@ -94,23 +94,23 @@ def spill_jobs(infos: list[ShardInfo], settings: SelectSpec, folder: Path) -> li
 
 
 def fit_first(
-    infos: list[ShardInfo], settings: SelectSpec, work: Path, runner: Runner, progress: bool
+    infos: list[ShardInfo], spec: SelectSpec, work: Path, runner: Runner, progress: bool
 ) -> dict[str, Any] | None:
     """Before the check pass, for ``--partition cluster``: the tree fitted on the seeded
     sample (which reads only the sampled rows' row groups), so that the check pass files
     every row under its leaf as it reads it (:func:`~.validate.scan_step`). Returns the
     fit's facts and seconds for :func:`plan_partition` (None: another partition)."""
-    if settings.partition.partition != "cluster":
+    if spec.partition.partition != "cluster":
         return None
     clock = time.perf_counter()
-    n_clusters = cluster_count(infos, settings)
-    kmeans = fit_cluster_tree(infos, settings, n_clusters, work / "clusters", runner, progress)
+    n_clusters = cluster_count(infos, spec)
+    kmeans = fit_cluster_tree(infos, spec, n_clusters, work / "clusters", runner, progress)
     return {"kmeans": kmeans, "fit": time.perf_counter() - clock}
 
 
 def plan_partition(
     infos: list[ShardInfo],
-    settings: SelectSpec,
+    spec: SelectSpec,
     work: Path,
     runner: Runner,
     progress: bool,
@@ -120,17 +120,17 @@ def plan_partition(
 
     ``fitted``: :func:`fit_first`'s facts, when the tree was fitted before the check pass
     and the check pass wrote the spills (then the spill steps here find them done)."""
-    if settings.partition.partition == "shard":
+    if spec.partition.partition == "shard":
         return plan_by_shard(infos), {}
-    if settings.partition.partition == "chunk":
-        return plan_by_chunk(infos, settings.partition.chunk_size), {}
+    if spec.partition.partition == "chunk":
+        return plan_by_chunk(infos, spec.partition.chunk_size), {}
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     clock = time.perf_counter()
     # 1-2. The k-means centroids and the cuts of clusters too large for one group (fitted
     #    before the check pass, which spilled every shard as it read it, in a run).
     if fitted is None:
-        fitted = fit_first(infos, settings, work, runner, progress)
+        fitted = fit_first(infos, spec, work, runner, progress)
         assert fitted is not None
         clock = time.perf_counter()
     seconds = {"fit": fitted["fit"]}
@@ -140,7 +140,7 @@ def plan_partition(
     tree = ClusterTree.load(tree_path)
 
     def spill() -> np.ndarray:
-        jobs = spill_jobs(infos, settings, folder)
+        jobs = spill_jobs(infos, spec, folder)
         run_steps(runner, SpillShard(), jobs, progress=progress)  # counts stay in files
         index = IndexJob(str(folder), tree.n_leaves)  # one step: S counts files to one table
         (offsets,) = run_steps(runner, IndexSpills(), [index], progress=False)
@@ -152,12 +152,12 @@ def plan_partition(
     # 4. The groups from the totals (neighbouring clusters merged up to --chunk-size,
     #    unless --n-clusters asked for them), then one step per group writes its rows as
     #    one object: every later step of the group opens that, not the S spills.
-    merge = settings.partition.n_clusters is None
-    units = plan_by_cluster(per_leaf, settings.partition.chunk_size, tree, merge=merge)
+    merge = spec.partition.n_clusters is None
+    units = plan_by_cluster(per_leaf, spec.partition.chunk_size, tree, merge=merge)
     if released.exists() and ungathered(len(units), work):  # a group's marker was lost
         released.unlink()
         spill()  # the spills again (the same bytes), for the groups still to gather
-    chunk, columns = settings.partition.chunk_size, settings.read_columns
+    chunk, columns = spec.partition.chunk_size, spec.read_columns
     plan, gather_steps = gather_groups(units, chunk, columns, folder, work, runner, progress)
     # 5. Every row is in its group's object now: the spills' disk goes back, since
     #    holding both is twice the corpus on disk (DISK_PER_INPUT_BYTE; docs/scale.md,
@@ -211,9 +211,9 @@ def check_disk(needed: int, free: int, factor: float, input_bytes: int, where: s
     )
 
 
-def check_work_disk(infos: list[ShardInfo], settings: SelectSpec, work: Path) -> None:
+def check_work_disk(infos: list[ShardInfo], spec: SelectSpec, work: Path) -> None:
     """:func:`check_disk` for a local work dir (object storage is not checked)."""
-    needed, factor = disk_needed(infos, settings.partition.partition, work)
+    needed, factor = disk_needed(infos, spec.partition.partition, work)
     existing = next(p for p in (work, *work.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     check_disk(needed, free, factor, sum(i.size_bytes for i in infos), str(work))
@@ -221,7 +221,7 @@ def check_work_disk(infos: list[ShardInfo], settings: SelectSpec, work: Path) ->
 
 def fit_cluster_tree(
     infos: list[ShardInfo],
-    settings: SelectSpec,
+    spec: SelectSpec,
     n_clusters: int,
     folder: Path,
     runner: Runner,
@@ -232,7 +232,7 @@ def fit_cluster_tree(
     ``--kmeans-step-rows``. Returns facts about the fit for the manifest."""
     n_total = sum(i.num_rows for i in infos)
     tree_path = folder / "tree.npz"
-    part = settings.partition
+    part = spec.partition
     fit = fit_plan(n_clusters, n_total, part.kmeans_sample, part.kmeans_step_rows)
     kmeans: dict[str, Any] = {"spread": fit.spread, "levels": fit.levels}
     if tree_path.exists():
@@ -241,7 +241,7 @@ def fit_cluster_tree(
         # A sample of ROWS_PER_CENTROID rows per centroid, more than one step holds:
         # fitted by steps over its parts, only sums travelling (kmeans.py).
         with tqdm(total=1, desc="k-means fit (spread)", disable=not progress) as bar:
-            kmeans = fit_spread(infos, fit, n_clusters, settings, folder, runner)
+            kmeans = fit_spread(infos, fit, n_clusters, spec, folder, runner)
             bar.update(1)
         return kmeans
     # A seeded sample, read by steps in parallel (a row sample touches most row groups: one
@@ -250,12 +250,12 @@ def fit_cluster_tree(
     # partition is the same on any runner.
     kdir = str(folder / "kmeans")
     part_rows = max(SAMPLE_PART_ROWS, -(-fit.n_sample // SAMPLE_PARTS))
-    parts = read_sample_parts(infos, fit.n_sample, part_rows, settings, kdir, runner)
+    parts = read_sample_parts(infos, fit.n_sample, part_rows, spec, kdir, runner)
     rows, dims = tuple(int(p["rows"]) for p in parts), {int(p["dim"]) for p in parts}
     if len(dims) > 1:  # the check pass then names the shard (runner._fit_first)
         raise ValueError(f"the k-means sample holds embeddings of widths {sorted(dims)}.")
     dim = dims.pop()
-    seed = settings.selector.seed
+    seed = spec.selector.seed
     job = FitJob(kdir, rows, dim, n_clusters, n_total, part.chunk_size, seed, str(tree_path))
     (stats,) = run_steps(runner, FitPartition(), [job], progress=progress)
     peak = max([stats["peak_rss_mb"] or 0, *[p.get("peak_rss_mb") or 0 for p in parts]])
@@ -275,19 +275,19 @@ def plan_groups(
     proposes (more where an earlier allocation asked for more). ``fitted``: the check
     pass's fit (:func:`fit_first`).
     """
-    settings = run.spec
+    spec = run.spec
     n_total = sum(i.num_rows for i in infos)
-    plan, facts = plan_partition(infos, settings, run.work, run.runner, run.progress, fitted)
-    groups = make_groups(plan, k_total, settings.selector.seed)
+    plan, facts = plan_partition(infos, spec, run.work, run.runner, run.progress, fitted)
+    groups = make_groups(plan, k_total, spec.selector.seed)
     if sum(g.k for g in groups) != k_total:  # apportion guarantees it; check before writing
         raise RuntimeError("group budgets do not add up to the global k; please report this.")
     shares = [g.k for g in groups]  # by gid (0, 1, ...): one int each, not a dict entry
-    if settings.partition.budget == "group" or len(groups) == 1:
+    if spec.partition.budget == "group" or len(groups) == 1:
         return groups, shares, facts, "group"
-    combine = "gains" if allocates_by_gains(settings) else "central"
-    if settings.selector.method in MODULAR:  # every row is scored; the merge is exact
+    combine = "gains" if allocates_by_gains(spec) else "central"
+    if spec.selector.method in MODULAR:  # every row is scored; the merge is exact
         return [replace(g, k=min(g.n, k_total)) for g in groups], shares, facts, combine
-    oversample = settings.partition.oversample
+    oversample = spec.partition.oversample
     proposed = [replace(g, k=candidate_count(g.n, n_total, k_total, oversample)) for g in groups]
     if combine == "gains":
         asked = names_in(want_path(run.work, 0).parent)  # one listing, not one GET a group
@@ -300,11 +300,11 @@ def plan_groups(
     return proposed, shares, facts, combine
 
 
-def budget_k(settings: SelectSpec, n_total: int) -> int:
+def budget_k(spec: SelectSpec, n_total: int) -> int:
     """``k``: the settings' own, else ``round(select_ratio * N)``."""
-    k = settings.selector.k
+    k = spec.selector.k
     if k is None:
-        return k_from_ratio(settings.selector.select_ratio, n_total)
+        return k_from_ratio(spec.selector.select_ratio, n_total)
     if k > n_total:
         raise ValueError(
             f"k must be at most the {n_total} documents of the input shards; got k={k}."

@@ -115,7 +115,7 @@ __all__ = ["run_selection"]
 def run_selection(
     source: ShardSource,
     output: str | Path,
-    settings: SelectSpec | None = None,
+    spec: SelectSpec | None = None,
     *,
     runner: Runner | None = None,
     work_dir: str | Path | None = None,
@@ -123,7 +123,7 @@ def run_selection(
     given: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Select ``round(select_ratio * N)`` (or ``k``) documents from a sharded corpus,
-    resumably; given documents already kept (``settings.selector.given``), from the input
+    resumably; given documents already kept (``spec.selector.given``), from the input
     only, counting coverage above them (:mod:`.given`).
 
     Parameters
@@ -132,7 +132,7 @@ def run_selection(
         Parquet shards (see :func:`datamask.io.shards.list_shards`).
     output : str or Path
         Output folder: ``selected/part-*.parquet`` and ``manifest.json``.
-    settings : SelectSpec, optional
+    spec : SelectSpec, optional
         Learner and partition settings (default ``SelectSpec()``).
     runner : Runner, optional
         Scheduler; default :class:`LocalRunner`.
@@ -156,8 +156,8 @@ def run_selection(
         holds a run with other settings. Nothing is written for a group that fails.
     """
     started = time.perf_counter()
-    settings = (settings or SelectSpec()).check()
-    check_token_settings(settings)
+    spec = (spec or SelectSpec()).check()
+    check_token_settings(spec)
     runner = runner or LocalRunner()
     # Absolute paths: steps run in other processes, on other nodes of a cluster, in other
     # working directories; a relative path would resolve there against another folder.
@@ -171,7 +171,7 @@ def run_selection(
         check_no_overlap([out, work], [source])
     files = [storage_path(f) for f in list_shards(source, exclude=[out, work])]
     check_no_overlap([out, work], files)
-    settings = token_settings(settings, files)  # the length column named, if a token budget
+    spec = token_settings(spec, files)  # the length column named, if a token budget
     if given is not None and given[0] is not None:  # --given is read, never written
         check_no_overlap([out, work], [g for g in given if g])
     # Claim the output (and a work dir outside it) before any computation: a second run
@@ -183,8 +183,8 @@ def run_selection(
         if isinstance(work, Path) and not _inside(work, out):
             claims.enter_context(OutputLock(work, folder=True))
         if given is None:
-            given = (settings.selector.given, settings.selector.given_selection)
-        run = RunContext(source, files, out, work, settings, runner, progress, given)
+            given = (spec.selector.given, spec.selector.given_selection)
+        run = RunContext(source, files, out, work, spec, runner, progress, given)
         return _run_claimed(run, started)
 
 
@@ -350,11 +350,11 @@ def _made_remote_dropped(work: Path | Location) -> Iterator[None]:
 
 def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     """:func:`run_selection` once the output is claimed: five phases."""
-    out, work, settings = run.out, run.work, run.spec
+    out, work, spec = run.out, run.work, run.spec
     runner, progress = run.runner, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
-    if settings.selector.token_budget:
+    if spec.selector.token_budget:
         return _run_tokens(run, checked, started)
     k_total, quality_range = checked.k_total, checked.quality_range
     # 2. Plan the groups.
@@ -396,19 +396,19 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]
     cap_facts = None
-    if settings.selector.max_similarity is not None and not two_rounds:
-        cap_facts = cap_across_groups(groups, settings, work, out, progress=progress)
-    elif global_stats is not None and settings.selector.max_similarity is not None:
-        cap_facts = {"applied_in": "global round", "threshold": settings.selector.max_similarity}
+    if spec.selector.max_similarity is not None and not two_rounds:
+        cap_facts = cap_across_groups(groups, spec, work, out, progress=progress)
+    elif global_stats is not None and spec.selector.max_similarity is not None:
+        cap_facts = {"applied_in": "global round", "threshold": spec.selector.max_similarity}
     k_selected = global_stats["k"] if global_stats else int(sum(s["k"] for s in ordered))
     if k_selected != k_total:  # every path guarantees it; check before marking complete
         raise RuntimeError(f"selected {k_selected} documents, not {k_total}; please report this.")
     # 6. Cover: every row's nearest kept row, written by the groups (OUT/covered/).
     cover_facts = None
-    if not settings.run.selected_only:
+    if not spec.run.selected_only:
         clean_stale_temporaries(out / "covered")
         cover_facts = cover_round(run, groups, quality_range)
-    keep = keep_round(groups, checked.infos, settings.columns.id_col, run, runner, progress)
+    keep = keep_round(groups, checked.infos, spec.columns.id_col, run, runner, progress)
     seconds = {"plan": plan_s, "select": select_s, "global": global_s}
     seconds["total"] = time.perf_counter() - started
     done = Outcome(
@@ -436,13 +436,13 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     budget allocates by gains, else one central round (:func:`~.tokens.token_combine`;
     for a modular method or one group, every group keeps its share and one fill spends
     what they left); then the cover, the keep lists and the manifest as ever."""
-    out, settings, runner, progress = run.out, run.spec, run.runner, run.progress
+    out, spec, runner, progress = run.out, run.spec, run.runner, run.progress
     plan = checked.tokens
     assert plan is not None  # counted by the check pass
     groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total, checked.fitted)
     _check_seconds(plan_facts, checked)
     groups = [replace(g, k=share) for g, share in zip(groups, shares, strict=True)]
-    combine = token_combine(settings, len(groups))
+    combine = token_combine(spec, len(groups))
     central = combine != "group"
     rate = token_rate_totals(plan.total, plan.corpus, checked.kept)  # given KEPT: the union's
     totals = rate if combine == "gains" else None
@@ -479,13 +479,13 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     ordered = [stats[g.gid] for g in groups]
     k_selected = global_stats["k"] if central else int(sum(s["k"] for s in ordered))
     cap_facts = None
-    if settings.selector.max_similarity is not None:  # token_combine: the central round
-        cap_facts = {"applied_in": "global round", "threshold": settings.selector.max_similarity}
+    if spec.selector.max_similarity is not None:  # token_combine: the central round
+        cap_facts = {"applied_in": "global round", "threshold": spec.selector.max_similarity}
     cover_facts = None
-    if not settings.run.selected_only:
+    if not spec.run.selected_only:
         clean_stale_temporaries(out / "covered")
         cover_facts = cover_round(run, groups, checked.quality_range)
-    keep = keep_round(groups, checked.infos, settings.columns.id_col, run, runner, progress)
+    keep = keep_round(groups, checked.infos, spec.columns.id_col, run, runner, progress)
     seconds = {"plan": plan_s, "select": select_s, "global": time.perf_counter() - global_started}
     seconds["total"] = time.perf_counter() - started
     done = Outcome(

@@ -91,11 +91,11 @@ __all__ = [
 ]
 
 
-def check_token_settings(settings: SelectSpec) -> None:
+def check_token_settings(spec: SelectSpec) -> None:
     """Refuse what shards do not take with a token budget, before anything is written: the
     similarity cap with a modular method (each group's share and the fill would keep
     pairs across groups and the fill's rows unchecked)."""
-    sel = settings.selector
+    sel = spec.selector
     if sel.token_budget and sel.max_similarity is not None and sel.method in MODULAR:
         raise ValueError(
             f"--max-similarity with a token budget ({TOKEN_FLAGS}) on shards needs a method "
@@ -168,19 +168,19 @@ def group_token_budget(plan: TokenPlan, lengths: np.ndarray) -> float:
     return plan.total * float(lengths.sum()) / plan.corpus
 
 
-def token_combine(settings: SelectSpec, n_groups: int) -> str:
+def token_combine(spec: SelectSpec, n_groups: int) -> str:
     """How a token run combines its groups: ``"gains"`` (the allocation by gains per token,
     where the document budget allocates by gains), ``"central"`` (one central round: the
     other methods that are not modular, and every one with a similarity cap, which the
     central round keeps over every pair) or ``"group"`` (each group's share and the fill:
     modular methods, or one group)."""
-    if settings.selector.method in MODULAR:
+    if spec.selector.method in MODULAR:
         return "group"
-    if settings.selector.max_similarity is not None:  # every kept pair in one round
+    if spec.selector.max_similarity is not None:  # every kept pair in one round
         return "central"
     if n_groups <= 1:
         return "group"
-    return "gains" if allocates_by_gains(settings) else "central"
+    return "gains" if allocates_by_gains(spec) else "central"
 
 
 def wanted_tokens(work_dir: str | Path, gid: int) -> float | None:

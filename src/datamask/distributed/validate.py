@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._validation import check_quality_span
+from ..config import SelectSpec
 from ..io.fs import Location, storage_path
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
@@ -340,7 +341,7 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
 
 def scan_jobs(
     infos: Sequence[ShardInfo],
-    settings: Any,
+    spec: SelectSpec,
     ids_dir: str | Path,
     n_input: int | None = None,
 ) -> list[ScanJob]:
@@ -351,11 +352,11 @@ def scan_jobs(
     ``n_input``: how many of ``infos`` are the input's (the rest are ``--given``'s), whose
     tokens are counted under a token budget. A job spills nothing until given its
     :class:`~.partition.SpillJob` (``dataclasses.replace(job, spill=...)``)."""
-    sums = check_previous(storage_path(ids_dir).parent, settings, list(infos))
+    sums = check_previous(storage_path(ids_dir).parent, spec, list(infos))
     n_buckets = _n_buckets(infos)
-    columns = settings.columns
+    columns = spec.columns
     n_input = len(infos) if n_input is None else n_input
-    length_col = settings.selector.length_col if settings.selector.token_budget else None
+    length_col = spec.selector.length_col if spec.selector.token_budget else None
     return [
         ScanJob(
             s,
@@ -378,7 +379,7 @@ QualityRange = tuple[tuple[float, ...], tuple[float, ...]]
 def check_scans(
     scans: Iterable[ShardScan],
     infos: Sequence[ShardInfo],
-    settings: Any,
+    spec: SelectSpec,
     runner: Any,
     ids_dir: str | Path,
     n_input: int | None = None,
@@ -396,7 +397,7 @@ def check_scans(
     infos : sequence of ShardInfo
         The shards, in the run's order; given KEPT, the input's then ``--given``'s (one
         width, one id type, no id in both, and one quality range over all of them).
-    settings : SelectSpec
+    spec : SelectSpec
         Columns checked (``id_col``, ``quality_cols``).
     runner : Runner
         Where the bucket steps (:func:`repeats_step`) run.
@@ -423,11 +424,11 @@ def check_scans(
             )
         if sc.id_type != ref.id_type:
             raise ValueError(
-                f"column {settings.columns.id_col!r} is {sc.id_type} in {sc.path} but "
+                f"column {spec.columns.id_col!r} is {sc.id_type} in {sc.path} but "
                 f"{ref.id_type} in {ref.path}; store ids with one type in every shard."
             )
     lows, highs = [], []
-    for j, name in enumerate(settings.columns.quality_cols):
+    for j, name in enumerate(spec.columns.quality_cols):
         lo = min(sc.quality_min[j] for sc in ordered)
         hi = max(sc.quality_max[j] for sc in ordered)
         where = "the input shards" if n_input is None else "the input and --given shards"
@@ -435,5 +436,5 @@ def check_scans(
         lows.append(float(lo))
         highs.append(float(hi))
     repeats = _id_repeats(ordered, _n_buckets(infos), str(ids_dir), runner)
-    _raise_first_duplicate(*repeats, infos, settings.columns.id_col, n_input)
+    _raise_first_duplicate(*repeats, infos, spec.columns.id_col, n_input)
     return {sc.path: sc.checksum for sc in ordered}, (tuple(lows), tuple(highs))
