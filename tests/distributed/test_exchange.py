@@ -13,13 +13,9 @@ import torch
 from datamask import FacilityLocation, make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import exchange, execute, run_selection
-from datamask.distributed.exchange import (
-    ExchangeGroup,
-    ExchangeJob,
-    exchange_neighbors,
-    exchange_path,
-)
+from datamask.distributed.exchange import ExchangeGroup, ExchangeJob, exchange_neighbors
 from datamask.distributed.partition import make_groups, plan_by_chunk
+from datamask.distributed.paths import exchange_path
 from datamask.distributed.steps import (
     GroupJob,
     SelectGroup,

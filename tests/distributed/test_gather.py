@@ -21,11 +21,11 @@ from datamask.distributed.gather import (
     SHARD_COLUMN,
     IndexJob,
     IndexSpills,
-    group_object_path,
     index_spills,
     unit_pieces,
 )
 from datamask.distributed.partition import ROW_COLUMN, Piece, part_rows, split_across
+from datamask.distributed.paths import group_object_path
 from datamask.distributed.plan import check_disk, disk_needed, plan_partition
 from datamask.io.shards import inspect_shards, list_shards
 from tests._data import write_corpus_shards

@@ -42,7 +42,8 @@ from ..io.parquet import atomic_write_table, read_table
 from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from .engine import amend
 from .partition import Group
-from .steps import _group_name, completion_path, part_path, read_group
+from .paths import group_rows_path
+from .steps import completion_path, part_path, read_group
 
 __all__ = ["cap_across_groups"]
 
@@ -61,7 +62,7 @@ class _Pass:
         corpus, ids = read_group(g, self.spec)
         corpus = check_corpus(corpus)  # L2-normalised, as the learner saw them
         table = read_table(
-            self.work / "groups" / f"{_group_name(g.gid)}.parquet",
+            group_rows_path(self.work, g.gid),
             columns=["rank", "logit", "selected"],
         )
         rank = table.column("rank").to_numpy()

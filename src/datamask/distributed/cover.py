@@ -62,7 +62,6 @@ from .._memory import peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..coverage import nearest_kept
-from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.shards import read_rows
 from ..neighbors import resolve_knn
@@ -70,19 +69,27 @@ from ..objectives.facility_location import facility_term
 from ..pipeline.writer import COVER_COLUMNS, cover_columns
 from .context import RunContext
 from .engine import Step, run_steps
-from .exchange import exchange_neighbors, exchange_path
+from .exchange import exchange_neighbors
 from .given import kept_table
 from .lifecycle import read_marker
 from .partition import Group
-from .paths import candidates_path, completion_path, graph_path
-from .steps import GLOBAL_PART, part_path, read_group, saved_graph
+from .paths import (
+    candidates_path,
+    completion_path,
+    cover_marker,
+    cover_part_path,
+    exchange_path,
+    global_part_path,
+    graph_path,
+    kept_rows_marker,
+    kept_rows_path,
+)
+from .steps import part_path, read_group, saved_graph
 from .validate import QualityRange
 
 __all__ = [
     "COVER_NEIGHBORS",
-    "cover_part_path",
     "cover_round",
-    "kept_rows_path",
     "CoverGroup",
     "CoverJob",
     "KeptRows",
@@ -93,31 +100,13 @@ __all__ = [
 COVER_NEIGHBORS = 4
 
 
-def cover_part_path(out_dir: str | Path, gid: int) -> Path:
-    """One group's part of the cover dataset."""
-    return storage_path(out_dir) / "covered" / f"part-{gid:05d}.parquet"
-
-
-def kept_rows_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
-    return storage_path(work_dir) / "cover" / f"kept-{gid:05d}.parquet"
-
-
-def _kept_marker(work_dir: str | Path, gid: int) -> Path:
-    return storage_path(work_dir) / "cover" / f"kept-{gid:05d}.json"
-
-
-def _cover_marker(work_dir: str | Path, gid: int) -> Path:
-    return storage_path(work_dir) / "cover" / f"{gid:05d}.json"
-
-
 def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
     """The ids the output keeps in group ``gid``: its part, or its rows of the central
     round's part."""
     own = part_path(out_dir, gid)
     if own.exists():
         return read_table(own, columns=[id_col]).column(0).combine_chunks()
-    table = read_table(storage_path(out_dir) / "selected" / GLOBAL_PART, columns=[id_col, "group"])
+    table = read_table(global_part_path(out_dir), columns=[id_col, "group"])
     return table.filter(pc.equal(table.column("group"), gid)).column(0).combine_chunks()
 
 
@@ -150,7 +139,7 @@ class KeptRows(Step[CoverJob]):
     name = "cover: kept rows"
 
     def marker(self, job: CoverJob) -> Path:
-        return _kept_marker(job.work, job.group.gid)
+        return kept_rows_marker(job.work, job.group.gid)
 
     def outputs(self, job: CoverJob) -> tuple[Path, ...]:
         return (kept_rows_path(job.work, job.group.gid),)
@@ -219,7 +208,7 @@ class CoverGroup(Step[CoverJob]):
     name = "cover"
 
     def marker(self, job: CoverJob) -> Path:
-        return _cover_marker(job.work, job.group.gid)
+        return cover_marker(job.work, job.group.gid)
 
     def outputs(self, job: CoverJob) -> tuple[Path, ...]:
         return (cover_part_path(job.out, job.group.gid),)

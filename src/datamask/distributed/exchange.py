@@ -42,7 +42,6 @@ from .._memory import bound_heap, peak_rss_mb, release_heap
 from .._validation import check_corpus
 from ..config import SelectSpec
 from ..greedy.lazy import gain_order
-from ..io.fs import storage_path
 from ..io.parquet import atomic_write_table, features_matrix, read_table
 from ..neighbors import best_match, ivf_search
 from ..objectives.facility_location import FacilityLocation, facility_term
@@ -53,6 +52,7 @@ from .engine import Step, run_steps
 from .gains import gain_knots, gains_in_j_units, group_spec, monotone
 from .given import group_floor
 from .partition import Group
+from .paths import exchange_marker, exchange_path
 from .steps import candidates_path, gain_table, graph_path, read_group, saved_graph
 from .validate import QualityRange
 
@@ -62,21 +62,9 @@ __all__ = [
     "exchange_applies",
     "ExchangeGroup",
     "ExchangeJob",
-    "exchange_marker",
     "exchange_neighbors",
-    "exchange_path",
     "exchange_round",
 ]
-
-
-def exchange_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's candidates as the exchange round re-ordered them."""
-    return storage_path(work_dir) / "exchange" / f"{gid:05d}.parquet"
-
-
-def exchange_marker(work_dir: str | Path, gid: int) -> Path:
-    """The exchange round's marker for one group (its knots), written last."""
-    return storage_path(work_dir) / "exchange" / f"{gid:05d}.json"
 
 
 #: Up to this many groups a group's neighbours are exact (every pair of centroids, in

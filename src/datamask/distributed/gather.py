@@ -55,7 +55,8 @@ from ..io.parquet import WORK_COMPRESSION
 from ..io.shards import iter_files, read_ranges
 from .engine import Step, run_steps
 from .executors import GROUP_MEMORY_BASE, Runner
-from .partition import ROW_COLUMN, Piece, Unit, coalesce, spill_path, split_across
+from .partition import ROW_COLUMN, Piece, Unit, coalesce, split_across
+from .paths import clusters_dir, group_object_marker, group_object_path, spill_path
 
 __all__ = [
     "SHARD_COLUMN",
@@ -63,7 +64,6 @@ __all__ = [
     "gather_buckets",
     "gather_groups",
     "gather_summary",
-    "group_object_path",
     "IndexJob",
     "IndexSpills",
     "ReleaseJob",
@@ -78,15 +78,6 @@ __all__ = [
 
 #: The input shard of each row of a gathered group (its row there is ``ROW_COLUMN``).
 SHARD_COLUMN = "__datamask_shard"
-
-
-def group_object_path(work_dir: str | Path, gid: int) -> Path:
-    """The one object a cluster group's steps read."""
-    return storage_path(work_dir) / "clusters" / "groups" / f"group-{gid:05d}.parquet"
-
-
-def _marker(work_dir: str | Path, gid: int) -> Path:
-    return storage_path(work_dir) / "clusters" / "groups" / f"group-{gid:05d}.json"
 
 
 def _spilled_shards(folder: Path) -> list[int]:
@@ -382,7 +373,7 @@ def gather_bucket(
             "spills_read": len({p.path for p in pieces}),
             **bucket,
         }
-        atomic_write_json(stats, _marker(work_dir, gid))
+        atomic_write_json(stats, group_object_marker(work_dir, gid))
     return [(gid, n_rows) for gid, n_rows, *_ in todo]
 
 
@@ -444,7 +435,7 @@ def gather_summary(work_dir: str | Path) -> dict[str, float]:
     before buckets is a step of its own), ``seconds`` and ``spills_opened`` (summed over
     the steps; a bucket's markers all carry its own) and ``spills_read_mean`` (spills a
     group has rows in, mean over the groups)."""
-    folder = storage_path(work_dir) / "clusters" / "groups"
+    folder = clusters_dir(work_dir) / "groups"
     markers = [
         json.loads((folder / n).read_text())
         for n in sorted(names_in(folder))
@@ -466,8 +457,8 @@ def gather_summary(work_dir: str | Path) -> dict[str, float]:
 
 def ungathered(n_groups: int, work_dir: str | Path) -> list[int]:
     """The groups of the ``n_groups`` that have no marker yet (one listing)."""
-    done = names_in(_marker(work_dir, 0).parent)
-    return [gid for gid in range(n_groups) if _marker(work_dir, gid).name not in done]
+    done = names_in(group_object_marker(work_dir, 0).parent)
+    return [gid for gid in range(n_groups) if group_object_marker(work_dir, gid).name not in done]
 
 
 def release_spills(clusters_dir: str, shards: Sequence[int]) -> None:

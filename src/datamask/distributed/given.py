@@ -47,6 +47,7 @@ from ..io.selection import read_selection_ids, rows_from_ids
 from ..io.shards import PARQUET_SUFFIXES
 from ..pipeline.given import given_floor, read_given
 from .engine import Step
+from .paths import given_kept_path, given_marker
 
 __all__ = [
     "CheckGivenSelection",
@@ -55,21 +56,11 @@ __all__ = [
     "check_given_selection",
     "given_files",
     "group_floor",
-    "kept_path",
     "kept_counts",
     "kept_table",
     "rate_totals",
     "token_rate_totals",
 ]
-
-
-def kept_path(work_dir: str | Path) -> Path:
-    """KEPT's kept rows: id and unit embedding, what every group's floor is taken against."""
-    return storage_path(work_dir) / "given" / "kept.parquet"
-
-
-def _marker(work_dir: str | Path) -> Path:
-    return storage_path(work_dir) / "completions" / "given"
 
 
 def given_files(given: str) -> list[str]:
@@ -137,10 +128,10 @@ class PrepareKept(Step[GivenJob]):
     unit = "step"
 
     def marker(self, job: GivenJob) -> Path:
-        return _marker(job.work)
+        return given_marker(job.work)
 
     def outputs(self, job: GivenJob) -> tuple[Path, ...]:
-        return (kept_path(job.work),)
+        return (given_kept_path(job.work),)
 
     def run(self, job: GivenJob) -> dict[str, Any]:
         started = time.perf_counter()
@@ -150,7 +141,9 @@ class PrepareKept(Step[GivenJob]):
         docs = check_corpus(kept.corpus)  # unit rows, as the groups' rows are when compared
         ids = pa.array(np.asarray(docs.ids)[kept.rows])
         features = features_column(docs.features[kept.rows])
-        atomic_write_table(pa.table({cols.id_col: ids, "features": features}), kept_path(job.work))
+        atomic_write_table(
+            pa.table({cols.id_col: ids, "features": features}), given_kept_path(job.work)
+        )
         tokens_kept, tokens_docs = kept.units()  # documents, without a token budget
         return {
             "n_docs": kept.n_docs,
@@ -165,12 +158,12 @@ class PrepareKept(Step[GivenJob]):
 
 def kept_counts(work_dir: str | Path) -> dict[str, Any]:
     """What :class:`PrepareKept` recorded: ``n_docs``, ``n_kept``, the files read."""
-    return json.loads(_marker(work_dir).read_text())
+    return json.loads(given_marker(work_dir).read_text())
 
 
 def kept_table(work_dir: str | Path) -> pa.Table:
     """KEPT's kept rows as :class:`PrepareKept` wrote them (id, features)."""
-    return read_table(kept_path(work_dir))
+    return read_table(given_kept_path(work_dir))
 
 
 def group_floor(corpus: Corpus, spec: SelectSpec, work_dir: str | Path) -> dict | None:

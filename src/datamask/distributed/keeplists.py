@@ -54,14 +54,14 @@ from ..io.shards import ShardInfo, read_rows
 from .cover import _kept_ids
 from .engine import Step, run_steps
 from .executors import Runner
-from .gather import SHARD_COLUMN, group_object_path
+from .gather import SHARD_COLUMN
 from .partition import ROW_COLUMN, Group, Piece
+from .paths import group_object_path, keep_bucket_marker, keep_bucket_path, keep_group_marker
 
 __all__ = [
     "BUCKET_SHARDS",
     "BucketKeepLists",
     "FileKeptRows",
-    "keep_bucket_path",
     "keep_round",
     "SelectionDigest",
 ]
@@ -72,19 +72,6 @@ BUCKET_SHARDS = 256
 
 #: A group's part of a bucket (temporaries of killed steps do not match).
 _PART = re.compile(r"part-(\d{5})\.parquet")
-
-
-def keep_bucket_path(work_dir: str | Path, bucket: int, gid: int) -> Path:
-    """Group ``gid``'s kept rows of the input shards of bucket ``bucket``."""
-    return storage_path(work_dir) / "keep" / f"bucket={bucket:05d}" / f"part-{gid:05d}.parquet"
-
-
-def _group_marker(work_dir: str | Path, gid: int) -> Path:
-    return storage_path(work_dir) / "keep" / "done" / f"part-{gid:05d}.json"
-
-
-def _bucket_marker(work_dir: str | Path, bucket: int) -> Path:
-    return storage_path(work_dir) / "keep" / "done" / f"bucket-{bucket:05d}.json"
 
 
 #: The source of a piece that is a gathered group (:mod:`.gather`), not an input shard.
@@ -129,7 +116,7 @@ class FileKeptRows(Step[FileJob]):
     name = "keep: file"
 
     def marker(self, job: FileJob) -> Path:
-        return _group_marker(job.work, job.gid)
+        return keep_group_marker(job.work, job.gid)
 
     def size(self, job: FileJob) -> int:
         return sum(p.stop - p.start for p in job.pieces)
@@ -192,7 +179,7 @@ class BucketKeepLists(Step[BucketJob]):
     unit = "bucket"
 
     def marker(self, job: BucketJob) -> Path:
-        return _bucket_marker(job.work, job.bucket)
+        return keep_bucket_marker(job.work, job.bucket)
 
     def outputs(self, job: BucketJob) -> tuple[Path, ...]:
         keep = storage_path(job.keep_dir)

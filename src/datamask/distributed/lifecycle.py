@@ -40,6 +40,7 @@ from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
 from ..io.fs import storage_path
 from ..io.shards import ShardInfo
+from .paths import selected_dir
 
 __all__ = [
     "abort_pool",
@@ -206,7 +207,7 @@ def claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
         if prev.get("settings_hash") != record["settings_hash"]:
             raise ValueError(refusal(path.parent, prev, record))
         resumed = True
-    selected = out / "selected"
+    selected = selected_dir(out)
     if not resumed and selected.is_dir() and any(selected.glob("part-*.parquet")):
         raise ValueError(
             f"{selected} already holds selected parts from another run; "

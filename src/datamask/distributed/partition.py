@@ -45,6 +45,7 @@ from ..io.shards import ShardInfo, read_rows
 from ..neighbors import assign_clusters, spherical_kmeans
 from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
 from .engine import Step
+from .paths import spill_path
 from .tree import ClusterTree
 
 __all__ = [
@@ -64,11 +65,9 @@ __all__ = [
     "default_clusters",
     "fit_tree",
     "grow_tree",
-    "spill_path",
     "SpillJob",
     "SpillShard",
     "spill_table",
-    "spills_released_path",
     "coalesce",
     "part_rows",
     "plan_by_cluster",
@@ -375,17 +374,6 @@ def grow_tree(
         torch.stack(axis).numpy().astype(np.float32),
         np.asarray(children, dtype=np.int64),
     )
-
-
-def spill_path(clusters_dir: str | Path, shard_index: int) -> Path:
-    """The spill of one shard: its rows sorted by leaf (see :func:`spill_shard`)."""
-    return storage_path(clusters_dir) / f"shard-{shard_index:05d}.parquet"
-
-
-def spills_released_path(clusters_dir: str | Path) -> Path:
-    """The marker that every group is gathered and the spills deleted
-    (:func:`~.gather.release_spills`): a spill's counts alone then mark it done."""
-    return storage_path(clusters_dir) / "spills-released.json"
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,8 @@ from .partition import (
     plan_by_chunk,
     plan_by_cluster,
     plan_by_shard,
-    spills_released_path,
 )
-from .paths import want_path
+from .paths import spills_released_path, want_path
 from .steps import candidate_count
 
 __all__ = [

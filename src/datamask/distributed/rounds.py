@@ -28,11 +28,11 @@ from .allocate import (
 )
 from .context import RunContext
 from .engine import run_steps
-from .exchange import exchange_applies, exchange_path, exchange_round
+from .exchange import exchange_applies, exchange_round
 from .given import kept_counts
 from .lifecycle import read_marker
 from .partition import Group
-from .paths import global_marker
+from .paths import exchange_path, global_marker
 from .steps import GlobalJob, GroupJob, SelectGlobal, SelectGroup, candidates_path, part_path
 from .tokens import TokenPlan, allocate_tokens, ask_for_tokens
 from .validate import QualityRange

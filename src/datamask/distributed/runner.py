@@ -89,6 +89,7 @@ from .keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
 from .partition import SpillShard
+from .paths import id_buckets_dir, selected_dir
 from .plan import budget_k, check_work_disk, fit_first, plan_groups, spill_jobs
 from .rounds import allocate_round, allocate_tokens_round, central_round, select_round
 from .steps import GlobalJob, SelectGlobal
@@ -100,14 +101,7 @@ from .tokens import (
     token_combine,
     token_settings,
 )
-from .validate import (
-    QualityRange,
-    ScanShard,
-    check_scans,
-    dropped_on_error,
-    id_buckets_dir,
-    scan_jobs,
-)
+from .validate import QualityRange, ScanShard, check_scans, dropped_on_error, scan_jobs
 
 __all__ = ["run_selection"]
 
@@ -391,7 +385,7 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
 
     # 5. Merge: the parts are the output dataset (stray temporaries of killed runs go),
     #    the similarity cap across groups, keep lists for `apply`, and the manifest.
-    clean_stale_temporaries(out / "selected")
+    clean_stale_temporaries(selected_dir(out))
     for g in groups:  # each group's stats as the manifest lists them: in place, not copied
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]
@@ -473,7 +467,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     else:
         fill, global_stats = _fill_tokens(run, groups, plan, stats), None
         kept = fill["kept"]
-    clean_stale_temporaries(out / "selected")
+    clean_stale_temporaries(selected_dir(out))
     for g in groups:
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]

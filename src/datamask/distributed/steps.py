@@ -37,7 +37,7 @@ from .._validation import check_corpus
 from ..config import SelectSpec
 from ..data import Corpus, Selection, rank_order
 from ..io.atomic import atomic_write
-from ..io.fs import open_input, storage_path
+from ..io.fs import open_input
 from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ..io.shards import (
     corpus_from_tables,
@@ -54,18 +54,19 @@ from .partition import (
     Group,
 )
 from .paths import (
-    _group_name,
     candidates_path,
     completion_path,
     global_marker,
+    global_part_path,
     graph_path,
+    group_rows_path,
+    offer_path,
     part_path,
 )
-from .tokens import TokenPlan, offer_path, select_tokens, wanted_tokens
+from .tokens import TokenPlan, select_tokens, wanted_tokens
 from .validate import QualityRange
 
 __all__ = [
-    "GLOBAL_PART",
     "candidate_count",
     "candidates_path",
     "completion_path",
@@ -99,9 +100,6 @@ def save_graph(graph: tuple[Any, Any], path: Path) -> None:
             indices=idx.cpu().numpy().astype(np.int32),
             sims=sim.cpu().numpy().astype(np.float32, copy=False),
         )
-
-
-GLOBAL_PART = "part-global.parquet"
 
 
 def read_group(
@@ -310,7 +308,7 @@ def _write_group(
     if not spec.run.selected_only or spec.selector.max_similarity is not None:
         atomic_write_table(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, probability=True),
-            storage_path(job.work) / "groups" / f"{_group_name(group.gid)}.parquet",
+            group_rows_path(job.work, group.gid),
         )
     if job.propose and job.totals is not None:
         return _propose_by_gains(sel, job, fit_spec, corpus, ids)
@@ -461,7 +459,7 @@ class SelectGlobal(Step[GlobalJob]):
         return global_marker(job.work)
 
     def outputs(self, job: GlobalJob) -> tuple[Path, ...]:
-        return (storage_path(job.out) / "selected" / GLOBAL_PART,)
+        return (global_part_path(job.out),)
 
     def run(self, job: GlobalJob) -> dict[str, Any]:
         return _select_global(
@@ -477,7 +475,7 @@ def _select_global(
     k_total: int,
     quality_range: QualityRange,
 ) -> dict[str, Any]:
-    final = storage_path(out_dir) / "selected" / GLOBAL_PART
+    final = global_part_path(out_dir)
     started = time.perf_counter()
     tables = [read_table(candidates_path(work_dir, g.gid)) for g in groups]
     table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])

@@ -59,7 +59,7 @@ from ..budget import TOKEN_FLAGS, budget_total, check_lengths, length_column
 from ..config import SelectSpec
 from ..data import Corpus, Selection
 from ..io.atomic import atomic_write_json
-from ..io.fs import open_input, storage_path
+from ..io.fs import open_input
 from ..io.parquet import atomic_write_table, read_table
 from ..io.shards import ShardScan
 from ..io.text import lengths_from_arrow
@@ -69,7 +69,14 @@ from .engine import Step, run_steps
 from .executors import Runner
 from .gains import allocates_by_gains, gain_table, gains_in_j_units, group_spec, monotone
 from .lifecycle import read_marker
-from .paths import candidates_path, part_path, want_path
+from .paths import (
+    candidates_path,
+    group_rows_path,
+    offer_path,
+    part_path,
+    tokens_fill_marker,
+    want_path,
+)
 
 __all__ = [
     "FillSlack",
@@ -81,7 +88,6 @@ __all__ = [
     "shard_tokens",
     "fill_round",
     "group_token_budget",
-    "offer_path",
     "select_tokens",
     "token_combine",
     "token_settings",
@@ -239,11 +245,6 @@ def allocate_tokens(
     return counts, filled, float(total - left)
 
 
-def offer_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's offers for the fill: its best unkept rows."""
-    return storage_path(work_dir) / "tokens" / f"offer-{gid:05d}.parquet"
-
-
 def write_offers(
     sel: Selection, corpus: Corpus, ids: pa.Array, plan: TokenPlan, left: float, path: Path
 ) -> None:
@@ -285,7 +286,7 @@ class FillSlack(Step[FillJob]):
     unit = "round"
 
     def marker(self, job: FillJob) -> Path:
-        return storage_path(job.work) / "completions" / "tokens-fill"
+        return tokens_fill_marker(job.work)
 
     def outputs(self, job: FillJob) -> tuple[Path, ...]:
         return tuple(part_path(job.out, g) for g in job.gids)
@@ -393,7 +394,7 @@ def select_tokens(
     if not spec.run.selected_only:
         atomic_write_table(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, probability=True),
-            storage_path(job.work) / "groups" / f"{group.gid:05d}.parquet",
+            group_rows_path(job.work, group.gid),
         )
     kept = float(lengths[sel.selected].sum()) if corpus.n_docs else 0.0
     if by_gains:

@@ -40,6 +40,7 @@ from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
 from .engine import Step, execute, run_steps
 from .lifecycle import check_previous
 from .partition import SpillJob, SpillShard, spill_table
+from .paths import bucket_marker
 from .tokens import shard_tokens
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "check_scans",
     "dropped_on_error",
     "CHECK_FOLDERS",
-    "id_buckets_dir",
     "BUCKET_ROWS",
     "QualityRange",
 ]
@@ -93,16 +93,6 @@ def _duplicates_in(entries: np.ndarray, limit: int = REPEATS_SHOWN) -> tuple[int
 def bucket_file(ids_dir: str | Path, bucket: int, shard: int) -> Path:
     """One shard's id hashes of one bucket."""
     return storage_path(ids_dir) / f"bucket={bucket:05d}" / f"shard-{shard:05d}.parquet"
-
-
-def bucket_marker(ids_dir: str | Path, bucket: int) -> Path:
-    """What a bucket step found, written once it has looked at every shard's file."""
-    return storage_path(ids_dir) / "done" / f"bucket={bucket:05d}.json"
-
-
-def id_buckets_dir(work_dir: str | Path) -> Path:
-    """Where the scan steps file the id hashes (``WORK/ids``)."""
-    return storage_path(work_dir) / "ids"
 
 
 #: What the check pass writes in a work dir it has not claimed: the id buckets, and for
