@@ -54,7 +54,10 @@ root, port, homes = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 base = dict(os.environ)
 nodes = Cluster(initialize_head=True, head_node_args={
     "num_cpus": 0, "node_ip_address": "127.0.0.1", "temp_dir": root + "/ray",
-    "include_dashboard": False, "gcs_server_port": port})
+    "include_dashboard": False, "gcs_server_port": port,
+    # a killed node refuses its health checks at once: found dead after 3 refusals 1 s
+    # apart, not Ray's 5 at 3 s; a slow node still has Ray's 10 s to answer each one
+    "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}})
 
 def add(i):  # the node's processes start in its own folder and environment
     home, env = homes[i]
