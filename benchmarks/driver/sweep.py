@@ -151,7 +151,9 @@ def phase_seconds(seconds: dict) -> dict:
 def step_seconds(work: Path) -> dict:
     """From the steps' markers (JSON files of the work dir): the group steps' read seconds
     (sum and largest) and the gather steps' seconds (sum; absent before issue 30's gather)."""
-    from datamask.distributed.gather import gather_summary  # the measured code's, on PYTHONPATH
+    from datamask.distributed.plan.gather import (
+        gather_summary,  # the measured code's, on PYTHONPATH
+    )
 
     reads = [
         json.loads(p.read_text())["seconds"]["read"]

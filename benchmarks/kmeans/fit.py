@@ -6,7 +6,7 @@
     python benchmarks/kmeans/fit.py --shards ... --one 1000 spread   # a single point
 
 Every point is a fresh Python process (``ru_maxrss`` never goes down), which runs only
-the fit (:func:`datamask.distributed.plan.fit_cluster_tree`, what ``datamask select
+the fit (:func:`datamask.distributed.plan.plan.fit_cluster_tree`, what ``datamask select
 --partition cluster`` runs before its spill) on a two-process
 :class:`~datamask.distributed.LocalRunner`, so the steps run in workers and the driver
 only plans and adds sums. Variants:
@@ -93,8 +93,8 @@ def quality(tree, infos, feature_col: str) -> dict:
 def one_point(shards: str, n_clusters: int, variant: str, chunk: int, step_rows: int) -> dict:
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner
-    from datamask.distributed.plan import fit_cluster_tree
-    from datamask.distributed.tree import ClusterTree
+    from datamask.distributed.plan.plan import fit_cluster_tree
+    from datamask.distributed.plan.tree import ClusterTree
     from datamask.io.shards import inspect_shards, list_shards
 
     spec = dict(partition="cluster", n_clusters=n_clusters, chunk_size=chunk, **COLUMNS)

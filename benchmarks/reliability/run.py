@@ -25,8 +25,8 @@ import torch
 
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed.check.validate import ScanShard, check_scans, scan_jobs
 from datamask.distributed.engine import run_steps
-from datamask.distributed.validate import ScanShard, check_scans, scan_jobs
 from datamask.io.shards import inspect_shards, list_shards
 
 

@@ -5,9 +5,9 @@
 Every group proposes ``--candidates`` gains (a random non-increasing curve); the driver
 gets their knots, as from the groups' completion markers, and reads a group's gains only
 through the callback, as from its candidates file. Reported per group count: the
-seconds of :func:`~datamask.distributed.allocate.allocate_counts`, the gains it read,
+seconds of :func:`~datamask.distributed.combine.allocate.allocate_counts`, the gains it read,
 and the peak of Python allocations during it (``tracemalloc``) besides the knots; then
-the exchange round's other driver work, :func:`~datamask.distributed.exchange.
+the exchange round's other driver work, :func:`~datamask.distributed.combine.exchange.
 exchange_neighbors` over the groups' centroids (``--dim``, drawn around ``sqrt(G)``
 topics): its seconds and the peak RSS it added (``measure_peak_rss``: torch's memory
 too); and every group's completion marker (stats, knots, centroid) parsed and held as
@@ -25,16 +25,16 @@ import tracemalloc
 
 import numpy as np
 
-from datamask.distributed.allocate import allocate_counts, compact_marker
-from datamask.distributed.exchange import exchange_neighbors
-from datamask.distributed.gains import gain_knots
+from datamask.distributed.combine.allocate import allocate_counts, compact_marker
+from datamask.distributed.combine.exchange import exchange_neighbors
+from datamask.distributed.combine.gains import gain_knots
 from datamask.measure import measure_peak_rss, peak_rss_mb
 
 
 def hold_markers(n_groups: int, knots: list, centroids: np.ndarray) -> dict:
     """Every group's completion marker, as ``select_group`` writes it (JSON: its stats,
     32 knots, its d-dim centroid), parsed and held the way the driver holds them
-    (:func:`~datamask.distributed.allocate.compact_marker`)."""
+    (:func:`~datamask.distributed.combine.allocate.compact_marker`)."""
     base = {
         "label": "cluster 0",
         "n": 100_000,

@@ -55,7 +55,7 @@ def chunk_bytes(path: Path, columns: set[str], row_groups: list[int] | None = No
 def plan_bytes(data: Path, n_sample: int, seed: int) -> dict[str, int]:
     """Bytes of the corpus each pass of the plan phase reads, by the shards' footers
     (default columns: ``chunk_id``, ``quality_score``, ``feature_arr``)."""
-    from datamask.distributed.partition import sample_plan
+    from datamask.distributed.plan.partition import sample_plan
     from datamask.io.shards import inspect_shards, list_shards
 
     files = list_shards(str(data))
@@ -145,7 +145,7 @@ def main() -> None:
     same = all(r["ids"] == runs[0]["ids"] for r in runs)
     for r in runs:
         r["n_selected"] = len(r.pop("ids"))
-    from datamask.distributed.kmeans import SAMPLE_DEFAULT
+    from datamask.distributed.plan.kmeans import SAMPLE_DEFAULT
 
     figures = {
         **run_record(),

@@ -56,9 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
-from datamask.distributed.gather import gather_buckets
-from datamask.distributed.kmeans import fit_plan
-from datamask.distributed.partition import default_clusters
+from datamask.distributed.plan.gather import gather_buckets
+from datamask.distributed.plan.kmeans import fit_plan
+from datamask.distributed.plan.partition import default_clusters
 from datamask.io.shards import FOOTER_THREADS
 
 PHASES = (
@@ -156,7 +156,7 @@ def spill_opens(run: dict, shards: float, steps: float | None = None) -> float:
 
 
 def _fit(run: dict, n: float) -> tuple[int, object]:
-    """The k-means clusters and :func:`~datamask.distributed.kmeans.fit_plan` for ``n``
+    """The k-means clusters and :func:`~datamask.distributed.plan.kmeans.fit_plan` for ``n``
     documents with ``run``'s settings (clusters, sample, step rows)."""
     st = run["settings"]
     c = st.get("n_clusters") or default_clusters(int(n), int(st["chunk_size"]))
@@ -242,7 +242,7 @@ def predict(
     ``groups`` as (n_g, c_g) in group order, on ``workers`` workers, with the
     calibration run ``cal``'s settings; ``again``: the sizes of the groups that propose
     again (default: none); ``buckets``: the gather steps (default: as the code gathers,
-    :func:`~datamask.distributed.gather.gather_buckets`)."""
+    :func:`~datamask.distributed.plan.gather.gather_buckets`)."""
     g = len(groups)
     sizes = [a for a, _ in groups]
     if buckets is None:

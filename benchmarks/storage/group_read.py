@@ -59,7 +59,9 @@ def _read_bytes(path: Path, row_groups: list[int] | None = None) -> int:
 
 def per_group_io(work: Path, markers: list[dict]) -> dict:
     """Objects opened and bytes read by each group step, from the files it read."""
-    from datamask.distributed.gather import gather_summary  # the measured code's, on PYTHONPATH
+    from datamask.distributed.plan.gather import (
+        gather_summary,  # the measured code's, on PYTHONPATH
+    )
 
     gathered = work / "clusters" / "groups"
     if gathered.is_dir():

@@ -859,7 +859,8 @@ def test_same_seed_bit_identical_above_20k_whatever_global_rng_or_threads(corpus
 def test_id_uniqueness_on_disk_buckets_names_the_first_repeat(tmp_path, monkeypatch):
     """Above BUCKET_ROWS ids the check files hashes by bucket on disk; same answer."""
     from datamask.config import SelectSpec
-    from datamask.distributed import run_selection, validate
+    from datamask.distributed import run_selection
+    from datamask.distributed.check import validate
 
     monkeypatch.setattr(validate, "BUCKET_ROWS", 64)  # 400 ids -> 7 buckets
     root = tmp_path / "in"

@@ -1,4 +1,4 @@
-"""The global budget by equal marginal gains (distributed.allocate), against brute force."""
+"""The global budget by equal marginal gains (distributed.combine.allocate), against brute force."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 from datamask import Corpus, FacilityLocation, Objective
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.distributed.allocate import allocate, allocate_counts, saturated
-from datamask.distributed.gains import (
+from datamask.distributed.combine.allocate import allocate, allocate_counts, saturated
+from datamask.distributed.combine.gains import (
     allocates_by_gains,
     gain_knots,
     gains_in_j_units,

@@ -15,7 +15,9 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner, keeplists, run_selection, validate
+from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed.check import validate
+from datamask.distributed.finish import keeplists
 from datamask.io.keep import input_names, read_selected_ids, write_keep_lists
 from datamask.io.shards import list_shards
 from tests._data import write_corpus_shards

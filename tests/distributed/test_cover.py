@@ -14,7 +14,7 @@ import pytest
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.distributed.cover import COVER_NEIGHBORS
+from datamask.distributed.finish.cover import COVER_NEIGHBORS
 from tests._data import write_corpus_shards
 from tests.test_cover import check_against_brute
 

@@ -29,8 +29,8 @@ from datamask.distributed import (
     run_selection,
 )
 from datamask.distributed.executors import largest_first
-from datamask.distributed.partition import plan_by_chunk
-from datamask.distributed.steps import candidate_count
+from datamask.distributed.plan.partition import plan_by_chunk
+from datamask.distributed.select.steps import candidate_count
 from datamask.io.parquet import read_corpus
 from datamask.io.shards import inspect_shards, list_shards, read_rows
 from tests._data import reference_table, write, write_columns, write_corpus_shards
@@ -344,7 +344,7 @@ def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, caps
 KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    import datamask.distributed.allocate as allocate
+    import datamask.distributed.combine.allocate as allocate
     import datamask.distributed.engine as engine
     import datamask.distributed.runner as runner
     from datamask.config import SelectSpec
@@ -786,7 +786,7 @@ def test_a_group_proposing_again_reuses_its_saved_graph(shard_dir, tmp_path, mon
     first proposal saved for the exchange round, not a new build. The same K's columns of
     an exact graph are the graph a new build gives, so the selection is the same as when
     every proposal builds its own (the saved graph hidden from the select step)."""
-    import datamask.distributed.steps as steps
+    import datamask.distributed.select.steps as steps
 
     settings = SelectSpec.from_mapping(
         dict(partition="cluster", chunk_size=250, budget="global", **FAST)

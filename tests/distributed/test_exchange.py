@@ -1,4 +1,5 @@
-"""The exchange round of a sharded run (datamask.distributed.exchange): brute force and steps."""
+"""The exchange round of a sharded run (datamask.distributed.combine.exchange): brute force
+and steps."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import torch
 
 from datamask import FacilityLocation, make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import exchange, execute, run_selection
-from datamask.distributed.exchange import ExchangeGroup, ExchangeJob, exchange_neighbors
-from datamask.distributed.partition import make_groups, plan_by_chunk
+from datamask.distributed import execute, run_selection
+from datamask.distributed.combine import exchange
+from datamask.distributed.combine.exchange import ExchangeGroup, ExchangeJob, exchange_neighbors
 from datamask.distributed.paths import exchange_path
-from datamask.distributed.steps import (
+from datamask.distributed.plan.partition import make_groups, plan_by_chunk
+from datamask.distributed.select.steps import (
     GroupJob,
     SelectGroup,
     candidate_count,

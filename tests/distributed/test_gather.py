@@ -16,17 +16,18 @@ import pytest
 
 from datamask import make_clustered
 from datamask.config import SelectSpec
-from datamask.distributed import LocalRunner, execute, gather
-from datamask.distributed.gather import (
+from datamask.distributed import LocalRunner, execute
+from datamask.distributed.paths import group_object_path
+from datamask.distributed.plan import gather
+from datamask.distributed.plan.gather import (
     SHARD_COLUMN,
     IndexJob,
     IndexSpills,
     index_spills,
     unit_pieces,
 )
-from datamask.distributed.partition import ROW_COLUMN, Piece, part_rows, split_across
-from datamask.distributed.paths import group_object_path
-from datamask.distributed.plan import check_disk, disk_needed, plan_partition
+from datamask.distributed.plan.partition import ROW_COLUMN, Piece, part_rows, split_across
+from datamask.distributed.plan.plan import check_disk, disk_needed, plan_partition
 from datamask.io.shards import inspect_shards, list_shards
 from tests._data import write_corpus_shards
 

@@ -21,9 +21,9 @@ import pytest
 import datamask
 from datamask.config import SelectSpec
 from datamask.distributed import run_selection
-from datamask.distributed.given import group_floor
-from datamask.distributed.partition import Group, plan_by_chunk
-from datamask.distributed.steps import read_group
+from datamask.distributed.plan.partition import Group, plan_by_chunk
+from datamask.distributed.select.given import group_floor
+from datamask.distributed.select.steps import read_group
 from datamask.io.shards import inspect_shards
 from tests._data import reference_table, write
 

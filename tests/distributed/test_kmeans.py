@@ -1,4 +1,4 @@
-"""The k-means fit spread over steps (:mod:`datamask.distributed.kmeans`) and the Ray
+"""The k-means fit spread over steps (:mod:`datamask.distributed.plan.kmeans`) and the Ray
 runner's separate in-flight limits for CPU and GPU steps.
 
 Real parquet shards, the runner's own plan phase (sample, fit, spill, gather) on a local
@@ -21,11 +21,11 @@ from datamask import make_clustered
 from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, execute, run_selection
-from datamask.distributed.kmeans import FitPlan, LloydPart, PartJob, SamplePart, fit_plan
-from datamask.distributed.partition import plan_by_cluster, sample_plan
-from datamask.distributed.plan import fit_cluster_tree, plan_partition
+from datamask.distributed.plan.kmeans import FitPlan, LloydPart, PartJob, SamplePart, fit_plan
+from datamask.distributed.plan.partition import plan_by_cluster, sample_plan
+from datamask.distributed.plan.plan import fit_cluster_tree, plan_partition
+from datamask.distributed.plan.tree import ClusterTree
 from datamask.distributed.ray_backend import TaskLimits, task_limits
-from datamask.distributed.tree import ClusterTree
 from datamask.io.shards import inspect_shards, list_shards
 from tests._data import write_corpus_shards
 from tests.io.test_remote import BUCKET, s3  # noqa: F401 (the moto S3 server fixture)
@@ -92,7 +92,7 @@ def test_the_sample_grows_with_the_clusters_and_spreads_past_one_step():
 def test_small_cases_keep_the_one_step_fit(shards, corpus, tmp_path):
     """The default settings on a small corpus fit in one step, exactly as before: the tree
     is the one fitted on the same sample read directly (one reader, shard by shard)."""
-    from datamask.distributed.partition import fit_centroids, fit_tree, read_sample
+    from datamask.distributed.plan.partition import fit_centroids, fit_tree, read_sample
 
     plan, facts, tree = fitted(shards, tmp_path / "w", chunk_size=500)
     assert facts["kmeans"]["spread"] is False and facts["kmeans"]["levels"] == 1
@@ -114,7 +114,7 @@ def test_the_one_step_fit_holds_its_sample_once(corpus, tmp_path):
     they are concatenated (issue 30: the fit step was the largest worker)."""
     import tracemalloc
 
-    from datamask.distributed.fit import FitJob, fit_partition, read_sample_parts
+    from datamask.distributed.plan.fit import FitJob, fit_partition, read_sample_parts
 
     write_corpus_shards(tmp_path / "in", corpus, 20)
     settings = settings_of(chunk_size=500)

@@ -17,11 +17,11 @@ import pytest
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
+from datamask.distributed.check.validate import ScanShard, scan_jobs
 from datamask.distributed.engine import run_steps
-from datamask.distributed.partition import SpillShard
 from datamask.distributed.paths import id_buckets_dir, spill_path
-from datamask.distributed.plan import fit_first, plan_partition, spill_jobs
-from datamask.distributed.validate import ScanShard, scan_jobs
+from datamask.distributed.plan.partition import SpillShard
+from datamask.distributed.plan.plan import fit_first, plan_partition, spill_jobs
 from datamask.io.shards import inspect_shards, list_shards
 from tests._data import write_corpus_shards
 

@@ -16,9 +16,13 @@ import torch
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner
-from datamask.distributed.balance import assign_with_offsets, balanced_offsets, merge_neighbours
-from datamask.distributed.partition import Piece, split_across
-from datamask.distributed.plan import plan_partition
+from datamask.distributed.plan.balance import (
+    assign_with_offsets,
+    balanced_offsets,
+    merge_neighbours,
+)
+from datamask.distributed.plan.partition import Piece, split_across
+from datamask.distributed.plan.plan import plan_partition
 from datamask.io.shards import inspect_shards, list_shards
 from datamask.neighbors import assign_clusters
 from tests._data import reference_table, write_corpus_shards, write_shards

@@ -16,7 +16,7 @@ import datamask
 from datamask import make_clustered
 from datamask._validation import check_corpus
 from datamask.budget import TokenBudget
-from datamask.distributed.tokens import allocate_tokens
+from datamask.distributed.select.tokens import allocate_tokens
 from datamask.greedy.lazy import gain_order
 from datamask.objectives.combined import resolve_objective
 

@@ -56,7 +56,7 @@ def _kept_ids(out) -> set[str]:
 )
 def test_tokens_within_budget(tmp_path, method, seed):
     """greedy: the central round over every group's candidates; topk: each group's share
-    and the fill of what they left (:mod:`datamask.distributed.tokens`)."""
+    and the fill of what they left (:mod:`datamask.distributed.select.tokens`)."""
     table = _corpus(seed, n=120)
     shards = _shards(table, tmp_path / "in")
     spec = _spec(partition="chunk", chunk_size=40, seed=seed, method=method)

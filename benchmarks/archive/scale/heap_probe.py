@@ -26,14 +26,14 @@ import torch
 import datamask.pipeline.step as step
 from datamask._memory import rss_mb
 from datamask.config import SelectSpec
-from datamask.distributed.gains import group_spec
-from datamask.distributed.partition import ClusterTree, Group, plan_by_cluster
-from datamask.distributed.steps import read_group
+from datamask.distributed.combine.gains import group_spec
+from datamask.distributed.plan.partition import ClusterTree, Group, plan_by_cluster
+from datamask.distributed.select.steps import read_group
 
 
 def cluster_groups(work: Path, chunk_size: int) -> dict[str, tuple]:
     """Every group of a ``--partition cluster`` run by label, with its pieces: the
-    run's own plan (:func:`~datamask.distributed.partition.plan_by_cluster`) over the
+    run's own plan (:func:`~datamask.distributed.plan.partition.plan_by_cluster`) over the
     spills its plan phase left in ``WORK/clusters``."""
     spills = [
         (marker.replace(".json", ".parquet"), json.loads(Path(marker).read_text())["counts"])

@@ -9,8 +9,8 @@ from typing import Any
 from ..config import SelectSpec
 from ..io.fs import Location
 from ..io.shards import ShardInfo, ShardSource
+from .check.validate import QualityRange
 from .executors import Runner
-from .validate import QualityRange
 
 __all__ = ["Checked", "RunContext"]
 

@@ -142,7 +142,7 @@ def execute(step: Step[JobT], job: JobT, run: Callable[[JobT], Any] | None = Non
     marked. Steps call nothing else to be resumable.
 
     ``run``: how to do the job instead of ``step.run``, with what the caller holds
-    already (the check pass spills the rows it has just read, :mod:`.validate`); the
+    already (the check pass spills the rows it has just read, :mod:`.check.validate`); the
     same outputs and marker, under the same rule."""
     done = finished(step, job)
     if done is None:
@@ -200,7 +200,7 @@ def _reusable(step: Step[JobT], job: JobT, listings: _Listings) -> dict[str, Any
 def unfinished(step: Step[JobT], jobs: Sequence[JobT]) -> list[int]:
     """Which of ``jobs`` :func:`run_steps` would run (the driver's view: one listing, then
     the markers), for a phase that does some of a step's jobs inside another step (the
-    check pass writes the spills, :mod:`.validate`, each job under :func:`execute`)."""
+    check pass writes the spills, :mod:`.check.validate`, each job under :func:`execute`)."""
     listings = _Listings()
     return [i for i, job in enumerate(jobs) if _reusable(step, job, listings) is None]
 

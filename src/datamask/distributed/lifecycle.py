@@ -165,7 +165,7 @@ def check_previous(work: Path, spec: SelectSpec, infos: list[ShardInfo]) -> dict
     """Refuse, before the validation pass writes anything, a run the earlier run recorded
     in ``work`` would refuse at :func:`claim`: other settings, or shards added, removed or
     of another size or row count (their checksums are known only after the scans; the scan
-    step compares them before it writes: :func:`datamask.distributed.validate.scan_step`).
+    step compares them before it writes: :func:`datamask.distributed.check.validate.scan_step`).
     Returns the earlier run's ``{path: checksum}`` (empty when there is none)."""
     prev = _previous(work)
     if prev is None:

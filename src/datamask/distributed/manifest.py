@@ -13,10 +13,10 @@ from .._memory import peak_rss_mb
 from ..io.keep import input_names
 from ..io.provenance import record_inputs
 from ..pipeline.writer import run_record
+from .check.validate import QualityRange
 from .context import Checked, RunContext
-from .partition import Group
 from .paths import selected_dir
-from .validate import QualityRange
+from .plan.partition import Group
 
 __all__ = ["Outcome", "build_manifest"]
 

@@ -1,49 +1,50 @@
 """The driver of a sharded run: five short phases over pure steps, on any executor.
 
 1. **Check: the one read of the corpus.** Footers; with ``--partition cluster`` the
-   k-means tree, fitted on the seeded sample's rows alone (:func:`~.plan.fit_first`);
-   then every row of every shard in one pass (:mod:`.validate`) that checks it, files its
+   k-means tree, fitted on the seeded sample's rows alone (:func:`~.plan.plan.fit_first`);
+   then every row of every shard in one pass (:mod:`.check.validate`) that checks it, files its
    id hash and, from the same rows, writes the shard's spill (its rows by leaf) and,
    under a token budget, sums its tokens. A refusal here leaves nothing behind
-   (:func:`~.validate.dropped_on_error`). Then the work dir is claimed with its
+   (:func:`~.check.validate.dropped_on_error`). Then the work dir is claimed with its
    fingerprint, per-shard checksums included (:func:`~.lifecycle.claim`): a shard
    changed in place is refused on resume, by its scan, before it writes.
-2. **Plan.** Groups (:mod:`.partition`: k-means clusters by default, gathered from the
+2. **Plan.** Groups (:mod:`.plan.partition`: k-means clusters by default, gathered from the
    spills, or shards, or chunks), each one's share of ``k = round(select_ratio * N)`` (or
    ``--k``) and its seed.
-3. **Select.** :func:`~.steps.select_group` on every group without a finished result.
+3. **Select.** :func:`~.select.steps.select_group` on every group without a finished result.
    Under the global budget a group proposes candidates instead of keeping its share.
 4. **Combine.** Where the objective allows it, the budget is allocated by the groups'
-   gain curves (:mod:`.allocate`: one threshold, no central learner; groups cut off by
+   gain curves (:mod:`.combine.allocate`: one threshold, no central learner; groups cut off by
    their own candidates propose again); otherwise one more round over the union of the
-   candidates (:func:`~.steps.select_global`).
+   candidates (:func:`~.select.steps.select_global`).
 5. **Merge.** The parts are the output dataset; the similarity cap across groups
-   (:mod:`.cap`), every row's nearest kept row (:mod:`.cover`, ``OUT/covered/``), keep
-   lists for ``apply``, then the manifest.
+   (:mod:`.combine.cap`), every row's nearest kept row (:mod:`.finish.cover`,
+   ``OUT/covered/``), keep lists for ``apply``, then the manifest.
 
 Layout of a run (``OUT`` is ``--output``, ``WORK`` is ``--work-dir``, default ``OUT/_work``)::
 
     OUT/selected/part-NNNNN.parquet   the kept ids of group NNNNN (budget group, or gains)
     OUT/selected/part-global.parquet  the central round's selection (id, group, rank, logit)
     OUT/covered/part-NNNNN.parquet    every row of group NNNNN: id, group, selected,
-                                      covered_by, covered_sim, covered_exact (:mod:`.cover`)
+                                      covered_by, covered_sim, covered_exact (:mod:`.finish.cover`)
     OUT/manifest.json                 settings, budget, per-group n / k / seconds / memory
     WORK/settings.json                the settings and input fingerprint this work dir holds
-    WORK/groups/, candidates/, completions/   the steps' files (:mod:`.steps`)
+    WORK/groups/, candidates/, completions/   the steps' files (:mod:`.select.steps`)
     WORK/candidates/NNNNN.want.json   the allocation asked group NNNNN for more candidates
     WORK/completions/global           round 2's stats; written after its parts
     WORK/clusters/...                 the cluster tree (tree.npz), per-shard spill counts
                                       (the spills are deleted once gathered) and
-                                      clusters/groups/: one object per group (:mod:`.gather`)
+                                      clusters/groups/: one object per group (:mod:`.plan.gather`)
     WORK/ids/bucket=B/, ids/done/     id hashes per (shard, bucket); the bucket steps' finds
-                                      (:mod:`.validate`)
-    WORK/keep/bucket=B/, keep/done/   kept rows per (bucket of shards, group) (:mod:`.keeplists`)
+                                      (:mod:`.check.validate`)
+    WORK/keep/bucket=B/, keep/done/   kept rows per (bucket of shards, group)
+                                      (:mod:`.finish.keeplists`); every path: :mod:`.paths`
 
 Every step writes atomically, its marker last, so a run killed at any point finishes, when
 rerun with the same arguments, with the selection an uninterrupted run makes and redoes
 only unfinished steps. The executors (:mod:`.executors`, :mod:`.ray_backend`) only schedule.
-This module is the phases and nothing else: the plan is :mod:`.plan`, the select and
-combine rounds :mod:`.rounds`, the manifest :mod:`.manifest`.
+This module is the phases and nothing else: the plan is :mod:`.plan.plan`, the select and
+combine rounds :mod:`.combine.rounds`, the manifest :mod:`.manifest`.
 """
 
 from __future__ import annotations
@@ -72,12 +73,20 @@ from ..io.shards import (
     literal_or_glob,
 )
 from ..pipeline.given import check_given_terms
-from .cap import cap_across_groups
+from .check.validate import QualityRange, ScanShard, check_scans, dropped_on_error, scan_jobs
+from .combine.cap import cap_across_groups
+from .combine.rounds import allocate_round, allocate_tokens_round, central_round, select_round
 from .context import Checked, RunContext
-from .cover import cover_round
 from .engine import run_steps, unfinished
 from .executors import LocalRunner, Runner
-from .given import (
+from .finish.cover import cover_round
+from .finish.keeplists import keep_round
+from .lifecycle import claim, fingerprint
+from .manifest import Outcome, build_manifest
+from .paths import id_buckets_dir, selected_dir
+from .plan.partition import SpillShard
+from .plan.plan import budget_k, check_work_disk, fit_first, plan_groups, spill_jobs
+from .select.given import (
     CheckGivenSelection,
     GivenJob,
     PrepareKept,
@@ -85,15 +94,8 @@ from .given import (
     rate_totals,
     token_rate_totals,
 )
-from .keeplists import keep_round
-from .lifecycle import claim, fingerprint
-from .manifest import Outcome, build_manifest
-from .partition import SpillShard
-from .paths import id_buckets_dir, selected_dir
-from .plan import budget_k, check_work_disk, fit_first, plan_groups, spill_jobs
-from .rounds import allocate_round, allocate_tokens_round, central_round, select_round
-from .steps import GlobalJob, SelectGlobal
-from .tokens import (
+from .select.steps import GlobalJob, SelectGlobal
+from .select.tokens import (
     TokenPlan,
     check_token_settings,
     count_tokens,
@@ -101,7 +103,6 @@ from .tokens import (
     token_combine,
     token_settings,
 )
-from .validate import QualityRange, ScanShard, check_scans, dropped_on_error, scan_jobs
 
 __all__ = ["run_selection"]
 
@@ -118,7 +119,7 @@ def run_selection(
 ) -> dict[str, Any]:
     """Select ``round(select_ratio * N)`` (or ``k``) documents from a sharded corpus,
     resumably; given documents already kept (``spec.selector.given``), from the input
-    only, counting coverage above them (:mod:`.given`).
+    only, counting coverage above them (:mod:`.select.given`).
 
     Parameters
     ----------
@@ -266,7 +267,7 @@ def _check_inputs(run: RunContext) -> _Inputs:
 def _check_scans(
     run: RunContext, scans: list, infos: list[ShardInfo], docs: list[ShardInfo], checker: Any
 ) -> tuple[dict[str, str], QualityRange]:
-    """:func:`~.validate.check_scans` of the input's scans and ``--given``'s."""
+    """:func:`~.check.validate.check_scans` of the input's scans and ``--given``'s."""
     ids_dir = id_buckets_dir(run.work)
     n_input = len(infos) if docs else None
     return check_scans(scans, infos + docs, run.spec, checker, ids_dir, n_input)
@@ -275,7 +276,7 @@ def _check_scans(
 def _fit_first(
     run: RunContext, infos: list[ShardInfo], docs: list[ShardInfo], jobs: list, checker: Any
 ) -> dict[str, Any] | None:
-    """:func:`~.plan.fit_first`. The fit reads only the sample's rows and cannot say what
+    """:func:`~.plan.plan.fit_first`. The fit reads only the sample's rows and cannot say what
     is wrong with the input as the check does: when it refuses its rows, the check pass
     (without spills) names the first bad row, file and column as ever."""
     try:
@@ -327,7 +328,7 @@ def _check_and_claim(run: RunContext) -> Checked:
 def _made_remote_dropped(work: Path | Location) -> Iterator[None]:
     """On an error in the ``with`` body, delete the remote folders above a work dir that
     did not exist before it, from the highest (the id buckets' empty folder objects stay
-    behind :func:`~.validate.dropped_on_error`; deleting a lower one makes its parent's)."""
+    behind :func:`~.check.validate.dropped_on_error`; deleting a lower one makes its parent's)."""
     if not isinstance(work, Location) or work.exists():
         yield
         return
@@ -424,10 +425,10 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
 
 
 def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, Any]:
-    """:func:`run_selection` under a token budget (:mod:`.tokens`): the corpus' tokens from
+    """:func:`run_selection` under a token budget (:mod:`.select.tokens`): the corpus' tokens from
     every shard; then every group proposes ``oversample`` times its share of the tokens
     and one price per token over every group keeps ``T`` of them where the document
-    budget allocates by gains, else one central round (:func:`~.tokens.token_combine`;
+    budget allocates by gains, else one central round (:func:`~.select.tokens.token_combine`;
     for a modular method or one group, every group keeps its share and one fill spends
     what they left); then the cover, the keep lists and the manifest as ever."""
     out, spec, runner, progress = run.out, run.spec, run.runner, run.progress
@@ -534,7 +535,7 @@ def _central_tokens(
 def _fill_tokens(
     run: RunContext, groups: list, plan: TokenPlan, stats: dict[int, dict[str, Any]]
 ) -> dict[str, Any]:
-    """Every group kept its share: one fill of the tokens they left (:mod:`.tokens`);
+    """Every group kept its share: one fill of the tokens they left (:mod:`.select.tokens`);
     each group's ``k`` becomes its kept and filled rows."""
     kept = sum(stats[g.gid]["tokens"]["kept"] for g in groups)
     gids = [g.gid for g in groups]

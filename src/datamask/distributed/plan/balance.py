@@ -1,6 +1,6 @@
 """Balanced splits of an over-size cluster, and merges of small neighbouring ones.
 
-Two pure, deterministic pieces of the cluster plan (:mod:`datamask.distributed.partition`):
+Two pure, deterministic pieces of the cluster plan (:mod:`datamask.distributed.plan.partition`):
 
 - :func:`balanced_offsets`: the capacity-constrained assignment of rows to the centres of
   a k-means fitted again on one cluster, as one offset per centre. A row goes to
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..neighbors import assign_clusters, spherical_kmeans
+from ...neighbors import assign_clusters, spherical_kmeans
 
 __all__ = [
     "MERGE_NEIGHBORS",

@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._device import resolve_device
-from .._memory import peak_rss_mb
-from ..io.atomic import atomic_write
-from ..io.fs import open_input, storage_path
-from ..neighbors import spherical_kmeans
-from .engine import Step
+from ..._device import resolve_device
+from ..._memory import peak_rss_mb
+from ...io.atomic import atomic_write
+from ...io.fs import open_input, storage_path
+from ...neighbors import spherical_kmeans
+from ..engine import Step
 from .partition import KMEANS_ITER, grow_tree, kmeans_generator, read_sample
 from .tree import ClusterTree
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._memory import peak_rss_mb
-from ..config import SelectSpec
-from ..data import apportion
-from ..io.shards import ShardInfo
-from .engine import Step, run_steps
-from .executors import Runner
+from ..._memory import peak_rss_mb
+from ...config import SelectSpec
+from ...data import apportion
+from ...io.shards import ShardInfo
+from ..engine import Step, run_steps
+from ..executors import Runner
 from .kmeans import (
     FitPlan,
     FitSubtrees,

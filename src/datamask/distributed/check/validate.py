@@ -32,16 +32,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._validation import check_quality_span
-from ..config import SelectSpec
-from ..io.fs import Location, storage_path
-from ..io.parquet import atomic_write_table, read_table
-from ..io.shards import ShardInfo, ShardScan, read_rows, scan_shard
-from .engine import Step, execute, run_steps
-from .lifecycle import check_previous
-from .partition import SpillJob, SpillShard, spill_table
-from .paths import bucket_marker
-from .tokens import shard_tokens
+from ..._validation import check_quality_span
+from ...config import SelectSpec
+from ...io.fs import Location, storage_path
+from ...io.parquet import atomic_write_table, read_table
+from ...io.shards import ShardInfo, ShardScan, read_rows, scan_shard
+from ..engine import Step, execute, run_steps
+from ..lifecycle import check_previous
+from ..paths import bucket_marker
+from ..plan.partition import SpillJob, SpillShard, spill_table
+from ..select.tokens import shard_tokens
 
 __all__ = [
     "scan_jobs",
@@ -108,7 +108,7 @@ def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
     What a run killed before its claim left there is removed on entry: nothing says which
     settings its tree and spills were made with (the check pass makes them again).
     A work dir that already holds a run (its ``settings.json``) is left as it was: the
-    checks that refuse a run over it (:func:`~.lifecycle.check_previous`, the scans'
+    checks that refuse a run over it (:func:`~..lifecycle.check_previous`, the scans'
     checksums) come before any write, its tree is fitted and its spills are written (the
     claim comes after the check pass), and its id buckets are that run's."""
     work = storage_path(work_dir)
@@ -211,9 +211,9 @@ def scan_step(job: ScanJob) -> ShardScan:
     """:func:`~datamask.io.shards.scan_shard`, then its id hashes filed by bucket: one
     parquet (``hash`` uint64, ``row`` int64) per bucket, empty ones too, so a bucket step
     reads exactly one file per scanned shard; then, from the same rows, the shard's spill
-    (``job.spill``: :func:`~.partition.spill_table` under :class:`SpillShard`'s marker,
+    (``job.spill``: :func:`~..plan.partition.spill_table` under :class:`SpillShard`'s marker,
     unless that is there) and its tokens (``job.length_col``:
-    :func:`~.tokens.shard_tokens`). Returns the scan without its hashes.
+    :func:`~..select.tokens.shard_tokens`). Returns the scan without its hashes.
 
     ``job.expect``: the checksum the work dir's earlier run recorded for this shard;
     another one is refused before anything is written (the earlier run's buckets and
@@ -337,11 +337,11 @@ def scan_jobs(
 ) -> list[ScanJob]:
     """One :class:`ScanShard` job per non-empty shard (its id hashes go to
     ``ids_dir``). A work dir holding an earlier run with other settings or shards is
-    refused here, before any scan writes (:func:`~.lifecycle.check_previous`).
+    refused here, before any scan writes (:func:`~..lifecycle.check_previous`).
 
     ``n_input``: how many of ``infos`` are the input's (the rest are ``--given``'s), whose
     tokens are counted under a token budget. A job spills nothing until given its
-    :class:`~.partition.SpillJob` (``dataclasses.replace(job, spill=...)``)."""
+    :class:`~..plan.partition.SpillJob` (``dataclasses.replace(job, spill=...)``)."""
     sums = check_previous(storage_path(ids_dir).parent, spec, list(infos))
     n_buckets = _n_buckets(infos)
     columns = spec.columns

@@ -18,7 +18,7 @@ SHARDED.md``). After the first allocation every group re-prices its candidates o
    (:meth:`~datamask.objectives.facility_location.FacilityLocation.raise_floor`) and the
    same candidates are ordered again by lazy greedy, with their gains in ``J`` units.
 4. The driver allocates the budget again over the new curves and writes the parts from
-   them (:mod:`.runner`).
+   them (:mod:`..runner`).
 
 Files: ``WORK/exchange/NNNNN.parquet`` (the candidates re-ordered, the layout of
 ``WORK/candidates/``) and its marker ``WORK/exchange/NNNNN.json`` (knots), written last.
@@ -37,24 +37,24 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from .._device import resolve_device
-from .._memory import bound_heap, peak_rss_mb, release_heap
-from .._validation import check_corpus
-from ..config import SelectSpec
-from ..greedy.lazy import gain_order
-from ..io.parquet import atomic_write_table, features_matrix, read_table
-from ..neighbors import best_match, ivf_search
-from ..objectives.facility_location import FacilityLocation, facility_term
-from ..selectors import SELECTORS
+from ..._device import resolve_device
+from ..._memory import bound_heap, peak_rss_mb, release_heap
+from ..._validation import check_corpus
+from ...config import SelectSpec
+from ...greedy.lazy import gain_order
+from ...io.parquet import atomic_write_table, features_matrix, read_table
+from ...neighbors import best_match, ivf_search
+from ...objectives.facility_location import FacilityLocation, facility_term
+from ...selectors import SELECTORS
+from ..check.validate import QualityRange
+from ..context import RunContext
+from ..engine import Step, run_steps
+from ..paths import exchange_marker, exchange_path
+from ..plan.partition import Group
+from ..select.given import group_floor
+from ..select.steps import candidates_path, gain_table, graph_path, read_group, saved_graph
 from .allocate import allocate_counts, knots_of
-from .context import RunContext
-from .engine import Step, run_steps
 from .gains import gain_knots, gains_in_j_units, group_spec, monotone
-from .given import group_floor
-from .partition import Group
-from .paths import exchange_marker, exchange_path
-from .steps import candidates_path, gain_table, graph_path, read_group, saved_graph
-from .validate import QualityRange
 
 __all__ = [
     "EXACT_NEIGHBORS_MAX",
@@ -167,7 +167,7 @@ class ExchangeGroup(Step[ExchangeJob]):
     give (steps 2-3 of the module's docstring). Writes :func:`exchange_path`; the engine
     writes :func:`exchange_marker` (with the curve's knots) last. The group's saved graph
     stays for the cover step, which reads the group's own nearest kept rows from it and
-    deletes it (:class:`~.cover.CoverGroup`); without a cover (``selected_only``) it is
+    deletes it (:class:`~..finish.cover.CoverGroup`); without a cover (``selected_only``) it is
     deleted once marked (:meth:`release`)."""
 
     name = "exchange"
@@ -285,7 +285,8 @@ def exchange_round(
 ) -> np.ndarray:
     """The exchange round (:mod:`.exchange`): every group re-orders its candidates above
     the cover of its nearest lower groups' kept rows, then the budget ``k_total`` is
-    allocated again. ``totals`` is the ``(k, N)`` of the rate (:func:`~.given.rate_totals`)."""
+    allocated again. ``totals`` is the ``(k, N)`` of the rate
+    (:func:`~..select.given.rate_totals`)."""
     near = exchange_neighbors(  # it stacks them into its own copy: no second one here
         [centroids[g.gid] for g in groups], run.spec.partition.exchange_neighbors
     )

@@ -18,14 +18,14 @@ round or the similarity cap), in two passes of pure, resumable steps:
    group (a kept row covers itself; read from the K-NN graph its select step saved where
    there is one, ``WORK/graphs/``, searched for the rows the graph does not resolve) and,
    as the floor, its nearest kept row of its :data:`COVER_NEIGHBORS` nearest groups by
-   centroid (both directions: :func:`~.exchange.exchange_neighbors` with
+   centroid (both directions: :func:`~..combine.exchange.exchange_neighbors` with
    ``lower_only=False``); the nearer wins, the own group's on a tie. It writes
    ``OUT/covered/part-NNNNN.parquet``: the id, ``group``, ``selected``, ``covered_by``,
    ``covered_sim`` (float32), ``covered_exact``; then its marker ``WORK/cover/NNNNN.json``,
    and deletes the group's graph (the exchange round leaves it for this step).
 
 Given documents already kept (``--given``), pass 2 adds KEPT's rows
-(:func:`~.given.kept_table`) to the neighbours' kept rows: a dropped document names the
+(:func:`~..select.given.kept_table`) to the neighbours' kept rows: a dropped document names the
 KEPT document where that one is nearer, as the one-file output does.
 
 Why not the exchange round's floors: they are taken against the neighbours' kept prefixes
@@ -57,23 +57,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from .._device import resolve_device
-from .._memory import peak_rss_mb, release_heap
-from .._validation import check_corpus
-from ..config import SelectSpec
-from ..coverage import nearest_kept
-from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
-from ..io.shards import read_rows
-from ..neighbors import resolve_knn
-from ..objectives.facility_location import facility_term
-from ..pipeline.writer import COVER_COLUMNS, cover_columns
-from .context import RunContext
-from .engine import Step, run_steps
-from .exchange import exchange_neighbors
-from .given import kept_table
-from .lifecycle import read_marker
-from .partition import Group
-from .paths import (
+from ..._device import resolve_device
+from ..._memory import peak_rss_mb, release_heap
+from ..._validation import check_corpus
+from ...config import SelectSpec
+from ...coverage import nearest_kept
+from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
+from ...io.shards import read_rows
+from ...neighbors import resolve_knn
+from ...objectives.facility_location import facility_term
+from ...pipeline.writer import COVER_COLUMNS, cover_columns
+from ..check.validate import QualityRange
+from ..combine.exchange import exchange_neighbors
+from ..context import RunContext
+from ..engine import Step, run_steps
+from ..lifecycle import read_marker
+from ..paths import (
     candidates_path,
     completion_path,
     cover_marker,
@@ -84,8 +83,9 @@ from .paths import (
     kept_rows_marker,
     kept_rows_path,
 )
-from .steps import part_path, read_group, saved_graph
-from .validate import QualityRange
+from ..plan.partition import Group
+from ..select.given import kept_table
+from ..select.steps import part_path, read_group, saved_graph
 
 __all__ = [
     "COVER_NEIGHBORS",

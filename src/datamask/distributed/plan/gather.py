@@ -48,15 +48,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._memory import peak_rss_mb
-from ..io.atomic import atomic_write, atomic_write_json
-from ..io.fs import names_in, open_input, storage_path
-from ..io.parquet import WORK_COMPRESSION
-from ..io.shards import iter_files, read_ranges
-from .engine import Step, run_steps
-from .executors import GROUP_MEMORY_BASE, Runner
+from ..._memory import peak_rss_mb
+from ...io.atomic import atomic_write, atomic_write_json
+from ...io.fs import names_in, open_input, storage_path
+from ...io.parquet import WORK_COMPRESSION
+from ...io.shards import iter_files, read_ranges
+from ..engine import Step, run_steps
+from ..executors import GROUP_MEMORY_BASE, Runner
+from ..paths import clusters_dir, group_object_marker, group_object_path, spill_path
 from .partition import ROW_COLUMN, Piece, Unit, coalesce, split_across
-from .paths import clusters_dir, group_object_marker, group_object_path, spill_path
 
 __all__ = [
     "SHARD_COLUMN",

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io.atomic import atomic_write
-from ..io.fs import open_input, storage_path
-from ..neighbors import assign_clusters
+from ...io.atomic import atomic_write
+from ...io.fs import open_input, storage_path
+from ...neighbors import assign_clusters
 from .balance import assign_with_offsets
 
 __all__ = ["ClusterTree"]

@@ -11,7 +11,7 @@ from groups to input shards that never passes through the driver.
 
    ``row`` is the row's position in the input shard: known from the piece where the group
    read that shard itself (``shard`` and ``chunk`` partitions), and read from the group's
-   object where it was gathered from the cluster spills (:mod:`.gather` carries every
+   object where it was gathered from the cluster spills (:mod:`..plan.gather` carries every
    row's shard and row), so no spill or input shard is read again.
 2. One :class:`BucketKeepLists` step per bucket lists its folder once, reads every
    group's part there and writes the keep list of each of its shards (:mod:`datamask.io.keep`:
@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..io.fs import names_in, storage_path
-from ..io.keep import (
+from ...io.fs import names_in, storage_path
+from ...io.keep import (
     IdSet,
     finish_keep_lists,
     input_names,
@@ -49,14 +49,14 @@ from ..io.keep import (
     selection_digest,
     write_keep_list,
 )
-from ..io.parquet import atomic_write_table, read_table
-from ..io.shards import ShardInfo, read_rows
+from ...io.parquet import atomic_write_table, read_table
+from ...io.shards import ShardInfo, read_rows
+from ..engine import Step, run_steps
+from ..executors import Runner
+from ..paths import group_object_path, keep_bucket_marker, keep_bucket_path, keep_group_marker
+from ..plan.gather import SHARD_COLUMN
+from ..plan.partition import ROW_COLUMN, Group, Piece
 from .cover import _kept_ids
-from .engine import Step, run_steps
-from .executors import Runner
-from .gather import SHARD_COLUMN
-from .partition import ROW_COLUMN, Group, Piece
-from .paths import group_object_path, keep_bucket_marker, keep_bucket_path, keep_group_marker
 
 __all__ = [
     "BUCKET_SHARDS",
@@ -74,7 +74,7 @@ BUCKET_SHARDS = 256
 _PART = re.compile(r"part-(\d{5})\.parquet")
 
 
-#: The source of a piece that is a gathered group (:mod:`.gather`), not an input shard.
+#: The source of a piece that is a gathered group (:mod:`..plan.gather`), not an input shard.
 GATHERED = -1
 
 

@@ -3,7 +3,7 @@
 The one-file rules (:mod:`datamask.pipeline.given`) carried over to the groups:
 
 - **Checked with the input.** Every parquet file of ``--given`` is scanned in the run's
-  validation pass (:func:`given_files`, then the scans of :mod:`.validate`): one
+  validation pass (:func:`given_files`, then the scans of :mod:`..check.validate`): one
   embedding width and one id type over the input and ``--given``, no id in both, and the
   quality range taken over both (one min-max scale, by which every group scales).
 - **Written once.** :class:`PrepareKept`, one step, reads ``--given`` (and
@@ -35,19 +35,19 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from .._memory import peak_rss_mb
-from .._validation import check_corpus
-from ..columns import Columns
-from ..config import SelectSpec
-from ..data import Corpus
-from ..io.datasets import input_files
-from ..io.fs import Location, expand, storage_path
-from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
-from ..io.selection import read_selection_ids, rows_from_ids
-from ..io.shards import PARQUET_SUFFIXES
-from ..pipeline.given import given_floor, read_given
-from .engine import Step
-from .paths import given_kept_path, given_marker
+from ..._memory import peak_rss_mb
+from ..._validation import check_corpus
+from ...columns import Columns
+from ...config import SelectSpec
+from ...data import Corpus
+from ...io.datasets import input_files
+from ...io.fs import Location, expand, storage_path
+from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
+from ...io.selection import read_selection_ids, rows_from_ids
+from ...io.shards import PARQUET_SUFFIXES
+from ...pipeline.given import given_floor, read_given
+from ..engine import Step
+from ..paths import given_kept_path, given_marker
 
 __all__ = [
     "CheckGivenSelection",

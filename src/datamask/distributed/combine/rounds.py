@@ -1,8 +1,8 @@
-"""Phases 3 and 4 of a sharded run (:mod:`.runner`): every group selects (or proposes
+"""Phases 3 and 4 of a sharded run (:mod:`..runner`): every group selects (or proposes
 candidates), then the candidates become one selection of exactly ``k``: allocated by the
 groups' gain curves (:mod:`.allocate`, with :mod:`.exchange`'s re-pricing) or by one
-central round (:class:`~.steps.SelectGlobal`). Each round skips what a killed run finished
-(:func:`~.engine.run_steps`).
+central round (:class:`~..select.steps.SelectGlobal`). Each round skips what a killed run finished
+(:func:`~..engine.run_steps`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,24 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..io.fs import open_input
-from ..io.parquet import feature_width, read_table
+from ...io.fs import open_input
+from ...io.parquet import feature_width, read_table
+from ..check.validate import QualityRange
+from ..context import RunContext
+from ..engine import run_steps
+from ..lifecycle import read_marker
+from ..paths import exchange_path, global_marker
+from ..plan.partition import Group
+from ..select.given import kept_counts
+from ..select.steps import (
+    GlobalJob,
+    GroupJob,
+    SelectGlobal,
+    SelectGroup,
+    candidates_path,
+    part_path,
+)
+from ..select.tokens import TokenPlan, allocate_tokens, ask_for_tokens
 from .allocate import (
     AllocatedJob,
     WriteAllocated,
@@ -26,16 +42,7 @@ from .allocate import (
     knots_of,
     saturated,
 )
-from .context import RunContext
-from .engine import run_steps
 from .exchange import exchange_applies, exchange_round
-from .given import kept_counts
-from .lifecycle import read_marker
-from .partition import Group
-from .paths import exchange_path, global_marker
-from .steps import GlobalJob, GroupJob, SelectGlobal, SelectGroup, candidates_path, part_path
-from .tokens import TokenPlan, allocate_tokens, ask_for_tokens
-from .validate import QualityRange
 
 __all__ = ["allocate_round", "allocate_tokens_round", "central_round", "select_round"]
 
@@ -62,7 +69,7 @@ def select_round(
     desc: str = "select groups",
     tokens: TokenPlan | None = None,
 ) -> int:
-    """Run :class:`~.steps.SelectGroup` for every group without a finished result; fills
+    """Run :class:`~..select.steps.SelectGroup` for every group without a finished result; fills
     ``stats`` (by gid), returns the documents computed (not reused)."""
     spec, work, out = run.spec, str(run.work), str(run.out)
     todo = [g for g in groups if g.n]
@@ -91,7 +98,7 @@ def allocate_round(
     """Round 2 of a budget allocated by gains (:mod:`.allocate`): the threshold from every
     group's knots, then again for groups whose whole curve was kept (they propose twice as
     many), then every group's kept prefix written as its part; the marker last.
-    ``totals``: the ``(k, N)`` of the gains' units (:func:`~.given.rate_totals`);
+    ``totals``: the ``(k, N)`` of the gains' units (:func:`~..select.given.rate_totals`);
     ``k_total``: the budget."""
     work = run.work
     curves = _Curves(
@@ -200,8 +207,8 @@ def allocate_tokens_round(
     plan: TokenPlan,
     totals: tuple[float, float],
 ) -> dict[str, Any]:
-    """Round 2 of a token budget allocated by gains per token (:mod:`.tokens`): one price
-    over every group's candidates (:func:`~.tokens.allocate_tokens`), again after groups
+    """Round 2 of a token budget allocated by gains per token (:mod:`..select.tokens`): one price
+    over every group's candidates (:func:`~..select.tokens.allocate_tokens`), again after groups
     whose every candidate was kept propose twice their tokens, then every group's kept
     prefix written as its part; the marker last (its ``tokens_kept``)."""
     work = run.work

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..config import SelectSpec
-from ..io.parquet import features_column
-from ..objectives.combined import group_lamb
-from ..pipeline.step import MODULAR
+from ...config import SelectSpec
+from ...io.parquet import features_column
+from ...objectives.combined import group_lamb
+from ...pipeline.step import MODULAR
 
 __all__ = [
     "KNOTS",

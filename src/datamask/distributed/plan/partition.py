@@ -36,16 +36,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from .._validation import unit_rows
-from ..data import apportion
-from ..io.atomic import atomic_write
-from ..io.fs import storage_path
-from ..io.parquet import WORK_COMPRESSION, features_from_arrow, pack_features
-from ..io.shards import ShardInfo, read_rows
-from ..neighbors import assign_clusters, spherical_kmeans
+from ..._validation import unit_rows
+from ...data import apportion
+from ...io.atomic import atomic_write
+from ...io.fs import storage_path
+from ...io.parquet import WORK_COMPRESSION, features_from_arrow, pack_features
+from ...io.shards import ShardInfo, read_rows
+from ...neighbors import assign_clusters, spherical_kmeans
+from ..engine import Step
+from ..paths import spill_path
 from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
-from .engine import Step
-from .paths import spill_path
 from .tree import ClusterTree
 
 __all__ = [
@@ -428,7 +428,7 @@ def _spill(job: SpillJob) -> dict:
 def spill_table(job: SpillJob, table: pa.Table) -> dict:
     """File the rows of ``table`` (the shard's ``job.columns``, in the shard's order)
     under their leaves and write the spill; returns the marker's stats (the shard, its
-    counts). The check pass calls it on the rows it has just read (:mod:`.validate`), so
+    counts). The check pass calls it on the rows it has just read (:mod:`..check.validate`), so
     a shard is read once; :class:`SpillShard` on its own read."""
     info, feature_col, batch_size = job.info, job.feature_col, job.batch_size
     out = spill_path(storage_path(job.clusters), job.shard)

@@ -2,7 +2,7 @@
 ``T`` and to within the longest document of it, over groups that never see each other.
 
 1. **Count.** The check pass reads every shard's length column with its other columns
-   (:mod:`.validate`; texts: their characters, :func:`~datamask.io.text.lengths_from_arrow`),
+   (:mod:`..check.validate`; texts: their characters, :func:`~datamask.io.text.lengths_from_arrow`),
    refuses a length that is not > 0 naming the shard and row, and returns three numbers:
    its tokens, its longest and shortest document. The driver adds them up: the corpus'
    tokens resolve ``--select-token-ratio``, before the work dir is claimed.
@@ -10,10 +10,10 @@
    document budget (:func:`token_combine`):
 
    - **By gains per token** where the document budget allocates by gains
-     (:func:`~.gains.allocates_by_gains`: a semantic partition, per-document terms, a
+     (:func:`~..combine.gains.allocates_by_gains`: a semantic partition, per-document terms, a
      method that is not modular). Group ``g`` (``L_g`` tokens) selects ``T_c = oversample
      x T L_g / L`` tokens with its method at the corpus' rate between quality and coverage
-     (:func:`~.gains.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``: quality counts
+     (:func:`~..combine.gains.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``: quality counts
      ``l q / T``, coverage ``l cover / L``), then orders them by the cost-benefit lazy
      greedy on its graph (gain per token, :func:`~datamask.greedy.lazy.gain_order` with
      sizes) and writes each one's gain in ``J`` units, its length and its **price**, gain
@@ -55,21 +55,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..budget import TOKEN_FLAGS, budget_total, check_lengths, length_column
-from ..config import SelectSpec
-from ..data import Corpus, Selection
-from ..io.atomic import atomic_write_json
-from ..io.fs import open_input
-from ..io.parquet import atomic_write_table, read_table
-from ..io.shards import ShardScan
-from ..io.text import lengths_from_arrow
-from ..pipeline.step import MODULAR, fit_group, gain_curve
-from ..pipeline.writer import selection_table
-from .engine import Step, run_steps
-from .executors import Runner
-from .gains import allocates_by_gains, gain_table, gains_in_j_units, group_spec, monotone
-from .lifecycle import read_marker
-from .paths import (
+from ...budget import TOKEN_FLAGS, budget_total, check_lengths, length_column
+from ...config import SelectSpec
+from ...data import Corpus, Selection
+from ...io.atomic import atomic_write_json
+from ...io.fs import open_input
+from ...io.parquet import atomic_write_table, read_table
+from ...io.shards import ShardScan
+from ...io.text import lengths_from_arrow
+from ...pipeline.step import MODULAR, fit_group, gain_curve
+from ...pipeline.writer import selection_table
+from ..combine.gains import allocates_by_gains, gain_table, gains_in_j_units, group_spec, monotone
+from ..engine import Step, run_steps
+from ..executors import Runner
+from ..lifecycle import read_marker
+from ..paths import (
     candidates_path,
     group_rows_path,
     offer_path,
@@ -144,7 +144,7 @@ class TokenPlan:
 
 def shard_tokens(column: Any, length_col: str, path: str) -> dict[str, float]:
     """Step 1 for one shard, on its length column as the check pass read it
-    (:func:`~.validate.scan_step`): its tokens, longest and shortest document; a length
+    (:func:`~..check.validate.scan_step`): its tokens, longest and shortest document; a length
     that is not > 0 is refused naming the shard and row."""
     lengths = check_lengths(lengths_from_arrow(column, length_col, path), path)
     return {
@@ -208,7 +208,7 @@ def allocate_tokens(
     price (gain per token) over every group. Returns each group's kept prefix (a count),
     each group's candidates kept by the fill after it (positions), and the tokens kept.
 
-    Every group's prices are non-increasing (:func:`~.gains.monotone`), so the price
+    Every group's prices are non-increasing (:func:`~..combine.gains.monotone`), so the price
     keeps a prefix of each group. The candidates are walked by price, best first (ties:
     the lower group, then the earlier pick), and kept while they fit: the price of the
     first that does not is the threshold, and the tokens left are less than its length.
@@ -417,9 +417,9 @@ def write_priced(
     sel: Selection, corpus: Corpus, ids: pa.Array, job: Any, lamb_g: float, budget: float
 ) -> None:
     """A group's candidates for the allocation by gains per token, in cost-benefit order
-    (``sel.meta["gain_order"]``): :func:`~.gains.gain_table`'s columns (gains in ``J``
+    (``sel.meta["gain_order"]``): :func:`~..combine.gains.gain_table`'s columns (gains in ``J``
     units of the rate ``job.totals``) with each one's ``length`` and ``price``, its gain
-    per token made non-increasing (:func:`~.gains.monotone`)."""
+    per token made non-increasing (:func:`~..combine.gains.monotone`)."""
     order, gains = sel.meta["gain_order"]
     lengths = np.asarray(corpus.lengths, dtype=np.float64)
     group, spec = job.group, job.spec

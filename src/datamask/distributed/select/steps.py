@@ -3,8 +3,8 @@
 Every step reads only what it is given, writes its files atomically (temporary name, then
 ``os.replace``) and its completion marker last, and returns its stats; run again with a
 marker in place, it returns the marker's stats without recomputing. The executors
-(:mod:`.executors`, :mod:`.ray_backend`) only schedule them; the driver
-(:mod:`.runner`) orders them into phases. The allocation's steps are in :mod:`.allocate`.
+(:mod:`..executors`, :mod:`..ray_backend`) only schedule them; the driver
+(:mod:`..runner`) orders them into phases. The allocation's steps are in :mod:`..combine.allocate`.
 
 Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
 
@@ -32,28 +32,25 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from .._memory import peak_rss_mb, release_heap
-from .._validation import check_corpus
-from ..config import SelectSpec
-from ..data import Corpus, Selection, rank_order
-from ..io.atomic import atomic_write
-from ..io.fs import open_input
-from ..io.parquet import atomic_write_table, features_column, features_matrix, read_table
-from ..io.shards import (
+from ..._memory import peak_rss_mb, release_heap
+from ..._validation import check_corpus
+from ...config import SelectSpec
+from ...data import Corpus, Selection, rank_order
+from ...io.atomic import atomic_write
+from ...io.fs import open_input
+from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
+from ...io.shards import (
     corpus_from_tables,
     read_rows,
 )
-from ..io.text import lengths_from_arrow
-from ..pipeline.step import MODULAR, fit_group, gain_curve
-from ..pipeline.writer import selection_table
-from .engine import Step
-from .executors import group_memory_bytes
-from .gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
-from .given import group_floor, kept_counts
-from .partition import (
-    Group,
-)
-from .paths import (
+from ...io.text import lengths_from_arrow
+from ...pipeline.step import MODULAR, fit_group, gain_curve
+from ...pipeline.writer import selection_table
+from ..check.validate import QualityRange
+from ..combine.gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
+from ..engine import Step
+from ..executors import group_memory_bytes
+from ..paths import (
     candidates_path,
     completion_path,
     global_marker,
@@ -63,8 +60,11 @@ from .paths import (
     offer_path,
     part_path,
 )
+from ..plan.partition import (
+    Group,
+)
+from .given import group_floor, kept_counts
 from .tokens import TokenPlan, select_tokens, wanted_tokens
-from .validate import QualityRange
 
 __all__ = [
     "candidate_count",
@@ -200,13 +200,13 @@ class SelectGroup(Step[GroupJob]):
     ``WORK/candidates/NNNNN.parquet`` instead: the ``group.k`` candidates with their rank,
     score, raw quality and embedding (score and rank only for :data:`MODULAR` methods),
     which :class:`SelectGlobal` reads. With ``totals``, the corpus' ``(k, N)``, the group
-    proposes for a budget allocated by gains instead (:mod:`datamask.distributed.allocate`):
+    proposes for a budget allocated by gains instead (:mod:`datamask.distributed.combine.allocate`):
     it selects at the corpus' exchange rate between quality and coverage and writes its
     candidates in greedy order with their marginal gains in ``J`` units (id, group, rank,
     gain). Given KEPT (``spec.selector.given``) the group's rows get their floors against
-    KEPT's kept rows (:func:`~datamask.distributed.given.group_floor`) and, with a budget
+    KEPT's kept rows (:func:`~datamask.distributed.select.given.group_floor`) and, with a budget
     per group, the objective runs at the rate of ``rate``, the union's ``(k, N)``
-    (:func:`~datamask.distributed.given.rate_totals`).
+    (:func:`~datamask.distributed.select.given.rate_totals`).
 
     Stats: ``gid``, ``label``, ``n``, ``k``, ``seconds`` (read, fit, write, total),
     ``docs_per_second``, ``peak_rss_mb``, ``gpu_peak_mb``, ``device``, ``host``, ``pid``,

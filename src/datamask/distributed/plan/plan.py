@@ -1,5 +1,5 @@
 """Phase 2 of a sharded run: the groups, each one's share of the budget, and what the
-first round asks of it (:mod:`.runner`). The partition itself is :mod:`.partition`'s; this
+first round asks of it (:mod:`..runner`). The partition itself is :mod:`.partition`'s; this
 module runs its steps (the k-means fit, the spill, the gather) and reads their counts back."""
 
 from __future__ import annotations
@@ -14,19 +14,21 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._units import format_bytes
-from .._validation import k_from_ratio
-from ..config import SelectSpec
-from ..io.atomic import atomic_write_json
-from ..io.fs import names_in
-from ..io.shards import ShardInfo
-from ..pipeline.step import MODULAR
-from .allocate import wanted
-from .context import RunContext
-from .engine import run_steps
-from .executors import Runner
+from ..._units import format_bytes
+from ..._validation import k_from_ratio
+from ...config import SelectSpec
+from ...io.atomic import atomic_write_json
+from ...io.fs import names_in
+from ...io.shards import ShardInfo
+from ...pipeline.step import MODULAR
+from ..combine.allocate import wanted
+from ..combine.gains import allocates_by_gains
+from ..context import RunContext
+from ..engine import run_steps
+from ..executors import Runner
+from ..paths import spills_released_path, want_path
+from ..select.steps import candidate_count
 from .fit import FitJob, FitPartition, fit_spread, read_sample_parts
-from .gains import allocates_by_gains
 from .gather import IndexJob, IndexSpills, ReleaseJob, ReleaseSpills, gather_groups, ungathered
 from .kmeans import fit_plan
 from .partition import (
@@ -40,8 +42,6 @@ from .partition import (
     plan_by_cluster,
     plan_by_shard,
 )
-from .paths import spills_released_path, want_path
-from .steps import candidate_count
 
 __all__ = [
     "DISK_PER_INPUT_BYTE",
@@ -97,7 +97,7 @@ def fit_first(
 ) -> dict[str, Any] | None:
     """Before the check pass, for ``--partition cluster``: the tree fitted on the seeded
     sample (which reads only the sampled rows' row groups), so that the check pass files
-    every row under its leaf as it reads it (:func:`~.validate.scan_step`). Returns the
+    every row under its leaf as it reads it (:func:`~..check.validate.scan_step`). Returns the
     fit's facts and seconds for :func:`plan_partition` (None: another partition)."""
     if spec.partition.partition != "cluster":
         return None
@@ -269,7 +269,7 @@ def plan_groups(
 
     Returns ``(groups, shares, facts, combine)``: ``combine`` is how the groups' results
     become one selection: ``"group"`` (each keeps its share; also a global budget over one
-    group), ``"gains"`` (:mod:`.allocate`) or ``"central"`` (one more round over the union
+    group), ``"gains"`` (:mod:`..combine.allocate`) or ``"central"`` (one more round over the union
     of the candidates, GreeDi). Under a global budget a group's ``k`` is the candidates it
     proposes (more where an earlier allocation asked for more). ``fitted``: the check
     pass's fit (:func:`fit_first`).

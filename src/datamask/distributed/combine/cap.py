@@ -34,16 +34,16 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .._validation import check_corpus
-from ..config import SelectSpec
-from ..io.fs import storage_path
-from ..io.integrity import recording
-from ..io.parquet import atomic_write_table, read_table
-from ..near_duplicates import SimilarityCap, infeasible_message, verify_cap
-from .engine import amend
-from .partition import Group
-from .paths import group_rows_path
-from .steps import completion_path, part_path, read_group
+from ..._validation import check_corpus
+from ...config import SelectSpec
+from ...io.fs import storage_path
+from ...io.integrity import recording
+from ...io.parquet import atomic_write_table, read_table
+from ...near_duplicates import SimilarityCap, infeasible_message, verify_cap
+from ..engine import amend
+from ..paths import group_rows_path
+from ..plan.partition import Group
+from ..select.steps import completion_path, part_path, read_group
 
 __all__ = ["cap_across_groups"]
 

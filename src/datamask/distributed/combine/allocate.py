@@ -37,14 +37,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._memory import peak_rss_mb
-from ..config import SelectSpec
-from ..io.atomic import atomic_write_json
-from ..io.parquet import atomic_write_table, read_table
-from .engine import Step
+from ..._memory import peak_rss_mb
+from ...config import SelectSpec
+from ...io.atomic import atomic_write_json
+from ...io.parquet import atomic_write_table, read_table
+from ..engine import Step
+from ..lifecycle import read_marker
+from ..paths import global_marker, want_path
 from .gains import gain_knots
-from .lifecycle import read_marker
-from .paths import global_marker, want_path
 
 __all__ = [
     "allocate",
@@ -281,7 +281,8 @@ def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list
 class AllocatedJob:
     """One group's allocated part: its first ``m`` candidates, read from ``candidates``
     (its candidates or its exchanged ones), written to ``part``; and the candidates at
-    positions ``filled`` after them (a token budget's fill, :func:`~.tokens.allocate_tokens`)."""
+    positions ``filled`` after them (a token budget's fill,
+    :func:`~..select.tokens.allocate_tokens`)."""
 
     gid: int
     m: int
