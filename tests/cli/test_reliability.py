@@ -37,6 +37,22 @@ FAST = ["--n-epochs", "10", "--n-neighbors", "16", "--no-progress", "--device", 
 SRC = str(ROOT / "src")
 
 
+@pytest.fixture(autouse=True)
+def _sigint_as_in_a_terminal():
+    """Each test starts where a terminal starts a command: SIGINT at Python's default and
+    not blocked, in this process and so in the commands it starts. A test worker once
+    carried SIGINT ignored into this module (2026-11-28: three Ctrl-C tests saw exit 0 and no
+    KeyboardInterrupt, then passed in the next run; what set it was not found), and a child
+    inherits an ignored signal through exec."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 # --- helpers ------------------------------------------------------------------------------------
 def write_docs(
     path: Path,
