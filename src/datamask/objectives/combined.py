@@ -290,8 +290,8 @@ def resolve_objective(
 def group_lamb(lamb: float, c_group: int, n_group: int, k_total: int, n_total: int) -> float:
     """The ``lamb`` at which a group selecting ``c_group`` of its ``n_group`` rows trades
     quality against coverage at the corpus' rate: the rate of a sharded run's groups
-    (:mod:`datamask.distributed.combine.allocate`) and of a selection given documents already kept
-    (:mod:`datamask.pipeline.given`), whose corpus is the kept and the new documents.
+    (:mod:`datamask.distributed.combine.gains`) and of a selection given documents already
+    kept (:mod:`datamask.pipeline.given`), whose corpus is the kept and the new documents.
 
     Quality is a mean over the selection and coverage over the documents, so a unit of
     quality is worth ``lamb / k`` and a unit of coverage ``(1 - lamb) / N`` in the corpus'
