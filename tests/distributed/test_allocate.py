@@ -14,13 +14,9 @@ from datamask import Corpus, FacilityLocation, Objective
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.combine.allocate import allocate, allocate_counts, saturated
-from datamask.distributed.combine.gains import (
-    allocates_by_gains,
-    gain_knots,
-    gains_in_j_units,
-    group_lamb,
-)
+from datamask.distributed.combine.gains import allocates_by_gains, gain_knots, gains_in_j_units
 from datamask.greedy.lazy import gain_order
+from datamask.objectives.combined import group_lamb
 from datamask.pipeline.step import fit_group, gain_curve
 from tests._data import reference_table, write
 

@@ -263,8 +263,8 @@ def gain_curve(
     re-uses. Where no selector ran (``objective`` None: ``k`` of 0 or ``n``), the objective
     is bound here, as the selector would have bound it, and no graph is kept."""
     started = time.perf_counter()
-    meta = selection.meta
-    if objective is None:  # every row kept, or none: the order still prices them
+    meta, bound = selection.meta, objective
+    if bound is None:  # every row kept, or none: the order still prices them
         budget = None
         if spec.selector.token_budget and corpus.lengths is not None:  # per token, as fitted
             sizes = np.asarray(corpus.lengths, dtype=np.float64)
@@ -276,14 +276,8 @@ def gain_curve(
             seed=spec.selector.seed if seed is None else seed,
             budget=budget,
         )
-        meta["gain_order"] = gain_order(bound, selection.selected, sizes=_sizes(bound))
-        return
-    meta["gain_order"] = gain_order(objective, selection.selected, sizes=_sizes(objective))
-    meta["seconds"]["gain_order"] = time.perf_counter() - started
-    meta["neighbor_graph"] = facility_graph(objective)  # the exchange round's
-
-
-def _sizes(objective: Any) -> np.ndarray | None:
-    """The token budget's document lengths the objective was bound with (None: a document
-    budget)."""
-    return None if objective.budget_ is None else objective.budget_.sizes
+    sizes = None if bound.budget_ is None else bound.budget_.sizes  # the token budget's
+    meta["gain_order"] = gain_order(bound, selection.selected, sizes=sizes)
+    if objective is not None:  # a selector ran: its time and its graph, the exchange's
+        meta["seconds"]["gain_order"] = time.perf_counter() - started
+        meta["neighbor_graph"] = facility_graph(objective)

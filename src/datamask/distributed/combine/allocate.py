@@ -53,6 +53,7 @@ __all__ = [
     "compact_marker",
     "finish_allocation",
     "knots_of",
+    "read_gains",
     "saturated",
     "wanted",
     "AllocatedJob",
@@ -207,6 +208,12 @@ def _take_largest(lo: np.ndarray, window: list[tuple[int, np.ndarray]], need: in
     chosen = np.lexsort((order, group, -values))[:need]
     lo += np.bincount(group[chosen], minlength=len(lo)).astype(np.int64)
     return lo
+
+
+def read_gains(path: str | Path, lo: int, hi: int) -> np.ndarray:
+    """Gains ``lo:hi`` of a group's priced candidates (the ``gain`` column of its
+    :func:`~.gains.gain_table`): what :func:`allocate_counts` reads near the threshold."""
+    return read_table(path, columns=["gain"]).column(0).to_numpy()[lo:hi]
 
 
 def allocate(gains: list[np.ndarray], k_total: int, **kwargs: Any) -> np.ndarray:

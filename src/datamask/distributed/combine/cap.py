@@ -41,9 +41,9 @@ from ...io.integrity import recording
 from ...io.parquet import atomic_write_table, read_table
 from ...near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from ..engine import amend
-from ..paths import group_rows_path
+from ..paths import completion_path, group_rows_path, part_path
 from ..plan.partition import Group
-from ..select.steps import completion_path, part_path, read_group
+from ..select.steps import read_group
 
 __all__ = ["cap_across_groups"]
 

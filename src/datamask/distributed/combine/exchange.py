@@ -49,12 +49,12 @@ from ...selectors import SELECTORS
 from ..check.validate import QualityRange
 from ..context import RunContext
 from ..engine import Step, run_steps
-from ..paths import exchange_marker, exchange_path
+from ..paths import candidates_path, exchange_marker, exchange_path, graph_path
 from ..plan.partition import Group
 from ..select.given import group_floor
-from ..select.steps import candidates_path, gain_table, graph_path, read_group, saved_graph
-from .allocate import allocate_counts, knots_of
-from .gains import gain_knots, gains_in_j_units, group_spec, monotone
+from ..select.steps import read_group, saved_graph
+from .allocate import allocate_counts, knots_of, read_gains
+from .gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
 
 __all__ = [
     "EXACT_NEIGHBORS_MAX",
@@ -307,11 +307,7 @@ def exchange_round(
     return allocate_counts(
         [knots_of(done[g.gid]) for g in groups],
         [g.k for g in groups],
-        lambda i, lo, hi: (
-            read_table(exchange_path(work, groups[i].gid), columns=["gain"])
-            .column(0)
-            .to_numpy()[lo:hi]
-        ),
+        lambda i, lo, hi: read_gains(exchange_path(work, groups[i].gid), lo, hi),
         k_total,
     )
 

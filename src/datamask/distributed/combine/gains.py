@@ -29,7 +29,6 @@ __all__ = [
     "gain_knots",
     "gain_table",
     "gains_in_j_units",
-    "group_lamb",
     "group_spec",
     "monotone",
 ]

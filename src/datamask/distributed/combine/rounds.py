@@ -20,7 +20,7 @@ from ..check.validate import QualityRange
 from ..context import RunContext
 from ..engine import run_steps
 from ..lifecycle import read_marker
-from ..paths import exchange_path, global_marker
+from ..paths import candidates_path, exchange_path, global_marker, part_path
 from ..plan.partition import Group
 from ..select.given import kept_counts
 from ..select.steps import (
@@ -28,8 +28,6 @@ from ..select.steps import (
     GroupJob,
     SelectGlobal,
     SelectGroup,
-    candidates_path,
-    part_path,
 )
 from ..select.tokens import TokenPlan, allocate_tokens, ask_for_tokens
 from .allocate import (
@@ -40,6 +38,7 @@ from .allocate import (
     compact_marker,
     finish_allocation,
     knots_of,
+    read_gains,
     saturated,
 )
 from .exchange import exchange_applies, exchange_round
@@ -163,11 +162,7 @@ def _allocate_until_settled(
         counts = allocate_counts(
             [curves.knots[g.gid] for g in groups],
             [g.k for g in groups],
-            lambda i, lo, hi: (
-                read_table(candidates_path(work, groups[i].gid), columns=["gain"])
-                .column(0)
-                .to_numpy()[lo:hi]
-            ),
+            lambda i, lo, hi: read_gains(candidates_path(work, groups[i].gid), lo, hi),
             k_total,
         )
         cut_off = saturated(counts, [g.k for g in groups], [g.n for g in groups])

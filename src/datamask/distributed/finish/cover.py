@@ -82,10 +82,11 @@ from ..paths import (
     graph_path,
     kept_rows_marker,
     kept_rows_path,
+    part_path,
 )
 from ..plan.partition import Group
 from ..select.given import kept_table
-from ..select.steps import part_path, read_group, saved_graph
+from ..select.steps import read_group, saved_graph
 
 __all__ = [
     "COVER_NEIGHBORS",

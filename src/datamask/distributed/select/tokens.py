@@ -11,20 +11,20 @@
 
    - **By gains per token** where the document budget allocates by gains
      (:func:`~..combine.gains.allocates_by_gains`: a semantic partition, per-document terms, a
-     method that is not modular). Group ``g`` (``L_g`` tokens) selects ``T_c = oversample
-     x T L_g / L`` tokens with its method at the corpus' rate between quality and coverage
-     (:func:`~..combine.gains.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``: quality counts
-     ``l q / T``, coverage ``l cover / L``), then orders them by the cost-benefit lazy
-     greedy on its graph (gain per token, :func:`~datamask.greedy.lazy.gain_order` with
-     sizes) and writes each one's gain in ``J`` units, its length and its **price**, gain
-     per token (non-increasing). One price over every group keeps each group's candidates
-     above it, walked best price first (ties: the group, then its order) until the next
-     one does not fit ``T``; the walk goes on where a group's next candidate still fits,
-     a group stopping at its first that does not (:func:`allocate_tokens`): every group
-     keeps a prefix, and the kept tokens end within one document of ``T``. A group whose
-     every candidate is kept, with rows left, proposes again with twice its tokens (its
-     curve may go on above the price), until none is cut off. Only prices and lengths
-     cross groups (16 bytes a candidate, on the driver), no embedding.
+     method that is not modular). Group ``g`` (``L_g`` tokens) selects ``T_c = oversample x T
+     L_g / L`` tokens with its method at the corpus' rate between quality and coverage
+     (:func:`~datamask.objectives.combined.group_lamb` of ``(T_c, L_g)`` against ``(T, L)``:
+     quality counts ``l q / T``, coverage ``l cover / L``), then orders them by the
+     cost-benefit lazy greedy on its graph (gain per token,
+     :func:`~datamask.greedy.lazy.gain_order` with sizes) and writes each one's gain in ``J``
+     units, its length and its **price**, gain per token (non-increasing). One price over every
+     group keeps each group's candidates above it, walked best price first (ties: the group,
+     then its order) until the next one does not fit ``T``; the walk goes on where a group's
+     next candidate still fits, a group stopping at its first that does not
+     (:func:`allocate_tokens`): every group keeps a prefix, and the kept tokens end within one
+     document of ``T``. A group whose every candidate is kept, with rows left, proposes again
+     with twice its tokens (its curve may go on above the price), until none is cut off. Only
+     prices and lengths cross groups (16 bytes a candidate, on the driver), no embedding.
    - **Central round** for the other non-modular runs (a partition by chunk or shard, a
      term that is not per document, a similarity cap): every group proposes ``oversample``
      times its share of the tokens and **one central round** keeps ``T`` tokens of the
