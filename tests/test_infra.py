@@ -60,10 +60,11 @@ def test_memory_figures():
     memory = json.loads(done.stdout)
     assert memory["value"] == 40 * 2**20 // 8
     assert memory["peak_mb"] >= 30 and memory["memory_method"] != "unavailable"
-    # The lifetime peak is above the current RSS once memory was used and given back (the
-    # kernel's counters are read with per-CPU lag, so equal figures are not compared).
+    # The lifetime peak is at least the current RSS once memory was used and given back,
+    # within the lag of the kernel's per-thread RSS counters (64 pages a thread; seen once:
+    # a peak of 625.73 MB against a current 625.79 MB in a full run).
     np.ones(40 * 2**20 // 8).sum()
-    assert peak_rss_mb() >= rss_mb() > 0
+    assert peak_rss_mb() >= rss_mb() - 1.0 > 0
 
 
 _HEAP = """
@@ -91,6 +92,44 @@ def test_a_bounded_heap_gives_freed_blocks_back():
     bound, free = grew("bound"), grew("free")
     assert bound["bounded"] is True and bound["grew_mb"] < 2  # every 8 MB block mmapped
     assert free["grew_mb"] > 6  # the control: glibc kept the last block in its heap
+
+
+_REPEATS = """
+import json, resource
+import numpy as np
+from datamask._memory import bound_heap, heap_for_repeats, rss_mb
+
+def faults_of_repeats() -> int:  # minor page faults of 20 steps of one 8 MB temporary
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        block = np.ones(8 * 2**20 // 8)
+        del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+bounded = bound_heap()
+under_bound = faults_of_repeats()
+with heap_for_repeats():
+    lifted = faults_of_repeats()
+    held_mb = rss_mb()
+after = faults_of_repeats()
+print(json.dumps({"bounded": bounded, "under_bound": under_bound, "lifted": lifted,
+                  "after": after, "given_back_mb": held_mb - rss_mb()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_a_loop_of_repeats_reuses_the_heap_then_the_bound_returns():
+    done = subprocess.run([sys.executable, "-c", _REPEATS], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    # Under the bound each step's block is a fresh mmap, faulted in again (numpy asks for
+    # huge pages, so the count is not simply 20 x 2,048): seen 10,320.
+    assert got["bounded"] is True and got["under_bound"] > 2000
+    # Inside, the first step's pages serve the other 19 (seen 474-985).
+    assert got["lifted"] * 5 < got["under_bound"]
+    assert got["after"] * 2 > got["under_bound"]  # the bound is back: fresh mmaps again
+    assert got["given_back_mb"] > 6  # and the loop's heap was trimmed on the way out
 
 
 def test_apportion_and_batch_quotas_agree_on_exact_ties():

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import ExitStack
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .._memory import heap_for_repeats
 from .._validation import DEFAULT_SELECT_RATIO, Interval, Options
 from ..base import Selector
 from ..data import Corpus, Selection, rank_order, top_k_rows
@@ -374,13 +376,16 @@ class MaskLearner(Selector):
         logged: list[tuple[int, float, float, torch.Tensor]] = []
         learn_start = time.perf_counter()
         graph_before = self.objective_.graph_seconds()  # a graph built lazily by step 0
-        for step in bar:
-            lr = self._lr(step)
-            running = step_fn(theta, lr, n)
-            if step % every == 0 or step == self.n_epochs_ - 1:
-                logged.append((step, lr, time.perf_counter() - self._start, running))
-                if self.progress:  # sync point: only with a bar to show
-                    bar.set_postfix(J=f"{float(running):.4f}", lr=f"{lr:.3g}")
+        with ExitStack() as repeats:
+            for step in bar:
+                if step == 1:  # step 0 may build the graph; the rest repeat its temporaries
+                    repeats.enter_context(heap_for_repeats())
+                lr = self._lr(step)
+                running = step_fn(theta, lr, n)
+                if step % every == 0 or step == self.n_epochs_ - 1:
+                    logged.append((step, lr, time.perf_counter() - self._start, running))
+                    if self.progress:  # sync point: only with a bar to show
+                        bar.set_postfix(J=f"{float(running):.4f}", lr=f"{lr:.3g}")
         bar.close()
         values = torch.stack([v for *_, v in logged]).double().tolist()  # sync point: once
         graph_inside = self.objective_.graph_seconds() - graph_before
