@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any, ClassVar
 
@@ -59,6 +60,8 @@ MASK_SAMPLERS = ("bernoulli", "topk")
 #: Newton steps of the budget shift per learner step (:func:`_budget_newton`).
 NEWTON_STEPS = 3
 BASELINES = ("group", "loo")
+#: One learner step: ``(theta, lr, n) -> the objective it logs`` (theta updated in place).
+StepFn = Callable[[torch.Tensor, float, int], torch.Tensor]
 
 
 def _kept(p: torch.Tensor, sizes: torch.Tensor | None) -> torch.Tensor:
@@ -363,6 +366,39 @@ class MaskLearner(Selector):
             self._reach = theta.new_zeros(())  # the largest logit move of the last step
         else:
             step_fn = self._reinforce_step
+        self._learn(theta, step_fn, n, every)
+        logits = theta.float().cpu().numpy()
+        self.logits_ = logits
+        if self.estimator == "expected":
+            tau = _budget_shift(theta, self._target, self._tau, sizes=self._sizes)
+            self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
+        else:
+            self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
+        if self.budget_ is None:
+            selected = top_k_rows(logits, corpus.ids, self.k_)
+        else:  # the logits walked down, each row kept while it fits
+            selected = np.sort(self.budget_.fill(rank_order(logits, corpus.ids)))
+        refine_start = time.perf_counter()
+        self.swaps_ = 0
+        if self.refine == "swap":
+            rows = torch.as_tensor(selected, device=self.device_)
+            found = swap_search(
+                self.objective_, rows, max_rounds=self.max_swap_rounds, budget=self.budget_
+            )
+            self.swaps_ = found.swaps
+            selected = np.sort(found.selected.cpu().numpy().astype(np.int64))
+        self.refine_seconds_ = time.perf_counter() - refine_start
+        scores = logits.astype(np.float64)
+        if self.swaps_:  # the refined rows rank first
+            scores[selected] += scores.max() - scores.min() + 1.0
+        if self.max_similarity is not None:  # the cap (its exact check is the fit's tail)
+            selected = self._top_k(scores, corpus.ids, what="the learner's ranking")
+            scores[selected] += scores.max() - scores.min() + 1.0  # the capped rows rank first
+        return selected, scores
+
+    def _learn(self, theta: torch.Tensor, step_fn: StepFn, n: int, every: int) -> None:
+        """The ``n_epochs_`` steps on ``theta`` (in place), logging every ``every``-th:
+        ``history_`` and ``learn_seconds_``."""
         bar = tqdm(
             range(self.n_epochs_),
             disable=not self.progress,
@@ -395,35 +431,6 @@ class MaskLearner(Selector):
             {"step": step, "lr": lr, "objective": value, "seconds": seconds}
             for (step, lr, seconds, _), value in zip(logged, values, strict=True)
         ]
-
-        logits = theta.float().cpu().numpy()
-        self.logits_ = logits
-        if self.estimator == "expected":
-            tau = _budget_shift(theta, self._target, self._tau, sizes=self._sizes)
-            self.probabilities_ = torch.sigmoid(theta - tau).float().cpu().numpy()
-        else:
-            self.probabilities_ = torch.sigmoid(theta).float().cpu().numpy()
-        if self.budget_ is None:
-            selected = top_k_rows(logits, corpus.ids, self.k_)
-        else:  # the logits walked down, each row kept while it fits
-            selected = np.sort(self.budget_.fill(rank_order(logits, corpus.ids)))
-        refine_start = time.perf_counter()
-        self.swaps_ = 0
-        if self.refine == "swap":
-            rows = torch.as_tensor(selected, device=self.device_)
-            found = swap_search(
-                self.objective_, rows, max_rounds=self.max_swap_rounds, budget=self.budget_
-            )
-            self.swaps_ = found.swaps
-            selected = np.sort(found.selected.cpu().numpy().astype(np.int64))
-        self.refine_seconds_ = time.perf_counter() - refine_start
-        scores = logits.astype(np.float64)
-        if self.swaps_:  # the refined rows rank first
-            scores[selected] += scores.max() - scores.min() + 1.0
-        if self.max_similarity is not None:  # the cap (its exact check is the fit's tail)
-            selected = self._top_k(scores, corpus.ids, what="the learner's ranking")
-            scores[selected] += scores.max() - scores.min() + 1.0  # the capped rows rank first
-        return selected, scores
 
     def _reinforce_step(self, theta: torch.Tensor, lr: float, n: int) -> torch.Tensor:
         """One step of the reference estimator. Returns the mean reward of the group."""
