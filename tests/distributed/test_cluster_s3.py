@@ -31,6 +31,7 @@ from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import run_selection
 from tests._data import write_corpus_shards
+from tests._moto import empty_moto_server
 
 pytest.importorskip("ray")
 moto_server = pytest.importorskip("moto.server")
@@ -52,25 +53,22 @@ MARKERS = ("completions/", "clusters/shard-", "cover/", "exchange/")
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "dm-key",
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    client = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield {**env, "client": client}  # type: ignore[dict-item]
-    server.stop()
+    with empty_moto_server() as (host, port):
+        env = {
+            "AWS_ACCESS_KEY_ID": "dm-key",
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        }
+        client = boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=SECRET,
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket=BUCKET)
+        yield {**env, "client": client}  # type: ignore[dict-item]
 
 
 @pytest.fixture(scope="module")

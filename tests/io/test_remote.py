@@ -23,6 +23,7 @@ import pytest
 from datamask.cli import main
 from datamask.io.fs import resolve
 from tests._data import ROOT, write_corpus
+from tests._moto import empty_moto_server
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -34,26 +35,20 @@ BUCKET = "corpus"
 def moto_bucket(tmp_path_factory, bucket: str):
     """A moto S3 server on a free port of 127.0.0.1 holding ``bucket``, credentials and
     endpoint in the env; yields ``(client, env, port)``."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "DATAMASK_CACHE": str(tmp_path_factory.mktemp("cache")),
-    }
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in env.items():
-                mp.setenv(key, value)
-            client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
-            client.create_bucket(Bucket=bucket)
-            yield client, env, port
-    finally:
-        server.stop()
+    with empty_moto_server() as (host, port), pytest.MonkeyPatch.context() as mp:
+        env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "DATAMASK_CACHE": str(tmp_path_factory.mktemp("cache")),
+        }
+        for key, value in env.items():
+            mp.setenv(key, value)
+        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+        client.create_bucket(Bucket=bucket)
+        yield client, env, port
 
 
 @pytest.fixture(scope="module")
