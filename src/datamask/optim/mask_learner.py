@@ -352,7 +352,6 @@ class MaskLearner(Selector):
             self.n_epochs_ = min(EXPECTED_STEPS, max(MIN_EXPECTED_STEPS, math.ceil(self.k_ / 4)))
         theta = self._init_logits(self.objective_.quality_)
         n = corpus.n_docs
-        every = self.log_every or max(1, self.n_epochs_ // 50)
         # The budget in expectation: k documents, or T tokens as lengths over their mean
         # (so tolerances and steps stay in documents).
         self._sizes, self._target = None, float(self.k_)
@@ -366,7 +365,7 @@ class MaskLearner(Selector):
             self._reach = theta.new_zeros(())  # the largest logit move of the last step
         else:
             step_fn = self._reinforce_step
-        self._learn(theta, step_fn, n, every)
+        self._learn(theta, step_fn, n)
         logits = theta.float().cpu().numpy()
         self.logits_ = logits
         if self.estimator == "expected":
@@ -396,9 +395,10 @@ class MaskLearner(Selector):
             scores[selected] += scores.max() - scores.min() + 1.0  # the capped rows rank first
         return selected, scores
 
-    def _learn(self, theta: torch.Tensor, step_fn: StepFn, n: int, every: int) -> None:
-        """The ``n_epochs_`` steps on ``theta`` (in place), logging every ``every``-th:
-        ``history_`` and ``learn_seconds_``."""
+    def _learn(self, theta: torch.Tensor, step_fn: StepFn, n: int) -> None:
+        """The ``n_epochs_`` steps on ``theta`` (in place), logging every ``log_every``-th
+        (about 50 points by default): ``history_`` and ``learn_seconds_``."""
+        every = self.log_every or max(1, self.n_epochs_ // 50)
         bar = tqdm(
             range(self.n_epochs_),
             disable=not self.progress,
