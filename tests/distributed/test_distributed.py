@@ -289,6 +289,26 @@ def test_one_group_equals_single_process_learner(shard_dir, tmp_path, ray_runner
     np.testing.assert_array_equal(rows.column("logit").to_numpy(), ref.logits_)
 
 
+def test_a_corpus_that_fits_one_group_is_not_clustered(shard_dir, tmp_path):
+    """The default ``--partition cluster`` over a corpus of at most ``--chunk-size`` rows:
+    no k-means, no spill, no gathered copy (``WORK/clusters`` is never made); the group
+    is the shards in order, so the run selects what one chunk over every shard does."""
+    n = sum(pq.read_metadata(f).num_rows for f in list_shards(shard_dir))
+    runs = {}
+    for partition in ("cluster", "chunk"):
+        spec = SelectSpec.from_mapping(dict(partition=partition, chunk_size=n, **FAST))
+        out = tmp_path / partition
+        runs[partition] = run_selection(shard_dir, out, spec, progress=False)
+        assert runs[partition]["partition"]["n_groups"] == 1
+    assert not (tmp_path / "cluster" / "_work" / "clusters").exists()
+    assert runs["cluster"]["partition"]["one_group"] is True
+    assert selected_ids(tmp_path / "cluster") == selected_ids(tmp_path / "chunk")
+    # one row more than the chunk size: clustered again, as before
+    spec = SelectSpec.from_mapping(dict(partition="cluster", chunk_size=n - 1, **FAST))
+    run_selection(shard_dir, tmp_path / "two", spec, progress=False)
+    assert (tmp_path / "two" / "_work" / "clusters" / "tree.npz").exists()
+
+
 @pytest.mark.slow  # the folder runs in the local process pool (one worker per core)
 def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, capsys):
     main = cli_main()

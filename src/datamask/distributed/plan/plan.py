@@ -52,6 +52,7 @@ __all__ = [
     "check_work_disk",
     "disk_needed",
     "fit_cluster_tree",
+    "one_group",
     "plan_groups",
     "plan_partition",
     "spill_jobs",
@@ -78,6 +79,16 @@ def cluster_count(infos: list[ShardInfo], spec: SelectSpec) -> int:
     return spec.partition.n_clusters or default_clusters(n_total, spec.partition.chunk_size)
 
 
+def one_group(infos: list[ShardInfo], spec: SelectSpec) -> bool:
+    """Whether ``--partition cluster`` has one group: the corpus fits ``--chunk-size`` and
+    ``--n-clusters`` is not given (its default is then one cluster). Then nothing is clustered, spilled or gathered
+    (each would write the corpus once more): the group reads the shards in order, as one
+    chunk, and selects what one ``select`` of the concatenated shards selects."""
+    part = spec.partition
+    n_total = sum(i.num_rows for i in infos)
+    return part.partition == "cluster" and part.n_clusters is None and n_total <= part.chunk_size
+
+
 def spill_jobs(infos: list[ShardInfo], spec: SelectSpec, folder: Path) -> list[SpillJob]:
     """One :class:`~.partition.SpillShard` job per non-empty shard, filing its rows by
     the tree in ``folder``; once the spills are released (every group gathered), a
@@ -99,7 +110,7 @@ def fit_first(
     sample (which reads only the sampled rows' row groups), so that the check pass files
     every row under its leaf as it reads it (:func:`~..check.validate.scan_step`). Returns the
     fit's facts and seconds for :func:`plan_partition` (None: another partition)."""
-    if spec.partition.partition != "cluster":
+    if spec.partition.partition != "cluster" or one_group(infos, spec):
         return None
     clock = time.perf_counter()
     n_clusters = cluster_count(infos, spec)
@@ -123,6 +134,9 @@ def plan_partition(
         return plan_by_shard(infos), {}
     if spec.partition.partition == "chunk":
         return plan_by_chunk(infos, spec.partition.chunk_size), {}
+    if one_group(infos, spec):
+        ((_, pieces),) = plan_by_chunk(infos, spec.partition.chunk_size)
+        return [("all rows", pieces)], {"n_clusters": 1, "one_group": True}
     folder = work / "clusters"
     tree_path = folder / "tree.npz"
     clock = time.perf_counter()
@@ -212,7 +226,8 @@ def check_disk(needed: int, free: int, factor: float, input_bytes: int, where: s
 
 def check_work_disk(infos: list[ShardInfo], spec: SelectSpec, work: Path) -> None:
     """:func:`check_disk` for a local work dir (object storage is not checked)."""
-    needed, factor = disk_needed(infos, spec.partition.partition, work)
+    partition = "chunk" if one_group(infos, spec) else spec.partition.partition
+    needed, factor = disk_needed(infos, partition, work)
     existing = next(p for p in (work, *work.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     check_disk(needed, free, factor, sum(i.size_bytes for i in infos), str(work))
