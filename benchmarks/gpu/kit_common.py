@@ -87,6 +87,7 @@ SMOKE = Sizes(
     sharded_n=2400,
     sharded_wide_n=1200,
     shard_rows=1200,
+    chunk_size=1000,  # several groups, as the real runs: a corpus of one group is not clustered
     workers=1,
     cpu_workers=1,
     embed_docs=8,

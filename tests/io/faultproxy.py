@@ -126,6 +126,7 @@ class FaultProxy:
             if not eligible:
                 return False
         with self._lock:
+            self.counts["eligible"] += 1
             drawn = self.rng.random() < self.rate
             if self.max_faults is not None and self.counts[self.mode] >= self.max_faults:
                 return False  # the draw is still made: the seed's sequence is the same

@@ -4,7 +4,7 @@ proxy of :mod:`tests.io.faultproxy`.
 
 - a sharded select s3 -> s3 under each fault mode and 5 seeds ends with the clean run's
   selection (2 shards x 200 rows), directly or after one rerun that the first run's one
-  line asked for;
+  line asked for; a copy answered ``200 OK`` with an error, where ``apply`` copies;
 - two runs on one ``s3://`` output from two fresh working dirs: one finishes, one is
   refused with one line;
 - every refusal we can provoke, of every command, leaves the folder tree and the bucket
@@ -15,10 +15,12 @@ proxy of :mod:`tests.io.faultproxy`.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 
 from datamask.cli import main
@@ -39,15 +41,10 @@ boto3 = pytest.importorskip("boto3")
 
 
 # --- faults ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("mode", ["throttle", "error200", "drop", "outage"])
-def test_a_faulty_store_ends_with_the_clean_selection(s3, clean, mode, seed, monkeypatch, capsys):
-    client, _, port = s3
-    out = f"s3://{BUCKET}/runs/{mode}-{seed}"
-    argv = ["select", "--input", f"s3://{BUCKET}/data/", "--output", out, *FAST, *ONE]
-    with FaultProxy(
-        port, mode=mode, rate=RATE[mode], seed=seed, outage_s=1.0, max_faults=MAX_FAULTS
-    ) as proxy:
+def _run_through(proxy_args: dict, argv: list[str], monkeypatch, capsys) -> FaultProxy:
+    """``main(argv)`` against the store behind a fault proxy; a run stopped with the one
+    line that asks for a rerun is rerun once. Returns the proxy (its counts)."""
+    with FaultProxy(**proxy_args) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         codes = [main(argv)]
         if codes[0] != 0:  # stopped with the one line that asks for a rerun
@@ -56,10 +53,46 @@ def test_a_faulty_store_ends_with_the_clean_selection(s3, clean, mode, seed, mon
             assert "object storage" in err and "rerun the same command to resume" in err
             codes.append(main(argv))
     assert codes[-1] == 0
-    assert proxy.counts[mode] > 0, "no fault was injected"
     monkeypatch.undo()
+    return proxy
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("mode", ["throttle", "drop", "outage"])
+def test_a_faulty_store_ends_with_the_clean_selection(s3, clean, mode, seed, monkeypatch, capsys):
+    client, _, port = s3
+    out = f"s3://{BUCKET}/runs/{mode}-{seed}"
+    argv = ["select", "--input", f"s3://{BUCKET}/data/", "--output", out, *FAST, *ONE]
+    faults = dict(upstream_port=port, mode=mode, rate=RATE[mode], seed=seed, outage_s=1.0)
+    proxy = _run_through({**faults, "max_faults": MAX_FAULTS}, argv, monkeypatch, capsys)
+    assert proxy.counts[mode] > 0, "no fault was injected"
     assert _selected(client, f"runs/{mode}-{seed}") == clean
     assert not [k for k in _keys(client, f"runs/{mode}-{seed}/") if k.endswith(".claim")]
+
+
+def test_a_copy_answered_200_with_an_error_ends_with_the_clean_output(
+    s3, clean, monkeypatch, capsys
+):
+    """S3 answers a CopyObject or CompleteMultipartUpload ``200 OK`` with an error body.
+    ``select`` writes no such request (its objects are under 5 MiB: one PutObject each,
+    checked here on a clean proxy); ``apply`` streams its outputs through a temporary key
+    and a copy (one per shard here): the first :data:`MAX_FAULTS` are answered so, and
+    it ends with the clean run's rows all the same."""
+    client, _, port = s3
+    argv = ["select", "--input", f"s3://{BUCKET}/data/", "--output", f"s3://{BUCKET}/puts"]
+    args = dict(upstream_port=port, mode="error200", rate=1.0)
+    assert _run_through(args, [*argv, *FAST, *ONE], monkeypatch, capsys).counts["eligible"] == 0
+    out = f"s3://{BUCKET}/applied"
+    argv = ["apply", "--input", f"s3://{BUCKET}/data/", "--selection", f"s3://{BUCKET}/clean",
+            "--output", out, "--no-progress"]  # fmt: skip
+    counts = _run_through({**args, "max_faults": MAX_FAULTS}, argv, monkeypatch, capsys).counts
+    assert counts["error200"] == MAX_FAULTS, counts
+    kept = []
+    for key in _keys(client, "applied/"):
+        if key.endswith(".parquet") and "/." not in key:
+            body = client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+            kept += pq.read_table(io.BytesIO(body)).column("chunk_id").to_pylist()
+    assert sorted(kept) == clean
 
 
 def test_an_outage_past_every_retry_is_one_line_exit_1_and_resumes(s3, clean, monkeypatch, capsys):

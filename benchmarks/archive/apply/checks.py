@@ -21,8 +21,9 @@ from pathlib import Path
 
 from datamask.applying.inputs import _format, _input_shards
 from datamask.applying.plan import _plan, _probe_ids, _selection_meta
-from datamask.io.fs import glob_root, resolve
+from datamask.io.fs import resolve
 from datamask.io.keep import relative_names
+from datamask.io.listing import glob_root
 from datamask.io.provenance import verify_inputs
 
 

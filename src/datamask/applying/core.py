@@ -48,8 +48,9 @@ from tqdm.auto import tqdm
 
 from ..io.atomic import to_json
 from ..io.claim import claim_output
-from ..io.fs import Location, check_reachable, glob_root, resolve
+from ..io.fs import Location, check_reachable, resolve
 from ..io.keep import keep_file_name, relative_names
+from ..io.listing import glob_root
 from ..io.parquet import parquet_num_rows
 from ..io.provenance import verify_inputs, warn_trust_unused
 from .inputs import SHARD_SUFFIXES, _format, _input_shards, input_names

@@ -13,7 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..io.fs import Location, expand, glob_root
+from ..io.fs import Location
+from ..io.listing import expand, glob_root
 from ..io.retry import raise_if_unavailable
 
 SHARD_SUFFIXES = (".parquet", ".pq", ".jsonl", ".jsonl.gz")  # any letter case

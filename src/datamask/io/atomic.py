@@ -45,6 +45,7 @@ from .integrity import file_record, published
 from .retry import retrying
 
 __all__ = [
+    "DIRECT_PUT_MAX",
     "OutputLock",
     "atomic_write",
     "atomic_write_bytes",
@@ -62,6 +63,11 @@ __all__ = [
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+#: The largest remote object written in one request (:meth:`~datamask.io.fs.Location.put`):
+#: under the 5 MiB part of pyarrow's S3 stream, which then sends nothing before its close.
+DIRECT_PUT_MAX = 5 * 1024 * 1024 - 1
 
 
 #: Bytes of a file name a temporary adds (host, pid, token); a longer target name is cut
@@ -248,6 +254,9 @@ def upload_file(local: str | Path, target: Any) -> None:
     """Upload the local file ``local`` onto the remote location ``target`` atomically,
     the whole upload (to a fresh temporary key, then the copy onto ``target``) retried on
     transient faults (:func:`datamask.io.retry.retrying`)."""
+
+    if os.path.getsize(local) <= DIRECT_PUT_MAX and target.put(Path(local).read_bytes()):
+        return  # one PutObject (Location.put)
 
     def once() -> None:
         with target.open_atomic() as out, open(local, "rb") as src:

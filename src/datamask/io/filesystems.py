@@ -55,6 +55,10 @@ def _s3(endpoint: str | None, region: str | None, anonymous: bool, retries: int 
         "connect_timeout": 5,
         "request_timeout": 30,
         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retries),
+        # an object under 5 MB is written by one PutObject when its stream closes, not by
+        # the three requests of a multipart upload opened with the stream (apache/arrow
+        # #40557); a missing bucket is then refused at the first write, not at the open
+        "allow_delayed_open": True,
     }
     if endpoint:
         kwargs["endpoint_override"] = endpoint

@@ -26,16 +26,20 @@ still *complete* the upload of a half-written stream; so the bytes go to a hidde
 temporary key ``.<name>.<host>.<pid>.<token>.tmp`` beside the target, which is then
 copied onto the final key (S3 ``CopyObject``, atomic per object) and deleted. The final
 key therefore only ever holds a complete object; a killed run leaves at most a hidden
-temporary, which readers skip and the next run removes.
+temporary, which readers skip and the next run removes. An S3 object whose bytes are
+held whole in memory and under :data:`~datamask.io.atomic.DIRECT_PUT_MAX` (a marker, a
+group's small tables) is written by :meth:`Location.put` instead: the stream only buffers
+them, and its close sends one ``PutObject`` (``allow_delayed_open``), so there is no
+half-written stream to complete: one request where the temporary key takes three.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import glob
+import io
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +47,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from .atomic import atomic_write, is_temporary, temporary_name
+from .atomic import DIRECT_PUT_MAX, atomic_write, is_temporary, temporary_name
 from .filesystems import (
     PROBE_ATTEMPTS,
     STORAGE_ENV,
@@ -63,6 +67,7 @@ __all__ = [
     "names_in",
     "sizes_in",
     "open_input",
+    "open_whole",
     "resolve",
     "storage_env",
     "storage_path",
@@ -314,8 +319,26 @@ class Location:
             return None
         return info.size if info.type == pafs.FileType.File else None
 
+    def put(self, data: bytes) -> bool:
+        """Write ``data`` in one request where that is atomic: an S3 object under
+        :data:`~datamask.io.atomic.DIRECT_PUT_MAX`, whose stream buffers every byte and
+        sends one ``PutObject`` at its close (retried whole on transient faults).
+        Returns False, writing nothing, elsewhere: :meth:`open_atomic` is the way there."""
+        if self.scheme != "s3" or len(data) > DIRECT_PUT_MAX:
+            return False
+
+        def once() -> None:
+            stream = self.fs.open_output_stream(self.path)
+            stream.write(data)  # buffered: nothing is sent before the close
+            stream.close()
+
+        self._retry(once, "writing")
+        return True
+
     def write_bytes(self, data: bytes) -> None:
         """Write ``data`` atomically."""
+        if self.put(data):
+            return
         with self.open_atomic() as fh:
             fh.write(data)
 
@@ -380,6 +403,22 @@ def open_input(where: str | Path | Location) -> Any:
             if place.info().type == pafs.FileType.NotFound:
                 raise FileNotFoundError(f"{place.uri!r} does not exist") from None
             raise ValueError(f"cannot read {place.uri!r}: {_first_line(exc)}") from None
+    return open(place, "rb")
+
+
+def open_whole(where: str | Path | Location) -> Any:
+    """A binary file of an object read whole, to use in ``with``: on object storage its
+    bytes in memory after one streamed read, where :func:`open_input`'s ranged reads cost a
+    request each (``np.load`` of an ``.npz`` makes 14: its zip directory, then every
+    member's header and data); a local file as it is. For objects a step reads whole and
+    small next to its own memory (a group's graph, the cluster tree), never a parquet
+    shard."""
+    place = storage_path(where)
+    if isinstance(place, Location):
+        try:
+            return io.BytesIO(place.read_bytes())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{place.uri!r} does not exist") from None
     return open(place, "rb")
 
 
@@ -538,55 +577,3 @@ def check_reachable(loc: Location, *, what: str = "path") -> None:
             f"{kind} {bucket!r} of {what} {loc.uri!r} does not exist or these credentials "
             "cannot see it."
         )
-
-
-def expand(loc: Location, *, what: str, suffixes: Sequence[str]) -> list[Location]:
-    """The files ``loc`` names: itself, every file with one of ``suffixes`` (any letter
-    case) below a folder,
-    or the matches of a glob (``*``, ``?``, ``[``; ``**`` crosses folders).
-
-    Raises a one-line ValueError when nothing matches.
-    """
-    text = loc.path
-    if loc.is_local and not Path(text).exists() and glob.has_magic(text):
-        files = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
-        found = [_local_child(loc, p) for p in files if p.lower().endswith(tuple(suffixes))]
-        if not found:
-            raise ValueError(f"{what} {loc.uri!r}: no files match.")
-        return found
-    if not loc.is_local and glob.has_magic(text):
-        head = re.split(r"[*?\[]", text, maxsplit=1)[0]
-        base = head.rsplit("/", 1)[0]
-        root = Location(loc.uri, loc.scheme, loc.fs, base)
-        pattern = text.replace("**/", "*")
-        found = [f for f in root.walk() if fnmatch.fnmatchcase(f.path, pattern)]
-        found = [
-            Location(loc.uri.split("://")[0] + "://" + f.path, loc.scheme, loc.fs, f.path)
-            for f in found
-        ]
-        if not found:
-            raise ValueError(f"{what} {loc.uri!r}: no files match.")
-        return found
-    info = loc.info()
-    if info.type == pafs.FileType.File:
-        return [loc]
-    if info.type == pafs.FileType.NotFound:
-        raise ValueError(f"{what} {loc.uri!r} does not exist.")
-    found = [f for f in loc.walk() if f.path.lower().endswith(tuple(suffixes))]
-    if not found:
-        listed = ", ".join(f"*{s}" for s in suffixes)
-        raise ValueError(f"{what} {loc.uri!r} is a folder with no {listed} files.")
-    return found
-
-
-def _local_child(loc: Location, path: str) -> Location:
-    return Location(path, loc.scheme, loc.fs, os.path.abspath(path))
-
-
-def glob_root(loc: Location) -> str:
-    """The folder that relative names of ``loc``'s files are taken from (see :func:`expand`)."""
-    text = loc.path
-    if glob.has_magic(text) and not (loc.is_local and Path(text).exists()):
-        head = re.split(r"[*?\[]", text, maxsplit=1)[0]
-        return head.rsplit("/", 1)[0]
-    return text

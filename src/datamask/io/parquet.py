@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,13 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
         raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
 
+#: A remote parquet object up to this size is read whole by :func:`read_table` (one GET
+#: after the open's HEAD), not by its footer and then its column chunks (a request each,
+#: each a round trip to the store): at S3's ~20-50 ms a request, 4 MiB is about the bytes
+#: one round trip costs.
+WHOLE_READ_MAX = 4 << 20
+
+
 def read_table(
     source: str | Path | Location,
     columns: Sequence[str] | None = None,
@@ -83,15 +91,17 @@ def read_table(
         names it.
     """
     if isinstance(source, Location):
-        if columns is not None:
-            with source.open_input_file() as fh:
-                _require(pq.ParquetFile(fh).schema_arrow, columns, where or source.uri)
-        try:
-            with source.open_input_file() as fh:
-                return pq.read_table(fh, columns=None if columns is None else list(columns))
-        except Exception as exc:  # pyarrow raises several types for a bad file
-            raise_if_unavailable(exc, f"reading {source.uri!r}")
-            raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
+        with _parquet_errors(source.uri):
+            fh = source.open_input_file()
+        with fh:
+            with _parquet_errors(source.uri):
+                # a small object in one GET, not a footer read and then one per column
+                small = fh.size() <= WHOLE_READ_MAX
+                pf = pq.ParquetFile(pa.BufferReader(fh.read()) if small else fh)
+            if columns is not None:  # a missing column is named, with the file
+                _require(pf.schema_arrow, columns, where or source.uri)
+            with _parquet_errors(source.uri):
+                return pf.read(columns=None if columns is None else list(columns))
     pf = _open(source)
     if columns is not None:  # a missing column is named, with the file, not a KeyError
         _require(pf.schema_arrow, columns, where or str(source))
@@ -134,6 +144,17 @@ def parquet_batches(
             fh.close()
 
     return pf.schema_arrow, batches()
+
+
+@contextmanager
+def _parquet_errors(uri: str) -> Iterator[None]:
+    """A store that stays unavailable as itself; any other failure (pyarrow raises
+    several types for a bad file) as a ValueError naming ``uri``."""
+    try:
+        yield
+    except Exception as exc:
+        raise_if_unavailable(exc, f"reading {uri!r}")
+        raise ValueError(f"cannot read {uri!r} as parquet: {exc}") from None
 
 
 def _require(schema: pa.Schema, names: Sequence[str], where: str) -> None:

@@ -38,8 +38,9 @@ import pyarrow.fs as pafs
 
 from .atomic import atomic_write, upload_file
 from .claim import claim_output
-from .fs import Location, cache_dir, check_reachable, expand, glob_root, is_uri, resolve
+from .fs import Location, cache_dir, check_reachable, is_uri, resolve
 from .keep import relative_names
+from .listing import expand, glob_root
 
 __all__ = ["overlaps", "staged_paths"]
 

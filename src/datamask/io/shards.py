@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from .._validation import check_quality_span, unit_rows
 from ..columns import Columns
-from .fs import Location, expand, open_input, storage_path
+from .fs import Location, open_input, storage_path
+from .listing import expand
 from .parquet import (
     arrays_from_table,
     check_finite_quality,

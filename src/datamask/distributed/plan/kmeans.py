@@ -43,7 +43,7 @@ import torch
 from ..._device import resolve_device
 from ..._memory import peak_rss_mb
 from ...io.atomic import atomic_write
-from ...io.fs import open_input, storage_path
+from ...io.fs import open_input, open_whole, storage_path
 from ...neighbors import spherical_kmeans
 from ..engine import Step
 from .partition import KMEANS_ITER, grow_tree, kmeans_generator, read_sample
@@ -395,7 +395,7 @@ def join_subtrees(
     children = [np.full((k1, 2), -1, np.int64)]
     top, base = 0, k1
     for b in range(n_batches):
-        with open_input(where / f"subtrees-{b:05d}.npz") as fh, np.load(fh) as f:
+        with open_whole(where / f"subtrees-{b:05d}.npz") as fh, np.load(fh) as f:
             sub = {k: f[k] for k in ("sizes", "centre", "offset", "axis", "children")}
         start = 0
         for n_roots, n_nodes in sub["sizes"]:

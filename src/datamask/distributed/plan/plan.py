@@ -81,9 +81,10 @@ def cluster_count(infos: list[ShardInfo], spec: SelectSpec) -> int:
 
 def one_group(infos: list[ShardInfo], spec: SelectSpec) -> bool:
     """Whether ``--partition cluster`` has one group: the corpus fits ``--chunk-size`` and
-    ``--n-clusters`` is not given (its default is then one cluster). Then nothing is clustered, spilled or gathered
-    (each would write the corpus once more): the group reads the shards in order, as one
-    chunk, and selects what one ``select`` of the concatenated shards selects."""
+    ``--n-clusters`` is not given (its default is then one cluster). Then nothing is
+    clustered, spilled or gathered (each would write the corpus once more): the group
+    reads the shards in order, as one chunk, and selects what one ``select`` of the
+    concatenated shards selects."""
     part = spec.partition
     n_total = sum(i.num_rows for i in infos)
     return part.partition == "cluster" and part.n_clusters is None and n_total <= part.chunk_size

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...io.atomic import atomic_write
-from ...io.fs import open_input, storage_path
+from ...io.fs import open_whole, storage_path
 from ...neighbors import assign_clusters
 from .balance import assign_with_offsets
 
@@ -134,7 +134,7 @@ class ClusterTree:
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterTree:
-        with open_input(path) as fh, np.load(fh) as f:
+        with open_whole(path) as fh, np.load(fh) as f:
             if "centre" not in f:  # hyperplane cuts, before the balanced splits
                 raise ValueError(f"{path} is a cluster tree of an older datamask: remove it.")
             arrays = [f[name] for name in ("centroids", "centre", "offset", "axis", "children")]

@@ -41,7 +41,8 @@ from ...columns import Columns
 from ...config import SelectSpec
 from ...data import Corpus
 from ...io.datasets import input_files
-from ...io.fs import Location, expand, storage_path
+from ...io.fs import Location, storage_path
+from ...io.listing import expand
 from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ...io.selection import read_selection_ids, rows_from_ids
 from ...io.shards import PARQUET_SUFFIXES

@@ -37,7 +37,7 @@ from ..._validation import check_corpus
 from ...config import SelectSpec
 from ...data import Corpus, Selection, rank_order
 from ...io.atomic import atomic_write
-from ...io.fs import open_input
+from ...io.fs import open_whole
 from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ...io.shards import (
     corpus_from_tables,
@@ -85,10 +85,11 @@ __all__ = [
 # --- the pure step --------------------------------------------------------------------------
 def saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The graph :func:`save_graph` wrote to ``path``, if it is there."""
-    if not path.exists():
+    try:
+        with open_whole(path) as fh, np.load(fh) as saved:
+            return torch.from_numpy(saved["indices"]).long(), torch.from_numpy(saved["sims"])
+    except FileNotFoundError:
         return None
-    with open_input(path) as fh, np.load(fh) as saved:
-        return torch.from_numpy(saved["indices"]).long(), torch.from_numpy(saved["sims"])
 
 
 def save_graph(graph: tuple[Any, Any], path: Path) -> None:
