@@ -104,8 +104,8 @@ COVER_NEIGHBORS = 4
 #: The share of the ivf lists the search against the neighbours' kept rows probes. Only a
 #: row whose nearest kept row lies in another group needs it found: at 1M (a 90,587-row
 #: group, 31,946 neighbours' kept rows, 1 thread) 821 rows, and against every pair the
-#: cover came out lower for 38 rows at 0.2 (7.1 s), 59 at 0.1 (3.9 s), 93 at 0.05 (2.3 s)
-#: (benchmarks/covered/RESULTS.md, "probes").
+#: cover came out lower for 38 rows at 0.2 (7.0 s), 59 at 0.1 (3.8 s), 93 at 0.05 (2.4 s)
+#: (benchmarks/covered/PROBES.md). At 1M the cover phase went from 58.8 s to 33.4 s.
 COVER_PROBE_FRACTION = 0.1
 
 
