@@ -252,11 +252,13 @@ def _remote_write(target: Any, *, commit: bool) -> Iterator[Path]:
 
 def upload_file(local: str | Path, target: Any) -> None:
     """Upload the local file ``local`` onto the remote location ``target`` atomically,
-    the whole upload (to a fresh temporary key, then the copy onto ``target``) retried on
+    the whole upload (to a fresh temporary key, then the copy onto ``target``; a small S3
+    object in one ``PutObject``, :meth:`~datamask.io.fs.Location.put`) retried on
     transient faults (:func:`datamask.io.retry.retrying`)."""
 
-    if os.path.getsize(local) <= DIRECT_PUT_MAX and target.put(Path(local).read_bytes()):
-        return  # one PutObject (Location.put)
+    if target.puts_whole(os.path.getsize(local)):  # one PutObject, no temporary key
+        target.put(Path(local).read_bytes())
+        return
 
     def once() -> None:
         with target.open_atomic() as out, open(local, "rb") as src:

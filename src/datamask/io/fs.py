@@ -319,12 +319,17 @@ class Location:
             return None
         return info.size if info.type == pafs.FileType.File else None
 
+    def puts_whole(self, size: int) -> bool:
+        """Whether :meth:`put` writes an object of ``size`` bytes here: on S3, under
+        :data:`~datamask.io.atomic.DIRECT_PUT_MAX`."""
+        return self.scheme == "s3" and size <= DIRECT_PUT_MAX
+
     def put(self, data: bytes) -> bool:
-        """Write ``data`` in one request where that is atomic: an S3 object under
-        :data:`~datamask.io.atomic.DIRECT_PUT_MAX`, whose stream buffers every byte and
-        sends one ``PutObject`` at its close (retried whole on transient faults).
-        Returns False, writing nothing, elsewhere: :meth:`open_atomic` is the way there."""
-        if self.scheme != "s3" or len(data) > DIRECT_PUT_MAX:
+        """Write ``data`` in one request where that is atomic (:meth:`puts_whole`): the
+        S3 stream buffers every byte and sends one ``PutObject`` at its close (retried
+        whole on transient faults). Returns False, writing nothing, elsewhere:
+        :meth:`open_atomic` is the way there."""
+        if not self.puts_whole(len(data)):
             return False
 
         def once() -> None:

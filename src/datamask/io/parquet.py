@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +49,8 @@ def open_remote_parquet(loc: Location, what: str = "input file") -> pq.ParquetFi
         fh = open_input(loc)
     except FileNotFoundError:
         raise ValueError(f"{what} {loc.uri!r} does not exist.") from None
-    try:
+    with _parquet_errors(loc.uri):
         return pq.ParquetFile(fh, page_checksum_verification=True)
-    except Exception as exc:  # pyarrow raises several types for a bad file
-        raise_if_unavailable(exc, f"reading {loc.uri!r}")
-        raise ValueError(f"cannot read {loc.uri!r} as parquet: {exc}") from None
 
 
 def _open(path: str | Path | Location) -> pq.ParquetFile:
@@ -61,11 +58,8 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
     if isinstance(p, Location):
         return open_remote_parquet(p)
     expect_file(p, what="input file", accepted="one parquet file")
-    try:
+    with _parquet_errors(str(p)):
         return pq.ParquetFile(p, page_checksum_verification=True)
-    except Exception as exc:  # pyarrow raises several types for a bad file
-        raise_if_unavailable(exc, f"reading {str(p)!r}")
-        raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
 
 #: A remote parquet object up to this size is read whole by :func:`read_table` (one GET
@@ -90,26 +84,20 @@ def read_table(
         When the file is missing, lacks one of ``columns`` or cannot be read; the message
         names it.
     """
-    if isinstance(source, Location):
-        with _parquet_errors(source.uri):
-            fh = source.open_input_file()
-        with fh:
-            with _parquet_errors(source.uri):
+    name = source.uri if isinstance(source, Location) else str(source)
+    with ExitStack() as stack:
+        if isinstance(source, Location):
+            with _parquet_errors(name):
+                fh = stack.enter_context(source.open_input_file())
                 # a small object in one GET, not a footer read and then one per column
                 small = fh.size() <= WHOLE_READ_MAX
                 pf = pq.ParquetFile(pa.BufferReader(fh.read()) if small else fh)
-            if columns is not None:  # a missing column is named, with the file
-                _require(pf.schema_arrow, columns, where or source.uri)
-            with _parquet_errors(source.uri):
-                return pf.read(columns=None if columns is None else list(columns))
-    pf = _open(source)
-    if columns is not None:  # a missing column is named, with the file, not a KeyError
-        _require(pf.schema_arrow, columns, where or str(source))
-    try:
-        return pf.read(columns=None if columns is None else list(columns))
-    except Exception as exc:
-        raise_if_unavailable(exc, f"reading {str(source)!r}")
-        raise ValueError(f"cannot read {str(source)!r} as parquet: {exc}") from None
+        else:
+            pf = _open(source)
+        if columns is not None:  # a missing column is named, with the file, not a KeyError
+            _require(pf.schema_arrow, columns, where or name)
+        with _parquet_errors(name):
+            return pf.read(columns=None if columns is None else list(columns))
 
 
 def parquet_num_rows(source: Location) -> int:
@@ -128,18 +116,16 @@ def parquet_batches(
     """
     fh = source.open_input_file()
     try:
-        pf = pq.ParquetFile(fh)
-    except Exception as exc:
+        with _parquet_errors(source.uri):
+            pf = pq.ParquetFile(fh)
+    except BaseException:  # a bad footer or a store that stays unavailable
         fh.close()
-        raise_if_unavailable(exc, f"reading {source.uri!r}")
-        raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
+        raise
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            yield from pf.iter_batches(batch_size=batch_size)
-        except Exception as exc:
-            raise_if_unavailable(exc, f"reading {source.uri!r}")
-            raise ValueError(f"cannot read {source.uri!r} as parquet: {exc}") from None
+            with _parquet_errors(source.uri):
+                yield from pf.iter_batches(batch_size=batch_size)
         finally:
             fh.close()
 
