@@ -62,7 +62,12 @@ from datamask.distributed import Group, GroupJob, Piece, SelectGroup, execute
 torch.set_num_threads(1)
 settings, path, gid, n, k, seed, work, out = json.loads(sys.argv[1])
 group = Group(gid, "probe", (Piece(path, 0, n),), k, seed)
-execute(SelectGroup(), GroupJob(group, SelectSpec.from_mapping(settings).check(), work, out))
+try:  # the places as the measured code's jobs carry them
+    from datamask.distributed.paths import WorkDir
+    places = (WorkDir(out, work),)
+except ImportError:  # code before WorkDir: the two folders
+    places = (work, out)
+execute(SelectGroup(), GroupJob(group, SelectSpec.from_mapping(settings).check(), *places))
 # VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's RSS (Linux)
 hwm = [x for x in open("/proc/self/status") if x.startswith("VmHWM")]
 print(hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -148,6 +153,15 @@ def phase_seconds(seconds: dict) -> dict:
     }
 
 
+def _places(work: Path) -> object:
+    """The work dir as the measured code's ``gather_summary`` takes it."""
+    try:
+        from datamask.distributed.paths import WorkDir
+    except ImportError:  # code before WorkDir: the folder
+        return work
+    return WorkDir(str(work.parent), str(work))
+
+
 def step_seconds(work: Path) -> dict:
     """From the steps' markers (JSON files of the work dir): the group steps' read seconds
     (sum and largest) and the gather steps' seconds (sum; absent before issue 30's gather)."""
@@ -164,7 +178,7 @@ def step_seconds(work: Path) -> dict:
     return {
         "group_read_s_sum": round(sum(reads), 2),
         "group_read_s_max": round(max(reads), 3),
-        "gather_s_sum": round(gather_summary(work)["seconds"], 1) if gathered else None,
+        "gather_s_sum": round(gather_summary(_places(work))["seconds"], 1) if gathered else None,
     }
 
 

@@ -93,6 +93,7 @@ def quality(tree, infos, feature_col: str) -> dict:
 def one_point(shards: str, n_clusters: int, variant: str, chunk: int, step_rows: int) -> dict:
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner
+    from datamask.distributed.paths import WorkDir
     from datamask.distributed.plan.plan import fit_cluster_tree
     from datamask.distributed.plan.tree import ClusterTree
     from datamask.io.shards import inspect_shards, list_shards
@@ -106,12 +107,13 @@ def one_point(shards: str, n_clusters: int, variant: str, chunk: int, step_rows:
     with tempfile.TemporaryDirectory(dir="/tmp") as work:
         runner = LocalRunner(2)
         cpu0, wall0 = _cpu(), time.perf_counter()
-        facts = fit_cluster_tree(infos, settings, n_clusters, Path(work), runner)
+        dirs = WorkDir.of(Path(work) / "out", work)
+        facts = fit_cluster_tree(infos, settings, n_clusters, dirs, runner)
         runner.close()  # the workers are reaped: their CPU and peak are counted
         wall, cpu1 = time.perf_counter() - wall0, _cpu()
         driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         workers_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        tree = ClusterTree.load(Path(work) / "tree.npz")
+        tree = ClusterTree.load(dirs.tree())
     return {
         "n_clusters": n_clusters,
         "variant": variant,

@@ -27,6 +27,7 @@ from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.check.validate import ScanShard, check_scans, scan_jobs
 from datamask.distributed.engine import run_steps
+from datamask.distributed.paths import WorkDir
 from datamask.io.shards import inspect_shards, list_shards
 
 
@@ -34,9 +35,10 @@ def validation_pass(data: Path, settings: SelectSpec) -> float:
     infos = inspect_shards(list_shards(data), columns=settings.columns.read)
     started = time.perf_counter()
     runner = LocalRunner()
-    with tempfile.TemporaryDirectory(prefix="datamask-ids-") as ids:
-        scans = run_steps(runner, ScanShard(), scan_jobs(infos, settings, ids), progress=False)
-        check_scans(scans, infos, settings, runner, ids)
+    with tempfile.TemporaryDirectory(prefix="datamask-ids-") as work:
+        dirs = WorkDir.of(Path(work) / "out", work)
+        scans = run_steps(runner, ScanShard(), scan_jobs(infos, settings, dirs), progress=False)
+        check_scans(scans, infos, settings, runner, dirs)
     return time.perf_counter() - started
 
 

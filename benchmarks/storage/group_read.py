@@ -67,7 +67,12 @@ def per_group_io(work: Path, markers: list[dict]) -> dict:
     if gathered.is_dir():
         opened = [1] * len(markers)
         read = [_read_bytes(gathered / f"group-{m['gid']:05d}.parquet") for m in markers]
-        done = gather_summary(work)
+        try:  # the work dir as the measured code's gather_summary takes it
+            from datamask.distributed.paths import WorkDir
+
+            done = gather_summary(WorkDir(str(work.parent), str(work)))
+        except ImportError:  # code before WorkDir
+            done = gather_summary(work)
         extra = {
             "gather_steps_s_sum": round(done["seconds"], 1),
             "gather_steps": done["steps"],

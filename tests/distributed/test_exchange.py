@@ -16,15 +16,9 @@ from datamask.config import SelectSpec
 from datamask.distributed import execute, run_selection
 from datamask.distributed.combine import exchange
 from datamask.distributed.combine.exchange import ExchangeGroup, ExchangeJob, exchange_neighbors
-from datamask.distributed.paths import exchange_path
+from datamask.distributed.paths import WorkDir
 from datamask.distributed.plan.partition import make_groups, plan_by_chunk
-from datamask.distributed.select.steps import (
-    GroupJob,
-    SelectGroup,
-    candidate_count,
-    candidates_path,
-    graph_path,
-)
+from datamask.distributed.select.steps import GroupJob, SelectGroup, candidate_count
 from datamask.io.shards import inspect_shards
 from tests._data import reference_table, write, write_corpus_shards
 
@@ -94,29 +88,29 @@ def steps_setup(tmp_path_factory):
     groups = [replace(g, k=candidate_count(g.n, n, k, 2.0)) for g in groups]
     q = np.asarray(corpus.quality).reshape(-1)
     qr = ([float(q.min())], [float(q.max())])
-    work, out = root / "work", root / "out"
+    work = WorkDir.of(root / "out", root / "work")
     for g in groups:
-        job = GroupJob(g, settings, str(work), str(out), qr, propose=True, totals=(k, n))
+        job = GroupJob(g, settings, work, qr, propose=True, totals=(k, n))
         execute(SelectGroup(), job)
-        with np.load(graph_path(work, g.gid)) as saved:  # kept for the exchange round
+        with np.load(work.graph(g.gid)) as saved:  # kept for the exchange round
             assert saved["indices"].shape == saved["sims"].shape
             assert saved["indices"].shape[0] == g.n and saved["indices"].max() < g.n
     return groups, settings, work, qr, (k, n)
 
 
 def _exchange(group, neighbors, spec, work, qr, totals):
-    job = ExchangeJob(group, tuple(neighbors), spec, str(work), qr, totals)
+    job = ExchangeJob(group, tuple(neighbors), spec, work, qr, totals)
     return execute(ExchangeGroup(), job)
 
 
 def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
     groups, settings, work, qr, totals = steps_setup
     stats = _exchange(groups[2], [(0, 0), (1, 0)], settings, work, qr, totals)
-    first = pq.read_table(candidates_path(work, 2))
-    again = pq.read_table(exchange_path(work, 2))
+    first = pq.read_table(work.candidates(2))
+    again = pq.read_table(work.exchange(2))
     assert stats["floors"] == 0 and not stats["reused"]
     # the graph its select step saved, kept for the cover: the same graph, the same order
-    assert stats["graph"] == "saved" and graph_path(work, 2).exists()
+    assert stats["graph"] == "saved" and work.graph(2).exists()
     assert again.column("chunk_id").equals(first.column("chunk_id"))
     assert np.array_equal(again.column("gain").to_numpy(), first.column("gain").to_numpy())
     # with its marker in place the step returns it and computes nothing
@@ -124,19 +118,19 @@ def test_nothing_kept_next_door_leaves_the_first_order_and_gains(steps_setup):
     # without a cover (selected_only) nothing reads the graph again: deleted
     alone = replace(settings, run=replace(settings.run, selected_only=True))
     assert _exchange(groups[2], [(0, 0)], alone, work, qr, totals)["reused"]
-    assert not graph_path(work, 2).exists()
+    assert not work.graph(2).exists()
 
 
 def test_a_covered_border_is_priced_lower(steps_setup):
     groups, settings, work, qr, totals = steps_setup
     kept = [int(groups[h].k // 2) for h in range(3)]
     stats = _exchange(groups[3], [(h, kept[h]) for h in range(3)], settings, work, qr, totals)
-    first = pq.read_table(candidates_path(work, 3)).column("gain").to_numpy()
-    again = pq.read_table(exchange_path(work, 3))
+    first = pq.read_table(work.candidates(3)).column("gain").to_numpy()
+    again = pq.read_table(work.exchange(3))
     gains = again.column("gain").to_numpy()
     assert stats["floors"] > 0 and stats["graph"] == "saved"
     assert sorted(again.column("chunk_id").to_pylist()) == sorted(
-        pq.read_table(candidates_path(work, 3)).column("chunk_id").to_pylist()
+        pq.read_table(work.candidates(3)).column("chunk_id").to_pylist()
     )
     assert np.all(np.diff(gains) <= 0)  # still a curve the allocation can read
     # coverage others already give is worth nothing again: the curve only drops

@@ -17,7 +17,7 @@ import pytest
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, execute
-from datamask.distributed.paths import group_object_path
+from datamask.distributed.paths import WorkDir
 from datamask.distributed.plan import gather
 from datamask.distributed.plan.gather import (
     SHARD_COLUMN,
@@ -48,13 +48,18 @@ def test_part_rows_are_the_sizes_split_across_cuts(n, parts):
     assert sum(part_rows(n, parts)) == n
 
 
+def dirs_of(work):
+    """The places of a run whose work dir is ``work``."""
+    return WorkDir.of(work.parent / "out", work)
+
+
 def plan(shards, work, **partition):
     columns = dict(id_col="chunk_id", quality_cols=("quality_score",), feature_col="feature_arr")
     settings = SelectSpec.from_mapping(dict(partition="cluster", **columns, **partition))
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     runner = LocalRunner(workers=1)
     try:
-        return plan_partition(infos, settings, work, runner, progress=False)[0]
+        return plan_partition(infos, settings, dirs_of(work), runner, progress=False)[0]
     finally:
         runner.close()
 
@@ -73,7 +78,7 @@ def test_every_group_is_one_object_that_knows_each_rows_shard_and_row(tmp_path):
     for gid, (label, pieces) in enumerate(groups):
         assert len(pieces) == 1, label
         (piece,) = pieces
-        assert piece.path == str(group_object_path(tmp_path / "work", gid))
+        assert piece.path == str(dirs_of(tmp_path / "work").group_object(gid))
         table = pq.read_table(piece.path)
         assert table.num_rows == piece.n <= 150
         ids = table.column("chunk_id").to_pylist()
@@ -91,9 +96,9 @@ def test_gather_resumes_only_the_groups_without_a_marker(tmp_path):
     work = tmp_path / "work"
     first = plan(tmp_path / "in", work, chunk_size=200)
     assert len(first) > 2
-    made = {gid: pq.read_table(group_object_path(work, gid)) for gid in range(len(first))}
-    stamps = {gid: group_object_path(work, gid).stat().st_mtime_ns for gid in made}
-    marker = group_object_path(work, 1).with_suffix(".json")
+    made = {gid: pq.read_table(dirs_of(work).group_object(gid)) for gid in range(len(first))}
+    stamps = {gid: dirs_of(work).group_object(gid).stat().st_mtime_ns for gid in made}
+    marker = dirs_of(work).group_object_marker(1)
     assert json.loads(marker.read_text())["n"] == first[1][1][0].n
     # the spills were deleted once every group was gathered
     assert not list((work / "clusters").glob("shard-*.parquet"))
@@ -101,8 +106,8 @@ def test_gather_resumes_only_the_groups_without_a_marker(tmp_path):
     again = plan(tmp_path / "in", work, chunk_size=200)  # from the spills made again
     assert again == first
     for gid, rows in made.items():  # the same rows (a group alone flushes its own way)
-        assert pq.read_table(group_object_path(work, gid)).equals(rows)
-        redone = group_object_path(work, gid).stat().st_mtime_ns != stamps[gid]
+        assert pq.read_table(dirs_of(work).group_object(gid)).equals(rows)
+        redone = dirs_of(work).group_object(gid).stat().st_mtime_ns != stamps[gid]
         assert redone == (gid == 1)
 
 
@@ -119,10 +124,10 @@ def test_a_bucket_opens_each_spill_once_and_writes_what_a_step_a_group_writes(
     gids = list(range(len(together)))
     assert len(gids) > 2
     for gid in gids:
-        marker = json.loads(group_object_path(tmp_path / "a", gid).with_suffix(".json").read_text())
+        marker = json.loads(dirs_of(tmp_path / "a").group_object_marker(gid).read_text())
         assert marker["bucket"] == gids
         assert marker["bucket_spills_opened"] == 3 == marker["spills_read"]
-    summary = gather.gather_summary(tmp_path / "a")
+    summary = gather.gather_summary(dirs_of(tmp_path / "a"))
     assert (summary["steps"], summary["spills_opened"]) == (1, 3)
     monkeypatch.setattr(gather, "GATHER_BUCKET_GROUPS", 1)
     monkeypatch.setattr(gather, "GATHER_BUFFER_BYTES", 1)
@@ -131,12 +136,12 @@ def test_a_bucket_opens_each_spill_once_and_writes_what_a_step_a_group_writes(
         (label, [p.n for p in ps]) for label, ps in together
     ]
     for gid in gids:
-        marker = json.loads(group_object_path(tmp_path / "b", gid).with_suffix(".json").read_text())
+        marker = json.loads(dirs_of(tmp_path / "b").group_object_marker(gid).read_text())
         assert marker["bucket"] == [gid]
-        a = group_object_path(tmp_path / "a", gid)
-        b = group_object_path(tmp_path / "b", gid)
+        a = dirs_of(tmp_path / "a").group_object(gid)
+        b = dirs_of(tmp_path / "b").group_object(gid)
         assert pq.read_table(a).equals(pq.read_table(b))
-    summary = gather.gather_summary(tmp_path / "b")
+    summary = gather.gather_summary(dirs_of(tmp_path / "b"))
     assert (summary["steps"], summary["spills_opened"]) == (len(gids), 3 * len(gids))
 
 
@@ -171,12 +176,13 @@ def test_offsets_built_in_blocks_are_the_whole_table(tmp_path, block_values):
     """Panels of a few spills, blocks of a few leaves (down to one value at a time): the
     same bytes as the table built at once, and the same leaf totals."""
     counts = np.random.default_rng(3).integers(0, 9, size=(7, 50))
-    write_counts(tmp_path, counts)
-    job = IndexJob(str(tmp_path), 50, block_values=block_values)
+    dirs = dirs_of(tmp_path)
+    write_counts(dirs.clusters(), counts)
+    job = IndexJob(dirs, 50, block_values=block_values)
     per_leaf = execute(IndexSpills(), job)["per_leaf"]  # with its marker
     assert per_leaf == counts.sum(axis=0).tolist()
-    assert (tmp_path / "offsets.bin").read_bytes() == expected_offsets(counts).tobytes()
-    assert json.loads((tmp_path / "offsets.json").read_text())["shards"] == list(range(7))
+    assert dirs.spill_index("bin").read_bytes() == expected_offsets(counts).tobytes()
+    assert json.loads(dirs.spill_index("json").read_text())["shards"] == list(range(7))
 
 
 def test_the_index_step_never_holds_the_whole_table(tmp_path):
@@ -184,15 +190,16 @@ def test_the_index_step_never_holds_the_whole_table(tmp_path):
     peaks at a small fraction of it: blocks and O(leaves) totals, not O(S x C) (issue 30:
     80 GB at 10^10)."""
     counts = np.random.default_rng(4).integers(0, 50, size=(200, 4000))
-    write_counts(tmp_path, counts)
+    dirs = dirs_of(tmp_path)
+    write_counts(dirs.clusters(), counts)
     whole = expected_offsets(counts)
     tracemalloc.start()
     try:
-        index_spills(str(tmp_path), 4000, block_values=4096)
+        index_spills(dirs, 4000, block_values=4096)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert (tmp_path / "offsets.bin").read_bytes() == whole.tobytes()
+    assert dirs.spill_index("bin").read_bytes() == whole.tobytes()
     assert peak < whole.nbytes / 8, (peak, whole.nbytes)
 
 
@@ -209,12 +216,13 @@ def test_a_gather_step_reads_only_its_leaves_rows_of_the_offsets(tmp_path):
     8 KB buffer) per cut, not the 1.6 MB table nor the leaves' totals, measured by the
     kernel's count of bytes read."""
     counts = np.random.default_rng(5).integers(0, 9, size=(40, 5000))
-    write_counts(tmp_path, counts)
-    index_spills(str(tmp_path), 5000)
+    dirs = dirs_of(tmp_path)
+    write_counts(dirs.clusters(), counts)
+    index_spills(dirs, 5000)
     units = [(10, 12, 0, 1), (4000, 4000, 0, 1)]  # cuts: leaves 10, 13, 4000, 4001
-    unit_pieces(str(tmp_path), units, max_rows=10**6)  # imports warm
+    unit_pieces(dirs, units, max_rows=10**6)  # imports warm
     before = _bytes_read()
-    pieces, shard_of = unit_pieces(str(tmp_path), units, max_rows=10**6)
+    pieces, shard_of = unit_pieces(dirs, units, max_rows=10**6)
     read = _bytes_read() - before
     table = expected_offsets(counts)
     want = [
@@ -224,8 +232,8 @@ def test_a_gather_step_reads_only_its_leaves_rows_of_the_offsets(tmp_path):
         if table[b + 1, s] > table[a, s]
     ]
     assert [(shard_of[p.path], p.start, p.stop) for p in pieces] == sorted(want)
-    listed = (tmp_path / "offsets.spills.json").stat().st_size  # the 40 spilled shards
-    table_bytes = (tmp_path / "offsets.bin").stat().st_size
+    listed = dirs.spill_index("spills.json").stat().st_size  # the 40 spilled shards
+    table_bytes = dirs.spill_index("bin").stat().st_size
     assert read <= listed + 4 * max(8192, 8 * 40) + 4096, (read, listed)
     assert read < table_bytes / 40, (read, table_bytes)
 
@@ -238,12 +246,12 @@ def test_disk_estimate_falls_once_the_spills_are_released(tmp_path):
     infos = inspect_shards(list_shards(tmp_path / "in"))
     size = sum(i.size_bytes for i in infos)
     work = tmp_path / "work"
-    assert disk_needed(infos, "cluster", work) == (int(2.6 * size), 2.6)
-    assert disk_needed(infos, "chunk", work) == (int(0.7 * size), 0.7)
+    assert disk_needed(infos, "cluster", dirs_of(work)) == (int(2.6 * size), 2.6)
+    assert disk_needed(infos, "chunk", dirs_of(work)) == (int(0.7 * size), 0.7)
     plan(tmp_path / "in", work, chunk_size=200)
     held = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
     assert held > size  # the group objects: every row again
-    needed, factor = disk_needed(infos, "cluster", work)
+    needed, factor = disk_needed(infos, "cluster", dirs_of(work))
     assert factor == 1.94 and needed == max(0, int(1.94 * size) - held)
     check_disk(10**9, 10**9, 2.6, size, str(work))  # exactly enough: runs
     with pytest.raises(OSError, match=r"has 500 MB free.*about 1\.0 GB more.*nothing was"):

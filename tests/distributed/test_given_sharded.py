@@ -21,6 +21,7 @@ import pytest
 import datamask
 from datamask.config import SelectSpec
 from datamask.distributed import run_selection
+from datamask.distributed.paths import WorkDir
 from datamask.distributed.plan.partition import Group, plan_by_chunk
 from datamask.distributed.select.given import group_floor
 from datamask.distributed.select.steps import read_group
@@ -104,7 +105,7 @@ def test_one_group_selects_as_the_one_file_run_with_brute_force_floors(data, tmp
     for label, pieces in plan_by_chunk(infos, 50):
         spec = Group(gid=0, label=label, pieces=tuple(pieces), k=1, seed=0)
         corpus, ids = read_group(spec, settings)
-        group_floor(corpus, settings, out / "_work")
+        group_floor(corpus, settings, WorkDir.of(out))
         want = brute[np.asarray(ids.to_pylist())]
         np.testing.assert_allclose(corpus.floor, want, atol=1e-6)
 

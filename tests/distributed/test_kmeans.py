@@ -21,6 +21,7 @@ from datamask import make_clustered
 from datamask.cli import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, execute, run_selection
+from datamask.distributed.paths import WorkDir
 from datamask.distributed.plan.kmeans import FitPlan, LloydPart, PartJob, SamplePart, fit_plan
 from datamask.distributed.plan.partition import plan_by_cluster, sample_plan
 from datamask.distributed.plan.plan import fit_cluster_tree, plan_partition
@@ -31,12 +32,14 @@ from tests._data import write_corpus_shards
 from tests.io.test_remote import BUCKET, s3  # noqa: F401 (the moto S3 server fixture)
 
 
-def sample_part(part, reads, folder):
-    return execute(SamplePart(), PartJob(folder, part, reads=tuple(reads)))
+def sample_part(part, reads, work):
+    dirs = WorkDir.of(work / "out", work)
+    return execute(SamplePart(), PartJob(dirs, part, reads=tuple(reads)))
 
 
-def lloyd_part(folder, part, n, dim, cent, device):
-    return execute(LloydPart(), PartJob(folder, part, n, dim, centroids=cent, device=device))
+def lloyd_part(work, part, n, dim, cent, device):
+    dirs = WorkDir.of(work / "out", work)
+    return execute(LloydPart(), PartJob(dirs, part, n, dim, centroids=cent, device=device))
 
 
 COLUMNS = dict(id_col="chunk_id", quality_cols=("quality_score",), feature_col="feature_arr")
@@ -50,8 +53,9 @@ def fitted(shards: Path, work: Path, runner=None, **partition) -> tuple[list, di
     """The plan phase of ``--partition cluster``: (plan, facts, the tree it fitted)."""
     settings = settings_of(**partition)
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
-    plan, facts = plan_partition(infos, settings, work, runner or LocalRunner(), progress=False)
-    return plan, facts, ClusterTree.load(work / "clusters" / "tree.npz")
+    dirs = WorkDir.of(work.parent / "out", work)
+    plan, facts = plan_partition(infos, settings, dirs, runner or LocalRunner(), progress=False)
+    return plan, facts, ClusterTree.load(dirs.tree())
 
 
 def leaf_cosine(tree: ClusterTree, x: np.ndarray) -> float:
@@ -119,12 +123,12 @@ def test_the_one_step_fit_holds_its_sample_once(corpus, tmp_path):
     write_corpus_shards(tmp_path / "in", corpus, 20)
     settings = settings_of(chunk_size=500)
     infos = inspect_shards(list_shards(tmp_path / "in"), columns=settings.read_columns)
-    kdir = str(tmp_path / "kmeans")  # the sample as 20 parts of 200 rows, as steps write it
-    parts = read_sample_parts(infos, 100_000, 200, settings, kdir, LocalRunner())
+    dirs = WorkDir.of(tmp_path / "out", tmp_path)  # the sample as 20 parts of 200 rows
+    parts = read_sample_parts(infos, 100_000, 200, settings, dirs, LocalRunner())
     assert len(parts) == 20
     rows = tuple(p["rows"] for p in parts)
     sample_bytes = sum(rows) * 16 * 4  # float32, 16-d
-    job = FitJob(kdir, rows, 16, 12, 4000, 500, 0, str(tmp_path / "tree.npz"))
+    job = FitJob(dirs, rows, 16, 12, 4000, 500, 0)
     tracemalloc.start()
     try:
         stats = fit_partition(job)
@@ -151,13 +155,14 @@ def test_spread_fit_matches_one_step_quality_and_bounds_the_groups(shards, corpu
 TWO_LEVELS = dict(chunk_size=300, n_clusters=1100, kmeans_step_rows=1000)
 
 
-def fit_only(shards: Path, folder: Path, runner=None, **partition) -> tuple[dict, ClusterTree]:
+def fit_only(shards: Path, work: Path, runner=None, **partition) -> tuple[dict, ClusterTree]:
     """Only the k-means fit of the plan phase (no spill, no gather): (facts, tree)."""
     settings = settings_of(**partition)
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     n_clusters = settings.partition.n_clusters
-    facts = fit_cluster_tree(infos, settings, n_clusters, folder, runner or LocalRunner())
-    return facts, ClusterTree.load(folder / "tree.npz")
+    dirs = WorkDir.of(work / "out", work)
+    facts = fit_cluster_tree(infos, settings, n_clusters, dirs, runner or LocalRunner())
+    return facts, ClusterTree.load(dirs.tree())
 
 
 def test_two_levels_give_c_fine_clusters_under_sqrt_c_coarse_ones(shards, corpus, tmp_path):
@@ -185,13 +190,13 @@ def test_spread_fit_is_the_same_resumed(shards, tmp_path):
     """A fit killed before its tree was joined resumes from its steps' markers (the parts
     and routed rows are not written again) to the same tree; a fresh folder too."""
     first = fit_only(shards, tmp_path / "a", **TWO_LEVELS)[1]
-    kdir = tmp_path / "a" / "kmeans"
+    kdir = tmp_path / "a" / "clusters" / "kmeans"
 
     def stamped() -> dict:  # the parts' and routed rows' markers (a subtree is redone)
         return {f: f.stat().st_mtime_ns for f in kdir.glob("*.json") if "subtrees" not in f.name}
 
     stamps = stamped()
-    (tmp_path / "a" / "tree.npz").unlink()
+    (tmp_path / "a" / "clusters" / "tree.npz").unlink()
     (kdir / "subtrees-00000.npz").unlink()
     for folder in ("a", "b"):
         again = fit_only(shards, tmp_path / folder, **TWO_LEVELS)[1]
@@ -205,10 +210,10 @@ def test_lloyd_sums_are_float64_and_count_every_row(shards, tmp_path):
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     wanted = sample_plan(infos, 1000, 0)
     jobs = [(s, infos[s], rows, "feature_arr") for s, rows in wanted.items()]
-    stats = sample_part(0, jobs, str(tmp_path))
+    stats = sample_part(0, jobs, tmp_path)
     assert stats["rows"] == 1000
     cent = np.eye(16, dtype=np.float32)[:5]
-    _, sums, counts, total = lloyd_part(str(tmp_path), 0, 1000, 16, cent, "cpu")
+    _, sums, counts, total = lloyd_part(tmp_path, 0, 1000, 16, cent, "cpu")
     assert sums.dtype == np.float64 and sums.shape == (5, 16) and counts.sum() == 1000
     assert -1000 <= total <= 1000
 
@@ -263,10 +268,10 @@ def test_lloyd_step_on_cuda_counts_as_on_cpu(shards, tmp_path):
     settings = settings_of()
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     wanted = sample_plan(infos, 2000, 0)
-    sample_part(0, [(s, infos[s], r, "feature_arr") for s, r in wanted.items()], str(tmp_path))
+    sample_part(0, [(s, infos[s], r, "feature_arr") for s, r in wanted.items()], tmp_path)
     cent = np.eye(16, dtype=np.float32)[:8]
-    cpu = lloyd_part(str(tmp_path), 0, 2000, 16, cent, "cpu")
-    gpu = lloyd_part(str(tmp_path), 0, 2000, 16, cent, "cuda")
+    cpu = lloyd_part(tmp_path, 0, 2000, 16, cent, "cpu")
+    gpu = lloyd_part(tmp_path, 0, 2000, 16, cent, "cuda")
     np.testing.assert_array_equal(cpu[2], gpu[2])
     np.testing.assert_allclose(cpu[1], gpu[1], rtol=1e-6, atol=1e-6)
 

@@ -19,7 +19,7 @@ from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.distributed.check.validate import ScanShard, scan_jobs
 from datamask.distributed.engine import run_steps
-from datamask.distributed.paths import id_buckets_dir, spill_path
+from datamask.distributed.paths import WorkDir
 from datamask.distributed.plan.partition import SpillShard
 from datamask.distributed.plan.plan import fit_first, plan_partition, spill_jobs
 from datamask.io.shards import inspect_shards, list_shards
@@ -53,23 +53,23 @@ def test_the_check_pass_writes_the_spills_a_spill_step_writes(shards, tmp_path):
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
     runner = LocalRunner(workers=1)
     # the spill steps on their own read of every shard (what the plan does without a scan)
-    alone = tmp_path / "alone"
+    alone = WorkDir.of(tmp_path / "alone")
     fit_first(infos, settings, alone, runner, progress=False)
-    run_steps(runner, SpillShard(), spill_jobs(infos, settings, alone / "clusters"), progress=False)
+    run_steps(runner, SpillShard(), spill_jobs(infos, settings, alone), progress=False)
     # the check pass, spilling every shard from the rows it checks
-    work = tmp_path / "scan"
+    work = WorkDir.of(tmp_path / "scan")
     fitted = fit_first(infos, settings, work, runner, progress=False)
-    spills = {j.shard: j for j in spill_jobs(infos, settings, work / "clusters")}
-    jobs = scan_jobs(infos, settings, id_buckets_dir(work))
+    spills = {j.shard: j for j in spill_jobs(infos, settings, work)}
+    jobs = scan_jobs(infos, settings, work)
     jobs = [replace(job, spill=spills[job.index]) for job in jobs]
     run_steps(runner, ScanShard(), jobs, progress=False)
     for s in range(len(infos)):
-        by_scan = pq.read_table(spill_path(work / "clusters", s))
-        by_step = pq.read_table(spill_path(alone / "clusters", s))
+        by_scan = pq.read_table(work.spill(s))
+        by_step = pq.read_table(alone.spill(s))
         assert by_scan.num_rows == infos[s].num_rows
         assert by_scan.equals(by_step)
     # the plan finds every spill done: no shard is read or spilled again
-    markers = sorted((work / "clusters").glob("shard-*.json"))
+    markers = sorted(work.clusters().glob("shard-*.json"))
     assert len(markers) == len(infos)
     stamps = {m: m.stat().st_mtime_ns for m in markers}
     plan, facts = plan_partition(infos, settings, work, runner, False, fitted)
@@ -145,13 +145,8 @@ def test_what_a_run_killed_before_its_claim_left_is_not_trusted(shards, tmp_path
     other = SelectSpec.from_mapping(dict(partition="cluster", chunk_size=400, **COLUMNS, **FAST))
     infos = inspect_shards(list_shards(shards), columns=other.read_columns)
     runner = LocalRunner(workers=1)
-    fit_first(infos, other, out / "_work", runner, progress=False)
-    run_steps(
-        runner,
-        SpillShard(),
-        spill_jobs(infos, other, out / "_work" / "clusters")[:1],
-        progress=False,
-    )
+    fit_first(infos, other, WorkDir.of(out), runner, progress=False)
+    run_steps(runner, SpillShard(), spill_jobs(infos, other, WorkDir.of(out))[:1], progress=False)
     runner.close()
     assert not (out / "_work" / "settings.json").exists()
     run_selection(shards, out, settings, progress=False)

@@ -16,6 +16,7 @@ import torch
 from datamask import make_clustered
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner
+from datamask.distributed.paths import WorkDir
 from datamask.distributed.plan.balance import (
     assign_with_offsets,
     balanced_offsets,
@@ -33,7 +34,8 @@ def plan_of(shards: Path, work: Path, **partition) -> list[tuple[str, list[Piece
     columns = dict(id_col="chunk_id", quality_cols=("quality_score",), feature_col="feature_arr")
     settings = SelectSpec.from_mapping(dict(partition="cluster", **columns, **partition))
     infos = inspect_shards(list_shards(shards), columns=settings.read_columns)
-    plan, _ = plan_partition(infos, settings, work, LocalRunner(), progress=False)
+    dirs = WorkDir.of(work.parent / "out", work)
+    plan, _ = plan_partition(infos, settings, dirs, LocalRunner(), progress=False)
     return plan
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from ..applying.core import STATE_DIR
+from ..distributed.paths import WorkDir
 
 __all__ = ["Terminated", "exit_status", "interrupted_line", "terminate_on_sigterm"]
 
@@ -69,10 +70,11 @@ def interrupted_line(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
             )
         return f"{how}; no shard had finished, so nothing was written to {output}."
     if command == "select" and output and Path(output).is_dir():
-        work = Path(getattr(args, "work_dir", None) or Path(output) / "_work")
+        dirs = WorkDir.of(output, getattr(args, "work_dir", None))
+        work = dirs.root
         # group markers only: not a marker's temporary (".NNNNN....tmp", a group still being
         # written when the signal came), nor the global, given or token-fill markers
-        done = _count(work / "completions", "[0-9]*")
+        done = _count(dirs.completion(0).parent, "[0-9]*")
         if done:
             return (
                 f"{how}; {done} finished group(s) are kept in {work}; rerun the same command "

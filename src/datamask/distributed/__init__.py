@@ -8,6 +8,7 @@ and the exact global budget.
 
 from .engine import Step, execute, run_steps
 from .executors import LocalRunner
+from .paths import WorkDir
 from .plan.partition import PARTITIONS, Group, Piece, apportion, group_seeds
 from .ray_backend import RayRunner
 from .runner import run_selection
@@ -22,6 +23,7 @@ __all__ = [
     "RayRunner",
     "SelectGroup",
     "Step",
+    "WorkDir",
     "apportion",
     "execute",
     "group_seeds",

@@ -11,6 +11,7 @@ from ..io.fs import Location
 from ..io.shards import ShardInfo, ShardSource
 from .check.validate import QualityRange
 from .executors import Runner
+from .paths import WorkDir
 
 __all__ = ["Checked", "RunContext"]
 
@@ -21,12 +22,21 @@ class RunContext:
 
     source: ShardSource
     files: list[Path | Location]
-    out: Path | Location
-    work: Path | Location
+    dirs: WorkDir
     spec: SelectSpec
     runner: Runner
     progress: bool
     given: tuple[Any, Any] = (None, None)  # --given and --given-selection, as steps read them
+
+    @property
+    def out(self) -> Path | Location:
+        """The output folder."""
+        return self.dirs.output
+
+    @property
+    def work(self) -> Path | Location:
+        """The work dir."""
+        return self.dirs.root
 
 
 @dataclass

@@ -28,22 +28,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
 from ..io.atomic import atomic_write_json
-from ..io.fs import Location, sizes_in
+from ..io.fs import sizes_in
 from ..io.integrity import recording
 from ..io.verify import check_object
 from .executors import Runner, largest_first
 from .lifecycle import read_marker
+from .paths import Place
 
 __all__ = ["Step", "amend", "execute", "finish", "finished", "run_steps", "unfinished"]
 
 JobT = TypeVar("JobT")
-Place = Path | Location
 
 
 class Step(Generic[JobT]):

@@ -40,7 +40,7 @@ from ..config import SelectSpec
 from ..io.atomic import atomic_write_json
 from ..io.fs import storage_path
 from ..io.shards import ShardInfo
-from .paths import selected_dir
+from .paths import WorkDir
 
 __all__ = [
     "abort_pool",
@@ -151,23 +151,23 @@ def differences(prev: dict[str, Any], now: dict[str, Any]) -> str:
     return "; ".join(changed) or "unknown differences"
 
 
-def _previous(work: Path) -> dict[str, Any] | None:
-    """The record ``work/settings.json`` holds (None when absent or unreadable: then
-    :func:`claim` words the problem)."""
+def _previous(dirs: WorkDir) -> dict[str, Any] | None:
+    """The record the work dir's ``settings.json`` holds (None when absent or unreadable:
+    then :func:`claim` words the problem)."""
     try:
-        prev = json.loads((work / "settings.json").read_text())
+        prev = json.loads(dirs.settings().read_text())
     except (FileNotFoundError, ValueError):
         return None
     return prev if isinstance(prev, dict) else None
 
 
-def check_previous(work: Path, spec: SelectSpec, infos: list[ShardInfo]) -> dict[str, str]:
+def check_previous(dirs: WorkDir, spec: SelectSpec, infos: list[ShardInfo]) -> dict[str, str]:
     """Refuse, before the validation pass writes anything, a run the earlier run recorded
-    in ``work`` would refuse at :func:`claim`: other settings, or shards added, removed or
+    in the work dir would refuse at :func:`claim`: other settings, or shards added, removed or
     of another size or row count (their checksums are known only after the scans; the scan
     step compares them before it writes: :func:`datamask.distributed.check.validate.scan_step`).
     Returns the earlier run's ``{path: checksum}`` (empty when there is none)."""
-    prev = _previous(work)
+    prev = _previous(dirs)
     if prev is None:
         return {}
     sums = {row[0]: row[3] for row in prev.get("shards") or [] if len(row) > 3}
@@ -180,7 +180,7 @@ def check_previous(work: Path, spec: SelectSpec, infos: list[ShardInfo]) -> dict
         list(r[:3]) for r in json.loads(json.dumps(now["shards"], default=str))
     ]
     if not (same_settings and same_shards):
-        raise ValueError(refusal(work, prev, now))
+        raise ValueError(refusal(dirs.root, prev, now))
     return {i.path: sums.get(row[0], "") for i, row in zip(infos, now["shards"], strict=True)}
 
 
@@ -192,10 +192,11 @@ def refusal(folder: Path, prev: dict[str, Any], now: dict[str, Any]) -> str:
     )
 
 
-def claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
-    """Check ``work`` and ``out`` hold nothing or this same run; record it. Returns resumed."""
+def claim(dirs: WorkDir, record: dict[str, Any]) -> bool:
+    """Check the work dir and the output hold nothing or this same run; record it. Returns
+    resumed."""
     resumed = False
-    for path in (work / "settings.json", out / "manifest.json"):
+    for path in (dirs.settings(), dirs.manifest()):
         if not path.exists():
             continue
         try:
@@ -207,13 +208,13 @@ def claim(work: Path, out: Path, record: dict[str, Any]) -> bool:
         if prev.get("settings_hash") != record["settings_hash"]:
             raise ValueError(refusal(path.parent, prev, record))
         resumed = True
-    selected = selected_dir(out)
+    selected = dirs.selected()
     if not resumed and selected.is_dir() and any(selected.glob("part-*.parquet")):
         raise ValueError(
             f"{selected} already holds selected parts from another run; "
             "choose another --output or delete it."
         )
-    atomic_write_json(record, work / "settings.json")
-    if not (out / "manifest.json").exists():
-        atomic_write_json({**record, "complete": False}, out / "manifest.json")
+    atomic_write_json(record, dirs.settings())
+    if not dirs.manifest().exists():
+        atomic_write_json({**record, "complete": False}, dirs.manifest())
     return resumed

@@ -15,7 +15,6 @@ from ..io.provenance import record_inputs
 from ..pipeline.writer import run_record
 from .check.validate import QualityRange
 from .context import Checked, RunContext
-from .paths import selected_dir
 from .plan.partition import Group
 
 __all__ = ["Outcome", "build_manifest"]
@@ -69,7 +68,7 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
         "work_dir": str(run.work),
         "budget": _budget_block(run, checked.quality_range, done),
         "output": {
-            "selected": str(selected_dir(run.out)),
+            "selected": str(run.dirs.selected()),
             "parts": 1 if done.two_rounds and done.combine != "gains" else len(groups),
             "k": checked.k_total,
             "covered": None if done.cover_facts is None else done.cover_facts["dataset"],

@@ -1,12 +1,15 @@
-"""Where a sharded run keeps its files: one definition per path, read by every step that
-writes or reads it. ``NNNNN`` is a group id (or a bucket, a shard, a part), five digits.
+"""Where a sharded run keeps its files: :class:`WorkDir`, one method per path, read by
+every step that writes or reads it. ``NNNNN`` is a group id (or a bucket, a shard, a
+part), five digits.
 
 ``WORK`` (``OUT/_work`` unless ``--work-dir``), in the order the phases write it::
 
     settings.json                       the settings and input fingerprint (the claim)
     ids/                                check: id hashes by bucket, done/bucket=NNNNN.json
-    clusters/kmeans/                    plan: the sample's parts, the tree
-    clusters/shard-NNNNN.parquet        plan: a shard's rows sorted by leaf (its spill)
+    clusters/kmeans/                    plan: the sample's parts (:mod:`.plan.kmeans`)
+    clusters/tree.npz                   plan: the cluster tree
+    clusters/shard-NNNNN.{parquet,json} plan: a shard's rows sorted by leaf (its spill)
+    clusters/offsets.*                  plan: every spill's rows per leaf, in one table
     clusters/groups/group-NNNNN.*       plan: a cluster group's one object, its marker
     given/kept.parquet                  --given: KEPT's rows (completions/given marks it)
     groups/NNNNN.parquet                select: a group's rows, scores and probabilities
@@ -21,203 +24,243 @@ writes or reads it. ``NNNNN`` is a group id (or a bucket, a shard, a part), five
     keep/bucket=NNNNN/part-NNNNN.parquet   keep lists: kept rows by input bucket
 
 ``OUT``: ``selected/part-NNNNN.parquet`` (or ``part-global.parquet``),
-``covered/part-NNNNN.parquet``, ``manifest.json``.
+``covered/part-NNNNN.parquet``, ``keep/`` (the keep lists ``apply`` reads),
+``manifest.json``.
+
+A :class:`WorkDir` holds the two places as text (what travels to the steps in their jobs)
+and answers a ``Path`` for a local place and a :class:`~datamask.io.fs.Location` for a
+remote one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..io.fs import storage_path
+from ..io.fs import Location, storage_path
+from ..io.keep import keep_dir_for
 
-__all__ = [
-    "GLOBAL_PART",
-    "bucket_marker",
-    "candidates_path",
-    "clusters_dir",
-    "completion_path",
-    "cover_marker",
-    "cover_part_path",
-    "exchange_marker",
-    "exchange_path",
-    "given_kept_path",
-    "given_marker",
-    "global_marker",
-    "global_part_path",
-    "graph_path",
-    "group_object_marker",
-    "group_object_path",
-    "group_rows_path",
-    "id_buckets_dir",
-    "keep_bucket_marker",
-    "keep_bucket_path",
-    "keep_group_marker",
-    "kept_rows_marker",
-    "kept_rows_path",
-    "offer_path",
-    "part_path",
-    "selected_dir",
-    "spill_path",
-    "spills_released_path",
-    "tokens_fill_marker",
-    "want_path",
-]
+__all__ = ["GLOBAL_PART", "Place", "WorkDir"]
 
 #: The selected part of a run whose groups were combined by one central round.
 GLOBAL_PART = "part-global.parquet"
 
-
-def _group_name(gid: int) -> str:
-    return f"{gid:05d}"
-
-
-# --- OUT ------------------------------------------------------------------------------------
-def selected_dir(out_dir: str | Path) -> Path:
-    """The output dataset of selected ids."""
-    return storage_path(out_dir) / "selected"
+#: A local path or a remote object (what every :class:`WorkDir` method answers).
+Place = Path | Location
 
 
-def part_path(out_dir: str | Path, gid: int) -> Path:
-    """The selected-ids file of one group in the output dataset."""
-    return selected_dir(out_dir) / f"part-{_group_name(gid)}.parquet"
+def _n(number: int) -> str:
+    return f"{number:05d}"
 
 
-def global_part_path(out_dir: str | Path) -> Path:
-    """The selected-ids file of the central round (every group's rows in one part)."""
-    return selected_dir(out_dir) / GLOBAL_PART
+@dataclass(frozen=True, slots=True)
+class WorkDir:
+    """The output folder ``out`` and the work dir ``work`` of one sharded run, and every
+    path in them.
 
+    Examples
+    --------
+    >>> dirs = WorkDir.of("/data/out")
+    >>> str(dirs.candidates(7))
+    '/data/out/_work/candidates/00007.parquet'
+    >>> str(dirs.part(7))
+    '/data/out/selected/part-00007.parquet'
+    """
 
-def cover_part_path(out_dir: str | Path, gid: int) -> Path:
-    """One group's part of the cover dataset."""
-    return storage_path(out_dir) / "covered" / f"part-{_group_name(gid)}.parquet"
+    out: str
+    work: str
 
+    @classmethod
+    def of(cls, output: str | Place, work_dir: str | Place | None = None) -> WorkDir:
+        """The places of a run writing ``output`` (default work dir: ``output/_work``)."""
+        out = storage_path(output)
+        work = storage_path(work_dir) if work_dir is not None else out / "_work"
+        return cls(str(out), str(work))
 
-# --- WORK: check and plan -------------------------------------------------------------------
-def id_buckets_dir(work_dir: str | Path) -> Path:
-    """Where the scan steps file the id hashes (``WORK/ids``)."""
-    return storage_path(work_dir) / "ids"
+    # --- OUT ------------------------------------------------------------------------------
+    @property
+    def output(self) -> Place:
+        """The output folder."""
+        return storage_path(self.out)
 
+    def manifest(self) -> Place:
+        """The run's manifest (``OUT/manifest.json``)."""
+        return self.output / "manifest.json"
 
-def bucket_marker(ids_dir: str | Path, bucket: int) -> Path:
-    """What a bucket step found, written once it has looked at every shard's file."""
-    return storage_path(ids_dir) / "done" / f"bucket={bucket:05d}.json"
+    def selected(self) -> Place:
+        """The output dataset of selected ids."""
+        return self.output / "selected"
 
+    def part(self, gid: int) -> Place:
+        """The selected-ids file of one group in the output dataset."""
+        return self.selected() / f"part-{_n(gid)}.parquet"
 
-def clusters_dir(work_dir: str | Path) -> Path:
-    """The cluster partition's files: the k-means sample and tree, the spills, the groups."""
-    return storage_path(work_dir) / "clusters"
+    def global_part(self) -> Place:
+        """The selected-ids file of the central round (every group's rows in one part)."""
+        return self.selected() / GLOBAL_PART
 
+    def keep_lists(self) -> str:
+        """The keep lists ``apply`` reads (``OUT/keep``: :func:`~datamask.io.keep.keep_dir_for`,
+        the layout one-file selections share)."""
+        return keep_dir_for(self.out, folder=True)
 
-def spill_path(clusters: str | Path, shard_index: int) -> Path:
-    """The spill of one shard: its rows sorted by leaf (``partition.spill_shard``)."""
-    return storage_path(clusters) / f"shard-{shard_index:05d}.parquet"
+    def covered(self) -> Place:
+        """The cover dataset (``OUT/covered``)."""
+        return self.output / "covered"
 
+    def cover_part(self, gid: int) -> Place:
+        """One group's part of the cover dataset."""
+        return self.covered() / f"part-{_n(gid)}.parquet"
 
-def spills_released_path(clusters: str | Path) -> Path:
-    """The marker that every group is gathered and the spills deleted
-    (``gather.release_spills``): a spill's counts alone then mark it done."""
-    return storage_path(clusters) / "spills-released.json"
+    # --- WORK: the claim, check and plan --------------------------------------------------
+    @property
+    def root(self) -> Place:
+        """The work dir."""
+        return storage_path(self.work)
 
+    def settings(self) -> Place:
+        """The settings and input fingerprint a run claims the work dir with."""
+        return self.root / "settings.json"
 
-def group_object_path(work_dir: str | Path, gid: int) -> Path:
-    """The one object a cluster group's steps read."""
-    return clusters_dir(work_dir) / "groups" / f"group-{_group_name(gid)}.parquet"
+    def id_buckets(self) -> Place:
+        """Where the scan steps file the id hashes (``WORK/ids``)."""
+        return self.root / "ids"
 
+    def id_bucket(self, bucket: int, shard: int) -> Place:
+        """One shard's id hashes of one bucket."""
+        return self.id_buckets() / f"bucket={_n(bucket)}" / f"shard-{_n(shard)}.parquet"
 
-def group_object_marker(work_dir: str | Path, gid: int) -> Path:
-    """The gather step's marker for one group object."""
-    return clusters_dir(work_dir) / "groups" / f"group-{_group_name(gid)}.json"
+    def bucket_marker(self, bucket: int) -> Place:
+        """What a bucket step found, written once it has looked at every shard's file."""
+        return self.id_buckets() / "done" / f"bucket={_n(bucket)}.json"
 
+    def clusters(self) -> Place:
+        """The cluster partition's files: the k-means sample and tree, the spills, the
+        groups."""
+        return self.root / "clusters"
 
-def given_kept_path(work_dir: str | Path) -> Path:
-    """KEPT's kept rows: id and unit embedding, what every group's floor is taken against."""
-    return storage_path(work_dir) / "given" / "kept.parquet"
+    def kmeans(self) -> Place:
+        """The k-means fit's sample parts and partial sums (:mod:`.plan.kmeans`)."""
+        return self.clusters() / "kmeans"
 
+    def kmeans_rows(self, kind: str, part: int) -> Place:
+        """A part of the k-means sample as float32 rows: ``part`` as sampled, ``routed``
+        sorted by cluster (:mod:`.plan.kmeans`)."""
+        return self.kmeans() / f"{kind}-{_n(part)}.f32"
 
-def given_marker(work_dir: str | Path) -> Path:
-    """The marker of KEPT's rows, written once :func:`given_kept_path` is."""
-    return storage_path(work_dir) / "completions" / "given"
+    def kmeans_marker(self, kind: str, number: int) -> Place:
+        """The marker of a k-means step: ``part``, ``routed`` (a part) or ``subtrees`` (a
+        batch of clusters)."""
+        return self.kmeans() / f"{kind}-{_n(number)}.json"
 
+    def subtrees(self, batch: int) -> Place:
+        """The subtrees one batch of clusters grew (:class:`~.plan.kmeans.FitSubtrees`)."""
+        return self.kmeans() / f"subtrees-{_n(batch)}.npz"
 
-# --- WORK: select, allocate, exchange -------------------------------------------------------
-def completion_path(work_dir: str | Path, gid: int) -> Path:
-    """The marker a finished group leaves behind."""
-    return storage_path(work_dir) / "completions" / _group_name(gid)
+    def tree(self) -> Place:
+        """The cluster tree (:class:`~.plan.tree.ClusterTree`)."""
+        return self.clusters() / "tree.npz"
 
+    def spill(self, shard: int) -> Place:
+        """The spill of one shard: its rows sorted by leaf (``partition.spill_shard``)."""
+        return self.clusters() / f"shard-{_n(shard)}.parquet"
 
-def global_marker(work_dir: str | Path) -> Path:
-    """Round 2's completion marker, whichever way it combined the groups."""
-    return storage_path(work_dir) / "completions" / "global"
+    def spill_marker(self, shard: int) -> Place:
+        """A spill's marker: its rows per leaf (what the index step reads)."""
+        return self.clusters() / f"shard-{_n(shard)}.json"
 
+    def spill_index(self, kind: str) -> Place:
+        """The index of the spills: ``bin`` (every spill's rows per leaf), ``json`` (its
+        marker), ``spills.json`` (the spills it indexed)."""
+        return self.clusters() / f"offsets.{kind}"
 
-def group_rows_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's rows as its select step scored them (ids, scores, probabilities): what the
-    similarity cap and the central round read."""
-    return storage_path(work_dir) / "groups" / f"{_group_name(gid)}.parquet"
+    def spills_released(self) -> Place:
+        """The marker that every group is gathered and the spills deleted
+        (``gather.release_spills``): a spill's counts alone then mark it done."""
+        return self.clusters() / "spills-released.json"
 
+    def group_object(self, gid: int) -> Place:
+        """The one object a cluster group's steps read."""
+        return self.clusters() / "groups" / f"group-{_n(gid)}.parquet"
 
-def candidates_path(work_dir: str | Path, gid: int) -> Path:
-    """Round 1 of a global budget: the candidates one group proposes."""
-    return storage_path(work_dir) / "candidates" / f"{_group_name(gid)}.parquet"
+    def group_object_marker(self, gid: int) -> Place:
+        """The gather step's marker for one group object."""
+        return self.clusters() / "groups" / f"group-{_n(gid)}.json"
 
+    def given_kept(self) -> Place:
+        """KEPT's kept rows: id and unit embedding, what every group's floor is taken
+        against."""
+        return self.root / "given" / "kept.parquet"
 
-def want_path(work_dir: str | Path, gid: int) -> Path:
-    """Where the driver records that a group must propose more candidates."""
-    return storage_path(work_dir) / "candidates" / f"{_group_name(gid)}.want.json"
+    def given_marker(self) -> Place:
+        """The marker of KEPT's rows, written once :meth:`given_kept` is."""
+        return self.root / "completions" / "given"
 
+    # --- WORK: select, allocate, exchange -------------------------------------------------
+    def completion(self, gid: int) -> Place:
+        """The marker a finished group leaves behind."""
+        return self.root / "completions" / _n(gid)
 
-def graph_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)), saved
-    by its select step for the exchange round, which would otherwise build it again."""
-    return storage_path(work_dir) / "graphs" / f"{_group_name(gid)}.npz"
+    def global_marker(self) -> Place:
+        """Round 2's completion marker, whichever way it combined the groups."""
+        return self.root / "completions" / "global"
 
+    def group_rows(self, gid: int) -> Place:
+        """A group's rows as its select step scored them (ids, scores, probabilities): what
+        the similarity cap and the central round read."""
+        return self.root / "groups" / f"{_n(gid)}.parquet"
 
-def exchange_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's candidates as the exchange round re-ordered them."""
-    return storage_path(work_dir) / "exchange" / f"{_group_name(gid)}.parquet"
+    def candidates(self, gid: int) -> Place:
+        """Round 1 of a global budget: the candidates one group proposes."""
+        return self.root / "candidates" / f"{_n(gid)}.parquet"
 
+    def want(self, gid: int) -> Place:
+        """Where the driver records that a group must propose more candidates."""
+        return self.root / "candidates" / f"{_n(gid)}.want.json"
 
-def exchange_marker(work_dir: str | Path, gid: int) -> Path:
-    """The exchange round's marker for one group (its knots), written last."""
-    return storage_path(work_dir) / "exchange" / f"{_group_name(gid)}.json"
+    def graph(self, gid: int) -> Place:
+        """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)),
+        saved by its select step for the exchange round, which would otherwise build it
+        again."""
+        return self.root / "graphs" / f"{_n(gid)}.npz"
 
+    def exchange(self, gid: int) -> Place:
+        """A group's candidates as the exchange round re-ordered them."""
+        return self.root / "exchange" / f"{_n(gid)}.parquet"
 
-def offer_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's offers for a token budget's fill: its best unkept rows."""
-    return storage_path(work_dir) / "tokens" / f"offer-{_group_name(gid)}.parquet"
+    def exchange_marker(self, gid: int) -> Place:
+        """The exchange round's marker for one group (its knots), written last."""
+        return self.root / "exchange" / f"{_n(gid)}.json"
 
+    def offer(self, gid: int) -> Place:
+        """A group's offers for a token budget's fill: its best unkept rows."""
+        return self.root / "tokens" / f"offer-{_n(gid)}.parquet"
 
-def tokens_fill_marker(work_dir: str | Path) -> Path:
-    """The token fill's marker."""
-    return storage_path(work_dir) / "completions" / "tokens-fill"
+    def tokens_fill_marker(self) -> Place:
+        """The token fill's marker."""
+        return self.root / "completions" / "tokens-fill"
 
+    # --- WORK: cover and keep lists -------------------------------------------------------
+    def kept_rows(self, gid: int) -> Place:
+        """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
+        return self.root / "cover" / f"kept-{_n(gid)}.parquet"
 
-# --- WORK: cover and keep lists -------------------------------------------------------------
-def kept_rows_path(work_dir: str | Path, gid: int) -> Path:
-    """A group's kept rows (id and unit embedding), what its neighbours' cover reads."""
-    return storage_path(work_dir) / "cover" / f"kept-{_group_name(gid)}.parquet"
+    def kept_rows_marker(self, gid: int) -> Place:
+        """The marker of :meth:`kept_rows` (the group's centroid)."""
+        return self.root / "cover" / f"kept-{_n(gid)}.json"
 
+    def cover_marker(self, gid: int) -> Place:
+        """The cover step's marker for one group."""
+        return self.root / "cover" / f"{_n(gid)}.json"
 
-def kept_rows_marker(work_dir: str | Path, gid: int) -> Path:
-    """The marker of :func:`kept_rows_path` (the group's centroid)."""
-    return storage_path(work_dir) / "cover" / f"kept-{_group_name(gid)}.json"
+    def keep_bucket(self, bucket: int, gid: int) -> Place:
+        """Group ``gid``'s kept rows of the input shards of bucket ``bucket``."""
+        return self.root / "keep" / f"bucket={_n(bucket)}" / f"part-{_n(gid)}.parquet"
 
+    def keep_group_marker(self, gid: int) -> Place:
+        """The keep-list step's marker for one group."""
+        return self.root / "keep" / "done" / f"part-{_n(gid)}.json"
 
-def cover_marker(work_dir: str | Path, gid: int) -> Path:
-    """The cover step's marker for one group."""
-    return storage_path(work_dir) / "cover" / f"{_group_name(gid)}.json"
-
-
-def keep_bucket_path(work_dir: str | Path, bucket: int, gid: int) -> Path:
-    """Group ``gid``'s kept rows of the input shards of bucket ``bucket``."""
-    return storage_path(work_dir) / "keep" / f"bucket={bucket:05d}" / f"part-{gid:05d}.parquet"
-
-
-def keep_group_marker(work_dir: str | Path, gid: int) -> Path:
-    """The keep-list step's marker for one group."""
-    return storage_path(work_dir) / "keep" / "done" / f"part-{gid:05d}.json"
-
-
-def keep_bucket_marker(work_dir: str | Path, bucket: int) -> Path:
-    """The keep-list step's marker for one bucket of input shards."""
-    return storage_path(work_dir) / "keep" / "done" / f"bucket-{bucket:05d}.json"
+    def keep_bucket_marker(self, bucket: int) -> Place:
+        """The keep-list step's marker for one bucket of input shards."""
+        return self.root / "keep" / "done" / f"bucket-{_n(bucket)}.json"

@@ -83,7 +83,7 @@ from .finish.cover import cover_round
 from .finish.keeplists import keep_round
 from .lifecycle import claim, fingerprint
 from .manifest import Outcome, build_manifest
-from .paths import id_buckets_dir, selected_dir
+from .paths import WorkDir
 from .plan.partition import SpillShard
 from .plan.plan import budget_k, check_work_disk, fit_first, plan_groups, spill_jobs
 from .select.given import (
@@ -158,7 +158,8 @@ def run_selection(
     # working directories; a relative path would resolve there against another folder.
     # s3:// and gs:// stay URIs, read and written in place by the steps (nothing of the
     # input or the work dir is copied to the driver).
-    out, work = _places(output, work_dir)
+    dirs = _places(output, work_dir)
+    out, work = dirs.output, dirs.root
 
     # Output and work dir never overlap the input: not the input folder itself, and no
     # input shard inside them (folders inside the input folder are skipped when listing).
@@ -179,23 +180,22 @@ def run_selection(
             claims.enter_context(OutputLock(work, folder=True))
         if given is None:
             given = (spec.selector.given, spec.selector.given_selection)
-        run = RunContext(source, files, out, work, spec, runner, progress, given)
+        run = RunContext(source, files, dirs, spec, runner, progress, given)
         return _run_claimed(run, started)
 
 
-def _places(output: str | Path, work_dir: str | Path | None) -> tuple[Any, Any]:
+def _places(output: str | Path, work_dir: str | Path | None) -> WorkDir:
     """The output folder and the work dir (default ``output/_work``), refusing an output
     that is a file and a local work dir that cannot be written."""
-    out = storage_path(output)
-    if out.is_file():
+    dirs = WorkDir.of(output, work_dir)
+    if dirs.output.is_file():
         raise ValueError(
-            f"--output {str(out)!r} is a file; sharded selection writes a folder "
+            f"--output {dirs.out!r} is a file; sharded selection writes a folder "
             "(selected/ parts and manifest.json)."
         )
-    work = storage_path(work_dir) if work_dir is not None else out / "_work"
-    if isinstance(work, Path):
-        check_writable(work, folder=True)
-    return out, work
+    if isinstance(dirs.root, Path):
+        check_writable(dirs.root, folder=True)
+    return dirs
 
 
 def _inside(work: Path | Location, out: Path | Location) -> bool:
@@ -230,7 +230,7 @@ def _check_inputs(run: RunContext) -> _Inputs:
     if sum(i.num_rows for i in infos) == 0:
         raise ValueError(f"the {len(infos)} input shard(s) hold no rows.")
     if isinstance(run.work, Path):  # before the scans write the id buckets
-        check_work_disk(infos, run.spec, run.work)
+        check_work_disk(infos, run.spec, run.dirs)
     docs: list[ShardInfo] = []
     if run.given[0] is not None:
         check_given_terms(run.spec.objective)
@@ -241,21 +241,20 @@ def _check_inputs(run: RunContext) -> _Inputs:
     # The validation pass runs before any cluster is started: a RayRunner not yet
     # connected hands it to a local pool, so bad input fails before Ray starts.
     checker = getattr(run.runner, "validation_runner", lambda: run.runner)()
-    ids_dir = id_buckets_dir(run.work)  # written by the scans, read by the bucket steps
     try:
         # refuses a work dir of another run before anything is written
-        jobs = scan_jobs(infos + docs, run.spec, ids_dir, n_input=len(infos))
+        jobs = scan_jobs(infos + docs, run.spec, run.dirs, n_input=len(infos))
         fitted = _fit_first(run, infos, docs, jobs, checker)
         clock = time.perf_counter()
         if fitted is not None:  # the scans spill the shards whose spill is not there
-            spills = spill_jobs(infos, run.spec, run.work / "clusters")
+            spills = spill_jobs(infos, run.spec, run.dirs)
             by_shard = {spills[i].shard: spills[i] for i in unfinished(SpillShard(), spills)}
             jobs = [replace(job, spill=by_shard.get(job.index)) for job in jobs]
         scans = run_steps(checker, ScanShard(), jobs, progress=run.progress)
         checksums, quality_range = _check_scans(run, scans, infos, docs, checker)
         plan = count_tokens(run.spec, scans) if run.spec.selector.token_budget else None
         if run.given[1] is not None:  # every id of --given-selection is in --given
-            job = GivenJob(run.spec, str(run.work), run.given)
+            job = GivenJob(run.spec, run.dirs, run.given)
             run_steps(checker, CheckGivenSelection(), [job], progress=False)
     finally:
         if checker is not run.runner:
@@ -268,9 +267,8 @@ def _check_scans(
     run: RunContext, scans: list, infos: list[ShardInfo], docs: list[ShardInfo], checker: Any
 ) -> tuple[dict[str, str], QualityRange]:
     """:func:`~.check.validate.check_scans` of the input's scans and ``--given``'s."""
-    ids_dir = id_buckets_dir(run.work)
     n_input = len(infos) if docs else None
-    return check_scans(scans, infos + docs, run.spec, checker, ids_dir, n_input)
+    return check_scans(scans, infos + docs, run.spec, checker, run.dirs, n_input)
 
 
 def _fit_first(
@@ -280,7 +278,7 @@ def _fit_first(
     is wrong with the input as the check does: when it refuses its rows, the check pass
     (without spills) names the first bad row, file and column as ever."""
     try:
-        return fit_first(infos, run.spec, run.work, checker, run.progress)
+        return fit_first(infos, run.spec, run.dirs, checker, run.progress)
     except ValueError as refused:
         failed = refused
     scans = run_steps(checker, ScanShard(), jobs, progress=run.progress)
@@ -296,16 +294,16 @@ def _check_and_claim(run: RunContext) -> Checked:
     fingerprint holds every shard's checksum, so a resume refuses a shard changed in place
     (its scan compares it before writing anything)."""
     # a run refused here leaves nothing (a remote work dir it made: its empty folder too)
-    with _made_remote_dropped(run.work), dropped_on_error(run.work):
+    with _made_remote_dropped(run.work), dropped_on_error(run.dirs):
         found = _check_inputs(run)
         infos, docs = found.infos, found.docs
         n_total = sum(i.num_rows for i in infos)
         k_total = budget_k(run.spec, n_total)
         record = fingerprint(run.spec, infos + docs, found.checksums)
-        resumed = claim(run.work, run.out, record)
+        resumed = claim(run.dirs, record)
     kept = None
     if docs:
-        job = GivenJob(run.spec, str(run.work), run.given)
+        job = GivenJob(run.spec, run.dirs, run.given)
         (kept,) = run_steps(run.runner, PrepareKept(), [job], progress=run.progress)
     rate = rate_totals(k_total, n_total, kept)
     return Checked(
@@ -345,7 +343,7 @@ def _made_remote_dropped(work: Path | Location) -> Iterator[None]:
 
 def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     """:func:`run_selection` once the output is claimed: five phases."""
-    out, work, spec = run.out, run.work, run.spec
+    dirs, spec = run.dirs, run.spec
     runner, progress = run.runner, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
@@ -386,13 +384,13 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
 
     # 5. Merge: the parts are the output dataset (stray temporaries of killed runs go),
     #    the similarity cap across groups, keep lists for `apply`, and the manifest.
-    clean_stale_temporaries(selected_dir(out))
+    clean_stale_temporaries(dirs.selected())
     for g in groups:  # each group's stats as the manifest lists them: in place, not copied
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]
     cap_facts = None
     if spec.selector.max_similarity is not None and not two_rounds:
-        cap_facts = cap_across_groups(groups, spec, work, out, progress=progress)
+        cap_facts = cap_across_groups(groups, spec, dirs, progress=progress)
     elif global_stats is not None and spec.selector.max_similarity is not None:
         cap_facts = {"applied_in": "global round", "threshold": spec.selector.max_similarity}
     k_selected = global_stats["k"] if global_stats else int(sum(s["k"] for s in ordered))
@@ -401,7 +399,7 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     # 6. Cover: every row's nearest kept row, written by the groups (OUT/covered/).
     cover_facts = None
     if not spec.run.selected_only:
-        clean_stale_temporaries(out / "covered")
+        clean_stale_temporaries(dirs.covered())
         cover_facts = cover_round(run, groups, quality_range)
     keep = keep_round(groups, checked.infos, spec.columns.id_col, run, runner, progress)
     seconds = {"plan": plan_s, "select": select_s, "global": global_s}
@@ -420,7 +418,7 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
         seconds,
     )
     manifest = build_manifest(run, checked, done)
-    atomic_write_json(manifest, out / "manifest.json")
+    atomic_write_json(manifest, dirs.manifest())
     return manifest
 
 
@@ -431,7 +429,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     budget allocates by gains, else one central round (:func:`~.select.tokens.token_combine`;
     for a modular method or one group, every group keeps its share and one fill spends
     what they left); then the cover, the keep lists and the manifest as ever."""
-    out, spec, runner, progress = run.out, run.spec, run.runner, run.progress
+    dirs, spec, runner, progress = run.dirs, run.spec, run.runner, run.progress
     plan = checked.tokens
     assert plan is not None  # counted by the check pass
     groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total, checked.fitted)
@@ -468,7 +466,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     else:
         fill, global_stats = _fill_tokens(run, groups, plan, stats), None
         kept = fill["kept"]
-    clean_stale_temporaries(selected_dir(out))
+    clean_stale_temporaries(dirs.selected())
     for g in groups:
         stats[g.gid]["share"] = shares[g.gid]
     ordered = [stats[g.gid] for g in groups]
@@ -478,7 +476,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         cap_facts = {"applied_in": "global round", "threshold": spec.selector.max_similarity}
     cover_facts = None
     if not spec.run.selected_only:
-        clean_stale_temporaries(out / "covered")
+        clean_stale_temporaries(dirs.covered())
         cover_facts = cover_round(run, groups, checked.quality_range)
     keep = keep_round(groups, checked.infos, spec.columns.id_col, run, runner, progress)
     seconds = {"plan": plan_s, "select": select_s, "global": time.perf_counter() - global_started}
@@ -500,7 +498,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     tokens = plan.summary(kept)
     manifest["totals"]["tokens"] = tokens
     manifest["tokens"] = {**tokens, "allocation": TOKEN_ALLOCATIONS[combine], "fill": fill}
-    atomic_write_json(manifest, out / "manifest.json")
+    atomic_write_json(manifest, dirs.manifest())
     return manifest
 
 
@@ -528,7 +526,7 @@ def _central_tokens(
     spec = replace(
         run.spec, selector=replace(sel, budget_tokens=plan.total, select_token_ratio=None)
     )
-    job = GlobalJob(tuple(groups), spec, str(run.work), str(run.out), None, quality_range)
+    job = GlobalJob(tuple(groups), spec, run.dirs, None, quality_range)
     return run_steps(run.runner, SelectGlobal(), [job], progress=run.progress)[0]
 
 
@@ -539,9 +537,7 @@ def _fill_tokens(
     each group's ``k`` becomes its kept and filled rows."""
     kept = sum(stats[g.gid]["tokens"]["kept"] for g in groups)
     gids = [g.gid for g in groups]
-    fill = fill_round(
-        run.runner, gids, str(run.work), str(run.out), run.spec.columns.id_col, plan.total - kept
-    )
+    fill = fill_round(run.runner, gids, run.dirs, run.spec.columns.id_col, plan.total - kept)
     for g in groups:
         stats[g.gid]["k"] = fill["k_by_group"][str(g.gid)]
     return {**fill, "kept": kept + fill["filled_tokens"]}

@@ -34,12 +34,12 @@ import pyarrow as pa
 
 from ..._validation import check_quality_span
 from ...config import SelectSpec
-from ...io.fs import Location, storage_path
+from ...io.fs import Location
 from ...io.parquet import atomic_write_table, read_table
 from ...io.shards import ShardInfo, ShardScan, read_rows, scan_shard
 from ..engine import Step, execute, run_steps
 from ..lifecycle import check_previous
-from ..paths import bucket_marker
+from ..paths import WorkDir
 from ..plan.partition import SpillJob, SpillShard, spill_table
 from ..select.tokens import shard_tokens
 
@@ -90,18 +90,13 @@ def _duplicates_in(entries: np.ndarray, limit: int = REPEATS_SHOWN) -> tuple[int
 
 
 # --- the id buckets, through the work dir ---------------------------------------------------
-def bucket_file(ids_dir: str | Path, bucket: int, shard: int) -> Path:
-    """One shard's id hashes of one bucket."""
-    return storage_path(ids_dir) / f"bucket={bucket:05d}" / f"shard-{shard:05d}.parquet"
-
-
 #: What the check pass writes in a work dir it has not claimed: the id buckets, and for
 #: ``--partition cluster`` the tree and the spills (:func:`dropped_on_error` removes them).
-CHECK_FOLDERS = ("ids", "clusters")
+CHECK_FOLDERS = (WorkDir.id_buckets, WorkDir.clusters)
 
 
 @contextlib.contextmanager
-def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
+def dropped_on_error(dirs: WorkDir) -> Iterator[None]:
     """On an error in the ``with`` body, remove what the check pass writes in the work dir
     (:data:`CHECK_FOLDERS`) and every folder above them that the body created (the work
     dir, the output folder): a run refused before it claims its work dir leaves nothing.
@@ -111,8 +106,8 @@ def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
     checks that refuse a run over it (:func:`~..lifecycle.check_previous`, the scans'
     checksums) come before any write, its tree is fitted and its spills are written (the
     claim comes after the check pass), and its id buckets are that run's."""
-    work = storage_path(work_dir)
-    claimed = (work / "settings.json").exists()
+    work = dirs.root
+    claimed = dirs.settings().exists()
     created = []  # local folders that did not exist before, deepest first
     if not isinstance(work, Location):
         folder = work
@@ -120,23 +115,23 @@ def dropped_on_error(work_dir: str | Path) -> Iterator[None]:
             created.append(folder)
             folder = folder.parent
     if not claimed:  # what a killed run left before its claim: of unknown settings
-        _drop(work)
+        _drop(dirs)
     try:
         yield
     except BaseException:
         if claimed:
             raise
-        _drop(work)
+        _drop(dirs)
         for folder in created:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
         raise
 
 
-def _drop(work: Path | Location) -> None:
+def _drop(dirs: WorkDir) -> None:
     """Remove :data:`CHECK_FOLDERS` from an unclaimed work dir."""
-    for name in CHECK_FOLDERS:
-        place = work / name
+    for folder in CHECK_FOLDERS:
+        place = folder(dirs)
         if isinstance(place, Location):
             with contextlib.suppress(OSError):
                 place.fs.delete_dir(place.path)
@@ -147,7 +142,7 @@ def _drop(work: Path | Location) -> None:
 @dataclass(frozen=True, slots=True)
 class ScanJob:
     """One shard to scan: its place in the run, its path and rows, the columns, the id
-    buckets' count and folder, and the checksum an earlier run recorded for it (``""``:
+    buckets' count, the run's places, and the checksum an earlier run recorded for it (``""``:
     none). ``spill``: the shard's spill, written from the rows the scan reads
     (``--partition cluster``, the tree fitted); ``length_col``: the lengths to sum under a
     token budget."""
@@ -157,7 +152,7 @@ class ScanJob:
     rows: int
     columns: Any
     n_buckets: int
-    ids_dir: str
+    dirs: WorkDir
     expect: str = ""
     spill: SpillJob | None = None
     length_col: str | None = None
@@ -184,7 +179,7 @@ class RepeatsJob:
     """One bucket of the uniqueness check over ``shards``, for the inputs digest ``inputs``."""
 
     bucket: int
-    ids_dir: str
+    dirs: WorkDir
     shards: tuple[int, ...]
     inputs: str
 
@@ -198,13 +193,13 @@ class BucketRepeats(Step[RepeatsJob]):
     unit = "bucket"
 
     def marker(self, job: RepeatsJob) -> Path:
-        return bucket_marker(job.ids_dir, job.bucket)
+        return job.dirs.bucket_marker(job.bucket)
 
     def accepts(self, job: RepeatsJob, done: dict[str, Any]) -> bool:
         return done.get("inputs") == job.inputs
 
     def run(self, job: RepeatsJob) -> dict[str, Any]:
-        return repeats_step(job.bucket, job.ids_dir, np.asarray(job.shards), job.inputs)
+        return repeats_step(job.bucket, job.dirs, np.asarray(job.shards), job.inputs)
 
 
 def scan_step(job: ScanJob) -> ShardScan:
@@ -231,7 +226,7 @@ def scan_step(job: ScanJob) -> ShardScan:
     )
     if job.expect and scan.checksum != job.expect:
         raise ValueError(
-            f"{storage_path(job.ids_dir).parent} holds a run with other settings (input shards "
+            f"{job.dirs.root} holds a run with other settings (input shards "
             f"changed: content of {Path(str(job.path)).name} changed); rerun with the same "
             "arguments to resume, or choose another --output/--work-dir."
         )
@@ -244,7 +239,7 @@ def scan_step(job: ScanJob) -> ShardScan:
     for b in range(job.n_buckets):
         part = h[int(bounds[b]) : int(bounds[b + 1])]
         ids = pa.table({"hash": pa.array(part["hash"]), "row": pa.array(part["row"])})
-        atomic_write_table(ids, bucket_file(job.ids_dir, b, job.index))
+        atomic_write_table(ids, job.dirs.id_bucket(b, job.index))
     if spill is not None and table is not None:
         rows = table.select(list(spill.columns)).combine_chunks()
         del table
@@ -252,7 +247,7 @@ def scan_step(job: ScanJob) -> ShardScan:
     return replace(scan, id_hashes=None, tokens=tokens)
 
 
-def repeats_step(bucket: int, ids_dir: str, shards: np.ndarray, inputs: str) -> dict[str, Any]:
+def repeats_step(bucket: int, dirs: WorkDir, shards: np.ndarray, inputs: str) -> dict[str, Any]:
     """One bucket of the uniqueness check: read its file of every shard in ``shards``,
     find the repeated hashes (for the inputs digest ``inputs``).
 
@@ -263,7 +258,7 @@ def repeats_step(bucket: int, ids_dir: str, shards: np.ndarray, inputs: str) -> 
     """
     parts = []
     for s in shards:
-        table = read_table(bucket_file(ids_dir, bucket, int(s)))
+        table = read_table(dirs.id_bucket(bucket, int(s)))
         entries = np.empty(table.num_rows, dtype=_POS_DTYPE)
         entries["hash"] = table.column("hash").to_numpy()
         entries["row"] = table.column("row").to_numpy()
@@ -284,13 +279,13 @@ def _inputs_digest(scans: Sequence[ShardScan], n_buckets: int) -> str:
 
 
 def _id_repeats(
-    scans: Sequence[ShardScan], n_buckets: int, ids_dir: str, runner: Any
+    scans: Sequence[ShardScan], n_buckets: int, dirs: WorkDir, runner: Any
 ) -> tuple[int, list[tuple]]:
     """Every bucket's repeats, from its marker or from one :func:`repeats_step` per bucket
     on ``runner``: the total count and the candidate pairs (a few per bucket)."""
     inputs = _inputs_digest(scans, n_buckets)
     shards = tuple(sc.index for sc in scans)
-    jobs = [RepeatsJob(b, ids_dir, shards, inputs) for b in range(n_buckets)]
+    jobs = [RepeatsJob(b, dirs, shards, inputs) for b in range(n_buckets)]
     found = run_steps(runner, BucketRepeats(), jobs, progress=False)
     total = sum(f["repeated"] for f in found)
     candidates = [(tuple(x), tuple(y)) for f in found for x, y in f["pairs"]]
@@ -332,17 +327,17 @@ def _n_buckets(infos: Sequence[ShardInfo]) -> int:
 def scan_jobs(
     infos: Sequence[ShardInfo],
     spec: SelectSpec,
-    ids_dir: str | Path,
+    dirs: WorkDir,
     n_input: int | None = None,
 ) -> list[ScanJob]:
     """One :class:`ScanShard` job per non-empty shard (its id hashes go to
-    ``ids_dir``). A work dir holding an earlier run with other settings or shards is
+    ``dirs.id_buckets()``). A work dir holding an earlier run with other settings or shards is
     refused here, before any scan writes (:func:`~..lifecycle.check_previous`).
 
     ``n_input``: how many of ``infos`` are the input's (the rest are ``--given``'s), whose
     tokens are counted under a token budget. A job spills nothing until given its
     :class:`~..plan.partition.SpillJob` (``dataclasses.replace(job, spill=...)``)."""
-    sums = check_previous(storage_path(ids_dir).parent, spec, list(infos))
+    sums = check_previous(dirs, spec, list(infos))
     n_buckets = _n_buckets(infos)
     columns = spec.columns
     n_input = len(infos) if n_input is None else n_input
@@ -354,7 +349,7 @@ def scan_jobs(
             info.num_rows,
             columns,
             n_buckets,
-            str(ids_dir),
+            dirs,
             sums.get(info.path, ""),
             length_col=length_col if s < n_input else None,
         )
@@ -371,7 +366,7 @@ def check_scans(
     infos: Sequence[ShardInfo],
     spec: SelectSpec,
     runner: Any,
-    ids_dir: str | Path,
+    dirs: WorkDir,
     n_input: int | None = None,
 ) -> tuple[dict[str, str], QualityRange]:
     """What only the whole corpus shows.
@@ -383,7 +378,7 @@ def check_scans(
     ----------
     scans : iterable of ShardScan
         The results of the :func:`scan_jobs` steps, in any order (their id hashes are in
-        ``ids_dir``).
+        ``dirs.id_buckets()``).
     infos : sequence of ShardInfo
         The shards, in the run's order; given KEPT, the input's then ``--given``'s (one
         width, one id type, no id in both, and one quality range over all of them).
@@ -391,8 +386,8 @@ def check_scans(
         Columns checked (``id_col``, ``quality_cols``).
     runner : Runner
         Where the bucket steps (:func:`repeats_step`) run.
-    ids_dir : str or Path
-        The id buckets the scan steps wrote (``WORK/ids``).
+    dirs : WorkDir
+        The run's places (the scan steps wrote the id buckets in ``WORK/ids``).
     n_input : int, optional
         How many of ``infos`` are the input's (the rest are ``--given``'s), for the
         messages.
@@ -425,6 +420,6 @@ def check_scans(
         check_quality_span(np.asarray([lo, hi]), name, where)
         lows.append(float(lo))
         highs.append(float(hi))
-    repeats = _id_repeats(ordered, _n_buckets(infos), str(ids_dir), runner)
+    repeats = _id_repeats(ordered, _n_buckets(infos), dirs, runner)
     _raise_first_duplicate(*repeats, infos, spec.columns.id_col, n_input)
     return {sc.path: sc.checksum for sc in ordered}, (tuple(lows), tuple(highs))

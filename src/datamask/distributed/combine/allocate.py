@@ -43,7 +43,7 @@ from ...io.atomic import atomic_write_json
 from ...io.parquet import atomic_write_table, read_table
 from ..engine import Step
 from ..lifecycle import read_marker
-from ..paths import global_marker, want_path
+from ..paths import WorkDir
 from .gains import gain_knots
 
 __all__ = [
@@ -264,15 +264,15 @@ def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(pos, dtype=np.int64), np.asarray(val, dtype=np.float64)
 
 
-def wanted(work_dir: str | Path, gid: int, default: int) -> int:
+def wanted(dirs: WorkDir, gid: int, default: int) -> int:
     """The candidates group ``gid`` proposes: ``default`` unless an extension says more."""
-    done = read_marker(want_path(work_dir, gid))
+    done = read_marker(dirs.want(gid))
     return int(done["candidates"]) if done else default
 
 
-def ask_for_more(work_dir: str | Path, gid: int, candidates: int) -> None:
+def ask_for_more(dirs: WorkDir, gid: int, candidates: int) -> None:
     """Record that group ``gid`` must propose ``candidates`` (read back by :func:`wanted`)."""
-    atomic_write_json({"candidates": candidates}, want_path(work_dir, gid))
+    atomic_write_json({"candidates": candidates}, dirs.want(gid))
 
 
 def saturated(counts: np.ndarray, proposed: list[int], sizes: list[int]) -> list[int]:
@@ -329,7 +329,7 @@ class WriteAllocated(Step[AllocatedJob]):
 
 
 def finish_allocation(
-    work_dir: str | Path,
+    dirs: WorkDir,
     counts: np.ndarray,
     written: list[dict[str, Any]],
     n_candidates: int,
@@ -355,5 +355,5 @@ def finish_allocation(
         "peak_rss_mb_write": max((w["peak_rss_mb"] or 0) for w in written) if written else None,
         **(extra or {}),
     }
-    atomic_write_json(stats, global_marker(work_dir))
+    atomic_write_json(stats, dirs.global_marker())
     return stats

@@ -27,7 +27,6 @@ all (about 100,000 x 384 floats held in memory for k = 100,000).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,12 +35,11 @@ from tqdm.auto import tqdm
 
 from ..._validation import check_corpus
 from ...config import SelectSpec
-from ...io.fs import storage_path
 from ...io.integrity import recording
 from ...io.parquet import atomic_write_table, read_table
 from ...near_duplicates import SimilarityCap, infeasible_message, verify_cap
 from ..engine import amend
-from ..paths import completion_path, group_rows_path, part_path
+from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.steps import read_group
 
@@ -51,8 +49,8 @@ __all__ = ["cap_across_groups"]
 class _Pass:
     """The shared state of the pass: the cap and what each group keeps."""
 
-    def __init__(self, spec: SelectSpec, work: Path, capacity: int) -> None:
-        self.spec, self.work, self.capacity = spec, work, capacity
+    def __init__(self, spec: SelectSpec, dirs: WorkDir, capacity: int) -> None:
+        self.spec, self.dirs, self.capacity = spec, dirs, capacity
         self.cap: SimilarityCap | None = None
         self.kept: dict[int, np.ndarray] = {}  # gid -> rows kept, in walk order
         self.tables: dict[int, tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -62,7 +60,7 @@ class _Pass:
         corpus, ids = read_group(g, self.spec)
         corpus = check_corpus(corpus)  # L2-normalised, as the learner saw them
         table = read_table(
-            group_rows_path(self.work, g.gid),
+            self.dirs.group_rows(g.gid),
             columns=["rank", "logit", "selected"],
         )
         rank = table.column("rank").to_numpy()
@@ -87,8 +85,7 @@ class _Pass:
 def cap_across_groups(
     groups: list[Group],
     spec: SelectSpec,
-    work: Path,
-    out: Path,
+    dirs: WorkDir,
     *,
     progress: bool = False,
 ) -> dict[str, Any]:
@@ -104,7 +101,7 @@ def cap_across_groups(
     started = time.perf_counter()
     threshold = float(spec.selector.max_similarity)
     k_total = sum(g.k for g in groups)
-    state = _Pass(spec, storage_path(work), k_total)
+    state = _Pass(spec, dirs, k_total)
     short = 0
     for g in tqdm(groups, desc="cap across groups", unit="group", disable=not progress):
         if g.k + short:
@@ -135,7 +132,7 @@ def cap_across_groups(
         replaced += swapped
         per_group[str(g.gid)] = {"replaced": swapped, "k": int(len(kept))}
         keep = kept[np.argsort(rank[kept], kind="stable")]
-        with recording([part_path(out, g.gid)]) as book:
+        with recording([dirs.part(g.gid)]) as book:
             atomic_write_table(
                 pa.table(
                     {
@@ -145,9 +142,9 @@ def cap_across_groups(
                         "logit": pa.array(logits[keep]),
                     }
                 ),
-                part_path(out, g.gid),
+                dirs.part(g.gid),
             )
-        amend(completion_path(work, g.gid), book)  # the group's marker: its part as now
+        amend(dirs.completion(g.gid), book)  # the group's marker: its part as now
     cap = state.cap
     top = verify_cap(cap.kept_features(), None, threshold) if cap is not None else -np.inf
     return {

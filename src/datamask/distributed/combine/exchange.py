@@ -49,7 +49,7 @@ from ...selectors import SELECTORS
 from ..check.validate import QualityRange
 from ..context import RunContext
 from ..engine import Step, run_steps
-from ..paths import candidates_path, exchange_marker, exchange_path, graph_path
+from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.given import group_floor
 from ..select.steps import read_group, saved_graph
@@ -157,15 +157,15 @@ class ExchangeJob:
     group: Group
     neighbors: tuple[tuple[int, int], ...]
     spec: SelectSpec
-    work: str
+    dirs: WorkDir
     quality_range: QualityRange
     totals: tuple[int, int]
 
 
 class ExchangeGroup(Step[ExchangeJob]):
     """Re-price one group's candidates above the coverage its lower neighbours' kept rows
-    give (steps 2-3 of the module's docstring). Writes :func:`exchange_path`; the engine
-    writes :func:`exchange_marker` (with the curve's knots) last. The group's saved graph
+    give (steps 2-3 of the module's docstring). Writes ``WORK/exchange/NNNNN.parquet``;
+    the engine writes its marker (with the curve's knots) last. The group's saved graph
     stays for the cover step, which reads the group's own nearest kept rows from it and
     deletes it (:class:`~..finish.cover.CoverGroup`); without a cover (``selected_only``) it is
     deleted once marked (:meth:`release`)."""
@@ -173,25 +173,25 @@ class ExchangeGroup(Step[ExchangeJob]):
     name = "exchange"
 
     def marker(self, job: ExchangeJob) -> Path:
-        return exchange_marker(job.work, job.group.gid)
+        return job.dirs.exchange_marker(job.group.gid)
 
     def outputs(self, job: ExchangeJob) -> tuple[Path, ...]:
-        return (exchange_path(job.work, job.group.gid),)
+        return (job.dirs.exchange(job.group.gid),)
 
     def size(self, job: ExchangeJob) -> int:
         return job.group.n
 
     def release(self, job: ExchangeJob) -> None:
         if job.spec.run.selected_only:  # no cover step reads it: disk goes back now
-            graph_path(job.work, job.group.gid).unlink(missing_ok=True)
+            job.dirs.graph(job.group.gid).unlink(missing_ok=True)
 
     def run(self, job: ExchangeJob) -> dict[str, Any]:
         bound_heap()
         started = time.perf_counter()
         gid = job.group.gid
-        own = read_table(candidates_path(job.work, gid))
+        own = read_table(job.dirs.candidates(gid))
         if not job.neighbors or own.num_rows == 0:  # nothing to re-price: the order stands
-            atomic_write_table(own, exchange_path(job.work, gid))
+            atomic_write_table(own, job.dirs.exchange(gid))
             gains = own.column("gain").to_numpy()
             stats = {"gid": gid, "floors": 0, "seconds": {"total": 0.0}}
         else:
@@ -207,17 +207,17 @@ class ExchangeGroup(Step[ExchangeJob]):
 
 def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarray, dict[str, Any]]:
     """:class:`ExchangeGroup`'s work: re-price the candidates ``own`` (a table) above the
-    floors of the neighbours' kept rows and write them to :func:`exchange_path`. Returns
+    floors of the neighbours' kept rows and write them to the group's exchange file. Returns
     the gains (in ``J`` units, monotone) and the stats (floors, graph, seconds since
     ``started``)."""
-    group, neighbors, spec, work_dir = job.group, job.neighbors, job.spec, job.work
+    group, neighbors, spec, dirs = job.group, job.neighbors, job.spec, job.dirs
     totals = job.totals
-    out = exchange_path(work_dir, group.gid)
+    out = dirs.exchange(group.gid)
     id_col = spec.columns.id_col
     # 1. The group's rows, and its candidates' positions among them.
     corpus, ids = read_group(group, spec, job.quality_range)
     corpus = check_corpus(corpus)
-    group_floor(corpus, spec, work_dir)  # given KEPT: raise_floor keeps the larger
+    group_floor(corpus, spec, dirs)  # given KEPT: raise_floor keeps the larger
     n = corpus.n_docs
     row_of = {v: i for i, v in enumerate(ids.to_pylist())}
     rows = np.asarray([row_of[v] for v in own.column(id_col).to_pylist()], dtype=np.int64)
@@ -226,7 +226,7 @@ def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarra
     kept = []
     for gid, m in neighbors:
         if m > 0:
-            t = read_table(candidates_path(work_dir, gid), columns=["features"]).slice(0, m)
+            t = read_table(dirs.candidates(gid), columns=["features"]).slice(0, m)
             kept.append(features_matrix(t.column(0)))
     x = torch.from_numpy(corpus.features)  # unit rows: the checked corpus
     floor = _floors(x, kept)
@@ -237,7 +237,7 @@ def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarra
     objective = fit.objective.make()
     saved = facility_term(objective)
     if saved is not None:  # the graph the group's learner used, when its step saved it
-        saved.graph = saved_graph(graph_path(work_dir, group.gid))
+        saved.graph = saved_graph(dirs.graph(group.gid))
     objective = objective.bind(  # bound as the group's selector bound it
         corpus,
         c,
@@ -290,13 +290,13 @@ def exchange_round(
     near = exchange_neighbors(  # it stacks them into its own copy: no second one here
         [centroids[g.gid] for g in groups], run.spec.partition.exchange_neighbors
     )
-    work = str(run.work)
+    dirs = run.dirs
     jobs = [
         ExchangeJob(
             g,
             tuple((groups[h].gid, int(counts[h])) for h in near[i]),
             run.spec,
-            work,
+            dirs,
             quality_range,
             totals,
         )
@@ -307,7 +307,7 @@ def exchange_round(
     return allocate_counts(
         [knots_of(done[g.gid]) for g in groups],
         [g.k for g in groups],
-        lambda i, lo, hi: read_gains(exchange_path(work, groups[i].gid), lo, hi),
+        lambda i, lo, hi: read_gains(dirs.exchange(groups[i].gid), lo, hi),
         k_total,
     )
 

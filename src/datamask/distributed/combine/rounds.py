@@ -20,7 +20,7 @@ from ..check.validate import QualityRange
 from ..context import RunContext
 from ..engine import run_steps
 from ..lifecycle import read_marker
-from ..paths import candidates_path, exchange_path, global_marker, part_path
+from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.given import kept_counts
 from ..select.steps import (
@@ -70,12 +70,12 @@ def select_round(
 ) -> int:
     """Run :class:`~..select.steps.SelectGroup` for every group without a finished result; fills
     ``stats`` (by gid), returns the documents computed (not reused)."""
-    spec, work, out = run.spec, str(run.work), str(run.out)
+    spec, dirs = run.spec, run.dirs
     todo = [g for g in groups if g.n]
     width = _width(todo[0].pieces[0].path, spec.columns.feature_col) if todo else 0
-    n_kept = kept_counts(run.work)["n_kept"] if spec.selector.given is not None else 0
+    n_kept = kept_counts(dirs)["n_kept"] if spec.selector.given is not None else 0
     jobs = [
-        GroupJob(g, spec, work, out, quality_range, propose, totals, rate, width, n_kept, tokens)
+        GroupJob(g, spec, dirs, quality_range, propose, totals, rate, width, n_kept, tokens)
         for g in groups
     ]
     results = run_steps(
@@ -99,29 +99,27 @@ def allocate_round(
     many), then every group's kept prefix written as its part; the marker last.
     ``totals``: the ``(k, N)`` of the gains' units (:func:`~..select.given.rate_totals`);
     ``k_total``: the budget."""
-    work = run.work
+    dirs = run.dirs
     curves = _Curves(
         {g: knots_of(s) for g, s in stats.items()},  # read once, not into the manifest
         {g: s.pop("centroid", None) for g, s in stats.items()},
         stats,
     )
-    done = read_marker(global_marker(work))
+    done = read_marker(dirs.global_marker())
     if done is not None:
         return {**done, "reused": True}, groups
     started = time.perf_counter()
     counts, rounds = _allocate_until_settled(run, groups, curves, quality_range, totals, k_total)
-    source, exchange_started = candidates_path, time.perf_counter()
+    source, exchange_started = WorkDir.candidates, time.perf_counter()
     if exchange_applies(run.spec):  # every group re-prices above its neighbours' cover
         counts = exchange_round(
             run, groups, counts, curves.centroids, quality_range, totals, k_total
         )
-        source = exchange_path
+        source = WorkDir.exchange
     exchange_s = time.perf_counter() - exchange_started
     allocate_s = time.perf_counter() - started
     jobs = [
-        AllocatedJob(
-            g.gid, int(m), run.spec, str(part_path(run.out, g.gid)), str(source(work, g.gid))
-        )
+        AllocatedJob(g.gid, int(m), run.spec, str(dirs.part(g.gid)), str(source(dirs, g.gid)))
         for g, m in zip(groups, counts, strict=True)
     ]
     written = run_steps(run.runner, WriteAllocated(), jobs, progress=run.progress)
@@ -132,7 +130,7 @@ def allocate_round(
         "total": time.perf_counter() - started,
     }
     n_candidates = sum(g.k for g in groups)
-    global_stats = finish_allocation(work, counts, written, n_candidates, rounds, seconds)
+    global_stats = finish_allocation(dirs, counts, written, n_candidates, rounds, seconds)
     return {**global_stats, "reused": False}, groups
 
 
@@ -157,12 +155,12 @@ def _allocate_until_settled(
     """The threshold from every group's knots, again until no group is cut off by its
     own candidate count (those propose twice as many; ``groups`` and ``curves`` are
     updated in place). Returns the counts and the rounds."""
-    work, rounds = run.work, 1
+    dirs, rounds = run.dirs, 1
     while True:
         counts = allocate_counts(
             [curves.knots[g.gid] for g in groups],
             [g.k for g in groups],
-            lambda i, lo, hi: read_gains(candidates_path(work, groups[i].gid), lo, hi),
+            lambda i, lo, hi: read_gains(dirs.candidates(groups[i].gid), lo, hi),
             k_total,
         )
         cut_off = saturated(counts, [g.k for g in groups], [g.n for g in groups])
@@ -173,7 +171,7 @@ def _allocate_until_settled(
         for i in cut_off:
             g = groups[i]
             groups[i] = replace(g, k=min(g.n, 2 * g.k))
-            ask_for_more(work, g.gid, groups[i].k)
+            ask_for_more(dirs, g.gid, groups[i].k)
         fresh: dict[int, dict[str, Any]] = {}
         again = [groups[i] for i in cut_off]
         desc = f"propose more ({rounds})"
@@ -190,7 +188,7 @@ def central_round(
 ) -> dict[str, Any]:
     """Phase 4 (central): one selection of exactly ``k`` over the union of the candidates,
     on one worker that may use the whole machine."""
-    job = GlobalJob(tuple(groups), run.spec, str(run.work), str(run.out), k_total, quality_range)
+    job = GlobalJob(tuple(groups), run.spec, run.dirs, k_total, quality_range)
     return run_steps(run.runner, SelectGlobal(), [job], progress=run.progress)[0]
 
 
@@ -206,15 +204,13 @@ def allocate_tokens_round(
     over every group's candidates (:func:`~..select.tokens.allocate_tokens`), again after groups
     whose every candidate was kept propose twice their tokens, then every group's kept
     prefix written as its part; the marker last (its ``tokens_kept``)."""
-    work = run.work
-    done = read_marker(global_marker(work))
+    dirs = run.dirs
+    done = read_marker(dirs.global_marker())
     if done is not None:
         return {**done, "reused": True}
     started, rounds = time.perf_counter(), 1
     while True:
-        tables = [
-            read_table(candidates_path(work, g.gid), columns=["price", "length"]) for g in groups
-        ]
+        tables = [read_table(dirs.candidates(g.gid), columns=["price", "length"]) for g in groups]
         prices = [t.column("price").to_numpy() for t in tables]
         lengths = [t.column("length").to_numpy() for t in tables]
         counts, filled, kept = allocate_tokens(prices, lengths, plan.total)
@@ -227,7 +223,7 @@ def allocate_tokens_round(
             break
         for i in cut_off:  # its curve may go on above the price: twice its tokens
             gid = groups[i].gid
-            ask_for_tokens(work, gid, 2.0 * stats[gid]["tokens"]["budget"])
+            ask_for_tokens(dirs, gid, 2.0 * stats[gid]["tokens"]["budget"])
         fresh: dict[int, dict[str, Any]] = {}
         again = [groups[i] for i in cut_off]
         desc = f"propose more ({rounds})"
@@ -242,8 +238,8 @@ def allocate_tokens_round(
             g.gid,
             int(m),
             run.spec,
-            str(part_path(run.out, g.gid)),
-            str(candidates_path(work, g.gid)),
+            str(dirs.part(g.gid)),
+            str(dirs.candidates(g.gid)),
             tuple(int(p) for p in f),
         )
         for g, m, f in zip(groups, counts, filled, strict=True)
@@ -262,7 +258,7 @@ def allocate_tokens_round(
     }
     kept_per_group = counts + np.asarray([len(f) for f in filled], dtype=np.int64)
     global_stats = finish_allocation(
-        work, kept_per_group, written, n_candidates, rounds, seconds, extra
+        dirs, kept_per_group, written, n_candidates, rounds, seconds, extra
     )
     return {**global_stats, "reused": False}
 

@@ -72,18 +72,7 @@ from ..combine.exchange import exchange_neighbors
 from ..context import RunContext
 from ..engine import Step, run_steps
 from ..lifecycle import read_marker
-from ..paths import (
-    candidates_path,
-    completion_path,
-    cover_marker,
-    cover_part_path,
-    exchange_path,
-    global_part_path,
-    graph_path,
-    kept_rows_marker,
-    kept_rows_path,
-    part_path,
-)
+from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.given import kept_table
 from ..select.steps import read_group, saved_graph
@@ -109,13 +98,13 @@ COVER_NEIGHBORS = 4
 COVER_PROBE_FRACTION = 0.1
 
 
-def _kept_ids(out_dir: str | Path, gid: int, id_col: str) -> pa.Array:
+def _kept_ids(dirs: WorkDir, gid: int, id_col: str) -> pa.Array:
     """The ids the output keeps in group ``gid``: its part, or its rows of the central
     round's part."""
-    own = part_path(out_dir, gid)
+    own = dirs.part(gid)
     if own.exists():
         return read_table(own, columns=[id_col]).column(0).combine_chunks()
-    table = read_table(global_part_path(out_dir), columns=[id_col, "group"])
+    table = read_table(dirs.global_part(), columns=[id_col, "group"])
     return table.filter(pc.equal(table.column("group"), gid)).column(0).combine_chunks()
 
 
@@ -135,8 +124,7 @@ class CoverJob:
 
     group: Group
     spec: SelectSpec
-    work: str
-    out: str
+    dirs: WorkDir
     quality_range: QualityRange
     neighbors: tuple[int, ...] = ()
     searched_all: bool = False
@@ -148,10 +136,10 @@ class KeptRows(Step[CoverJob]):
     name = "cover: kept rows"
 
     def marker(self, job: CoverJob) -> Path:
-        return kept_rows_marker(job.work, job.group.gid)
+        return job.dirs.kept_rows_marker(job.group.gid)
 
     def outputs(self, job: CoverJob) -> tuple[Path, ...]:
-        return (kept_rows_path(job.work, job.group.gid),)
+        return (job.dirs.kept_rows(job.group.gid),)
 
     def size(self, job: CoverJob) -> int:
         return job.group.n
@@ -162,14 +150,14 @@ class KeptRows(Step[CoverJob]):
         stored = _stored_kept_rows(job)
         if stored is None:  # no stored embeddings of its kept rows: read the group
             x, ids = _read_unit_rows(group, job.spec, job.quality_range)
-            rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(job.out, group.gid, id_col)))
+            rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(job.dirs, group.gid, id_col)))
             table = pa.table(
                 {id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])}
             )
             centroid = x.mean(0).tolist() if len(x) else [0.0] * x.shape[1]
         else:
             table, centroid = stored
-        atomic_write_table(table, kept_rows_path(job.work, group.gid))
+        atomic_write_table(table, job.dirs.kept_rows(group.gid))
         release_heap()
         return {
             "gid": group.gid,
@@ -188,10 +176,10 @@ def _stored_kept_rows(job: CoverJob) -> tuple[pa.Table, list[float]] | None:
     exchange round's, else its candidates: the unit rows its select step wrote), the
     centroid from its select step's marker (proposing by gains: the mean of the same
     unit rows), the order from its id column. None where one of them is missing."""
-    group, work, id_col = job.group, job.work, job.spec.columns.id_col
-    done = read_marker(completion_path(work, group.gid))
+    group, dirs, id_col = job.group, job.dirs, job.spec.columns.id_col
+    done = read_marker(dirs.completion(group.gid))
     centroid = None if done is None else done.get("centroid")
-    sources = [exchange_path(work, group.gid), candidates_path(work, group.gid)]
+    sources = [dirs.exchange(group.gid), dirs.candidates(group.gid)]
     sources = [p for p in sources if p.exists()]
     if centroid is None or not sources:
         return None
@@ -202,7 +190,7 @@ def _stored_kept_rows(job: CoverJob) -> tuple[pa.Table, list[float]] | None:
         col = read_rows(p.path, p.start, p.stop, [id_col]).column(0).combine_chunks()
         parts.append(col.dictionary_decode() if pa.types.is_dictionary(col.type) else col)
     ids = pa.concat_arrays([c.cast(kind) for c in parts]) if parts else pa.array([], kind)
-    kept = _kept_ids(job.out, group.gid, id_col).cast(kind)
+    kept = _kept_ids(dirs, group.gid, id_col).cast(kind)
     in_order = ids.filter(pc.is_in(ids, value_set=kept))
     at = pc.index_in(in_order, value_set=source.column(0).combine_chunks())
     if len(in_order) != len(kept) or at.null_count:  # not the table the part came from
@@ -217,10 +205,10 @@ class CoverGroup(Step[CoverJob]):
     name = "cover"
 
     def marker(self, job: CoverJob) -> Path:
-        return cover_marker(job.work, job.group.gid)
+        return job.dirs.cover_marker(job.group.gid)
 
     def outputs(self, job: CoverJob) -> tuple[Path, ...]:
-        return (cover_part_path(job.out, job.group.gid),)
+        return (job.dirs.cover_part(job.group.gid),)
 
     def size(self, job: CoverJob) -> int:
         return job.group.n
@@ -231,7 +219,7 @@ class CoverGroup(Step[CoverJob]):
         return stats
 
     def release(self, job: CoverJob) -> None:
-        graph_path(job.work, job.group.gid).unlink(missing_ok=True)  # its last reader
+        job.dirs.graph(job.group.gid).unlink(missing_ok=True)  # its last reader
 
 
 def _own_graph(job: CoverJob, n: int) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, bool]:
@@ -242,7 +230,7 @@ def _own_graph(job: CoverJob, n: int) -> tuple[tuple[torch.Tensor, torch.Tensor]
     (that graph is raised by KEPT's floor)."""
     if job.spec.selector.given is not None:
         return None, False
-    graph = saved_graph(graph_path(job.work, job.group.gid))
+    graph = saved_graph(job.dirs.graph(job.group.gid))
     if graph is None or graph[0].shape[0] != n:
         return None, False
     term = facility_term(job.spec.objective.make())
@@ -253,18 +241,18 @@ def _own_graph(job: CoverJob, n: int) -> tuple[tuple[torch.Tensor, torch.Tensor]
 def _cover(job: CoverJob) -> dict[str, Any]:
     """:class:`CoverGroup`'s work: the floor from the neighbours' kept rows (and KEPT's),
     then every row's nearest kept row above it; writes the group's cover part."""
-    group, spec, work_dir, neighbors = job.group, job.spec, job.work, job.neighbors
+    group, spec, dirs, neighbors = job.group, job.spec, job.dirs, job.neighbors
     started = time.perf_counter()
     id_col = spec.columns.id_col
     x, ids = _read_unit_rows(group, spec, job.quality_range)
-    own = read_table(kept_rows_path(work_dir, group.gid), columns=[id_col])
+    own = read_table(dirs.kept_rows(group.gid), columns=[id_col])
     kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
     read_s = time.perf_counter() - started
     # The neighbours' kept rows: the floor, and which of their rows it is.
     # in group order: equal cosines go to the lowest group, then its lowest row
-    tables = [read_table(kept_rows_path(work_dir, h)) for h in sorted(neighbors)]
+    tables = [read_table(dirs.kept_rows(h)) for h in sorted(neighbors)]
     if spec.selector.given is not None:  # KEPT's rows cover too, where they are nearer
-        given = kept_table(work_dir)
+        given = kept_table(dirs)
         tables.append(given.set_column(0, id_col, given.column(0).cast(ids.type)))
     tables = [t for t in tables if t.num_rows]
     floor = floor_index = None
@@ -302,7 +290,7 @@ def _cover(job: CoverJob) -> dict[str, Any]:
             "covered_exact": pa.array(exact),
         }
     )
-    atomic_write_table(table, cover_part_path(job.out, group.gid))
+    atomic_write_table(table, job.dirs.cover_part(group.gid))
     floor_routes = {k: int(v) for k, v in far.counts.items() if v} if tables else {}
     return {
         "gid": group.gid,
@@ -325,8 +313,7 @@ def cover_round(
 ) -> dict[str, Any]:
     """Both passes over every group (:mod:`.cover`); returns the manifest's ``cover``."""
     started = time.perf_counter()
-    spec, work, out = run.spec, str(run.work), str(run.out)
-    jobs = [CoverJob(g, spec, work, out, quality_range) for g in groups]
+    jobs = [CoverJob(g, run.spec, run.dirs, quality_range) for g in groups]
     # Centroids as float32 arrays on arrival, not JSON's Python floats (compact_marker's
     # reason: at 10^5 groups of 384-d the lists alone would take over 1 GB).
     kept = {
@@ -358,7 +345,7 @@ def cover_round(
     for r in kept.values():  # where the kept rows' embeddings came from
         read[r.get("read", "group")] = read.get(r.get("read", "group"), 0) + 1
     return {
-        "dataset": str(run.out / "covered"),
+        "dataset": str(run.dirs.covered()),
         "kept_rows_read": read,
         "columns": list(COVER_COLUMNS),
         "rows": rows,

@@ -42,7 +42,6 @@ from ...io.keep import (
     IdSet,
     finish_keep_lists,
     input_names,
-    keep_dir_for,
     keep_file_name,
     keep_index,
     read_selected_ids,
@@ -51,9 +50,10 @@ from ...io.keep import (
 )
 from ...io.parquet import atomic_write_table, read_table
 from ...io.shards import ShardInfo, read_rows
+from ..context import RunContext
 from ..engine import Step, run_steps
 from ..executors import Runner
-from ..paths import group_object_path, keep_bucket_marker, keep_bucket_path, keep_group_marker
+from ..paths import WorkDir
 from ..plan.gather import SHARD_COLUMN
 from ..plan.partition import ROW_COLUMN, Group, Piece
 from .cover import _kept_ids
@@ -104,8 +104,7 @@ class FileJob:
     pieces: tuple[Piece, ...]
     sources: tuple[int, ...]
     id_col: str
-    work: str
-    out: str
+    dirs: WorkDir
     bucket_shards: int
 
 
@@ -116,14 +115,14 @@ class FileKeptRows(Step[FileJob]):
     name = "keep: file"
 
     def marker(self, job: FileJob) -> Path:
-        return keep_group_marker(job.work, job.gid)
+        return job.dirs.keep_group_marker(job.gid)
 
     def size(self, job: FileJob) -> int:
         return sum(p.stop - p.start for p in job.pieces)
 
     def run(self, job: FileJob) -> dict[str, Any]:
-        gid, id_col, work_dir = job.gid, job.id_col, job.work
-        kept = _kept_ids(job.out, gid, id_col)
+        gid, id_col, dirs = job.gid, job.id_col, job.dirs
+        kept = _kept_ids(dirs, gid, id_col)
         lookup = IdSet(kept)
         found = [
             got
@@ -154,7 +153,7 @@ class FileKeptRows(Step[FileJob]):
                         id_col: ids.slice(lo, hi - lo),
                     }
                 )
-                atomic_write_table(table, keep_bucket_path(work_dir, bucket, gid))
+                atomic_write_table(table, dirs.keep_bucket(bucket, gid))
                 buckets.append(bucket)
         return {"gid": gid, "kept": n_found, "buckets": buckets}
 
@@ -167,7 +166,7 @@ class BucketJob:
     bucket: int
     shards: tuple[tuple[int, str, str, int], ...]
     id_col: str
-    work: str
+    dirs: WorkDir
     keep_dir: str
 
 
@@ -179,7 +178,7 @@ class BucketKeepLists(Step[BucketJob]):
     unit = "bucket"
 
     def marker(self, job: BucketJob) -> Path:
-        return keep_bucket_marker(job.work, job.bucket)
+        return job.dirs.keep_bucket_marker(job.bucket)
 
     def outputs(self, job: BucketJob) -> tuple[Path, ...]:
         keep = storage_path(job.keep_dir)
@@ -189,7 +188,7 @@ class BucketKeepLists(Step[BucketJob]):
         return sum(rows for *_, rows in job.shards)
 
     def run(self, job: BucketJob) -> dict[str, Any]:
-        folder = keep_bucket_path(job.work, job.bucket, 0).parent
+        folder = job.dirs.keep_bucket(job.bucket, 0).parent
         parts = sorted(n for n in names_in(folder) if _PART.fullmatch(n))
         tables = [read_table(folder / n) for n in parts]
         id_col = job.id_col
@@ -213,7 +212,7 @@ class BucketKeepLists(Step[BucketJob]):
 
 @dataclass(frozen=True, slots=True)
 class DigestJob:
-    out: str
+    dirs: WorkDir
     id_col: str
 
 
@@ -225,7 +224,7 @@ class SelectionDigest(Step[DigestJob]):
     unit = "step"
 
     def run(self, job: DigestJob) -> tuple[str, int]:
-        ids = read_selected_ids(job.out, job.id_col)
+        ids = read_selected_ids(job.dirs.out, job.id_col)
         return selection_digest(ids), len(ids)
 
 
@@ -233,7 +232,7 @@ def keep_round(
     groups: Sequence[Group],
     infos: Sequence[ShardInfo],
     id_col: str,
-    run: Any,
+    run: RunContext,
     runner: Runner,
     progress: bool = False,
 ) -> dict[str, Any]:
@@ -247,32 +246,31 @@ def keep_round(
         The input shards, in the run's order.
     id_col : str
         The id column.
-    run : the runner's run
-        Its ``source`` (names are relative to it), ``work`` and ``out`` folders.
+    run : RunContext
+        Its ``source`` (names are relative to it) and its places (``dirs``).
     runner : Runner
         Where the steps run.
     """
-    work, out = storage_path(run.work), storage_path(run.out)
+    dirs, per = run.dirs, BUCKET_SHARDS
     names = input_names(run.source, [i.path for i in infos])
     sources = {str(info.path): s for s, info in enumerate(infos)}
-    sources.update({str(group_object_path(work, g.gid)): GATHERED for g in groups})
-    w, o, per = str(work), str(out), BUCKET_SHARDS  # one copy of each, not one a job
+    sources.update({str(dirs.group_object(g.gid)): GATHERED for g in groups})
     jobs = [
-        FileJob(g.gid, tuple(g.pieces), tuple(sources[p.path] for p in g.pieces), id_col, w, o, per)
+        FileJob(g.gid, tuple(g.pieces), tuple(sources[p.path] for p in g.pieces), id_col, dirs, per)
         for g in groups
     ]
     run_steps(runner, FileKeptRows(), jobs, progress=progress, keep=lambda _: None)
-    keep_dir = keep_dir_for(str(out), folder=True)
+    keep_dir = dirs.keep_lists()
     shards = [(s, str(i.path), names[s], i.num_rows) for s, i in enumerate(infos)]
     buckets = [
-        BucketJob(b // BUCKET_SHARDS, tuple(shards[b : b + BUCKET_SHARDS]), id_col, w, keep_dir)
+        BucketJob(b // BUCKET_SHARDS, tuple(shards[b : b + BUCKET_SHARDS]), id_col, dirs, keep_dir)
         for b in range(0, len(shards), BUCKET_SHARDS)
     ]
     kept: dict[int, int] = {}
     for done in run_steps(runner, BucketKeepLists(), buckets, progress=progress):
         kept.update((int(s), int(n)) for s, n in done["kept"])
     ((digest, n_selected),) = run_steps(
-        runner, SelectionDigest(), [DigestJob(o, id_col)], progress=False
+        runner, SelectionDigest(), [DigestJob(dirs, id_col)], progress=False
     )
     index = keep_index(id_col, digest, n_selected)
     for s, info in enumerate(infos):

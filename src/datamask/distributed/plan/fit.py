@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from ...data import apportion
 from ...io.shards import ShardInfo
 from ..engine import Step, run_steps
 from ..executors import Runner
+from ..paths import WorkDir
 from .kmeans import (
     FitPlan,
     FitSubtrees,
@@ -59,17 +59,16 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class FitJob:
     """The seeded sample as the parts :class:`~.kmeans.SamplePart` steps wrote to
-    ``folder`` (rows of each, of ``dim`` columns), and what the tree is fitted with; the
-    tree is saved to ``tree_path``."""
+    ``dirs.kmeans()`` (rows of each, of ``dim`` columns), and what the tree is fitted
+    with; the tree is saved to ``dirs.tree()``."""
 
-    folder: str
+    dirs: WorkDir
     part_rows: tuple[int, ...]
     dim: int
     n_clusters: int
     n_total: int
     max_rows: int
     seed: int
-    tree_path: str
 
 
 class FitPartition(Step[FitJob]):
@@ -87,16 +86,16 @@ class FitPartition(Step[FitJob]):
 
 def fit_partition(job: FitJob) -> dict[str, Any]:
     """Read the sample's parts, fit the tree (the centroids and the cuts of clusters too
-    large for one group) and save it to ``job.tree_path``; returns its size and memory."""
+    large for one group) and save it to ``job.dirs.tree()``; returns its size and memory."""
     # Filled part by part: the sample is held once, not twice as when its parts were
     # concatenated (154 MB at 10^5 x 384).
     sample = np.empty((sum(job.part_rows), job.dim), dtype=np.float32)
     at = 0
     for part, rows in enumerate(job.part_rows):
-        sample[at : at + rows] = read_part(job.folder, part, job.dim, rows)
+        sample[at : at + rows] = read_part(job.dirs, part, job.dim, rows)
         at += rows
     centroids = fit_centroids(sample, job.n_clusters, job.seed)
-    fit_tree(sample, centroids, job.n_total, job.max_rows, job.seed).save(job.tree_path)
+    fit_tree(sample, centroids, job.n_total, job.max_rows, job.seed).save(job.dirs.tree())
     return {"sample_rows": len(sample), "peak_rss_mb": peak_rss_mb()}
 
 
@@ -105,16 +104,16 @@ def read_sample_parts(
     n_sample: int,
     part_rows: int,
     spec: SelectSpec,
-    kdir: str,
+    dirs: WorkDir,
     runner: Runner,
 ) -> list[dict[str, Any]]:
     """The seeded sample (:func:`~.partition.sample_plan`) read by steps in parallel, in
-    parts of ``part_rows`` rows in (shard, row) order, each written to ``kdir`` by a
+    parts of ``part_rows`` rows in (shard, row) order, each written to ``dirs.kmeans()`` by a
     :class:`~.kmeans.SamplePart` step; returns each part's stats (rows, dim, memory).
     The parts hold the rows one read would, in its order: the fit is the same."""
     wanted = sample_plan(infos, n_sample, spec.selector.seed)
     parts = _cut_parts(wanted, infos, part_rows, spec)
-    jobs = [PartJob(kdir, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
+    jobs = [PartJob(dirs, p, reads=tuple(reads)) for p, reads in enumerate(parts)]
     return run_steps(runner, SamplePart(), jobs, progress=False)
 
 
@@ -124,24 +123,23 @@ def fit_spread(
     plan: FitPlan,
     n_clusters: int,
     spec: SelectSpec,
-    folder: Path,
+    dirs: WorkDir,
     runner: Runner,
 ) -> dict[str, Any]:
     """Fit the tree of a cluster partition by steps (see the module), save it to
-    ``folder / "tree.npz"``; returns facts for the manifest. ``spec``: the run's
+    ``dirs.tree()``; returns facts for the manifest. ``spec``: the run's
     :class:`~datamask.config.SelectSpec`."""
     seed, step_rows = spec.selector.seed, spec.partition.kmeans_step_rows
-    kdir = str(folder / "kmeans")
-    stats = read_sample_parts(infos, plan.n_sample, step_rows, spec, kdir, runner)
+    stats = read_sample_parts(infos, plan.n_sample, step_rows, spec, dirs, runner)
     n, dim = [st["rows"] for st in stats], int(stats[0]["dim"])
-    cent, reserve = _initial(kdir, n, dim, plan.k1, seed, runner)
+    cent, reserve = _initial(dirs, n, dim, plan.k1, seed, runner)
     device = spec.selector.device
     iterations, used, moved = 0, 0, True
     while moved and iterations < KMEANS_ITER:  # until no centroid moves, at most that
-        new, used = _lloyd_round(kdir, n, dim, cent, reserve, used, device, runner)
+        new, used = _lloyd_round(dirs, n, dim, cent, reserve, used, device, runner)
         moved = not np.array_equal(new, cent)
         cent, iterations = new, iterations + 1
-    jobs = [PartJob(kdir, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
+    jobs = [PartJob(dirs, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
     routed = run_steps(runner, RoutePart(), jobs, progress=False)
     counts = np.asarray([r["counts"] for r in routed], dtype=np.int64)  # parts x k1
     per = counts.sum(axis=0)
@@ -152,7 +150,7 @@ def fit_spread(
     max_rows = spec.partition.chunk_size
     jobs = [
         SubtreeJob(
-            kdir,
+            dirs,
             b,
             tuple(c.tolist()),
             np.stack([starts[:, c].T, starts[:, c + 1].T], 1),
@@ -167,8 +165,7 @@ def fit_spread(
     ]
     fitted = run_steps(runner, FitSubtrees(), jobs, progress=False)
     n_total = sum(i.num_rows for i in infos)
-    tree = str(folder / "tree.npz")
-    join = JoinJob(kdir, len(batches), cent, n_total > max_rows, plan.levels, tree)
+    join = JoinJob(dirs, len(batches), cent, n_total > max_rows, plan.levels)
     (joined,) = run_steps(runner, JoinSubtrees(), [join], progress=False)
     peaks = [st.get("peak_rss_mb") or 0 for st in [*stats, *fitted, joined]]
     return {
@@ -205,7 +202,7 @@ def _cut_parts(
 
 
 def _initial(
-    kdir: str, n: Sequence[int], dim: int, k: int, seed: int, runner: Runner
+    dirs: WorkDir, n: Sequence[int], dim: int, k: int, seed: int, runner: Runner
 ) -> tuple[np.ndarray, np.ndarray]:
     """``k`` seeded sample rows as the first centroids, and ``k`` more as the reserve that
     refills empty ones: read by one step per part that holds any."""
@@ -215,7 +212,7 @@ def _initial(
     bounds = np.concatenate([[0], np.cumsum(n)])
     part = np.searchsorted(bounds, pick, side="right") - 1
     jobs = [
-        PartJob(kdir, int(p), dim=dim, rows=np.sort(pick[part == p] - bounds[p]))
+        PartJob(dirs, int(p), dim=dim, rows=np.sort(pick[part == p] - bounds[p]))
         for p in np.unique(part)
     ]
     got = dict(run_steps(runner, PartRows(), jobs, progress=False))
@@ -227,7 +224,7 @@ def _initial(
 
 
 def _lloyd_round(
-    kdir: str,
+    dirs: WorkDir,
     n: Sequence[int],
     dim: int,
     cent: np.ndarray,
@@ -242,7 +239,7 @@ def _lloyd_round(
     counts = np.zeros(len(cent), np.int64)
     pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     nxt = 0
-    jobs = [PartJob(kdir, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
+    jobs = [PartJob(dirs, p, n[p], dim, centroids=cent, device=device) for p in range(len(n))]
     for part, s, c, _ in run_steps(runner, LloydPart(), jobs, progress=False):
         pending[part] = (s, c)
         while nxt in pending:  # only the parts that finished early wait here

@@ -50,12 +50,12 @@ import pyarrow.parquet as pq
 
 from ..._memory import peak_rss_mb
 from ...io.atomic import atomic_write, atomic_write_json
-from ...io.fs import names_in, open_input, storage_path
+from ...io.fs import names_in, open_input
 from ...io.parquet import WORK_COMPRESSION
 from ...io.shards import iter_files, read_ranges
 from ..engine import Step, run_steps
 from ..executors import GROUP_MEMORY_BASE, Runner
-from ..paths import clusters_dir, group_object_marker, group_object_path, spill_path
+from ..paths import WorkDir
 from .partition import ROW_COLUMN, Piece, Unit, coalesce, split_across
 
 __all__ = [
@@ -80,9 +80,9 @@ __all__ = [
 SHARD_COLUMN = "__datamask_shard"
 
 
-def _spilled_shards(folder: Path) -> list[int]:
+def _spilled_shards(dirs: WorkDir) -> list[int]:
     """Shards with a finished spill (their counts file), in shard order: one listing."""
-    names = names_in(folder)
+    names = names_in(dirs.clusters())
     return sorted(
         int(n[len("shard-") : -len(".json")])
         for n in names
@@ -97,7 +97,7 @@ INDEX_BLOCK_VALUES = 1 << 22
 
 @dataclass(frozen=True, slots=True)
 class IndexJob:
-    clusters: str
+    dirs: WorkDir
     n_leaves: int
     block_values: int = INDEX_BLOCK_VALUES
 
@@ -110,19 +110,18 @@ class IndexSpills(Step[IndexJob]):
     unit = "step"
 
     def marker(self, job: IndexJob) -> Path:
-        return storage_path(job.clusters) / "offsets.json"
+        return job.dirs.spill_index("json")
 
     def outputs(self, job: IndexJob) -> tuple[Path, ...]:
-        folder = storage_path(job.clusters)
-        return (folder / "offsets.bin", _spills_path(folder))
+        return (job.dirs.spill_index("bin"), job.dirs.spill_index("spills.json"))
 
     def run(self, job: IndexJob) -> dict[str, Any]:
-        return index_spills(job.clusters, job.n_leaves, job.block_values)
+        return index_spills(job.dirs, job.n_leaves, job.block_values)
 
 
 @dataclass(frozen=True, slots=True)
 class ReleaseJob:
-    clusters: str
+    dirs: WorkDir
     shards: tuple[int, ...]
 
 
@@ -133,11 +132,11 @@ class ReleaseSpills(Step[ReleaseJob]):
     unit = "batch"
 
     def run(self, job: ReleaseJob) -> None:
-        release_spills(job.clusters, job.shards)
+        release_spills(job.dirs, job.shards)
 
 
 def index_spills(
-    clusters_dir: str, n_leaves: int, block_values: int = INDEX_BLOCK_VALUES
+    dirs: WorkDir, n_leaves: int, block_values: int = INDEX_BLOCK_VALUES
 ) -> dict[str, Any]:
     """One step after the spill: every spilled shard's per-leaf counts as one leaf-major
     table of offsets, so a gather step reads the few rows it needs, not S counts files.
@@ -154,37 +153,31 @@ def index_spills(
     temporary folder, then read back a block of leaves at a time (ranged reads, one per
     panel) and appended to the table.
     """
-    folder = storage_path(clusters_dir)
-    shards = _spilled_shards(folder)
+    shards = _spilled_shards(dirs)
     per_leaf = np.zeros(n_leaves, dtype=np.int64)
     with (
         tempfile.TemporaryDirectory(prefix="datamask-offsets-") as tmp,
-        atomic_write(folder / "offsets.bin") as table,
+        atomic_write(dirs.spill_index("bin")) as table,
     ):
         width = max(1, block_values // (n_leaves + 1))  # spills per panel
         panels = [
-            _write_panel(folder, shards[i : i + width], n_leaves, Path(tmp), per_leaf)
+            _write_panel(dirs, shards[i : i + width], n_leaves, Path(tmp), per_leaf)
             for i in range(0, len(shards), width)
         ]
         _append_leaf_blocks(panels, n_leaves + 1, len(shards), block_values, table)
-    atomic_write_json({"shards": shards}, _spills_path(folder))  # what the gathers read
+    # what the gathers read
+    atomic_write_json({"shards": shards}, dirs.spill_index("spills.json"))
     return {"shards": shards, "leaves": n_leaves, "per_leaf": per_leaf.tolist()}
 
 
-def _spills_path(folder: Path) -> Path:
-    return folder / "offsets.spills.json"
-
-
 def _write_panel(
-    folder: Path, shards: Sequence[int], n_leaves: int, tmp: Path, per_leaf: np.ndarray
+    dirs: WorkDir, shards: Sequence[int], n_leaves: int, tmp: Path, per_leaf: np.ndarray
 ) -> tuple[Path, int]:
     """The offsets of ``shards``' spills, leaf-major ``(leaves + 1) x len(shards)``, as a
     local file; adds their counts to ``per_leaf``. Returns the file and its width."""
     panel = np.zeros((n_leaves + 1, len(shards)), dtype=np.int64)
     for i, s in enumerate(shards):
-        counts = np.asarray(
-            json.loads((folder / f"shard-{s:05d}.json").read_text())["counts"], dtype=np.int64
-        )
+        counts = np.asarray(json.loads(dirs.spill_marker(s).read_text())["counts"], dtype=np.int64)
         if len(counts) != n_leaves:
             raise RuntimeError(
                 f"the spill of shard {s} counts {len(counts)} leaves, not the tree's "
@@ -216,10 +209,10 @@ def _append_leaf_blocks(
                 fh.write(np.hstack(parts).tobytes())
 
 
-def _offset_rows(folder: Path, leaves: Sequence[int], n_spills: int) -> np.ndarray:
+def _offset_rows(dirs: WorkDir, leaves: Sequence[int], n_spills: int) -> np.ndarray:
     """Rows ``leaves`` of ``offsets.bin``, shape (spills, len(leaves)): ranged reads."""
     out = np.empty((len(leaves), n_spills), dtype=np.int64)
-    with open_input(folder / "offsets.bin") as fh:
+    with open_input(dirs.spill_index("bin")) as fh:
         for i, leaf in enumerate(leaves):
             fh.seek(8 * leaf * n_spills)
             out[i] = np.frombuffer(fh.read(8 * n_spills), dtype=np.int64)
@@ -227,7 +220,7 @@ def _offset_rows(folder: Path, leaves: Sequence[int], n_spills: int) -> np.ndarr
 
 
 def unit_pieces(
-    clusters_dir: str, units: Sequence[Unit], max_rows: int
+    dirs: WorkDir, units: Sequence[Unit], max_rows: int
 ) -> tuple[list[Piece], dict[str, int]]:
     """The spill row ranges of one group, from the offsets :func:`index_spills` wrote.
 
@@ -236,15 +229,16 @@ def unit_pieces(
     row of ``offsets.bin`` per cut (``8 x S`` bytes, a ranged read), never the whole
     table. Memory: two offsets per unit per spill.
     """
-    folder = storage_path(clusters_dir)
     # The spilled shards: O(S), not the marker's O(S + C) (the leaves' totals are the
     # driver's); a work dir indexed before this file existed has them in the marker.
-    listed = _spills_path(folder) if _spills_path(folder).exists() else folder / "offsets.json"
+    listed = dirs.spill_index("spills.json")
+    if not listed.exists():
+        listed = dirs.spill_index("json")
     shards = json.loads(listed.read_text())["shards"]
     cuts = sorted({u[0] for u in units} | {u[1] + 1 for u in units})
     at = {leaf: i for i, leaf in enumerate(cuts)}
-    offsets = _offset_rows(folder, cuts, len(shards))
-    paths = [str(spill_path(folder, s)) for s in shards]
+    offsets = _offset_rows(dirs, cuts, len(shards))
+    paths = [str(dirs.spill(s)) for s in shards]
     pieces: list[Piece] = []
     for first, last, part, parts in units:
         lo, hi = offsets[:, at[first]], offsets[:, at[last + 1]]
@@ -313,11 +307,10 @@ def gather_bucket(
     groups: Sequence[tuple[int, Sequence[Unit], int]],
     max_rows: int,
     columns: Sequence[str],
-    clusters_dir: str,
-    work_dir: str,
+    dirs: WorkDir,
 ) -> list[tuple[int, int]]:
     """Write each of a bucket's cluster groups, ``(gid, units, rows)``, as one object
-    (:func:`group_object_path`); a pure, resumable step.
+    (:meth:`~..paths.WorkDir.group_object`); a pure, resumable step.
 
     Every spill is opened once for the whole bucket (one footer read, then each group's
     ranges in it), so a bucket of B groups costs S opens, not B x S (plus one schema read
@@ -333,7 +326,7 @@ def gather_bucket(
     bucket's, is the unit of resume, as buckets are made of the groups still to gather.
     """
     started = time.perf_counter()
-    todo = [(gid, n, *unit_pieces(clusters_dir, units, max_rows)) for gid, units, n in groups]
+    todo = [(gid, n, *unit_pieces(dirs, units, max_rows)) for gid, units, n in groups]
     if not todo:
         return []
     by_spill: dict[str, list[tuple[int, Piece]]] = {}
@@ -348,10 +341,7 @@ def gather_bucket(
         )
     read_columns = [*columns, ROW_COLUMN]
     with ExitStack() as objects:
-        tmps = [
-            objects.enter_context(atomic_write(storage_path(group_object_path(work_dir, gid))))
-            for gid, *_ in todo
-        ]
+        tmps = [objects.enter_context(atomic_write(dirs.group_object(gid))) for gid, *_ in todo]
         written = _stream_rows(todo, by_spill, _unified_schema(spills, read_columns), tmps)
         for (gid, n_rows, *_), rows in zip(todo, written, strict=True):
             if rows != n_rows:  # raised inside: no object of the bucket is published
@@ -373,7 +363,7 @@ def gather_bucket(
             "spills_read": len({p.path for p in pieces}),
             **bucket,
         }
-        atomic_write_json(stats, group_object_marker(work_dir, gid))
+        atomic_write_json(stats, dirs.group_object_marker(gid))
     return [(gid, n_rows) for gid, n_rows, *_ in todo]
 
 
@@ -430,12 +420,12 @@ def _stream_rows(
     return written
 
 
-def gather_summary(work_dir: str | Path) -> dict[str, float]:
+def gather_summary(dirs: WorkDir) -> dict[str, float]:
     """What a run's gather did, from its markers: ``steps`` (buckets; a marker written
     before buckets is a step of its own), ``seconds`` and ``spills_opened`` (summed over
     the steps; a bucket's markers all carry its own) and ``spills_read_mean`` (spills a
     group has rows in, mean over the groups)."""
-    folder = clusters_dir(work_dir) / "groups"
+    folder = dirs.group_object_marker(0).parent
     markers = [
         json.loads((folder / n).read_text())
         for n in sorted(names_in(folder))
@@ -455,20 +445,19 @@ def gather_summary(work_dir: str | Path) -> dict[str, float]:
     }
 
 
-def ungathered(n_groups: int, work_dir: str | Path) -> list[int]:
+def ungathered(n_groups: int, dirs: WorkDir) -> list[int]:
     """The groups of the ``n_groups`` that have no marker yet (one listing)."""
-    done = names_in(group_object_marker(work_dir, 0).parent)
-    return [gid for gid in range(n_groups) if group_object_marker(work_dir, gid).name not in done]
+    done = names_in(dirs.group_object_marker(0).parent)
+    return [gid for gid in range(n_groups) if dirs.group_object_marker(gid).name not in done]
 
 
-def release_spills(clusters_dir: str, shards: Sequence[int]) -> None:
+def release_spills(dirs: WorkDir, shards: Sequence[int]) -> None:
     """Delete the spills of ``shards`` once every group is gathered: nothing reads them
     again, and they hold a second copy of every row. Their ``.json`` counts stay; with
-    :func:`~.partition.spills_released_path` written after these steps, a resumed run
+    :meth:`~..paths.WorkDir.spills_released` written after these steps, a resumed run
     reuses the spill and gather steps. Idempotent: a missing spill is fine."""
-    folder = storage_path(clusters_dir)
     for s in shards:
-        spill_path(folder, s).unlink(missing_ok=True)
+        dirs.spill(s).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,8 +467,7 @@ class GatherJob:
     groups: tuple[tuple[int, tuple[Unit, ...], int], ...]
     max_rows: int
     columns: tuple[str, ...]
-    clusters: str
-    work: str
+    dirs: WorkDir
 
 
 class GatherBucket(Step[GatherJob]):
@@ -497,31 +485,31 @@ class GatherBucket(Step[GatherJob]):
         return GROUP_MEMORY_BASE + 3 * GATHER_BUFFER_BYTES
 
     def run(self, job: GatherJob) -> list[tuple[int, int]]:
-        return gather_bucket(job.groups, job.max_rows, job.columns, job.clusters, job.work)
+        return gather_bucket(job.groups, job.max_rows, job.columns, job.dirs)
 
 
 def gather_groups(
     plan: Sequence[tuple[str, list[Unit], int]],
     max_rows: int,
     columns: Sequence[str],
-    clusters_dir: str | Path,
-    work_dir: str | Path,
+    dirs: WorkDir,
     runner: Runner,
     progress: bool = False,
 ) -> tuple[list[tuple[str, list[Piece]]], int]:
     """Run :func:`gather_bucket` for every planned group without a marker (one listing),
     in buckets (:func:`gather_buckets`). Returns the plan as the group steps read it (one
     piece, the group's object) and the gather steps run."""
-    todo = ungathered(len(plan), work_dir)
+    todo = ungathered(len(plan), dirs)
     buckets = gather_buckets([n for *_, n in plan], todo, runner.workers)
-    shared = tuple(columns), str(clusters_dir), str(work_dir)
     jobs = [
-        GatherJob(tuple((g, tuple(plan[g][1]), plan[g][2]) for g in b), max_rows, *shared)
+        GatherJob(
+            tuple((g, tuple(plan[g][1]), plan[g][2]) for g in b), max_rows, tuple(columns), dirs
+        )
         for b in buckets
     ]
     run_steps(runner, GatherBucket(), jobs, progress=progress)
     read_plan = [
-        (label, [Piece(str(group_object_path(work_dir, gid)), 0, n)])
+        (label, [Piece(str(dirs.group_object(gid)), 0, n)])
         for gid, (label, _, n) in enumerate(plan)
     ]
     return read_plan, len(buckets)

@@ -43,9 +43,10 @@ import torch
 from ..._device import resolve_device
 from ..._memory import peak_rss_mb
 from ...io.atomic import atomic_write
-from ...io.fs import open_input, open_whole, storage_path
+from ...io.fs import open_input, open_whole
 from ...neighbors import spherical_kmeans
 from ..engine import Step
+from ..paths import WorkDir
 from .partition import KMEANS_ITER, grow_tree, kmeans_generator, read_sample
 from .tree import ClusterTree
 
@@ -142,22 +143,18 @@ def _blocks(path: Path, dim: int, n: int) -> Iterator[np.ndarray]:
         yield _read_rows(path, dim, lo, min(n, lo + _BLOCK))
 
 
-def _part_path(folder: Path, part: int, kind: str = "part") -> Path:
-    return folder / f"{kind}-{part:05d}.f32"
-
-
-def read_part(folder: str, part: int, dim: int, rows: int) -> np.ndarray:
+def read_part(dirs: WorkDir, part: int, dim: int, rows: int) -> np.ndarray:
     """The ``rows`` x ``dim`` float32 rows of one sample part :class:`SamplePart` wrote."""
-    return _read_rows(_part_path(storage_path(folder), part), dim, 0, rows)
+    return _read_rows(dirs.kmeans_rows("part", part), dim, 0, rows)
 
 
 # --- steps ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, eq=False)
 class PartJob:
-    """One part of the k-means sample in ``folder`` (``kdir``): its number, and what the
+    """One part of the k-means sample (in ``dirs.kmeans()``): its number, and what the
     step that reads or routes it needs (the sample's read jobs, the rows, centroids...)."""
 
-    folder: str
+    dirs: WorkDir
     part: int
     n: int = 0
     dim: int = 0
@@ -174,14 +171,14 @@ class SamplePart(Step[PartJob]):
     unit = "part"
 
     def marker(self, job: PartJob) -> Path:
-        return storage_path(job.folder) / f"part-{job.part:05d}.json"
+        return job.dirs.kmeans_marker("part", job.part)
 
     def outputs(self, job: PartJob) -> tuple[Path, ...]:
-        return (_part_path(storage_path(job.folder), job.part),)
+        return (job.dirs.kmeans_rows("part", job.part),)
 
     def run(self, job: PartJob) -> dict[str, Any]:
         x = np.concatenate([read_sample(*read)[1] for read in job.reads])
-        _write_rows(x, _part_path(storage_path(job.folder), job.part))
+        _write_rows(x, job.dirs.kmeans_rows("part", job.part))
         rss = peak_rss_mb()
         return {"part": job.part, "rows": len(x), "dim": int(x.shape[1]), "peak_rss_mb": rss}
 
@@ -193,7 +190,7 @@ class PartRows(Step[PartJob]):
     unit = "part"
 
     def run(self, job: PartJob) -> tuple[int, np.ndarray]:
-        path = _part_path(storage_path(job.folder), job.part)
+        path = job.dirs.kmeans_rows("part", job.part)
         assert job.rows is not None
         rows = [_read_rows(path, job.dim, int(r), int(r) + 1)[0] for r in job.rows]
         return job.part, np.stack(rows)
@@ -213,7 +210,7 @@ class LloydPart(Step[PartJob]):
         sums = torch.zeros(cent.shape, dtype=torch.float64, device=dev)
         counts = torch.zeros(len(cent), dtype=torch.int64, device=dev)
         total = 0.0
-        for block in _blocks(_part_path(storage_path(job.folder), job.part), job.dim, job.n):
+        for block in _blocks(job.dirs.kmeans_rows("part", job.part), job.dim, job.n):
             x = torch.from_numpy(block.copy()).to(dev)
             sims, label = _nearest(x, cent)
             sums.index_add_(0, label, x.double())
@@ -240,20 +237,20 @@ class RoutePart(Step[PartJob]):
     use_gpu = True
 
     def marker(self, job: PartJob) -> Path:
-        return storage_path(job.folder) / f"routed-{job.part:05d}.json"
+        return job.dirs.kmeans_marker("routed", job.part)
 
     def outputs(self, job: PartJob) -> tuple[Path, ...]:
-        return (_part_path(storage_path(job.folder), job.part, "routed"),)
+        return (job.dirs.kmeans_rows("routed", job.part),)
 
     def run(self, job: PartJob) -> dict[str, Any]:
-        where, n = storage_path(job.folder), job.n
+        dirs, n = job.dirs, job.n
         dev = resolve_device(job.device)
         cent = torch.from_numpy(np.ascontiguousarray(job.centroids, dtype=np.float32)).to(dev)
-        x = _read_rows(_part_path(where, job.part), job.dim, 0, n)
+        x = _read_rows(dirs.kmeans_rows("part", job.part), job.dim, 0, n)
         blocks = range(0, n, _BLOCK)
         labels = [_nearest(x[lo : lo + _BLOCK], cent)[1].cpu().numpy() for lo in blocks]
         label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
-        _write_rows(x[np.argsort(label, kind="stable")], _part_path(where, job.part, "routed"))
+        _write_rows(x[np.argsort(label, kind="stable")], dirs.kmeans_rows("routed", job.part))
         return {"part": job.part, "counts": np.bincount(label, minlength=len(cent)).tolist()}
 
 
@@ -261,7 +258,7 @@ class RoutePart(Step[PartJob]):
 class SubtreeJob:
     """One batch of consecutive clusters to grow subtrees for (see :class:`FitSubtrees`)."""
 
-    folder: str
+    dirs: WorkDir
     batch: int
     clusters: tuple[int, ...]
     offsets: np.ndarray
@@ -289,10 +286,10 @@ class FitSubtrees(Step[SubtreeJob]):
     unit = "batch"
 
     def marker(self, job: SubtreeJob) -> Path:
-        return storage_path(job.folder) / f"subtrees-{job.batch:05d}.json"
+        return job.dirs.kmeans_marker("subtrees", job.batch)
 
     def outputs(self, job: SubtreeJob) -> tuple[Path, ...]:
-        return (storage_path(job.folder) / f"subtrees-{job.batch:05d}.npz",)
+        return (job.dirs.subtrees(job.batch),)
 
     def run(self, job: SubtreeJob) -> dict[str, Any]:
         return _fit_subtrees(job)
@@ -300,17 +297,16 @@ class FitSubtrees(Step[SubtreeJob]):
 
 def _fit_subtrees(job: SubtreeJob) -> dict[str, Any]:
     """:class:`FitSubtrees`' work."""
-    folder, batch, clusters, offsets = job.folder, job.batch, job.clusters, job.offsets
+    dirs, batch, clusters, offsets = job.dirs, job.batch, job.clusters, job.offsets
     fine, centroids, dim, seed = job.fine, job.centroids, job.dim, job.seed
     scale, max_rows = job.scale, job.max_rows
-    where = storage_path(folder)
-    out = where / f"subtrees-{batch:05d}.npz"
+    out = dirs.subtrees(batch)
     arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("centre", "offset", "axis", "children")}
     sizes, rows = [], 0
     # the batch's clusters are consecutive: one ranged read of each routed part
     lo, hi = offsets[0, 0], offsets[-1, 1]
     held = [
-        _read_rows(_part_path(where, p, "routed"), dim, int(lo[p]), int(hi[p]))
+        _read_rows(dirs.kmeans_rows("routed", p), dim, int(lo[p]), int(hi[p]))
         for p in range(offsets.shape[2])
     ]
     for i, c in enumerate(clusters):
@@ -351,14 +347,13 @@ def _leaf(roots: torch.Tensor) -> tuple[np.ndarray, ...]:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class JoinJob:
-    """The batches' subtrees in ``folder`` to join into one tree at ``tree_path``."""
+    """The batches' subtrees to join into the run's tree (``dirs.tree()``)."""
 
-    folder: str
+    dirs: WorkDir
     n_batches: int
     centroids: np.ndarray
     ordered: bool
     levels: int
-    tree_path: str
 
 
 class JoinSubtrees(Step[JoinJob]):
@@ -368,26 +363,22 @@ class JoinSubtrees(Step[JoinJob]):
     unit = "step"
 
     def run(self, job: JoinJob) -> dict[str, Any]:
-        return join_subtrees(
-            job.folder, job.n_batches, job.centroids, job.ordered, job.levels, job.tree_path
-        )
+        return join_subtrees(job.dirs, job.n_batches, job.centroids, job.ordered, job.levels)
 
 
 def join_subtrees(
-    folder: str,
+    dirs: WorkDir,
     n_batches: int,
     centroids: np.ndarray,
     ordered: bool,
     levels: int,
-    tree_path: str,
 ) -> dict[str, Any]:
-    """One tree from the batches' subtrees; saved to ``tree_path``.
+    """One tree from the batches' subtrees; saved to ``dirs.tree()``.
 
     The first-level clusters are nodes ``0 .. k1-1``. A cluster with one root keeps its
     node (the root's children become its own); one with several roots (a fine k-means)
     gets them as its children. Children keep consecutive ids above their parent's.
     """
-    where = storage_path(folder)
     k1, dim = centroids.shape
     centre = [centroids.astype(np.float32)]
     offset = [np.zeros(k1, np.float32)]
@@ -395,7 +386,7 @@ def join_subtrees(
     children = [np.full((k1, 2), -1, np.int64)]
     top, base = 0, k1
     for b in range(n_batches):
-        with open_whole(where / f"subtrees-{b:05d}.npz") as fh, np.load(fh) as f:
+        with open_whole(dirs.subtrees(b)) as fh, np.load(fh) as f:
             sub = {k: f[k] for k in ("sizes", "centre", "offset", "axis", "children")}
         start = 0
         for n_roots, n_nodes in sub["sizes"]:
@@ -428,7 +419,7 @@ def join_subtrees(
         ordered=ordered or base > 1,
         levels=levels,
     )
-    tree.save(tree_path)
+    tree.save(dirs.tree())
     return {"nodes": len(tree.children), "leaves": tree.n_leaves, "peak_rss_mb": peak_rss_mb()}
 
 

@@ -39,12 +39,11 @@ import torch
 from ..._validation import unit_rows
 from ...data import apportion
 from ...io.atomic import atomic_write
-from ...io.fs import storage_path
 from ...io.parquet import WORK_COMPRESSION, features_from_arrow, pack_features
 from ...io.shards import ShardInfo, read_rows
 from ...neighbors import assign_clusters, spherical_kmeans
 from ..engine import Step
-from ..paths import spill_path
+from ..paths import WorkDir
 from .balance import assign_with_offsets, balanced_offsets, merge_neighbours, two_means_axis
 from .tree import ClusterTree
 
@@ -378,13 +377,13 @@ def grow_tree(
 
 @dataclass(frozen=True, slots=True)
 class SpillJob:
-    """One input shard to file under the leaves of the tree at ``tree_path``; ``released``:
-    the spills were deleted once gathered (then the counts alone finish the job)."""
+    """One input shard to file under the leaves of the run's tree (``dirs.tree()``);
+    ``released``: the spills were deleted once gathered (then the counts alone finish the
+    job)."""
 
     shard: int
     info: ShardInfo
-    tree_path: str
-    clusters: str
+    dirs: WorkDir
     columns: tuple[str, ...]
     feature_col: str
     released: bool = False
@@ -405,10 +404,10 @@ class SpillShard(Step[SpillJob]):
     unit = "shard"
 
     def marker(self, job: SpillJob) -> Path:
-        return storage_path(job.clusters) / f"shard-{job.shard:05d}.json"
+        return job.dirs.spill_marker(job.shard)
 
     def outputs(self, job: SpillJob) -> tuple[Path, ...]:
-        return () if job.released else (spill_path(storage_path(job.clusters), job.shard),)
+        return () if job.released else (job.dirs.spill(job.shard),)
 
     def size(self, job: SpillJob) -> int:
         return job.info.num_rows
@@ -431,8 +430,8 @@ def spill_table(job: SpillJob, table: pa.Table) -> dict:
     counts). The check pass calls it on the rows it has just read (:mod:`..check.validate`), so
     a shard is read once; :class:`SpillShard` on its own read."""
     info, feature_col, batch_size = job.info, job.feature_col, job.batch_size
-    out = spill_path(storage_path(job.clusters), job.shard)
-    tree = ClusterTree.load(job.tree_path)
+    out = job.dirs.spill(job.shard)
+    tree = ClusterTree.load(job.dirs.tree())
     # The leaves come from the embedding column, then the rows are reordered by leaf.
     # Memory is one shard, whatever the size of the corpus.
     feats = features_from_arrow(table.column(feature_col), info.path, feature_col)

@@ -26,7 +26,7 @@ from ..combine.gains import allocates_by_gains
 from ..context import RunContext
 from ..engine import run_steps
 from ..executors import Runner
-from ..paths import spills_released_path, want_path
+from ..paths import WorkDir
 from ..select.steps import candidate_count
 from .fit import FitJob, FitPartition, fit_spread, read_sample_parts
 from .gather import IndexJob, IndexSpills, ReleaseJob, ReleaseSpills, gather_groups, ungathered
@@ -90,22 +90,21 @@ def one_group(infos: list[ShardInfo], spec: SelectSpec) -> bool:
     return part.partition == "cluster" and part.n_clusters is None and n_total <= part.chunk_size
 
 
-def spill_jobs(infos: list[ShardInfo], spec: SelectSpec, folder: Path) -> list[SpillJob]:
+def spill_jobs(infos: list[ShardInfo], spec: SelectSpec, dirs: WorkDir) -> list[SpillJob]:
     """One :class:`~.partition.SpillShard` job per non-empty shard, filing its rows by
-    the tree in ``folder``; once the spills are released (every group gathered), a
-    spill's counts alone finish its job."""
-    released = spills_released_path(folder).exists()
+    the run's tree; once the spills are released (every group gathered), a spill's counts
+    alone finish its job."""
+    released = dirs.spills_released().exists()
     columns, feature_col = tuple(spec.read_columns), spec.columns.feature_col
-    tree = str(folder / "tree.npz")
     return [
-        SpillJob(s, info, tree, str(folder), columns, feature_col, released)
+        SpillJob(s, info, dirs, columns, feature_col, released)
         for s, info in enumerate(infos)
         if info.num_rows
     ]
 
 
 def fit_first(
-    infos: list[ShardInfo], spec: SelectSpec, work: Path, runner: Runner, progress: bool
+    infos: list[ShardInfo], spec: SelectSpec, dirs: WorkDir, runner: Runner, progress: bool
 ) -> dict[str, Any] | None:
     """Before the check pass, for ``--partition cluster``: the tree fitted on the seeded
     sample (which reads only the sampled rows' row groups), so that the check pass files
@@ -115,14 +114,14 @@ def fit_first(
         return None
     clock = time.perf_counter()
     n_clusters = cluster_count(infos, spec)
-    kmeans = fit_cluster_tree(infos, spec, n_clusters, work / "clusters", runner, progress)
+    kmeans = fit_cluster_tree(infos, spec, n_clusters, dirs, runner, progress)
     return {"kmeans": kmeans, "fit": time.perf_counter() - clock}
 
 
 def plan_partition(
     infos: list[ShardInfo],
     spec: SelectSpec,
-    work: Path,
+    dirs: WorkDir,
     runner: Runner,
     progress: bool,
     fitted: dict[str, Any] | None = None,
@@ -138,25 +137,23 @@ def plan_partition(
     if one_group(infos, spec):
         ((_, pieces),) = plan_by_chunk(infos, spec.partition.chunk_size)
         return [("all rows", pieces)], {"n_clusters": 1, "one_group": True}
-    folder = work / "clusters"
-    tree_path = folder / "tree.npz"
     clock = time.perf_counter()
     # 1-2. The k-means centroids and the cuts of clusters too large for one group (fitted
     #    before the check pass, which spilled every shard as it read it, in a run).
     if fitted is None:
-        fitted = fit_first(infos, spec, work, runner, progress)
+        fitted = fit_first(infos, spec, dirs, runner, progress)
         assert fitted is not None
         clock = time.perf_counter()
     seconds = {"fit": fitted["fit"]}
     # 3. Every row filed under its leaf (resumable per shard: done by the check pass, or
     #    here by a read of its own); the driver gets only the leaves' totals back.
-    released = spills_released_path(folder)
-    tree = ClusterTree.load(tree_path)
+    released = dirs.spills_released()
+    tree = ClusterTree.load(dirs.tree())
 
     def spill() -> np.ndarray:
-        jobs = spill_jobs(infos, spec, folder)
+        jobs = spill_jobs(infos, spec, dirs)
         run_steps(runner, SpillShard(), jobs, progress=progress)  # counts stay in files
-        index = IndexJob(str(folder), tree.n_leaves)  # one step: S counts files to one table
+        index = IndexJob(dirs, tree.n_leaves)  # one step: S counts files to one table
         (offsets,) = run_steps(runner, IndexSpills(), [index], progress=False)
         return np.asarray(offsets["per_leaf"], dtype=np.int64)
 
@@ -168,18 +165,16 @@ def plan_partition(
     #    one object: every later step of the group opens that, not the S spills.
     merge = spec.partition.n_clusters is None
     units = plan_by_cluster(per_leaf, spec.partition.chunk_size, tree, merge=merge)
-    if released.exists() and ungathered(len(units), work):  # a group's marker was lost
+    if released.exists() and ungathered(len(units), dirs):  # a group's marker was lost
         released.unlink()
         spill()  # the spills again (the same bytes), for the groups still to gather
     chunk, columns = spec.partition.chunk_size, spec.read_columns
-    plan, gather_steps = gather_groups(units, chunk, columns, folder, work, runner, progress)
+    plan, gather_steps = gather_groups(units, chunk, columns, dirs, runner, progress)
     # 5. Every row is in its group's object now: the spills' disk goes back, since
     #    holding both is twice the corpus on disk (DISK_PER_INPUT_BYTE; docs/scale.md,
     #    "The 10M run"); deleted by steps in batches of shards (again on a resume: a spill
     #    redone since is deleted too).
-    batches = [
-        ReleaseJob(str(folder), tuple(spilled[i : i + 256])) for i in range(0, len(spilled), 256)
-    ]
+    batches = [ReleaseJob(dirs, tuple(spilled[i : i + 256])) for i in range(0, len(spilled), 256)]
     run_steps(runner, ReleaseSpills(), batches, progress=False)
     if not released.exists():
         atomic_write_json({"shards": len(spilled)}, released)
@@ -195,16 +190,16 @@ def plan_partition(
     return plan, facts
 
 
-def disk_needed(infos: list[ShardInfo], partition: str, work: Path) -> tuple[int, float]:
-    """Bytes the run may still write to the local work dir ``work`` at its peak (what is
-    there already counts as written), and the factor of the input's bytes it used."""
+def disk_needed(infos: list[ShardInfo], partition: str, dirs: WorkDir) -> tuple[int, float]:
+    """Bytes the run may still write to its local work dir at its peak (what is there
+    already counts as written), and the factor of the input's bytes it used."""
     key = partition
-    if partition == "cluster" and spills_released_path(work / "clusters").exists():
+    if partition == "cluster" and dirs.spills_released().exists():
         key = "cluster-gathered"
     factor = DISK_PER_INPUT_BYTE[key]
     written = sum(
         os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(work)
+        for root, _, names in os.walk(dirs.root)
         for name in names
         if os.path.isfile(os.path.join(root, name))
     )
@@ -225,10 +220,12 @@ def check_disk(needed: int, free: int, factor: float, input_bytes: int, where: s
     )
 
 
-def check_work_disk(infos: list[ShardInfo], spec: SelectSpec, work: Path) -> None:
+def check_work_disk(infos: list[ShardInfo], spec: SelectSpec, dirs: WorkDir) -> None:
     """:func:`check_disk` for a local work dir (object storage is not checked)."""
     partition = "chunk" if one_group(infos, spec) else spec.partition.partition
-    needed, factor = disk_needed(infos, partition, work)
+    needed, factor = disk_needed(infos, partition, dirs)
+    work = dirs.root
+    assert isinstance(work, Path)  # the caller checks
     existing = next(p for p in (work, *work.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     check_disk(needed, free, factor, sum(i.size_bytes for i in infos), str(work))
@@ -238,15 +235,15 @@ def fit_cluster_tree(
     infos: list[ShardInfo],
     spec: SelectSpec,
     n_clusters: int,
-    folder: Path,
+    dirs: WorkDir,
     runner: Runner,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Fit the cluster tree of ``--partition cluster`` to ``folder / "tree.npz"`` (unless it
-    is there): in one step, or spread over steps (:mod:`.kmeans`) when the sample is above
+    """Fit the cluster tree of ``--partition cluster`` to ``dirs.tree()`` (unless it is
+    there): in one step, or spread over steps (:mod:`.kmeans`) when the sample is above
     ``--kmeans-step-rows``. Returns facts about the fit for the manifest."""
     n_total = sum(i.num_rows for i in infos)
-    tree_path = folder / "tree.npz"
+    tree_path = dirs.tree()
     part = spec.partition
     fit = fit_plan(n_clusters, n_total, part.kmeans_sample, part.kmeans_step_rows)
     kmeans: dict[str, Any] = {"spread": fit.spread, "levels": fit.levels}
@@ -256,22 +253,21 @@ def fit_cluster_tree(
         # A sample of ROWS_PER_CENTROID rows per centroid, more than one step holds:
         # fitted by steps over its parts, only sums travelling (kmeans.py).
         with tqdm(total=1, desc="k-means fit (spread)", disable=not progress) as bar:
-            kmeans = fit_spread(infos, fit, n_clusters, spec, folder, runner)
+            kmeans = fit_spread(infos, fit, n_clusters, spec, dirs, runner)
             bar.update(1)
         return kmeans
     # A seeded sample, read by steps in parallel (a row sample touches most row groups: one
     # reader took 12-16 s of a 1M run's plan), then the centroids and the cuts of clusters
     # too large for one group: one step, on a worker, on CPU, from the same sample: the
     # partition is the same on any runner.
-    kdir = str(folder / "kmeans")
     part_rows = max(SAMPLE_PART_ROWS, -(-fit.n_sample // SAMPLE_PARTS))
-    parts = read_sample_parts(infos, fit.n_sample, part_rows, spec, kdir, runner)
+    parts = read_sample_parts(infos, fit.n_sample, part_rows, spec, dirs, runner)
     rows, dims = tuple(int(p["rows"]) for p in parts), {int(p["dim"]) for p in parts}
     if len(dims) > 1:  # the check pass then names the shard (runner._fit_first)
         raise ValueError(f"the k-means sample holds embeddings of widths {sorted(dims)}.")
     dim = dims.pop()
     seed = spec.selector.seed
-    job = FitJob(kdir, rows, dim, n_clusters, n_total, part.chunk_size, seed, str(tree_path))
+    job = FitJob(dirs, rows, dim, n_clusters, n_total, part.chunk_size, seed)
     (stats,) = run_steps(runner, FitPartition(), [job], progress=progress)
     peak = max([stats["peak_rss_mb"] or 0, *[p.get("peak_rss_mb") or 0 for p in parts]])
     kmeans.update(sample_rows=stats["sample_rows"], step_peak_rss_mb=peak)
@@ -292,7 +288,7 @@ def plan_groups(
     """
     spec = run.spec
     n_total = sum(i.num_rows for i in infos)
-    plan, facts = plan_partition(infos, spec, run.work, run.runner, run.progress, fitted)
+    plan, facts = plan_partition(infos, spec, run.dirs, run.runner, run.progress, fitted)
     groups = make_groups(plan, k_total, spec.selector.seed)
     if sum(g.k for g in groups) != k_total:  # apportion guarantees it; check before writing
         raise RuntimeError("group budgets do not add up to the global k; please report this.")
@@ -305,11 +301,9 @@ def plan_groups(
     oversample = spec.partition.oversample
     proposed = [replace(g, k=candidate_count(g.n, n_total, k_total, oversample)) for g in groups]
     if combine == "gains":
-        asked = names_in(want_path(run.work, 0).parent)  # one listing, not one GET a group
+        asked = names_in(run.dirs.want(0).parent)  # one listing, not one GET a group
         proposed = [
-            replace(g, k=wanted(run.work, g.gid, g.k))
-            if want_path(run.work, g.gid).name in asked
-            else g
+            replace(g, k=wanted(run.dirs, g.gid, g.k)) if run.dirs.want(g.gid).name in asked else g
             for g in proposed
         ]
     return proposed, shares, facts, combine

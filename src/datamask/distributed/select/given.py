@@ -48,7 +48,7 @@ from ...io.selection import read_selection_ids, rows_from_ids
 from ...io.shards import PARQUET_SUFFIXES
 from ...pipeline.given import given_floor, read_given
 from ..engine import Step
-from ..paths import given_kept_path, given_marker
+from ..paths import WorkDir
 
 __all__ = [
     "CheckGivenSelection",
@@ -106,7 +106,7 @@ class GivenJob:
     """Where the run's ``--given`` and ``--given-selection`` are, and its work dir."""
 
     spec: SelectSpec
-    work: str
+    dirs: WorkDir
     given: tuple[Any, Any]
 
 
@@ -121,7 +121,7 @@ class CheckGivenSelection(Step[GivenJob]):
 
 
 class PrepareKept(Step[GivenJob]):
-    """Write KEPT's kept rows (id, unit embedding) to :func:`kept_path`; the engine writes
+    """Write KEPT's kept rows (id, unit embedding) to the work dir; the engine writes
     the marker last. Holds all of ``--given`` once (``n_docs x dim`` floats), in this one
     step. Stats: ``n_docs``, ``n_kept``, the files read and the seconds."""
 
@@ -129,10 +129,10 @@ class PrepareKept(Step[GivenJob]):
     unit = "step"
 
     def marker(self, job: GivenJob) -> Path:
-        return given_marker(job.work)
+        return job.dirs.given_marker()
 
     def outputs(self, job: GivenJob) -> tuple[Path, ...]:
-        return (given_kept_path(job.work),)
+        return (job.dirs.given_kept(),)
 
     def run(self, job: GivenJob) -> dict[str, Any]:
         started = time.perf_counter()
@@ -143,7 +143,7 @@ class PrepareKept(Step[GivenJob]):
         ids = pa.array(np.asarray(docs.ids)[kept.rows])
         features = features_column(docs.features[kept.rows])
         atomic_write_table(
-            pa.table({cols.id_col: ids, "features": features}), given_kept_path(job.work)
+            pa.table({cols.id_col: ids, "features": features}), job.dirs.given_kept()
         )
         tokens_kept, tokens_docs = kept.units()  # documents, without a token budget
         return {
@@ -157,17 +157,17 @@ class PrepareKept(Step[GivenJob]):
         }
 
 
-def kept_counts(work_dir: str | Path) -> dict[str, Any]:
+def kept_counts(dirs: WorkDir) -> dict[str, Any]:
     """What :class:`PrepareKept` recorded: ``n_docs``, ``n_kept``, the files read."""
-    return json.loads(given_marker(work_dir).read_text())
+    return json.loads(dirs.given_marker().read_text())
 
 
-def kept_table(work_dir: str | Path) -> pa.Table:
+def kept_table(dirs: WorkDir) -> pa.Table:
     """KEPT's kept rows as :class:`PrepareKept` wrote them (id, features)."""
-    return read_table(given_kept_path(work_dir))
+    return read_table(dirs.given_kept())
 
 
-def group_floor(corpus: Corpus, spec: SelectSpec, work_dir: str | Path) -> dict | None:
+def group_floor(corpus: Corpus, spec: SelectSpec, dirs: WorkDir) -> dict | None:
     """Set ``corpus.floor`` to each row's best cosine to KEPT (clipped at 0) when the run
     is given KEPT; returns what the group's stats record (sum, method), else None.
 
@@ -177,7 +177,7 @@ def group_floor(corpus: Corpus, spec: SelectSpec, work_dir: str | Path) -> dict 
         return None
     started = time.perf_counter()
     unit = check_corpus(corpus).features
-    kept = torch.from_numpy(features_matrix(kept_table(work_dir).column("features")).copy())
+    kept = torch.from_numpy(features_matrix(kept_table(dirs).column("features")).copy())
     floor, _, how = given_floor(torch.from_numpy(unit), kept)
     corpus.floor = floor.numpy().astype(np.float32)
     return {

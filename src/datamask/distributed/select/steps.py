@@ -50,16 +50,7 @@ from ..check.validate import QualityRange
 from ..combine.gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
 from ..engine import Step
 from ..executors import group_memory_bytes
-from ..paths import (
-    candidates_path,
-    completion_path,
-    global_marker,
-    global_part_path,
-    graph_path,
-    group_rows_path,
-    offer_path,
-    part_path,
-)
+from ..paths import WorkDir
 from ..plan.partition import (
     Group,
 )
@@ -68,11 +59,7 @@ from .tokens import TokenPlan, select_tokens, wanted_tokens
 
 __all__ = [
     "candidate_count",
-    "candidates_path",
-    "completion_path",
     "gain_table",
-    "graph_path",
-    "part_path",
     "read_group",
     "save_graph",
     "GlobalJob",
@@ -179,8 +166,7 @@ class GroupJob:
 
     group: Group
     spec: SelectSpec
-    work: str
-    out: str
+    dirs: WorkDir
     quality_range: QualityRange | None = None
     propose: bool = False
     totals: tuple[int, int] | None = None
@@ -219,18 +205,18 @@ class SelectGroup(Step[GroupJob]):
     use_gpu = True
 
     def marker(self, job: GroupJob) -> Path:
-        return completion_path(job.work, job.group.gid)
+        return job.dirs.completion(job.group.gid)
 
     def outputs(self, job: GroupJob) -> tuple[Path, ...]:
-        gid = job.group.gid
+        gid, dirs = job.group.gid, job.dirs
         if job.tokens is not None:  # the fill step (or the central round) writes the part
-            offers = () if job.propose else (offer_path(job.work, gid),)
-            return (candidates_path(job.work, gid), *offers)
-        return (candidates_path(job.work, gid) if job.propose else part_path(job.out, gid),)
+            offers = () if job.propose else (dirs.offer(gid),)
+            return (dirs.candidates(gid), *offers)
+        return (dirs.candidates(gid) if job.propose else dirs.part(gid),)
 
     def accepts(self, job: GroupJob, done: dict[str, Any]) -> bool:
         if job.tokens is not None:  # a token budget: done for the same budget (and ask)
-            wanted = wanted_tokens(job.work, job.group.gid) if job.totals else None
+            wanted = wanted_tokens(job.dirs, job.group.gid) if job.totals else None
             return done.get("token_plan") == [job.tokens.total, job.tokens.corpus] and (
                 done.get("tokens", {}).get("wanted") == wanted
             )
@@ -244,14 +230,14 @@ class SelectGroup(Step[GroupJob]):
         return group_memory_bytes(job.group.n, job.width) + 8 * job.n_kept * job.width
 
     def run(self, job: GroupJob) -> dict[str, Any]:
-        group, spec, work_dir = job.group, job.spec, job.work
+        group, spec, dirs = job.group, job.spec, job.dirs
         started = time.perf_counter()
         # 1. Read only this group's rows (row groups overlapping each piece).
         corpus, ids = read_group(group, spec, job.quality_range)
         n = corpus.n_docs
         if n:  # unit rows: what the fit selects from and the candidates hold
             corpus = check_corpus(corpus)
-        floor = group_floor(corpus, spec, work_dir)  # given KEPT: each row's floor
+        floor = group_floor(corpus, spec, dirs)  # given KEPT: each row's floor
         read_s = time.perf_counter() - started
         if job.tokens is not None:
             propose = None  # proposing: the central round's candidates, with lengths
@@ -262,7 +248,7 @@ class SelectGroup(Step[GroupJob]):
                     spec=spec,
                     corpus=corpus,
                     ids=ids,
-                    work_dir=work_dir,
+                    dirs=dirs,
                 )
             return select_tokens(job, corpus, ids, started, read_s, _group_stats, propose)
 
@@ -276,7 +262,7 @@ class SelectGroup(Step[GroupJob]):
         fit_spec = _group_fit_settings(spec, group.k, n, job.totals, floor, job.rate)
         graph = None
         if job.totals is not None and n:
-            graph = saved_graph(graph_path(work_dir, group.gid))
+            graph = saved_graph(dirs.graph(group.gid))
         sel, objective = fit_group(
             corpus, group.k, fit_spec, seed=group.seed, stored_ids=ids, evaluate=False, graph=graph
         )
@@ -309,15 +295,15 @@ def _write_group(
     if not spec.run.selected_only or spec.selector.max_similarity is not None:
         atomic_write_table(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, probability=True),
-            group_rows_path(job.work, group.gid),
+            job.dirs.group_rows(group.gid),
         )
     if job.propose and job.totals is not None:
         return _propose_by_gains(sel, job, fit_spec, corpus, ids)
     if job.propose:
-        _propose_candidates(sel, group, spec, corpus, ids, job.work)
+        _propose_candidates(sel, group, spec, corpus, ids, job.dirs)
     else:
         table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
-        atomic_write_table(table, part_path(job.out, group.gid))
+        atomic_write_table(table, job.dirs.part(group.gid))
     return {}
 
 
@@ -345,7 +331,7 @@ def _propose_by_gains(
     """Write the group's candidates in greedy order with their marginal gains in ``J``
     units, and its neighbour graph for the exchange round. Returns what the stats add:
     ``gain_knots`` (what the allocation reads first) and ``centroid``."""
-    group, spec, work_dir = job.group, job.spec, job.work
+    group, spec, dirs = job.group, job.spec, job.dirs
     assert job.totals is not None  # proposing by gains
     n = corpus.n_docs
     order, gains = sel.meta["gain_order"]
@@ -355,7 +341,7 @@ def _propose_by_gains(
     id_col = spec.columns.id_col
     # corpus.features are unit rows: checked after the read
     table = gain_table(ids, order, group.gid, logits, gains, corpus.features, id_col)
-    atomic_write_table(table, candidates_path(work_dir, group.gid))
+    atomic_write_table(table, dirs.candidates(group.gid))
     graph = sel.meta.pop("neighbor_graph", None)
     if graph is not None and spec.partition.exchange_neighbors > 0:
         if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in
@@ -363,7 +349,7 @@ def _propose_by_gains(
             # the same floor, raises back to max(0, sim - floor) (not twice)
             idx, sim = graph
             graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
-        save_graph(graph, graph_path(work_dir, group.gid))
+        save_graph(graph, dirs.graph(group.gid))
     return {
         "gain_knots": [a.tolist() for a in gain_knots(gains)],
         "centroid": corpus.features.mean(0).tolist(),  # where the exchange round looks
@@ -376,7 +362,7 @@ def _propose_candidates(
     spec: SelectSpec,
     corpus: Corpus,
     ids: pa.Array,
-    work_dir: str | Path,
+    dirs: WorkDir,
 ) -> None:
     """Round 1 of a global budget: write the ``group.k`` candidates with their score (and,
     for a method that is not modular, raw quality, embedding and the terms' columns, what
@@ -398,7 +384,7 @@ def _propose_candidates(
         kept_only=True,
         extra=extra,
     )
-    atomic_write_table(table, candidates_path(work_dir, group.gid))
+    atomic_write_table(table, dirs.candidates(group.gid))
 
 
 def _group_stats(
@@ -434,8 +420,7 @@ class GlobalJob:
 
     groups: tuple[Group, ...]
     spec: SelectSpec
-    work: str
-    out: str
+    dirs: WorkDir
     k_total: int
     quality_range: QualityRange
 
@@ -457,28 +442,25 @@ class SelectGlobal(Step[GlobalJob]):
     whole_machine = True
 
     def marker(self, job: GlobalJob) -> Path:
-        return global_marker(job.work)
+        return job.dirs.global_marker()
 
     def outputs(self, job: GlobalJob) -> tuple[Path, ...]:
-        return (global_part_path(job.out),)
+        return (job.dirs.global_part(),)
 
     def run(self, job: GlobalJob) -> dict[str, Any]:
-        return _select_global(
-            job.groups, job.spec, job.work, job.out, job.k_total, job.quality_range
-        )
+        return _select_global(job.groups, job.spec, job.dirs, job.k_total, job.quality_range)
 
 
 def _select_global(
     groups: tuple[Group, ...],
     spec: SelectSpec,
-    work_dir: str,
-    out_dir: str,
+    dirs: WorkDir,
     k_total: int,
     quality_range: QualityRange,
 ) -> dict[str, Any]:
-    final = global_part_path(out_dir)
+    final = dirs.global_part()
     started = time.perf_counter()
-    tables = [read_table(candidates_path(work_dir, g.gid)) for g in groups]
+    tables = [read_table(dirs.candidates(g.gid)) for g in groups]
     table = pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
     del tables
     ids = table.column(spec.columns.id_col).combine_chunks()
@@ -512,10 +494,10 @@ def _select_global(
         )
         table = table.drop_columns(["features"])
         fit_spec = spec
-        if group_floor(corpus, spec, work_dir) is not None:  # given KEPT
+        if group_floor(corpus, spec, dirs) is not None:  # given KEPT
             # the candidates stand for the new documents, as in the one-file run (a token
             # budget: T of the candidates' tokens, KEPT's in tokens)
-            counts = kept_counts(work_dir)
+            counts = kept_counts(dirs)
             k_c, n_c, kept, docs = k_total, n, counts["n_kept"], counts["n_docs"]
             if lengths is not None:
                 k_c, n_c = spec.selector.budget_tokens, float(lengths.sum())

@@ -69,14 +69,7 @@ from ..combine.gains import allocates_by_gains, gain_table, gains_in_j_units, gr
 from ..engine import Step, run_steps
 from ..executors import Runner
 from ..lifecycle import read_marker
-from ..paths import (
-    candidates_path,
-    group_rows_path,
-    offer_path,
-    part_path,
-    tokens_fill_marker,
-    want_path,
-)
+from ..paths import WorkDir
 
 __all__ = [
     "FillSlack",
@@ -189,16 +182,16 @@ def token_combine(spec: SelectSpec, n_groups: int) -> str:
     return "gains" if allocates_by_gains(spec) else "central"
 
 
-def wanted_tokens(work_dir: str | Path, gid: int) -> float | None:
+def wanted_tokens(dirs: WorkDir, gid: int) -> float | None:
     """The tokens group ``gid`` proposes when the allocation asked it for more (else None:
     ``oversample`` times its share)."""
-    done = read_marker(want_path(work_dir, gid))
+    done = read_marker(dirs.want(gid))
     return float(done["tokens"]) if done else None
 
 
-def ask_for_tokens(work_dir: str | Path, gid: int, tokens: float) -> None:
+def ask_for_tokens(dirs: WorkDir, gid: int, tokens: float) -> None:
     """Record that group ``gid`` must propose ``tokens`` (read back by :func:`wanted_tokens`)."""
-    atomic_write_json({"tokens": float(tokens)}, want_path(work_dir, gid))
+    atomic_write_json({"tokens": float(tokens)}, dirs.want(gid))
 
 
 def allocate_tokens(
@@ -272,8 +265,7 @@ class FillJob:
     """Step 3: every group's kept rows and offers, and the tokens they left unspent."""
 
     gids: tuple[int, ...]
-    work: str
-    out: str
+    dirs: WorkDir
     id_col: str
     slack: float
 
@@ -286,16 +278,16 @@ class FillSlack(Step[FillJob]):
     unit = "round"
 
     def marker(self, job: FillJob) -> Path:
-        return tokens_fill_marker(job.work)
+        return job.dirs.tokens_fill_marker()
 
     def outputs(self, job: FillJob) -> tuple[Path, ...]:
-        return tuple(part_path(job.out, g) for g in job.gids)
+        return tuple(job.dirs.part(g) for g in job.gids)
 
     def accepts(self, job: FillJob, done: dict[str, Any]) -> bool:
         return done.get("slack") == job.slack
 
     def run(self, job: FillJob) -> dict[str, Any]:
-        offers = [read_table(offer_path(job.work, g)) for g in job.gids]
+        offers = [read_table(job.dirs.offer(g)) for g in job.gids]
         quality = np.concatenate([t.column("quality").to_numpy() for t in offers])
         lengths = np.concatenate([t.column("length").to_numpy() for t in offers])
         owner = np.concatenate([np.full(t.num_rows, i) for i, t in enumerate(offers)])
@@ -306,11 +298,11 @@ class FillSlack(Step[FillJob]):
                 taken[row], left = True, left - lengths[row]
         counts, filled_tokens = {}, float(lengths[taken].sum())
         for i, gid in enumerate(job.gids):
-            own = read_table(candidates_path(job.work, gid))
+            own = read_table(job.dirs.candidates(gid))
             mine = taken[owner == i]
             extra = offers[i].filter(pa.array(mine))
             counts[str(gid)] = own.num_rows + extra.num_rows
-            atomic_write_table(_with_filled(own, extra, gid, job.id_col), part_path(job.out, gid))
+            atomic_write_table(_with_filled(own, extra, gid, job.id_col), job.dirs.part(gid))
         return {
             "slack": job.slack,
             "filled": int(taken.sum()),
@@ -341,10 +333,10 @@ def _with_filled(own: pa.Table, extra: pa.Table, gid: int, id_col: str) -> pa.Ta
 
 
 def fill_round(
-    runner: Runner, gids: list[int], work: str, out: str, id_col: str, slack: float
+    runner: Runner, gids: list[int], dirs: WorkDir, id_col: str, slack: float
 ) -> dict[str, Any]:
     """Step 3 through the engine (reused when its marker holds the same slack)."""
-    job = FillJob(tuple(gids), work, out, id_col, float(slack))
+    job = FillJob(tuple(gids), dirs, id_col, float(slack))
     (stats,) = run_steps(runner, FillSlack(), [job], progress=False)
     return stats
 
@@ -369,7 +361,7 @@ def select_tokens(
     assert plan is not None  # a token budget
     lengths = np.asarray([] if corpus.lengths is None else corpus.lengths, np.float64)
     by_gains = job.propose and job.totals is not None
-    want = wanted_tokens(job.work, group.gid) if by_gains else None
+    want = wanted_tokens(job.dirs, group.gid) if by_gains else None
     budget = group_token_budget(plan, lengths) if corpus.n_docs else 0.0
     if propose is not None or by_gains:
         budget = want if want is not None else budget * spec.partition.oversample
@@ -394,7 +386,7 @@ def select_tokens(
     if not spec.run.selected_only:
         atomic_write_table(
             selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, probability=True),
-            group_rows_path(job.work, group.gid),
+            job.dirs.group_rows(group.gid),
         )
     kept = float(lengths[sel.selected].sum()) if corpus.n_docs else 0.0
     if by_gains:
@@ -403,8 +395,8 @@ def select_tokens(
         propose(sel)
     else:
         table = selection_table(sel, id_col=id_col, stored_ids=ids, group=group.gid, kept_only=True)
-        atomic_write_table(table, candidates_path(job.work, group.gid))
-        write_offers(sel, corpus, ids, plan, budget - kept, offer_path(job.work, group.gid))
+        atomic_write_table(table, job.dirs.candidates(group.gid))
+        write_offers(sel, corpus, ids, plan, budget - kept, job.dirs.offer(group.gid))
     stats = group_stats(group, sel, corpus.n_docs, started, read_s, fit_s)
     stats.update(
         token_plan=[plan.total, plan.corpus],
@@ -431,5 +423,5 @@ def write_priced(
     table = gain_table(ids, order, group.gid, logits, gains, corpus.features, spec.columns.id_col)
     table = table.append_column("length", pa.array(lengths[order]))
     atomic_write_table(
-        table.append_column("price", pa.array(price)), candidates_path(job.work, group.gid)
+        table.append_column("price", pa.array(price)), job.dirs.candidates(group.gid)
     )
