@@ -167,7 +167,6 @@ class BucketJob:
     shards: tuple[tuple[int, str, str, int], ...]
     id_col: str
     dirs: WorkDir
-    keep_dir: str
 
 
 class BucketKeepLists(Step[BucketJob]):
@@ -181,7 +180,7 @@ class BucketKeepLists(Step[BucketJob]):
         return job.dirs.keep_bucket_marker(job.bucket)
 
     def outputs(self, job: BucketJob) -> tuple[Path, ...]:
-        keep = storage_path(job.keep_dir)
+        keep = storage_path(job.dirs.keep_lists())
         return tuple(keep / keep_file_name(name) for _, _, name, _ in job.shards)
 
     def size(self, job: BucketJob) -> int:
@@ -201,11 +200,11 @@ class BucketKeepLists(Step[BucketJob]):
         else:  # no group kept a row of these shards: the id type from the first's schema
             of, rows = np.zeros(0, np.int32), np.zeros(0, np.int64)
             ids = pa.array([], type=pq.read_schema(job.shards[0][1]).field(id_col).type)
-        counts = []
+        counts, keep_dir = [], job.dirs.keep_lists()
         for s, path, name, num_rows in job.shards:
             lo, hi = np.searchsorted(of, s, "left"), np.searchsorted(of, s, "right")
             kept_ids = ids.slice(lo, hi - lo)
-            write_keep_list(rows[lo:hi], kept_ids, path, num_rows, job.keep_dir, name, id_col)
+            write_keep_list(rows[lo:hi], kept_ids, path, num_rows, keep_dir, name, id_col)
             counts.append((s, int(hi - lo)))
         return {"bucket": job.bucket, "kept": counts}
 
@@ -260,10 +259,9 @@ def keep_round(
         for g in groups
     ]
     run_steps(runner, FileKeptRows(), jobs, progress=progress, keep=lambda _: None)
-    keep_dir = dirs.keep_lists()
     shards = [(s, str(i.path), names[s], i.num_rows) for s, i in enumerate(infos)]
     buckets = [
-        BucketJob(b // BUCKET_SHARDS, tuple(shards[b : b + BUCKET_SHARDS]), id_col, dirs, keep_dir)
+        BucketJob(b // BUCKET_SHARDS, tuple(shards[b : b + BUCKET_SHARDS]), id_col, dirs)
         for b in range(0, len(shards), BUCKET_SHARDS)
     ]
     kept: dict[int, int] = {}
@@ -275,4 +273,4 @@ def keep_round(
     index = keep_index(id_col, digest, n_selected)
     for s, info in enumerate(infos):
         index["files"][names[s]] = {"num_rows": info.num_rows, "kept": kept[s]}
-    return finish_keep_lists(index, keep_dir)
+    return finish_keep_lists(index, dirs.keep_lists())
