@@ -7,11 +7,14 @@
 Each run is a fresh process (``PYTHONPATH`` = the code timed; torch and BLAS pinned to
 ``--threads``, glibc's mmap threshold fixed as in a sharded worker) that builds
 ``knn_graph`` of ``make_clustered(--n, 384, 500)`` (a 1M sharded run's group) or of the
-real-text corpus (``--corpus``) with K = ``--k`` and the default probes, and records its
+rows of a parquet file (``--corpus``: the real-text corpus, or a group a sharded run
+spilled, ``OUT/_work/clusters/groups/group-NNNNN.parquet``) with K = ``--k`` and the
+default probes, and records its
 wall and CPU seconds, the load average, recall@K on 200 sampled rows, and digests of the
 indices and similarities (equal digests: the same graph bit for bit). Versions alternate
 within each repeat, so both see the same load. Rows go to
-``results/<date>-<machine>-graph.json``; RESULTS.md's table is rebuilt from every such file.
+``results/<date>-<machine>-graph[-<corpus>][-run<n>].json`` (``-run2``: a later run of the
+day); RESULTS.md's table is rebuilt from every such file.
 """
 
 from __future__ import annotations
@@ -27,12 +30,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "_lib"))
-from ledger import load_runs, replace_section, result_path, run_record, write_json  # noqa: E402
+from ledger import replace_section, result_path, run_record, write_json  # noqa: E402
 
 
 def one(args: argparse.Namespace) -> dict:
     """Build one graph in this process and return its row."""
-    import numpy as np
     import torch
 
     from datamask import make_clustered
@@ -44,8 +46,12 @@ def one(args: argparse.Namespace) -> dict:
     if args.corpus:
         import pyarrow.parquet as pq
 
-        col = pq.read_table(args.corpus, columns=["feature_arr"]).column(0)
-        x = torch.from_numpy(np.stack(col.to_numpy(zero_copy_only=False)).astype(np.float32))
+        from datamask.columns import Columns
+        from datamask.io.parquet import arrays_from_table
+
+        table = pq.read_table(args.corpus, columns=["chunk_id", "quality_score", "feature_arr"])
+        cols = Columns("chunk_id", ("quality_score",), feature_col="feature_arr")
+        x = torch.from_numpy(arrays_from_table(table, args.corpus, cols)[2])
         x = torch.nn.functional.normalize(x, dim=1)
     else:
         x = torch.from_numpy(make_clustered(args.n, 384, 500, seed=0).features)
@@ -68,15 +74,16 @@ def one(args: argparse.Namespace) -> dict:
 
 def table(runs: list[dict]) -> str:
     lines = [
-        "| date | data | rows | K | threads | code | wall s | CPU s | load (before, after) "
-        "| recall@K | idx / sim digest |",
-        "|---|---|---:|---:|---:|---|---:|---:|---|---:|---|",
+        "| date | commit | data | rows | K | threads | code | wall s | CPU s "
+        "| load (before, after) | recall@K | idx / sim digest |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---|",
     ]
     for run in runs:
         for r in run["rows"]:
             load = ", ".join(f"{v:.1f}" for v in (r["load"][0], r["load"][3]))
             lines.append(
-                f"| {run['date']} | {run['data']} | {r['rows']} | {r['k']} | {r['threads']} "
+                f"| {run['date']} | {run['commit']} | {run['data']} | {r['rows']} | {r['k']} "
+                f"| {r['threads']} "
                 f"| {r['code']} | {r['wall']:.1f} | {r['cpu']:.1f} | {load} | {r['recall']:.4f} "
                 f"| {r['idx_digest']} / {r['sim_digest']} |"
             )
@@ -110,10 +117,17 @@ def main() -> None:
                     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                     rows.append({"code": name, **json.loads(out.stdout.splitlines()[-1])})
                     print(rows[-1], flush=True)
-        data = "realtext" if args.corpus else f"make_clustered({args.n}, 384, 500)"
-        what = "graph-realtext" if args.corpus else "graph"
-        write_json(result_path(HERE, what), run_record(data=data, base=args.base, rows=rows))
-    runs = load_runs(HERE, "graph") + load_runs(HERE, "graph-realtext")
+        data = Path(args.corpus).name if args.corpus else f"make_clustered({args.n}, 384, 500)"
+        what = f"graph-{Path(args.corpus).stem}" if args.corpus else "graph"
+        path, again = result_path(HERE, what), 1
+        while path.exists():  # a second run of the day: a file of its own
+            again += 1
+            path = result_path(HERE, f"{what}-run{again}")
+        write_json(path, run_record(data=data, base=args.base, rows=rows))
+    found = (HERE / "results").glob("*-graph*.json")  # a day's "-run2" after its first files
+    runs = [
+        json.loads(p.read_text()) for p in sorted(found, key=lambda p: p.stem.replace("-run", "~"))
+    ]
     replace_section(HERE / "RESULTS.md", "graph", table(runs))
 
 
