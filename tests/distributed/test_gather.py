@@ -64,6 +64,19 @@ def plan(shards, work, **partition):
         runner.close()
 
 
+def test_the_spill_markers_are_found_by_the_name_they_are_written_under(tmp_path):
+    """The index step lists the spills by their markers' names: every shard number comes
+    back, and the other files of the folder (the index, temporaries) are not shards."""
+    dirs = WorkDir.of(tmp_path / "out")
+    folder = dirs.spill_marker(0).parent
+    folder.mkdir(parents=True)
+    for shard in (0, 7, 123_456):
+        dirs.spill_marker(shard).write_text("{}")
+    for other in ("offsets.json", "shard-00001.json.tmp", "shard-.json", "group-00003.json"):
+        (folder / other).write_text("{}")
+    assert gather._spilled_shards(dirs) == [0, 7, 123_456]
+
+
 def test_every_group_is_one_object_that_knows_each_rows_shard_and_row(tmp_path):
     """Clusters split (a 40-row sample: leaves too large, cut across their axis): every group is ONE
     object of exactly its planned rows, and each row's (shard, row) points at that same

@@ -49,6 +49,10 @@ GLOBAL_PART = "part-global.parquet"
 Place = Path | Location
 
 
+#: A spill marker's name around its shard's number: ``shard-00042.json``.
+SPILL_MARKER = ("shard-", ".json")
+
+
 def _n(number: int) -> str:
     return f"{number:05d}"
 
@@ -167,7 +171,15 @@ class WorkDir:
 
     def spill_marker(self, shard: int) -> Place:
         """A spill's marker: its rows per leaf (what the index step reads)."""
-        return self.clusters() / f"shard-{_n(shard)}.json"
+        return self.clusters() / f"{SPILL_MARKER[0]}{_n(shard)}{SPILL_MARKER[1]}"
+
+    @staticmethod
+    def spilled_shard(name: str) -> int | None:
+        """The shard whose :meth:`spill_marker` is named ``name``; None for other names."""
+        head, tail = SPILL_MARKER
+        number = name[len(head) : -len(tail)]
+        ok = name.startswith(head) and name.endswith(tail) and number.isdigit()
+        return int(number) if ok else None
 
     def spill_index(self, kind: str) -> Place:
         """The index of the spills: ``bin`` (every spill's rows per leaf), ``json`` (its

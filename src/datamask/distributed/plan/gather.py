@@ -82,12 +82,8 @@ SHARD_COLUMN = "__datamask_shard"
 
 def _spilled_shards(dirs: WorkDir) -> list[int]:
     """Shards with a finished spill (their counts file), in shard order: one listing."""
-    names = names_in(dirs.clusters())
-    return sorted(
-        int(n[len("shard-") : -len(".json")])
-        for n in names
-        if n.startswith("shard-") and n.endswith(".json")
-    )
+    shards = (WorkDir.spilled_shard(name) for name in names_in(dirs.clusters()))
+    return sorted(shard for shard in shards if shard is not None)
 
 
 #: int64 values an index step holds at once (32 MB), whatever the spills x leaves: the
