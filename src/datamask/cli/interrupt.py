@@ -74,7 +74,7 @@ def interrupted_line(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
         work = dirs.root
         # group markers only: not a marker's temporary (".NNNNN....tmp", a group still being
         # written when the signal came), nor the global, given or token-fill markers
-        done = _count(dirs.completion(0).parent, "[0-9]*")
+        done = _count(dirs.completions(), "[0-9]*")
         if done:
             return (
                 f"{how}; {done} finished group(s) are kept in {work}; rerun the same command "

@@ -191,13 +191,17 @@ class WorkDir:
         (``gather.release_spills``): a spill's counts alone then mark it done."""
         return self.clusters() / "spills-released.json"
 
+    def group_objects(self) -> Place:
+        """The folder of the group objects and their markers."""
+        return self.clusters() / "groups"
+
     def group_object(self, gid: int) -> Place:
         """The one object a cluster group's steps read."""
-        return self.clusters() / "groups" / f"group-{_n(gid)}.parquet"
+        return self.group_objects() / f"group-{_n(gid)}.parquet"
 
     def group_object_marker(self, gid: int) -> Place:
         """The gather step's marker for one group object."""
-        return self.clusters() / "groups" / f"group-{_n(gid)}.json"
+        return self.group_objects() / f"group-{_n(gid)}.json"
 
     def given_kept(self) -> Place:
         """KEPT's kept rows: id and unit embedding, what every group's floor is taken
@@ -209,26 +213,34 @@ class WorkDir:
         return self.root / "completions" / "given"
 
     # --- WORK: select, allocate, exchange -------------------------------------------------
+    def completions(self) -> Place:
+        """The folder of the groups' and round 2's completion markers."""
+        return self.root / "completions"
+
     def completion(self, gid: int) -> Place:
         """The marker a finished group leaves behind."""
-        return self.root / "completions" / _n(gid)
+        return self.completions() / _n(gid)
 
     def global_marker(self) -> Place:
         """Round 2's completion marker, whichever way it combined the groups."""
-        return self.root / "completions" / "global"
+        return self.completions() / "global"
 
     def group_rows(self, gid: int) -> Place:
         """A group's rows as its select step scored them (ids, scores, probabilities): what
         the similarity cap and the central round read."""
         return self.root / "groups" / f"{_n(gid)}.parquet"
 
+    def proposals(self) -> Place:
+        """The folder of the groups' candidates and of the driver's requests for more."""
+        return self.root / "candidates"
+
     def candidates(self, gid: int) -> Place:
         """Round 1 of a global budget: the candidates one group proposes."""
-        return self.root / "candidates" / f"{_n(gid)}.parquet"
+        return self.proposals() / f"{_n(gid)}.parquet"
 
     def want(self, gid: int) -> Place:
         """Where the driver records that a group must propose more candidates."""
-        return self.root / "candidates" / f"{_n(gid)}.want.json"
+        return self.proposals() / f"{_n(gid)}.want.json"
 
     def graph(self, gid: int) -> Place:
         """A group's neighbour graph (``indices`` int32, ``sims`` float32, shape (n, K)),
@@ -265,9 +277,13 @@ class WorkDir:
         """The cover step's marker for one group."""
         return self.root / "cover" / f"{_n(gid)}.json"
 
+    def keep_buckets(self, bucket: int) -> Place:
+        """The folder of every group's kept rows of the input shards of bucket ``bucket``."""
+        return self.root / "keep" / f"bucket={_n(bucket)}"
+
     def keep_bucket(self, bucket: int, gid: int) -> Place:
         """Group ``gid``'s kept rows of the input shards of bucket ``bucket``."""
-        return self.root / "keep" / f"bucket={_n(bucket)}" / f"part-{_n(gid)}.parquet"
+        return self.keep_buckets(bucket) / f"part-{_n(gid)}.parquet"
 
     def keep_group_marker(self, gid: int) -> Place:
         """The keep-list step's marker for one group."""

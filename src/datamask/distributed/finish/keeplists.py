@@ -187,7 +187,7 @@ class BucketKeepLists(Step[BucketJob]):
         return sum(rows for *_, rows in job.shards)
 
     def run(self, job: BucketJob) -> dict[str, Any]:
-        folder = job.dirs.keep_bucket(job.bucket, 0).parent
+        folder = job.dirs.keep_buckets(job.bucket)
         parts = sorted(n for n in names_in(folder) if _PART.fullmatch(n))
         tables = [read_table(folder / n) for n in parts]
         id_col = job.id_col

@@ -421,7 +421,7 @@ def gather_summary(dirs: WorkDir) -> dict[str, float]:
     before buckets is a step of its own), ``seconds`` and ``spills_opened`` (summed over
     the steps; a bucket's markers all carry its own) and ``spills_read_mean`` (spills a
     group has rows in, mean over the groups)."""
-    folder = dirs.group_object_marker(0).parent
+    folder = dirs.group_objects()
     markers = [
         json.loads((folder / n).read_text())
         for n in sorted(names_in(folder))
@@ -443,7 +443,7 @@ def gather_summary(dirs: WorkDir) -> dict[str, float]:
 
 def ungathered(n_groups: int, dirs: WorkDir) -> list[int]:
     """The groups of the ``n_groups`` that have no marker yet (one listing)."""
-    done = names_in(dirs.group_object_marker(0).parent)
+    done = names_in(dirs.group_objects())
     return [gid for gid in range(n_groups) if dirs.group_object_marker(gid).name not in done]
 
 

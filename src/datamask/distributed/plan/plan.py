@@ -301,7 +301,7 @@ def plan_groups(
     oversample = spec.partition.oversample
     proposed = [replace(g, k=candidate_count(g.n, n_total, k_total, oversample)) for g in groups]
     if combine == "gains":
-        asked = names_in(run.dirs.want(0).parent)  # one listing, not one GET a group
+        asked = names_in(run.dirs.proposals())  # one listing, not one GET a group
         proposed = [
             replace(g, k=wanted(run.dirs, g.gid, g.k)) if run.dirs.want(g.gid).name in asked else g
             for g in proposed
