@@ -128,3 +128,24 @@ def test_hub_parquet_layout_needs_a_split_and_reads_its_files(tmp_path, demo_tab
     ids = pq.read_table(out / "selected").column("id").to_pylist()
     assert len(ids) == 50
     assert set(ids) <= set(table.slice(0, 500)["id"].to_pylist())
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("state.json", "{not json"),
+        ("state.json", '{"_data_files": [{"name": "data-00000-of-00001.arrow"}]}'),
+        ("dataset_dict.json", '{"split_names": ["train"]}'),
+        ("dataset_dict.json", '["train"]'),
+    ],
+)
+def test_a_broken_save_to_disk_folder_names_its_file(tmp_path, name, text):
+    """A save_to_disk folder whose JSON cannot be read, or lacks what datasets writes,
+    is a ValueError that names that file; nothing else is read."""
+    from datamask.io.datasets import save_to_disk_files
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / name).write_text(text)
+    with pytest.raises(ValueError, match=f"cannot read .*{name}"):
+        save_to_disk_files(folder)

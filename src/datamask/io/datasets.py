@@ -19,8 +19,9 @@ from __future__ import annotations
 import glob
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,11 +55,17 @@ def is_save_to_disk(path: str | Path) -> bool:
     return p.is_dir() and ((p / "state.json").is_file() or (p / "dataset_dict.json").is_file())
 
 
-def _dict_splits(root: Path) -> list[str]:
+def _read_json(path: Path, pick: Callable[[Any], Any]) -> Any:
+    """``pick`` of the JSON in ``path``: a ValueError naming the file when it cannot be
+    read, is not JSON, or lacks what ``pick`` takes from it."""
     try:
-        splits = json.loads((root / "dataset_dict.json").read_text())["splits"]
+        return pick(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"cannot read {str(root / 'dataset_dict.json')!r}: {exc}") from None
+        raise ValueError(f"cannot read {str(path)!r}: {exc}") from None
+
+
+def _dict_splits(root: Path) -> list[str]:
+    splits = _read_json(root / "dataset_dict.json", lambda d: d["splits"])
     return [str(s) for s in splits]
 
 
@@ -95,11 +102,7 @@ def save_to_disk_files(path: str | Path, split: str | None = None) -> list[Path]
         raise ValueError(
             f"{str(root)!r} is a single Dataset, not a DatasetDict; drop --split {split}."
         )
-    try:
-        state = json.loads((root / "state.json").read_text())
-        names = [f["filename"] for f in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"cannot read {str(root / 'state.json')!r}: {exc}") from None
+    names = _read_json(root / "state.json", lambda s: [f["filename"] for f in s["_data_files"]])
     files = [root / n for n in names]
     for f in files:
         if not f.is_file():
