@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from ..io.fs import Location
 from ..io.listing import expand, glob_root
-from ..io.retry import raise_if_unavailable
+from ..io.parquet import parquet_errors
 
 SHARD_SUFFIXES = (".parquet", ".pq", ".jsonl", ".jsonl.gz")  # any letter case
 
@@ -121,12 +121,8 @@ def input_names(src: Location, fmt: str) -> list[str]:
     """The column names of one input shard: a parquet's schema, or the keys of a JSON
     lines shard's first row (none for an empty shard)."""
     if fmt == "parquet":
-        with src.open_input_file() as fh:
-            try:
-                return list(pq.ParquetFile(fh).schema_arrow.names)
-            except Exception as exc:
-                raise_if_unavailable(exc, f"reading {src.uri!r}")
-                raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
+        with src.open_input_file() as fh, parquet_errors(src.uri):
+            return list(pq.ParquetFile(fh).schema_arrow.names)
     for lines in _json_lines(src, fmt == "jsonl.gz", 1):
         try:
             row = json.loads(lines[0])
@@ -140,22 +136,16 @@ def _id_batches(src: Location, fmt: str, id_col: str, batch_size: int) -> Iterat
     """The id column of one input shard, batch by batch (only that column is decoded)."""
     if fmt == "parquet":
         with src.open_input_file() as fh:
-            try:
+            with parquet_errors(src.uri):
                 pf = pq.ParquetFile(fh)
-            except Exception as exc:
-                raise_if_unavailable(exc, f"reading {src.uri!r}")
-                raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
             if id_col not in pf.schema_arrow.names:
                 raise ValueError(
                     f"column {id_col!r} not found in {src.uri}; available columns: "
                     f"{pf.schema_arrow.names}; pass the id column with --id-col."
                 )
-            try:
+            with parquet_errors(src.uri):
                 for batch in pf.iter_batches(batch_size=batch_size, columns=[id_col]):
                     yield batch.column(0)
-            except Exception as exc:
-                raise_if_unavailable(exc, f"reading {src.uri!r}")
-                raise ValueError(f"cannot read {src.uri!r} as parquet: {exc}") from None
         return
     n = 0
     for lines in _json_lines(src, fmt == "jsonl.gz", batch_size):

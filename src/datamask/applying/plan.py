@@ -14,9 +14,8 @@ import pyarrow.parquet as pq
 
 from ..io.fs import Location, folder_kind
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
-from ..io.parquet import SUMMARY_KEY, read_table
+from ..io.parquet import SUMMARY_KEY, parquet_errors, read_table
 from ..io.provenance import TRUST_FLAG, id_kind
-from ..io.retry import raise_if_unavailable
 from ..io.selection import read_selection_ids, summary_is_current
 from .inputs import _id_batches
 
@@ -122,12 +121,8 @@ def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
                 "rerun the same select command to finish it, then apply."
             )
         return True, manifest
-    try:
-        with sel.open_input_file() as fh:
-            meta = pq.read_schema(fh).metadata or {}
-    except Exception as exc:
-        raise_if_unavailable(exc, f"reading {sel.uri!r}")
-        raise ValueError(f"cannot read --selection {sel.uri!r} as parquet: {exc}") from None
+    with parquet_errors(sel.uri, "--selection "), sel.open_input_file() as fh:
+        meta = pq.read_schema(fh).metadata or {}
     text = meta.get(SUMMARY_KEY)
     return False, None if text is None else json.loads(text)
 

@@ -28,8 +28,7 @@ import pyarrow.parquet as pq
 
 from ..columns import Columns
 from ..data import Corpus
-from .parquet import corpus_from_table, read_corpus
-from .retry import raise_if_unavailable
+from .parquet import corpus_from_table, parquet_errors, read_corpus
 from .shards import PARQUET_SUFFIXES, list_shards
 
 __all__ = [
@@ -287,11 +286,8 @@ def input_batches(
             reader = _open_stream(f)
             names = reader.schema.names
         else:
-            try:
+            with parquet_errors(where):
                 pf = pq.ParquetFile(f)
-            except Exception as exc:  # pyarrow raises several types for a bad footer
-                raise_if_unavailable(exc, f"reading {where!r}")
-                raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
             names = pf.schema_arrow.names
         for c in wanted:
             if c not in names:

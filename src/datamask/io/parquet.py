@@ -49,7 +49,7 @@ def open_remote_parquet(loc: Location, what: str = "input file") -> pq.ParquetFi
         fh = open_input(loc)
     except FileNotFoundError:
         raise ValueError(f"{what} {loc.uri!r} does not exist.") from None
-    with _parquet_errors(loc.uri):
+    with parquet_errors(loc.uri):
         return pq.ParquetFile(fh, page_checksum_verification=True)
 
 
@@ -58,7 +58,7 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
     if isinstance(p, Location):
         return open_remote_parquet(p)
     expect_file(p, what="input file", accepted="one parquet file")
-    with _parquet_errors(str(p)):
+    with parquet_errors(str(p)):
         return pq.ParquetFile(p, page_checksum_verification=True)
 
 
@@ -87,7 +87,7 @@ def read_table(
     name = source.uri if isinstance(source, Location) else str(source)
     with ExitStack() as stack:
         if isinstance(source, Location):
-            with _parquet_errors(name):
+            with parquet_errors(name):
                 fh = stack.enter_context(source.open_input_file())
                 # a small object in one GET, not a footer read and then one per column
                 small = fh.size() <= WHOLE_READ_MAX
@@ -96,7 +96,7 @@ def read_table(
             pf = _open(source)
         if columns is not None:  # a missing column is named, with the file, not a KeyError
             _require(pf.schema_arrow, columns, where or name)
-        with _parquet_errors(name):
+        with parquet_errors(name):
             return pf.read(columns=None if columns is None else list(columns))
 
 
@@ -116,7 +116,7 @@ def parquet_batches(
     """
     fh = source.open_input_file()
     try:
-        with _parquet_errors(source.uri):
+        with parquet_errors(source.uri):
             pf = pq.ParquetFile(fh)
     except BaseException:  # a bad footer or a store that stays unavailable
         fh.close()
@@ -124,7 +124,7 @@ def parquet_batches(
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            with _parquet_errors(source.uri):
+            with parquet_errors(source.uri):
                 yield from pf.iter_batches(batch_size=batch_size)
         finally:
             fh.close()
@@ -133,14 +133,15 @@ def parquet_batches(
 
 
 @contextmanager
-def _parquet_errors(uri: str) -> Iterator[None]:
+def parquet_errors(uri: str, what: str = "") -> Iterator[None]:
     """A store that stays unavailable as itself; any other failure (pyarrow raises
-    several types for a bad file) as a ValueError naming ``uri``."""
+    several types for a bad file) as a ValueError naming ``uri`` (after ``what``, e.g.
+    ``"--selection "``). Every parquet read of a user's file goes through it."""
     try:
         yield
     except Exception as exc:
         raise_if_unavailable(exc, f"reading {uri!r}")
-        raise ValueError(f"cannot read {uri!r} as parquet: {exc}") from None
+        raise ValueError(f"cannot read {what}{uri!r} as parquet: {exc}") from None
 
 
 def _require(schema: pa.Schema, names: Sequence[str], where: str) -> None:
@@ -477,11 +478,8 @@ def read_corpus(
     wanted = [columns.id_col, *columns.quality_cols, columns.feature_col]
     _require(schema, wanted, where)
     extras = [c for c in extra_cols if c in schema.names and c not in wanted]
-    try:
+    with parquet_errors(where):
         table = pf.read(columns=wanted + extras)
-    except Exception as exc:
-        raise_if_unavailable(exc, f"reading {where!r}")
-        raise ValueError(f"cannot read {where!r} as parquet: {exc}") from None
     corpus = corpus_from_table(table, where, columns, extra_cols=extras)
     if expected_dim is not None and corpus.dim != expected_dim:
         raise ValueError(f"embedding width {corpus.dim} in {where} does not match {expected_dim}.")

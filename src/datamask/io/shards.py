@@ -32,6 +32,7 @@ from .parquet import (
     check_id_type,
     corpus_from_tables,
     open_remote_parquet,
+    parquet_errors,
 )
 from .retry import raise_if_unavailable
 
@@ -207,11 +208,8 @@ def _open(path: str | Path | Location) -> pq.ParquetFile:
         return open_remote_parquet(p, "input shard")
     if not p.is_file():
         raise ValueError(f"input shard {str(p)!r} does not exist.")
-    try:
+    with parquet_errors(str(p)):
         return pq.ParquetFile(p, page_checksum_verification=True)
-    except Exception as exc:  # pyarrow raises several types for a bad footer
-        raise_if_unavailable(exc, f"reading {str(p)!r}")
-        raise ValueError(f"cannot read {str(p)!r} as parquet: {exc}") from None
 
 
 def inspect_shards(files: Sequence[str | Path], *, columns: Sequence[str] = ()) -> list[ShardInfo]:
@@ -522,11 +520,8 @@ def scan_shard(
     row = 0
     batches = pf.iter_batches(batch_size=batch_size, columns=read)
     while True:
-        try:  # read errors (a corrupt page) name the file
+        with parquet_errors(str(path)):  # read errors (a corrupt page) name the file
             batch = next(batches, None)
-        except Exception as exc:
-            raise_if_unavailable(exc, f"reading {str(path)!r}")
-            raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
         if batch is None:
             break
         n = batch.num_rows
