@@ -68,11 +68,12 @@ def test_the_spill_markers_are_found_by_the_name_they_are_written_under(tmp_path
     """The index step lists the spills by their markers' names: every shard number comes
     back, and the other files of the folder (the index, temporaries) are not shards."""
     dirs = WorkDir.of(tmp_path / "out")
-    folder = dirs.spill_marker(0).parent
+    folder = dirs.clusters()
     folder.mkdir(parents=True)
     for shard in (0, 7, 123_456):
         dirs.spill_marker(shard).write_text("{}")
-    for other in ("offsets.json", "shard-00001.json.tmp", "shard-.json", "group-00003.json"):
+    others = ("offsets.json", "shard-00001.json.tmp", "shard-.json", "shard-\u00b2.json", "x.json")
+    for other in others:
         (folder / other).write_text("{}")
     assert gather._spilled_shards(dirs) == [0, 7, 123_456]
 

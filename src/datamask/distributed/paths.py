@@ -178,7 +178,7 @@ class WorkDir:
         """The shard whose :meth:`spill_marker` is named ``name``; None for other names."""
         head, tail = SPILL_MARKER
         number = name[len(head) : -len(tail)]
-        ok = name.startswith(head) and name.endswith(tail) and number.isdigit()
+        ok = name.startswith(head) and name.endswith(tail) and number.isascii() and number.isdigit()
         return int(number) if ok else None
 
     def spill_index(self, kind: str) -> Place:
