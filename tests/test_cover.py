@@ -88,6 +88,24 @@ def test_approximate_routes_are_flagged_and_bounded_by_the_truth(points):
         assert np.isin(c.index, kept).all()
 
 
+def test_a_search_device_compares_every_pair_whatever_their_count(points):
+    # The cover's and the exchange's route on a GPU: rows the graph leaves are compared with
+    # every kept row on the device, exact even where the count would take the ivf search.
+    x, kept = points
+    graph = knn_graph(torch.from_numpy(x), 24, method="ivf")
+    for kwargs in ({"exact_pairs": 0}, {"exact_pairs": 0, "graph": graph}):
+        c = nearest_kept(x, kept, search_device="cpu", **kwargs)
+        searched = c.counts["exact_search"]
+        assert searched > 0 and c.counts["ivf_search"] == 0
+        if "graph" not in kwargs:  # no approximate graph: every row exact, as brute force
+            check_against_brute(c.index, c.sim, x, kept)
+            assert c.exact.all() and searched == 555
+    base = x[kept]
+    c = nearest_kept(x, kept_features=base, exact_pairs=0, search_device="cpu")
+    check_against_brute(c.index, c.sim, x, kept, base)
+    assert c.exact.all() and c.counts["exact_search"] == 600
+
+
 def test_ties_go_to_the_lowest_kept_row():
     x = unit(np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.1]])).astype(np.float32)
     for kwargs in ({}, {"graph": knn_graph(torch.from_numpy(x), 4, method="exact")}):

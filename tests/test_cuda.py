@@ -183,3 +183,25 @@ def test_device_graph_has_fp32_recall_and_similarities(corpus):
     assert hits / ref_idx.numel() >= 0.99
     assert sampled_recall(x, idx, n_rows=300) >= 0.99
     _close(sim, (x[:, None, :] * x[idx]).sum(-1), atol=1e-5)
+
+
+# --- the searches the cover and the exchange run on the device ------------------------------
+def test_cover_and_floor_searches_on_the_device_are_exact(corpus):
+    from datamask.coverage import nearest_kept
+    from datamask.distributed.combine.exchange import _floors
+
+    x = torch.as_tensor(corpus.features)
+    kept = np.arange(0, N, 7)
+    others = x[1::5]
+    want = (x @ others.T).max(dim=1)
+    far = nearest_kept(x, kept_features=others, exact_pairs=0, search_device=TARGET)
+    assert far.exact.all() and far.counts["exact_search"] == N
+    _close(torch.from_numpy(far.sim), want.values, atol=1e-5)
+    assert (far.index == want.indices.numpy()).mean() > 0.99  # a near tie may go either way
+    own = nearest_kept(x, kept, exact_pairs=0, search_device=TARGET)
+    best = (x @ x[kept].T).max(dim=1).values
+    best[kept] = 1.0
+    _close(torch.from_numpy(own.sim), best, atol=1e-5)
+    floors = _floors(x, [others[:100].numpy(), others[100:].numpy()], torch.device(TARGET))
+    assert floors.device.type == "cpu"
+    _close(floors, want.values.clamp_min(0.0), atol=1e-5)

@@ -14,6 +14,7 @@ from ._validation import check_count
 logger = logging.getLogger("datamask")
 
 __all__ = [
+    "accelerator",
     "available_cores",
     "check_device_name",
     "make_generators",
@@ -83,6 +84,14 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
             f"{torch.cuda.device_count()} CUDA device(s)."
         )
     return dev
+
+
+def accelerator(device: str | torch.device = "auto") -> torch.device | None:
+    """``device`` resolved (:func:`resolve_device`) where it is a GPU, else None: where the
+    searches that are cheap on a GPU (every pair, blocked) run exact instead of the host's
+    ivf search (the exchange round's floors, the cover's)."""
+    resolved = resolve_device(device)
+    return None if resolved.type == "cpu" else resolved
 
 
 def seed_streams(seed: int, n: int) -> list[np.random.SeedSequence]:

@@ -65,6 +65,7 @@ def nearest_kept(
     exact_pairs: int = COVER_EXACT_PAIRS,
     probe_fraction: float = FLOOR_PROBE_FRACTION,
     generator: torch.Generator | None = None,
+    search_device: torch.device | str | None = None,
 ) -> Cover:
     """Every row's nearest kept row by cosine: the id ``covered_by`` and ``covered_sim``
     are written from.
@@ -77,8 +78,9 @@ def nearest_kept(
     2. With ``graph`` (the K-NN graph over ``features`` the selection used, sims clipped
        at 0), the most similar listed neighbour that is kept, at a positive similarity.
     3. Rows the graph does not resolve are compared with every kept row when
-       ``rows x kept <= exact_pairs`` (blocked matmul, exact), else found by
-       :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed).
+       ``rows x kept <= exact_pairs`` or on ``search_device`` (blocked fp32 matmul, exact),
+       else found by :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them
+       probed).
     4. Where ``floor[i]`` (the best cosine to kept rows held elsewhere, e.g. another
        group's) is strictly above the cosine found, the floor wins: ``floor_index[i]``.
 
@@ -104,6 +106,10 @@ def nearest_kept(
         Largest ``rows x kept`` compared exactly; lists the ivf search probes.
     generator : torch.Generator, optional
         The ivf search's k-means draws (default: seeded with 0).
+    search_device : torch.device or str, optional
+        Where given, rule 3 compares every pair there, exact whatever their count (a
+        GPU's blocked products beat the ivf search's k-means and gathers); the rows and
+        the kept rows are copied to it for the search, the results come back to the host.
 
     Returns
     -------
@@ -130,7 +136,10 @@ def nearest_kept(
         _from_graph(found, x, base, kept, graph, graph_exact)
     rest = np.flatnonzero(found.todo)
     if m and len(rest):  # rule 3
-        _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator)
+        if search_device is not None:
+            _search_on(found, x, base, rest, torch.device(search_device))
+        else:
+            _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator)
     return _finish(found, kept, m, floor, floor_index, floor_exact)
 
 
@@ -274,6 +283,17 @@ def _search_rest(
         padded = i < 0  # empty probed lists: compare those rows with every kept row
         if bool(padded.any()):
             s[padded], i[padded], _ = best_match(q[padded], base, method="exact")
+    found.index[rest], found.sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
+
+
+def _search_on(
+    found: _Found, x: torch.Tensor, base: torch.Tensor, rest: np.ndarray, device: torch.device
+) -> None:
+    """Rule 3 on ``device``: the rows left compared with every kept row there (exact)."""
+    q = x[torch.from_numpy(rest)].to(device)
+    s, i, _ = best_match(q, base.to(device), method="exact")
+    found.counts["exact_search"] += len(rest)
+    found.exact[rest] = True
     found.index[rest], found.sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
 
 

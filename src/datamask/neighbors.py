@@ -130,8 +130,9 @@ def best_match(
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """Each query's most similar row of ``base`` (unit rows): ``(sims, index, method)``.
 
-    ``exact`` compares every pair, in blocks of about 16M similarities (memory bounded by
-    the block, not by ``len(queries) * len(base)``; ties to the lowest row); ``ivf`` is
+    ``exact`` compares every pair in fp32, in blocks of about 16M similarities (256M on
+    CUDA: memory bounded by the block, not by ``len(queries) * len(base)``; ties to the
+    lowest row); ``ivf`` is
     :func:`ivf_search` with one neighbour, sqrt(len(base)) lists and ``probe_fraction`` of
     them probed (its k-means drawn from ``generator``).
     ``auto``: exact up to ``AUTO_EXACT_MAX ** 2`` pairs (the graph's own limit) or on CUDA,
@@ -169,7 +170,7 @@ def best_match(
         # copies of one vector tie: the list's top-1 may be any of them, the rule is the first
         index[hit] = first_identical(base, index[hit])
         return sims, index, method
-    step = block_rows(nb, budget=1 << 24)
+    step = block_rows(nb, budget=1 << 24, device=queries.device)
     base = base.to(queries.dtype)
     for lo in range(0, n, step):
         s, i = (queries[lo : lo + step] @ base.T).max(dim=1)

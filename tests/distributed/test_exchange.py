@@ -175,3 +175,7 @@ def test_floors_are_never_above_the_exact_best_cosine_and_mostly_equal_it():
     assert exchange.EXCHANGE_PROBE_FRACTION < 0.2  # cheaper than the given floors' search
     assert bool((floors <= exact + 1e-5).all())
     assert float((floors >= exact - 1e-5).float().mean()) > 0.8
+    # given a device (a run's GPU), every pair is compared there: the exact floors
+    on_device = exchange._floors(x, [base[:1200].numpy(), base[1200:].numpy()], torch.device("cpu"))
+    torch.testing.assert_close(on_device, exact, atol=1e-6, rtol=0)
+    assert exchange._floors(x, [base[:0].numpy()], torch.device("cpu")).eq(0).all()

@@ -12,7 +12,8 @@ SHARDED.md``). After the first allocation every group re-prices its candidates o
    orientation is a Gauss-Seidel sweep done in parallel).
 2. **Floors.** A document's floor is its best cosine to the neighbours' kept documents
    (the first ``m`` rows of their candidates, which carry their embeddings), found by the
-   ivf search (:func:`~datamask.neighbors.best_match`, ``method="ivf"``).
+   ivf search (:func:`~datamask.neighbors.best_match`, ``method="ivf"``), or on a run's
+   GPU by comparing every pair there (exact: blocked products are cheap on it).
 3. **Re-price.** On the group's graph (the one its select step saved,
    ``WORK/graphs/NNNNN.npz``, else built again), coverage is counted above the floor
    (:meth:`~datamask.objectives.facility_location.FacilityLocation.raise_floor`) and the
@@ -37,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..._device import resolve_device
+from ..._device import accelerator, resolve_device
 from ..._memory import bound_heap, peak_rss_mb, release_heap
 from ..._validation import check_corpus
 from ...config import SelectSpec
@@ -136,14 +137,20 @@ def exchange_neighbors(
     return out
 
 
-def _floors(x: torch.Tensor, kept: list[np.ndarray]) -> torch.Tensor:
-    """Each row's best cosine (clipped at 0) to any row of ``kept``, by the ivf search
-    (:data:`EXCHANGE_PROBE_FRACTION` of its lists probed). A floor the search misses is a
-    little low, so the group buys a little more coverage than it needs, never less."""
+def _floors(
+    x: torch.Tensor, kept: list[np.ndarray], device: torch.device | None = None
+) -> torch.Tensor:
+    """Each row's best cosine (clipped at 0) to any row of ``kept``: on the host by the ivf
+    search (:data:`EXCHANGE_PROBE_FRACTION` of its lists probed; a floor the search misses
+    is a little low, so the group buys a little more coverage than it needs, never less),
+    or, given a ``device`` (the run's GPU), every pair compared there (exact)."""
     blocks = [b for b in kept if len(b)]
     if not blocks:
         return torch.zeros(x.shape[0], dtype=x.dtype)
     base = torch.from_numpy(np.concatenate(blocks).astype(np.float32, copy=False))
+    if device is not None:
+        sims, _, _ = best_match(x.to(device), base.to(device), method="exact")
+        return sims.cpu().clamp_min_(0.0)
     sims, _, _ = best_match(x, base, method="ivf", probe_fraction=EXCHANGE_PROBE_FRACTION)
     return sims.clamp_min_(0.0)
 
@@ -229,7 +236,7 @@ def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarra
             t = read_table(dirs.candidates(gid), columns=["features"]).slice(0, m)
             kept.append(features_matrix(t.column(0)))
     x = torch.from_numpy(corpus.features)  # unit rows: the checked corpus
-    floor = _floors(x, kept)
+    floor = _floors(x, kept, accelerator(spec.selector.device))
     floors_s = time.perf_counter() - started - read_s
     # 3. The group's objective at the rate it proposed with, coverage above the floor.
     c = len(rows)

@@ -19,7 +19,8 @@ round or the similarity cap), in two passes of pure, resumable steps:
    there is one, ``WORK/graphs/``, searched for the rows the graph does not resolve) and,
    as the floor, its nearest kept row of its :data:`COVER_NEIGHBORS` nearest groups by
    centroid (both directions: :func:`~..combine.exchange.exchange_neighbors` with
-   ``lower_only=False``); the nearer wins, the own group's on a tie. It writes
+   ``lower_only=False``); the nearer wins, the own group's on a tie. On a run's GPU both
+   searches compare every pair there (exact); on the host they are ivf searches. It writes
    ``OUT/covered/part-NNNNN.parquet``: the id, ``group``, ``selected``, ``covered_by``,
    ``covered_sim`` (float32), ``covered_exact``; then its marker ``WORK/cover/NNNNN.json``,
    and deletes the group's graph (the exchange round leaves it for this step).
@@ -57,7 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..._device import resolve_device
+from ..._device import accelerator, resolve_device
 from ..._memory import peak_rss_mb, release_heap
 from ..._validation import check_corpus
 from ...config import SelectSpec
@@ -258,11 +259,14 @@ def _cover(job: CoverJob) -> dict[str, Any]:
     floor = floor_index = None
     other_ids = pa.array([], type=ids.type)
     floor_exact = np.ones(len(ids), dtype=bool)  # no kept rows elsewhere: nothing missed
+    gpu = accelerator(spec.selector.device)  # the searches: exact there, else ivf here
     if tables:
         other = pa.concat_tables(tables)
         other_ids = other.column(id_col).combine_chunks()
         others = features_matrix(other.column("features"))
-        far = nearest_kept(x, kept_features=others, probe_fraction=COVER_PROBE_FRACTION)
+        far = nearest_kept(
+            x, kept_features=others, probe_fraction=COVER_PROBE_FRACTION, search_device=gpu
+        )
         floor, floor_index, floor_exact = far.sim, far.index, far.exact
         floor = np.nan_to_num(floor, nan=-np.inf)
     graph, graph_exact = _own_graph(job, len(ids))
@@ -274,6 +278,7 @@ def _cover(job: CoverJob) -> dict[str, Any]:
         floor=floor,
         floor_index=floor_index,
         floor_exact=floor_exact,
+        search_device=gpu,
     )
     cols = cover_columns(cover, ids, other_ids)
     mask = np.zeros(len(ids), dtype=bool)
