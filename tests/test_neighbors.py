@@ -16,7 +16,7 @@ from datamask import FacilityLocation, MaskLearner, Objective, make_clustered
 from datamask._device import available_cores, resolve_threads, set_threads
 from datamask.data import Corpus
 from datamask.greedy import DenseGreedy, LazyGreedy
-from datamask.neighbors import ivf_search, knn_graph, sampled_recall
+from datamask.neighbors import column_lists, ivf_search, knn_graph, sampled_recall
 from datamask.objectives.facility_location import (
     KEPT_NEIGHBORS,
     MAX_NEIGHBORS,
@@ -319,3 +319,14 @@ def test_chunked_top_k_builds_the_same_graph(precision):
     plain = exact_graph(x, 40, precision=precision, budget=1 << 15)
     chunked = exact_graph(x, 40, precision=precision, budget=1 << 15, topk_chunk=128)
     assert torch.equal(plain[0], chunked[0]) and torch.equal(plain[1], chunked[1])
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (5, 0), (300, 17)])
+def test_column_lists_is_a_stable_sort_by_column(shape):
+    n, k = shape
+    lists = torch.randint(0, 40, (n, k), generator=torch.Generator().manual_seed(n + k))
+    ptr, order = column_lists(lists, 40)
+    flat = lists.reshape(-1)
+    assert torch.equal(order, torch.argsort(flat, stable=True))  # row order within a column
+    assert torch.equal(ptr, torch.searchsorted(flat[order], torch.arange(41)))
+    assert ptr.dtype == order.dtype == torch.int64

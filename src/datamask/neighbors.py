@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import scipy.sparse
 import torch
 
 from ._copies import first_identical, identical_leads
@@ -16,6 +18,7 @@ __all__ = [
     "PROBE_FRACTION",
     "best_match",
     "block_rows",
+    "column_lists",
     "default_n_probe",
     "exact_graph",
     "first_identical",
@@ -187,6 +190,32 @@ def block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None =
     if device is not None and device.type == "cuda":
         budget = max(budget, CUDA_BLOCK)
     return max(1, min(65536, budget // max(n_cols, 1)))
+
+
+def column_lists(lists: torch.Tensor, n_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows' lists turned into columns' lists: for ``lists`` of shape (n, k), each entry a
+    column number below ``n_cols``, returns ``(ptr, order)``, where ``order[ptr[c] :
+    ptr[c + 1]]`` are the flat positions (``row * k + slot``) of the entries in column
+    ``c``, in row order: a stable sort by column (the entry's row is ``order // k``).
+
+    On the CPU it is scipy's CSR-to-CSC transpose, one counting pass over the entries:
+    90,000 x 160 entries in 0.2-0.5 s against torch's stable argsort's 3.1 s (1 thread). On
+    a GPU, torch's stable argsort, where it is fast.
+
+    >>> ptr, order = column_lists(torch.tensor([[2, 0], [0, 1]]), 3)
+    >>> ptr.tolist(), order.tolist()
+    ([0, 2, 3, 4], [1, 2, 3, 0])
+    """
+    n, k = lists.shape
+    flat = lists.reshape(-1)
+    if lists.device.type != "cpu":
+        order = torch.argsort(flat, stable=True)
+        ptr = torch.searchsorted(flat[order], torch.arange(n_cols + 1, device=lists.device))
+        return ptr, order
+    positions = np.arange(n * k, dtype=np.int64)
+    rows_ptr = np.arange(n + 1, dtype=np.int64) * k
+    by_col = scipy.sparse.csr_matrix((positions, flat.numpy(), rows_ptr), shape=(n, n_cols)).tocsc()
+    return torch.from_numpy(by_col.indptr.astype(np.int64)), torch.from_numpy(by_col.data)
 
 
 def spherical_kmeans(
@@ -414,11 +443,10 @@ def ivf_search(
     # Members of each cluster's inverted list: every row filed under any of its probes, in
     # row order. Flat entry e belongs to row e // per_row, so the sort's order becomes the
     # rows in place: no second (n * per_row) list of owners and no sorted copy of the lists.
-    counts = torch.bincount(probe.reshape(-1), minlength=n_lists)
-    owners = torch.argsort(probe.reshape(-1), stable=True)
+    bounds, owners = column_lists(probe, n_lists)
+    counts = bounds.diff()
     del probe
     owners.div_(per_row, rounding_mode="floor")
-    bounds = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
     blocks = _ListBlocks(queries, base, counts, q_bounds.diff(), screen)

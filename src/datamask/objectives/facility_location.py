@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import Interval, Options, check_count
-from ..neighbors import KNN_METHODS, block_rows, knn_graph, resolve_knn
+from ..neighbors import KNN_METHODS, block_rows, column_lists, knn_graph, resolve_knn
 from .base import HostGains, Term, TermContext
 from .cover_state import CoverState, ExactCover, _gather, _GraphGains, graph_top2
 from .registry import register_term
@@ -286,13 +286,8 @@ class FacilityLocation(Term):
         j as a neighbour are ``clients[ptr[j]:ptr[j + 1]]``, at similarity ``sims[...]``."""
         if self.reverse_ is None:
             idx, sim = self.knn_graph()
-            n, kk = idx.shape
-            cols = idx.reshape(-1)
-            order = torch.argsort(cols, stable=True)
-            clients = torch.arange(n, device=idx.device).repeat_interleave(kk)[order]
-            ptr = torch.searchsorted(cols[order], torch.arange(n + 1, device=idx.device))
-            self.reverse_ = (ptr, clients, sim.reshape(-1)[order])
-            self.reverse_cols_ = cols[order]  # the column (row j) of every entry, sorted
+            ptr, order = column_lists(idx, idx.shape[0])
+            self.reverse_ = (ptr, order // idx.shape[1], sim.reshape(-1)[order])
             self._ptr_list = ptr.tolist()  # python ints: slicing one column costs no sync
         return self.reverse_
 
