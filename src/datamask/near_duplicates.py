@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ._device import resolve_device
 from .data import rank_order
-from .neighbors import assign_clusters, spherical_kmeans
+from .neighbors import assign_clusters, column_lists, spherical_kmeans
 
 __all__ = [
     "SimilarityCap",
@@ -130,12 +130,10 @@ def _ivf_pairs(
     probes = assign_clusters(x, cent, top=min(n_probe, len(cent)))
     probes = probes if probes.ndim == 2 else probes[:, None]
     home = probes[:, 0]
-    owners = torch.arange(n, device=x.device).repeat_interleave(probes.shape[1])
-    lists = probes.reshape(-1)
-    order = torch.argsort(lists, stable=True)
-    lists, owners = lists[order], owners[order]
+    ptr, owners = column_lists(probes, len(cent))  # each cell's rows, in row order
+    owners.div_(probes.shape[1], rounding_mode="floor")
+    bounds = ptr.tolist()
     cells = torch.arange(len(cent) + 1, device=x.device)
-    bounds = torch.searchsorted(lists, cells).tolist()
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], cells).tolist()
     for c in tqdm(range(len(cent)), desc="pairs", unit="cell", leave=False, disable=not progress):
