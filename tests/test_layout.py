@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pipeline", ("pipeline", "applying", "evaluation")),
     ("config", ("config", "partition_spec", "_needs")),
     ("selectors", ("selectors", "greedy", "optim", "ranking", "base")),
-    ("objectives", ("objectives", "neighbors", "coverage", "near_duplicates")),
+    ("objectives", ("objectives", "neighbors", "_ivf_lists", "coverage", "near_duplicates")),
     (
         "io/data",
         (

@@ -238,9 +238,9 @@ def test_ivf_bf16_screen_finds_the_same_neighbours_as_the_fp32_search(data, monk
     """The screen only skips members that cannot be in a row's fp32 top K: the same
     similarities, of real pairs, as the plain fp32 search of the same lists (every block
     screened here, however small)."""
-    from datamask import neighbors
+    from datamask import _ivf_lists
 
-    monkeypatch.setattr(neighbors, "SCREEN_PAIRS", 0)
+    monkeypatch.setattr(_ivf_lists, "SCREEN_PAIRS", 0)
     if data == "clustered":
         x = torch.as_tensor(make_clustered(6000, 96, 40, spread=0.4, seed=2).features)
     else:

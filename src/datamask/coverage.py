@@ -67,8 +67,7 @@ def nearest_kept(
     generator: torch.Generator | None = None,
     search_device: torch.device | str | None = None,
 ) -> Cover:
-    """Every row's nearest kept row by cosine: the id ``covered_by`` and ``covered_sim``
-    are written from.
+    """Every row's nearest kept row by cosine (what ``covered_by``, ``covered_sim`` hold).
 
     The kept rows are either rows of ``features`` (``kept``: each points to itself) or a
     separate matrix ``kept_features`` (a kept set held elsewhere: other groups' kept rows,
@@ -78,16 +77,14 @@ def nearest_kept(
     2. With ``graph`` (the K-NN graph over ``features`` the selection used, sims clipped
        at 0), the most similar listed neighbour that is kept, at a positive similarity.
     3. Rows the graph does not resolve are compared with every kept row when
-       ``rows x kept <= exact_pairs`` or on ``search_device`` (blocked fp32 matmul, exact),
-       else found by :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them
-       probed).
+       ``rows x kept <= exact_pairs`` or on ``search_device`` (blocked matmul, exact), else
+       by :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed).
     4. Where ``floor[i]`` (the best cosine to kept rows held elsewhere, e.g. another
        group's) is strictly above the cosine found, the floor wins: ``floor_index[i]``.
 
-    Ties between equal float32 cosines go to the lowest kept row (row order of
-    ``features``, or of ``kept_features``); between a found row and the floor, to the
-    found row. Similarities of rows chosen from the graph are recomputed as the dot
-    product, so every ``sim`` is the cosine of the pair named.
+    Ties between equal float32 cosines go to the lowest kept row (of ``features`` or of
+    ``kept_features``), between a found row and the floor to the found row; a cosine read
+    from the graph is recomputed, so every ``sim`` is the cosine of the pair named.
 
     Parameters
     ----------
@@ -104,12 +101,9 @@ def nearest_kept(
         whether it is exact (a bool for all, default False).
     exact_pairs, probe_fraction : int, float
         Largest ``rows x kept`` compared exactly; lists the ivf search probes.
-    generator : torch.Generator, optional
-        The ivf search's k-means draws (default: seeded with 0).
-    search_device : torch.device or str, optional
-        Where given, rule 3 compares every pair there, exact whatever their count (a
-        GPU's blocked products beat the ivf search's k-means and gathers); the rows and
-        the kept rows are copied to it for the search, the results come back to the host.
+    generator, search_device : torch.Generator, torch.device or str, optional
+        The ivf search's k-means draws (default: seeded with 0); where given, the device
+        (a GPU) rule 3 compares every pair on, exact whatever their count.
 
     Returns
     -------
@@ -136,10 +130,7 @@ def nearest_kept(
         _from_graph(found, x, base, kept, graph, graph_exact)
     rest = np.flatnonzero(found.todo)
     if m and len(rest):  # rule 3
-        if search_device is not None:
-            _search_on(found, x, base, rest, torch.device(search_device))
-        else:
-            _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator)
+        _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator, search_device)
     return _finish(found, kept, m, floor, floor_index, floor_exact)
 
 
@@ -271,10 +262,14 @@ def _search_rest(
     exact_pairs: int,
     probe_fraction: float,
     generator: torch.Generator | None,
+    device: torch.device | str | None = None,
 ) -> None:
-    """Rule 3: the rows left compared with every kept row (exact) or found by ivf."""
+    """Rule 3: the rows left compared with every kept row (exact: few pairs, or on
+    ``device``, where the search runs) or found by ivf."""
     q = x[torch.from_numpy(rest)]
     how = "exact" if len(rest) * base.shape[0] <= exact_pairs else "ivf"
+    if device is not None:
+        q, base, how = q.to(device), base.to(device), "exact"
     s, i, _ = best_match(q, base, method=how, probe_fraction=probe_fraction, generator=generator)
     found.counts[f"{how}_search"] += len(rest)
     if how == "exact":
@@ -283,17 +278,6 @@ def _search_rest(
         padded = i < 0  # empty probed lists: compare those rows with every kept row
         if bool(padded.any()):
             s[padded], i[padded], _ = best_match(q[padded], base, method="exact")
-    found.index[rest], found.sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
-
-
-def _search_on(
-    found: _Found, x: torch.Tensor, base: torch.Tensor, rest: np.ndarray, device: torch.device
-) -> None:
-    """Rule 3 on ``device``: the rows left compared with every kept row there (exact)."""
-    q = x[torch.from_numpy(rest)].to(device)
-    s, i, _ = best_match(q, base.to(device), method="exact")
-    found.counts["exact_search"] += len(rest)
-    found.exact[rest] = True
     found.index[rest], found.sim[rest] = i.cpu().numpy(), s.float().cpu().numpy()
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-import scipy.sparse
 import torch
 
 from ._copies import first_identical, identical_leads
+from ._ivf_lists import ListBlocks, column_lists
 from ._validation import check_count
 
 __all__ = [
@@ -47,9 +46,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 #: the CPU on make_clustered(6000, 384, 2); max(32, K) gives 1.0 on the latter and 0.99985
 #: on the GPU (benchmarks/gpu/RESULTS.md, the graph figure).
 BF16_MARGIN = (32, 1.0)
-
-#: Similarities in one (queries, list members) block of :func:`ivf_search` (64 MB of float32).
-LIST_BLOCK = 1 << 24
 
 #: ``auto`` compares every pair up to this many rows on CPU (always on CUDA).
 AUTO_EXACT_MAX = 20_000
@@ -190,32 +186,6 @@ def block_rows(n_cols: int, budget: int = 1 << 26, device: torch.device | None =
     if device is not None and device.type == "cuda":
         budget = max(budget, CUDA_BLOCK)
     return max(1, min(65536, budget // max(n_cols, 1)))
-
-
-def column_lists(lists: torch.Tensor, n_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows' lists turned into columns' lists: for ``lists`` of shape (n, k), each entry a
-    column number below ``n_cols``, returns ``(ptr, order)``, where ``order[ptr[c] :
-    ptr[c + 1]]`` are the flat positions (``row * k + slot``) of the entries in column
-    ``c``, in row order: a stable sort by column (the entry's row is ``order // k``).
-
-    On the CPU it is scipy's CSR-to-CSC transpose, one counting pass over the entries:
-    90,000 x 160 entries in 0.2-0.5 s against torch's stable argsort's 3.1 s (1 thread). On
-    a GPU, torch's stable argsort, where it is fast.
-
-    >>> ptr, order = column_lists(torch.tensor([[2, 0], [0, 1]]), 3)
-    >>> ptr.tolist(), order.tolist()
-    ([0, 2, 3, 4], [1, 2, 3, 0])
-    """
-    n, k = lists.shape
-    flat = lists.reshape(-1)
-    if lists.device.type != "cpu":
-        order = torch.argsort(flat, stable=True)
-        ptr = torch.searchsorted(flat[order], torch.arange(n_cols + 1, device=lists.device))
-        return ptr, order
-    positions = np.arange(n * k, dtype=np.int64)
-    rows_ptr = np.arange(n + 1, dtype=np.int64) * k
-    by_col = scipy.sparse.csr_matrix((positions, flat.numpy(), rows_ptr), shape=(n, n_cols)).tocsc()
-    return torch.from_numpy(by_col.indptr.astype(np.int64)), torch.from_numpy(by_col.data)
 
 
 def spherical_kmeans(
@@ -419,9 +389,10 @@ def ivf_search(
     first; where a list holds fewer than ``k`` rows the rest is padding at similarity -1
     (index: the query's own row number), never ranked above a real row.
 
-    ``screen`` (None: where :func:`screen_available`): a bf16 product first, then the fp32
-    one of only the members that can still be in a row's top ``k`` (:class:`_ListBlocks`):
-    the same neighbours as without it, up to the choice among exactly equal similarities.
+    ``screen`` (None: where :func:`~datamask._ivf_lists.screen_available`): a bf16 product
+    first, then the fp32 one of only the members that can still be in a row's top ``k``
+    (:class:`~datamask._ivf_lists.ListBlocks`): the same neighbours as without it, up to the
+    choice among exactly equal similarities.
     """
     n, nb = queries.shape[0], base.shape[0]
     out_idx = torch.empty(n, k, dtype=torch.long, device=queries.device)
@@ -449,7 +420,7 @@ def ivf_search(
     owners.div_(per_row, rounding_mode="floor")
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
-    blocks = _ListBlocks(queries, base, counts, q_bounds.diff(), screen)
+    blocks = ListBlocks(queries, base, counts, q_bounds.diff(), screen)
     for c in range(n_lists):
         in_list = q_order[q_bounds[c] : q_bounds[c + 1]]
         if len(in_list) == 0:
@@ -471,100 +442,6 @@ def ivf_search(
                 continue
             out_idx[rows], out_sim[rows] = members[i], s
     return out_idx, out_sim
-
-
-def screen_available(x: torch.Tensor) -> bool:
-    """Whether :func:`ivf_search` screens with bf16 products on ``x``'s device: float32
-    rows on a CPU with AVX512-BF16 (there a bf16 product, accumulated in fp32, runs in
-    about half the time of a float32 one; elsewhere bf16 products can be slower)."""
-    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return x.device.type == "cpu" and x.dtype == torch.float32 and bool(check and check())
-
-
-#: How far a bf16 product of unit rows may lie from the float32 one: each row rounded to bf16
-#: moves by <= 2^-9 of its norm (2^-8 for the pair), the product is rounded once (2^-9), and
-#: float32 sums of d terms err by < 2^-14 for d up to 1,000. Measured here: 0.0028 at most.
-SCREEN_ERROR = 2.0**-8 + 2.0**-9 + 2.0**-14
-
-#: The screen stops for the rest of a search once it kept this fraction of the members it
-#: screened: the bf16 product and the kept ones' float32 product then cost more than float32
-#: alone (real MiniLM text kept ~0.6, generated ~0.06: benchmarks/graph/RESULTS.md). Blocks
-#: below SCREEN_PAIRS similarities are not screened: a small product of the kept members
-#: may round differently in the last bit (MKL's small-matrix kernels; at d = 12 it did).
-SCREEN_KEEP, SCREEN_PAIRS = 0.3, 1 << 20
-
-
-class _ListBlocks:
-    """The (queries, list members) products of :func:`ivf_search`, in buffers reused list
-    after list (fresh blocks above a worker's 4 MB mmap threshold were faulted in per list).
-
-    The bf16 screen finds a block's top ``kk`` per row in two products. The bf16 one
-    (``s~``, within ``e`` = :data:`SCREEN_ERROR` of float32's ``s``) gives a floor: in 4
-    ``kk`` strided chunks of the members, a row's ``kk``-th largest chunk maximum ``p`` is
-    at most its ``kk``-th largest ``s~``, so its float32 ``kk``-th is >= ``p - e`` and its
-    float32 top ``kk`` all have ``s~ >= p - 2e``. The float32 product of the members above
-    the floor of any row of the block holds the float32 top ``kk`` of every row.
-    """
-
-    def __init__(
-        self,
-        queries: torch.Tensor,
-        base: torch.Tensor,
-        counts: torch.Tensor,
-        q_counts: torch.Tensor,
-        screen: bool | None,
-    ) -> None:
-        self.queries, self.base = queries, base
-        self.steps = (LIST_BLOCK // counts.clamp_min(1)).clamp(1, 65536)  # block_rows
-        most, d = int(counts.max()), base.shape[1]
-        self.listed_buf = base.new_empty(most * d)
-        self.block_buf = base.new_empty(int((torch.minimum(q_counts, self.steps) * counts).max()))
-        self.screen = screen_available(base) if screen is None else screen
-        self.screened = self.kept = 0
-        if self.screen:
-            norms = queries.norm(dim=1).max() * base.norm(dim=1).max()
-            self.gap = 2 * SCREEN_ERROR * max(1.0, float(norms)) + 2.0**-8  # 2^-8: the cast
-            self.q_low, self.base_low = queries.bfloat16(), base.bfloat16()
-            self.low_buf = self.base_low.new_empty(most * d)
-            self.low_block_buf = self.base_low.new_empty(self.block_buf.numel())
-
-    def load(self, members: torch.Tensor) -> None:
-        """Gather one list's members into the buffers: bf16 rows where the screen runs
-        (float32 rows then only of the members it keeps), float32 rows otherwise."""
-        m, d = len(members), self.base.shape[1]
-        self.members, self.listed = members, None
-        if self.screen:
-            self.low = self.low_buf[: m * d].view(m, d)
-            torch.index_select(self.base_low, 0, members, out=self.low)
-
-    def _listed(self) -> torch.Tensor:
-        """The float32 rows of the loaded list's members, gathered on first use."""
-        if self.listed is None:
-            m, d = len(self.members), self.base.shape[1]
-            self.listed = self.listed_buf[: m * d].view(m, d)
-            torch.index_select(self.base, 0, self.members, out=self.listed)
-        return self.listed
-
-    def top(self, rows: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The top ``kk`` members (float32 similarities, positions in the list) of each of
-        the query rows ``rows``, most similar first."""
-        m = len(self.members)
-        if not self.screen or m < 16 * kk or len(rows) * m < SCREEN_PAIRS:
-            block = self.block_buf[: len(rows) * m].view(len(rows), m)
-            return torch.mm(self.queries[rows], self._listed().T, out=block).topk(kk, dim=1)
-        low = self.low_block_buf[: len(rows) * m].view(len(rows), m)
-        torch.mm(self.q_low[rows], self.low.T, out=low)
-        width = m // (4 * kk)
-        peaks = low[:, : width * 4 * kk].view(len(rows), width, 4 * kk).amax(1)
-        floor = peaks.topk(kk, dim=1).values[:, -1:].float() - self.gap
-        # Members at or above some row's floor. The bf16 difference keeps its sign, and
-        # its column maxima are one pass (a compare then ``any(0)`` was two, twice as long).
-        keep = (low.sub_(floor.bfloat16()).amax(0) >= 0).nonzero()[:, 0]
-        self.screened, self.kept = self.screened + m, self.kept + len(keep)
-        if self.kept > SCREEN_KEEP * self.screened:
-            self.screen = False  # the rest of this search: float32 products alone
-        s, i = (self.queries[rows] @ self.base[self.members[keep]].T).topk(kk, dim=1)
-        return s, keep[i]
 
 
 def _faiss_graph(
