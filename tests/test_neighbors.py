@@ -330,3 +330,11 @@ def test_column_lists_is_a_stable_sort_by_column(shape):
     assert torch.equal(order, torch.argsort(flat, stable=True))  # row order within a column
     assert torch.equal(ptr, torch.searchsorted(flat[order], torch.arange(41)))
     assert ptr.dtype == order.dtype == torch.int64
+
+
+@pytest.mark.parametrize("bad", [-1, 40])
+def test_column_lists_refuses_a_column_out_of_range(bad):
+    lists = torch.zeros(5, 3, dtype=torch.long)
+    lists[2, 1] = bad  # scipy's transpose would write out of bounds: refused before it
+    with pytest.raises(ValueError, match=r"lists must hold column numbers in \[0, 40\)"):
+        column_lists(lists, 40)

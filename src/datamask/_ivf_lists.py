@@ -38,6 +38,11 @@ def column_lists(lists: torch.Tensor, n_cols: int) -> tuple[torch.Tensor, torch.
     """
     n, k = lists.shape
     flat = lists.reshape(-1)
+    if len(flat) and (int(flat.min()) < 0 or int(flat.max()) >= n_cols):
+        raise ValueError(
+            f"lists must hold column numbers in [0, {n_cols}); got values from "
+            f"{int(flat.min())} to {int(flat.max())}."
+        )
     if lists.device.type != "cpu":
         order = torch.argsort(flat, stable=True)
         ptr = torch.searchsorted(flat[order], torch.arange(n_cols + 1, device=lists.device))

@@ -208,3 +208,14 @@ def test_two_terms_with_one_name_keep_their_own_values(bound):
         0.5 * brute_facility(x, sel) + 0.25 * pairwise + 0.25 * (pairwise + 0.25)
     )
     assert values["J"] == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("bad", [-1, 300])
+def test_a_given_graph_naming_no_row_is_refused_at_bind(bad):
+    corpus = check_corpus(make_clustered(300, 8, 4, seed=0))
+    idx = torch.arange(300)[:, None].repeat(1, 8)
+    idx[7, 3] = bad  # one entry outside the corpus
+    sim = torch.ones(300, 8)
+    objective = Objective([FacilityLocation(graph=(idx, sim), n_neighbors=8)], lamb=0.5)
+    with pytest.raises(ValueError, match=r"graph indices must be rows of the corpus, in \[0, 300"):
+        objective.bind(corpus, 30, device="cpu", seed=0)

@@ -181,6 +181,11 @@ class FacilityLocation(Term):
                     f"got {tuple(idx.shape)}."
                 )
             kk = self.n_neighbors_
+            if kk and (int(idx[:, :kk].min()) < 0 or int(idx[:, :kk].max()) >= n):
+                raise ValueError(
+                    f"graph indices must be rows of the corpus, in [0, {n}); got values from "
+                    f"{int(idx[:, :kk].min())} to {int(idx[:, :kk].max())}."
+                )
             dev = features.device
             sim = sim[:, :kk].to(dev, features.dtype).clamp_min(0)
             self.graph_ = (idx[:, :kk].to(dev), self._weigh(sim))
