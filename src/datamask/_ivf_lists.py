@@ -1,7 +1,8 @@
-"""The inverted lists of :func:`datamask.neighbors.ivf_search` (the ivf search below):
-rows' lists turned into columns' lists (:func:`column_lists`, also the reverse K-NN graph
-of facility location and the near-duplicate search's cells), and the (queries, list
-members) products, with the bf16 screen where the CPU has AVX512-BF16 (:class:`ListBlocks`)."""
+"""The inverted lists of the ivf search (:func:`datamask.neighbors.ivf_search`, which
+imports this module): rows' lists turned into columns' lists (:func:`column_lists`, also
+the reverse K-NN graph of facility location and the near-duplicate search's cells), and the
+(queries, list members) products, with the bf16 screen where the CPU has AVX512-BF16
+(:class:`ListBlocks`)."""
 
 from __future__ import annotations
 
