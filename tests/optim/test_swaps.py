@@ -136,6 +136,37 @@ def test_covers_and_gains_derived_from_the_last_equal_those_computed_afresh(seed
             keep = trial
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_a_masks_graph_pass_is_shared_by_its_value_and_the_next_bounds(seed):
+    """On the graph objective, :meth:`FacilitySwaps.value` of a trial and the next
+    round's bounds on it read one (n, K) pass (the accepted trial's); a mask changed in
+    place, or another mask, is passed again: every value and bound equals a fresh
+    adapter's, and the value is the term's graph_value."""
+    n, k = 800, 200
+    corpus = make_clustered(n, 8, 4, seed=seed)
+    obj = Objective([FacilityLocation(n_neighbors=80)], lamb=0.0).bind(corpus, k, "cpu")
+    term = obj.terms[-1][1]
+    assert not term.exact_rounding_  # the graph path (not a small select_ratio)
+    swaps = swaps_for(term)
+    rng = np.random.default_rng(seed)
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[torch.as_tensor(rng.choice(n, k, replace=False))] = True
+    for step in range(6):
+        trial = keep.clone()
+        trial[torch.as_tensor(rng.choice(np.flatnonzero(keep.numpy()), 2, replace=False))] = False
+        trial[torch.as_tensor(rng.choice(np.flatnonzero(~keep.numpy()), 2, replace=False))] = True
+        value = swaps.value(trial)
+        assert value == swaps_for(term).value(trial)
+        assert value == pytest.approx(term.graph_value(torch.nonzero(trial).squeeze(1)))
+        if step % 2:  # changed in place after its value: the pass is not reused
+            trial[torch.nonzero(~trial).squeeze(1)[:1]] = True
+        gain, loss = swaps.bounds(trial, k)
+        fresh_gain, fresh_loss = swaps_for(term).bounds(trial, k)
+        assert torch.equal(gain, fresh_gain) and torch.equal(loss, fresh_loss)
+        assert torch.equal(swaps._best, swaps_for(term)._kept_top(trial).values[:, 0])
+        keep = trial
+
+
 def test_learner_caps_its_graph_the_greedy_does_not():
     """At select_ratio 0.01 the greedy's K grows to ceil(16 n / k); the learner's stops at
     LEARNER_MAX_NEIGHBORS and its rounding counts facility location exactly."""

@@ -17,8 +17,9 @@ call computes for the next (facility location's covering rows, between
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from ..objectives import DiSF, FacilityLocation, PairwiseSimilarity, Quality, Term
@@ -208,13 +209,35 @@ class FacilitySwaps(TermSwaps):
 
     #: The last bounds' gain sums and the cover they were of (one adapter a search).
     _sums: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+    #: The last mask valued on the graph, its version and :meth:`_kept_top` of it.
+    _top: tuple[torch.Tensor, int, Any] | None = None
+    _buf: torch.Tensor | None = None
 
     def value(self, keep: torch.Tensor) -> float:
         if not self.term.exact_rounding_:  # graph_value of the mask, without its rows
-            idx, sim = self.term.knn_graph()
-            cover = (sim * _gather(keep.to(sim.dtype), idx)).amax(1)
-            return float(cover.double().mean())
+            return float(self._kept_top(keep).values[:, 0].double().mean())
         return self.term.exact_cover(keep).value()
+
+    def _kept_top(self, keep: torch.Tensor) -> Any:
+        """Each document's two most similar kept neighbours on the graph (``topk``'s
+        values and places in its list; a single one on a graph of K = 1), for the mask
+        ``keep``: one (n, K) pass a mask, shared by :meth:`value` of an accepted trial and
+        the next round's :meth:`bounds` (the pass was 32 ms of a 56k x 160 graph's 43)."""
+        if self._top is not None and self._top[0] is keep and self._top[1] == keep._version:
+            return self._top[2]
+        idx, sim = self.term.knn_graph()
+        # (n, K): the kept neighbours' sims, in one buffer for the search (a fresh 36 MB
+        # block a pass was a third of its 35 ms at 56k x 160, faulting its pages in)
+        if self._buf is None or self._buf.shape != sim.shape or self._buf.dtype != sim.dtype:
+            self._buf = torch.empty_like(sim)
+        covered, values = self._buf, keep.to(sim.dtype)
+        if covered.device.type == "cpu":
+            np.take(values.numpy(), idx.numpy(), out=covered.numpy())
+        else:
+            torch.index_select(values, 0, idx.reshape(-1), out=covered.view(-1))
+        top = covered.mul_(sim).topk(min(2, covered.shape[1]), dim=1)
+        self._top = (keep, keep._version, top)
+        return top
 
     def bounds(self, keep: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Gain of adding each row against the current coverage, and loss of dropping each
@@ -234,8 +257,7 @@ class FacilitySwaps(TermSwaps):
             best, second, owner = cover.best, cover.second, cover.owner
             self._owners = torch.stack([cover.owner, cover.owner2], 1)  # footprints
         else:
-            covered = sim * _gather(keep.to(sim.dtype), idx)  # (n, K): kept neighbours' sims
-            top = covered.topk(min(2, covered.shape[1]), dim=1)
+            top = self._kept_top(keep)
             best = top.values[:, 0]
             second = top.values[:, 1] if top.values.shape[1] > 1 else torch.zeros_like(best)
             owner = idx.gather(1, top.indices[:, :1]).squeeze(1)
