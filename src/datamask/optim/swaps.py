@@ -17,9 +17,8 @@ call computes for the next (facility location's covering rows, between
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
-import numpy as np
 import torch
 
 from ..objectives import DiSF, FacilityLocation, PairwiseSimilarity, Quality, Term
@@ -210,7 +209,7 @@ class FacilitySwaps(TermSwaps):
     #: The last bounds' gain sums and the cover they were of (one adapter a search).
     _sums: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
     #: The last mask valued on the graph, its version and :meth:`_kept_top` of it.
-    _top: tuple[torch.Tensor, int, Any] | None = None
+    _top: tuple[torch.Tensor, int, torch.return_types.topk] | None = None
     _buf: torch.Tensor | None = None
 
     def value(self, keep: torch.Tensor) -> float:
@@ -218,7 +217,7 @@ class FacilitySwaps(TermSwaps):
             return float(self._kept_top(keep).values[:, 0].double().mean())
         return self.term.exact_cover(keep).value()
 
-    def _kept_top(self, keep: torch.Tensor) -> Any:
+    def _kept_top(self, keep: torch.Tensor) -> torch.return_types.topk:
         """Each document's two most similar kept neighbours on the graph (``topk``'s
         values and places in its list; a single one on a graph of K = 1), for the mask
         ``keep``: one (n, K) pass a mask, shared by :meth:`value` of an accepted trial and
@@ -229,15 +228,9 @@ class FacilitySwaps(TermSwaps):
         # (n, K): the kept neighbours' sims, in one buffer for the search (a fresh 36 MB
         # block a pass was a third of its 35 ms at 56k x 160, faulting its pages in)
         if self._buf is None or self._buf.shape != sim.shape or self._buf.dtype != sim.dtype:
-            self._buf = torch.empty_like(sim)
-        covered, values = self._buf, keep.to(sim.dtype)
-        if covered.device.type == "cpu":  # "clip": numpy's "raise" copies out through a
-            # buffer (22 ms against 12); the indices are graph rows, in range by
-            # construction (a given graph is checked when the objective is bound)
-            np.take(values.numpy(), idx.numpy(), out=covered.numpy(), mode="clip")
-        else:
-            torch.index_select(values, 0, idx.reshape(-1), out=covered.view(-1))
-        top = covered.mul_(sim).topk(min(2, covered.shape[1]), dim=1)
+            self._buf = torch.empty(sim.shape, dtype=sim.dtype, device=sim.device)
+        covered = _gather(keep.to(sim.dtype), idx, out=self._buf).mul_(sim)
+        top = covered.topk(min(2, covered.shape[1]), dim=1)
         self._top = (keep, keep._version, top)
         return top
 
