@@ -258,6 +258,26 @@ def test_ivf_bf16_screen_finds_the_same_neighbours_as_the_fp32_search(data, monk
     )
 
 
+@pytest.mark.parametrize("kk", [1, 2, 7, 160])
+def test_the_screens_floor_is_the_kth_largest_of_its_strided_chunk_maxima(kk):
+    """The floor the bf16 screen starts from, against its definition written out: chunk
+    ``j`` holds columns ``j, j + 4 kk, j + 8 kk, ...`` of the first ``width * 4 kk``; the
+    floor is the ``kk``-th largest chunk maximum (brute force: every chunk by hand, sorted)."""
+    from datamask._ivf_lists import _chunk_floor
+
+    gen = torch.Generator().manual_seed(kk)
+    for rows, cols in [(1, 4 * kk), (5, 4 * kk * 3 + 1), (33, 4 * kk * 11 + 4 * kk - 1)]:
+        low = torch.randn(rows, cols, generator=gen).bfloat16()
+        width = cols // (4 * kk)
+        want = []
+        for row in low.float():
+            peaks = [float(row[j : width * 4 * kk : 4 * kk].max()) for j in range(4 * kk)]
+            want.append(sorted(peaks, reverse=True)[kk - 1])
+        got = _chunk_floor(low, kk)
+        assert got.shape == (rows, 1) and got.dtype == torch.float32
+        assert got[:, 0].tolist() == want
+
+
 # --- bf16 search with an fp32 re-rank (the CUDA default, run here on CPU) ----------------------
 @pytest.mark.parametrize("budget", [None, 1 << 16])  # one block / many small blocks
 def test_bf16_search_reranked_in_fp32_matches_the_fp32_graph(budget):

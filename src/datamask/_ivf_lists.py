@@ -75,6 +75,26 @@ SCREEN_ERROR = 2.0**-8 + 2.0**-9 + 2.0**-14
 SCREEN_KEEP, SCREEN_PAIRS = 0.3, 1 << 20
 
 
+def _chunk_floor(low: torch.Tensor, kk: int) -> torch.Tensor:
+    """Each row's ``kk``-th largest maximum over ``4 kk`` strided chunks of its first
+    ``width * 4 kk`` columns (:class:`ListBlocks`' floor before the margin), float32 (rows, 1).
+
+    With ``kk == 1`` that is the row's maximum over those columns, taken as one contiguous
+    reduction: the strided (rows, width, 4) one cost 65% of the block's bf16 product (3.0
+    against 0.26 ms at 370 x 3,200, 1 thread). The ``kk``-th largest is the least of an
+    unsorted top ``kk`` (sorting 160 of 640 took 3.5 ms, unsorted 2.1, at 300 rows).
+
+    >>> low = torch.tensor([[1.0, 5.0, 2.0, 4.0, 9.0]]).bfloat16()
+    >>> _chunk_floor(low, 1).tolist()
+    [[5.0]]
+    """
+    rows, width = low.shape[0], low.shape[1] // (4 * kk)
+    if kk == 1:
+        return low[:, : width * 4].amax(1, keepdim=True).float()
+    peaks = low[:, : width * 4 * kk].view(rows, width, 4 * kk).amax(1)
+    return peaks.topk(kk, dim=1, sorted=False).values.amin(1, keepdim=True).float()
+
+
 class ListBlocks:
     """The (queries, list members) products of the ivf search, in buffers reused list
     after list (fresh blocks above a worker's 4 MB mmap threshold were faulted in per list).
@@ -135,9 +155,7 @@ class ListBlocks:
             return torch.mm(self.queries[rows], self._listed().T, out=block).topk(kk, dim=1)
         low = self.low_block_buf[: len(rows) * m].view(len(rows), m)
         torch.mm(self.q_low[rows], self.low.T, out=low)
-        width = m // (4 * kk)
-        peaks = low[:, : width * 4 * kk].view(len(rows), width, 4 * kk).amax(1)
-        floor = peaks.topk(kk, dim=1).values[:, -1:].float() - self.gap
+        floor = _chunk_floor(low, kk) - self.gap
         # Members at or above some row's floor. The bf16 difference keeps its sign, and
         # its column maxima are one pass (a compare then ``any(0)`` was two, twice as long).
         keep = (low.sub_(floor.bfloat16()).amax(0) >= 0).nonzero()[:, 0]
