@@ -31,7 +31,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "sel.parquet"
         summary = select(args.corpus, out, select_ratio=0.1, threads=args.threads, progress=False)
-        ids = pq.read_table(out, columns=["chunk_id"]).column(0).to_pylist()
+        table = pq.read_table(out, columns=["chunk_id", "selected"])
+        # the output lists every row (``selected`` says which are kept): digest the kept ones
+        ids = table.filter(table.column("selected")).column(0).to_pylist()
     print(
         json.dumps(
             {
