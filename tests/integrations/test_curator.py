@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,27 @@ from tests._data import ROOT, SHIPPED_DEMO  # noqa: E402
 SRC = str(Path(datamask.__file__).resolve().parents[1])  # this checkout, for every worker
 EXAMPLE_DIR = ROOT / "examples" / "curator"  # curator_pipeline.py: PreEmbedded, the example
 N_SHARDS = 4
+
+
+def _leftovers(folder: Path, grace: float = 15.0) -> list[str]:
+    """Titles of the Ray processes started from ``folder`` (their working directory) still
+    alive ``grace`` seconds after the command that started them ended."""
+    if not Path("/proc").is_dir():  # Linux's process table; elsewhere nothing to read
+        return []
+    deadline = time.monotonic() + grace
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                inside = Path(os.readlink(proc / "cwd")).is_relative_to(folder)
+                title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            except (OSError, ValueError):  # not a process, ended meanwhile, or not ours
+                continue
+            if inside and title.startswith("ray::"):
+                found.append(f"{proc.name} {title}")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 @pytest.mark.slow  # starts Ray (in a fresh interpreter: no Ray state of other tests)
@@ -43,6 +65,7 @@ def test_example_pipeline_equals_datamask_select(tmp_path):
         capture_output=True, text=True, env=env, timeout=580, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _leftovers(tmp_path) == [], "the example left Ray processes behind"
     summary = json.loads(proc.stdout[proc.stdout.rindex("{\n") :])  # the printed summary
     assert summary["executor"] == "XennaExecutor"
     assert {"ScanShard", "_removal_ids_step"} <= set(summary["steps"])  # every phase in Curator

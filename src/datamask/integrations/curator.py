@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 try:
@@ -371,6 +373,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _end_leftovers(root: str) -> None:
+    """Kill the Ray workers of the cluster under ``root`` that outlived its shutdown.
+
+    A Ray worker whose node is gone returns from its main thread, and Python then waits for
+    the worker's non-daemon threads: Xenna's ``NodeResourceMonitor`` (and at times a
+    ``StageWorker``) runs one that never stops, so its process would poll forever after
+    the cluster ended. Ray titles its workers ``ray::...``; the cluster's carry its
+    ``RAY_TMPDIR``. Linux (``/proc``); elsewhere a no-op.
+    """
+    mark = f"RAY_TMPDIR={root}".encode()
+    table = Path("/proc")
+    if not table.is_dir():
+        return
+    for proc in table.iterdir():
+        try:
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0]
+            if title.startswith(b"ray::") and mark in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):  # ended meanwhile, or not ours to read
+            continue
+
+
 @contextmanager
 def local_ray_cluster(num_cpus: int = 2, *, dashboard: bool = True) -> Iterator[str]:
     """A one-node Ray cluster for this process's Curator executors; stopped on exit.
@@ -405,6 +431,7 @@ def local_ray_cluster(num_cpus: int = 2, *, dashboard: bool = True) -> Iterator[
     finally:
         if nodes is not None:
             nodes.shutdown()
+            _end_leftovers(root)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
