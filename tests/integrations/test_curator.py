@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,6 +105,44 @@ def test_example_pipeline_equals_datamask_select(tmp_path):
         np.sort(kept.column("chunk_id").to_numpy(zero_copy_only=False)), expected
     )
     assert {"chunk_id", "text", "quality_score"} <= set(kept.column_names)  # every column kept
+
+
+@pytest.mark.slow  # starts processes
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_clusters_leftover_workers_are_killed_and_nothing_else(tmp_path):
+    """``_end_leftovers(root)`` kills the processes titled ``ray::`` that carry ``root`` as
+    their ``RAY_TMPDIR``; another cluster's worker and a process of ``root`` not titled
+    ``ray::`` live on. Real processes (``exec -a`` sets the title), read from ``/proc``."""
+    from datamask.integrations.curator import _end_leftovers
+
+    root, other = tmp_path / "dmcur-a", tmp_path / "dmcur-b"
+    sleep = "import time; time.sleep(120)"
+
+    def start(title: str, tmpdir: Path) -> subprocess.Popen:
+        env = {**os.environ, "RAY_TMPDIR": str(tmpdir)}
+        cmd = ["bash", "-c", f'exec -a "{title}" "{sys.executable}" -c "{sleep}"']
+        return subprocess.Popen(cmd, env=env)
+
+    procs = [start(*a) for a in [("ray::Monitor", root), ("ray::Monitor", other), ("me", root)]]
+    try:
+        deadline = time.monotonic() + 10  # until exec has retitled the first
+        while not _leftovers_titled(procs[0].pid, "ray::Monitor"):
+            assert time.monotonic() < deadline, "the process never took its title"
+            time.sleep(0.05)
+        _end_leftovers(str(root))
+        assert procs[0].wait(timeout=10) == -signal.SIGKILL
+        assert procs[1].poll() is None and procs[2].poll() is None
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def _leftovers_titled(pid: int, title: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == title.encode()
+    except OSError:
+        return False
 
 
 def test_bad_arguments_are_refused_at_the_door(tmp_path):

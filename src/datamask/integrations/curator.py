@@ -429,12 +429,14 @@ def local_ray_cluster(num_cpus: int = 2, *, dashboard: bool = True) -> Iterator[
         os.environ["RAY_ADDRESS"] = nodes.address
         yield nodes.address
     finally:
-        if nodes is not None:
-            nodes.shutdown()
+        try:
+            if nodes is not None:
+                nodes.shutdown()
+        finally:  # a shutdown that failed too leaves no worker, variable or folder behind
             _end_leftovers(root)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(root, ignore_errors=True)
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            shutil.rmtree(root, ignore_errors=True)
