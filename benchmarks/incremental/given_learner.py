@@ -24,7 +24,7 @@ both parts (``exact_j`` of ``benchmarks/scale/sharded_j.py``, as ``run.py`` scor
 Seconds: the selection step's fit (``summary["seconds"]["fit"]``: graph and learner or
 greedy, without reading, floors, scoring or writing) and the whole call's wall time. The
 machine is shared (2 cores, other engineers' jobs): seconds are indicative only.
-Rows go to ``results/2026-11-27-cpu2-given.json`` with the commit; RESULTS.md is rebuilt
+Rows go to ``results/2026-11-29-cpu2-given.json`` with the commit; RESULTS.md is rebuilt
 by ``run.py``'s :func:`run.markdown`, which appends :func:`section`.
 """
 
@@ -45,7 +45,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run as incremental  # noqa: E402  (split_rows, exact_j, the column names)
 
-RESULTS = HERE / "results" / "2026-11-27-cpu2-given.json"
+RESULTS = HERE / "results" / "2026-11-29-cpu2-given.json"
+#: The run before (commit 0a208d2, load 7-10), kept for comparison; cited by :func:`section`.
+PREVIOUS = HERE / "results" / "2026-11-27-cpu2-given.json"
 SPLITS = ("random", "topic")
 SEEDS = (0, 1, 2)
 METHODS = {
@@ -139,6 +141,21 @@ LABELS = (
 )
 
 
+def _loads(r: dict) -> str:
+    """The range of the 1-minute loads the rows of ``r`` recorded."""
+    loads = [row["load"] for row in r["rows"]]
+    return f"{min(loads):.1f}-{max(loads):.1f}"
+
+
+def _wall_ratios(r: dict) -> str:
+    """The range of learner --given's wall over greedy --given's, per split and seed."""
+    ratios = [
+        row["seconds"]["learner_given"]["wall_s"] / row["seconds"]["greedy_given"]["wall_s"]
+        for row in r["rows"]
+    ]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+
+
 def section() -> list[str]:
     """The RESULTS.md section of issue 45 part 5 (empty before the first run)."""
     if not RESULTS.exists():
@@ -153,7 +170,8 @@ def section() -> list[str]:
         "alone. J: exact, of KEPT ∪ S over every document of both parts, as % of one learner",
         "selection of the whole corpus (same seed, same total k). Seconds: the selection",
         "step's fit (graph + learner or greedy; the whole call's wall is in the JSON), on a",
-        "shared 2-core machine at load 7-10 (indicative only).",
+        f"shared 2-core machine at 1-minute load {_loads(r)}. The run before: "
+        f"`results/{PREVIOUS.name}` (load 7-10).",
         "",
         "| split | seed | " + " | ".join(label for _, label in LABELS) + " | learner - greedy "
         "--given (J) | fit s: " + " / ".join(label for _, label in LABELS) + " |",
@@ -184,6 +202,9 @@ def section() -> list[str]:
         "Targets: learner --given ≥ greedy --given and > learner alone, every split and seed: "
         + ("met." if not wins else "missed in " + ", ".join(f"{h} {s} ({n})" for h, s, n in wins))
         + "",
+        "",
+        "The whole call's wall (reading `--given`, its floors, the fit, scoring, writing), "
+        f"learner --given over greedy --given: {_wall_ratios(r)}.",
         "",
     ]
     out += [
