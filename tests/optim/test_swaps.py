@@ -227,6 +227,43 @@ def _floored(seed: int):
     return corpus
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_cover_above_a_floor_matches_brute_force(seed):
+    """Above a floor, on an exact graph, a document whose K-th similarity is at or below its
+    floor is read from its list alone (no unlisted row covers it): every cover, base and
+    trials derived from it, equals the best and second-best similarity above the floor
+    over all pairs, in numpy float64. Both kinds of document are present."""
+    corpus = make_clustered(200, 8, 4, seed=seed)
+    x = corpus.features / np.linalg.norm(corpus.features, axis=1, keepdims=True)
+    # KEPT covered every other document as well as its 4th neighbour here does
+    fourth = np.sort(x @ x.T, axis=1)[:, -4]
+    corpus.floor = np.where(np.arange(200) % 2 == 0, fourth, 0.0).astype(np.float32)
+    obj = Objective([FacilityLocation(n_neighbors=8)], lamb=0.0).bind(corpus, 12, "cpu")
+    term = obj.terms[-1][1]
+    _, sim = term.knn_graph()
+    assert term.graph_method_ == "exact" and 20 < int((sim[:, -1] <= 0).sum()) < 180
+    swaps = swaps_for(term)
+    x, floor = x.astype(np.float64), corpus.floor.astype(np.float64)
+    rng = np.random.default_rng(seed)
+    keep = torch.zeros(200, dtype=torch.bool)
+    keep[torch.as_tensor(rng.choice(200, 12, replace=False))] = True
+    for step in range(6):
+        swaps.bounds(keep, 12)
+        trial = keep.clone()
+        n_swaps = int(rng.integers(1, 6))
+        kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
+        trial[torch.as_tensor(rng.choice(kept, n_swaps, replace=False))] = False
+        trial[torch.as_tensor(rng.choice(other, n_swaps, replace=False))] = True
+        for mask in (trial, keep):
+            rows = np.flatnonzero(mask.numpy())
+            top = np.sort(np.clip(x @ x[rows].T - floor[:, None], 0.0, None), axis=1)[:, ::-1]
+            cover = term.exact_cover(mask)
+            np.testing.assert_allclose(cover.best.numpy(), top[:, 0], atol=1e-5)
+            np.testing.assert_allclose(cover.second.numpy(), top[:, 1], atol=1e-5)
+        if step % 2 == 0:
+            keep = trial
+
+
 def _best_single_swap(obj, selected: np.ndarray) -> float:
     """The largest change of the search's objective (quality and facility location on the
     raised graph) over every swap of a kept row for another, each counted in full."""
