@@ -46,8 +46,11 @@ sys.path.insert(0, str(HERE))
 import run as incremental  # noqa: E402  (split_rows, exact_j, the column names)
 
 RESULTS = HERE / "results" / "2026-11-29-cpu2-given.json"
-#: The run before (commit 0a208d2, load 7-10), kept for comparison; cited by :func:`section`.
-PREVIOUS = HERE / "results" / "2026-11-27-cpu2-given.json"
+#: The runs before, kept for comparison and cited by :func:`section`: at 829da10 (before the
+#: swap rounding read the documents covered above their floor from their lists) and at
+#: 0a208d2 (load 7-10).
+PREVIOUS = HERE / "results" / "2026-11-29-cpu2-given-829da10.json"
+FIRST = HERE / "results" / "2026-11-27-cpu2-given.json"
 SPLITS = ("random", "topic")
 SEEDS = (0, 1, 2)
 METHODS = {
@@ -170,8 +173,8 @@ def section() -> list[str]:
         "alone. J: exact, of KEPT ∪ S over every document of both parts, as % of one learner",
         "selection of the whole corpus (same seed, same total k). Seconds: the selection",
         "step's fit (graph + learner or greedy; the whole call's wall is in the JSON), on a",
-        f"shared 2-core machine at 1-minute load {_loads(r)}. The run before: "
-        f"`results/{PREVIOUS.name}` (load 7-10).",
+        f"shared 2-core machine at 1-minute load {_loads(r)}. The runs before: "
+        f"`results/{PREVIOUS.name}` and `results/{FIRST.name}` (load 7-10).",
         "",
         "| split | seed | " + " | ".join(label for _, label in LABELS) + " | learner - greedy "
         "--given (J) | fit s: " + " / ".join(label for _, label in LABELS) + " |",
@@ -204,7 +207,13 @@ def section() -> list[str]:
         + "",
         "",
         "The whole call's wall (reading `--given`, its floors, the fit, scoring, writing), "
-        f"learner --given over greedy --given: {_wall_ratios(r)}.",
+        f"learner --given over greedy --given: {_wall_ratios(r)}"
+        + (
+            f" ({_wall_ratios(json.loads(PREVIOUS.read_text()))} at "
+            f"{json.loads(PREVIOUS.read_text())['commit'][:7]})."
+            if PREVIOUS.exists()
+            else "."
+        ),
         "",
     ]
     out += [
