@@ -59,6 +59,24 @@ def test_swap_search_never_lowers_its_objective(terms, seed, exact):
     assert found.swaps > 0  # a random start is never a local optimum here
 
 
+def _swap_walk(swaps, rng, n: int = 200, k: int = 12, steps: int = 6):
+    """A walk of masks: at each step ``swaps.bounds`` on the base, then a trial of 1-5
+    random swaps off it; every other trial is accepted as the next base (the next bounds
+    stand on it). Yields ``(trial, base)``."""
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[torch.as_tensor(rng.choice(n, k, replace=False))] = True
+    for step in range(steps):
+        swaps.bounds(keep, k)  # the base of the next trials
+        trial = keep.clone()
+        n_swaps = int(rng.integers(1, 6))
+        kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
+        trial[torch.as_tensor(rng.choice(kept, n_swaps, replace=False))] = False
+        trial[torch.as_tensor(rng.choice(other, n_swaps, replace=False))] = True
+        yield trial, keep
+        if step % 2 == 0:
+            keep = trial
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_exact_cover_after_swaps_matches_brute_force(seed):
     """ExactCover derived swap by swap (the base, then trials off it) equals the best and
@@ -68,16 +86,7 @@ def test_exact_cover_after_swaps_matches_brute_force(seed):
     term = obj.terms[-1][1]
     swaps = swaps_for(term)
     x = corpus.features.astype(np.float64)
-    rng = np.random.default_rng(seed)
-    keep = torch.zeros(200, dtype=torch.bool)
-    keep[torch.as_tensor(rng.choice(200, 12, replace=False))] = True
-    for step in range(6):
-        swaps.bounds(keep, 12)  # the base of the next trials
-        trial = keep.clone()
-        n_swaps = int(rng.integers(1, 6))
-        kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
-        trial[torch.as_tensor(rng.choice(kept, n_swaps, replace=False))] = False
-        trial[torch.as_tensor(rng.choice(other, n_swaps, replace=False))] = True
+    for trial, keep in _swap_walk(swaps, np.random.default_rng(seed)):
         for mask in (trial, keep):
             rows = np.flatnonzero(mask.numpy())
             sims = np.clip(x @ x[rows].T, 0.0, None)
@@ -91,8 +100,6 @@ def test_exact_cover_after_swaps_matches_brute_force(seed):
             np.testing.assert_allclose(
                 np.clip((x[real] * x[owner[real]]).sum(1), 0, None), top[real, 0], atol=1e-5
             )
-        if step % 2 == 0:
-            keep = trial  # accept: the next bounds stand on it
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -244,24 +251,13 @@ def test_exact_cover_above_a_floor_matches_brute_force(seed):
     assert term.graph_method_ == "exact" and 20 < int((sim[:, -1] <= 0).sum()) < 180
     swaps = swaps_for(term)
     x, floor = x.astype(np.float64), corpus.floor.astype(np.float64)
-    rng = np.random.default_rng(seed)
-    keep = torch.zeros(200, dtype=torch.bool)
-    keep[torch.as_tensor(rng.choice(200, 12, replace=False))] = True
-    for step in range(6):
-        swaps.bounds(keep, 12)
-        trial = keep.clone()
-        n_swaps = int(rng.integers(1, 6))
-        kept, other = np.flatnonzero(keep.numpy()), np.flatnonzero(~keep.numpy())
-        trial[torch.as_tensor(rng.choice(kept, n_swaps, replace=False))] = False
-        trial[torch.as_tensor(rng.choice(other, n_swaps, replace=False))] = True
+    for trial, keep in _swap_walk(swaps, np.random.default_rng(seed)):
         for mask in (trial, keep):
             rows = np.flatnonzero(mask.numpy())
             top = np.sort(np.clip(x @ x[rows].T - floor[:, None], 0.0, None), axis=1)[:, ::-1]
             cover = term.exact_cover(mask)
             np.testing.assert_allclose(cover.best.numpy(), top[:, 0], atol=1e-5)
             np.testing.assert_allclose(cover.second.numpy(), top[:, 1], atol=1e-5)
-        if step % 2 == 0:
-            keep = trial
 
 
 def _best_single_swap(obj, selected: np.ndarray) -> float:
