@@ -25,8 +25,8 @@ Seconds: the selection step's fit (``summary["seconds"]["fit"]``: graph and lear
 greedy, without reading, floors, scoring or writing) and the whole call's wall time. The
 machine is shared (2 cores, other engineers' jobs): seconds are indicative only.
 The two methods take turns going first. Rows go to ``results/2026-11-29-cpu2-given.json``
-with the commit; RESULTS.md is rebuilt
-by ``run.py``'s :func:`run.markdown`, which appends :func:`section`.
+with the commit; RESULTS.md is rebuilt by ``run.py``'s :func:`run.markdown`, which
+appends :func:`section`.
 """
 
 from __future__ import annotations
@@ -168,6 +168,14 @@ def _wall_ratios(r: dict) -> str:
     return f"{min(ratios):.2f}-{max(ratios):.2f}x"
 
 
+def _before(path: Path) -> str:
+    """`` (<ratios> at <commit>)`` of the earlier run in ``path``; empty without one."""
+    if not path.exists():
+        return ""
+    before = json.loads(path.read_text())
+    return f" ({_wall_ratios(before)} at {before['commit'][:7]})"
+
+
 def section() -> list[str]:
     """The RESULTS.md section of issue 45 part 5 (empty before the first run)."""
     if not RESULTS.exists():
@@ -216,13 +224,7 @@ def section() -> list[str]:
         + "",
         "",
         "The whole call's wall (reading `--given`, its floors, the fit, scoring, writing), "
-        f"learner --given over greedy --given: {_wall_ratios(r)}"
-        + (
-            f" ({_wall_ratios(json.loads(PREVIOUS.read_text()))} at "
-            f"{json.loads(PREVIOUS.read_text())['commit'][:7]})."
-            if PREVIOUS.exists()
-            else "."
-        ),
+        f"learner --given over greedy --given: {_wall_ratios(r)}{_before(PREVIOUS)}.",
         "",
     ]
     out += [
