@@ -27,6 +27,12 @@ EXAMPLE_DIR = ROOT / "examples" / "curator"  # curator_pipeline.py: PreEmbedded,
 N_SHARDS = 4
 
 
+def _title(proc: Path) -> str:
+    """A process's title (``/proc/PID``): the first word of its command line, which Ray
+    rewrites to ``ray::...`` and ``exec -a`` sets."""
+    return (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+
+
 def _leftovers(folder: Path, grace: float = 15.0) -> list[str]:
     """Titles of the Ray processes started from ``folder`` (their working directory) still
     alive ``grace`` seconds after the command that started them ended."""
@@ -38,7 +44,7 @@ def _leftovers(folder: Path, grace: float = 15.0) -> list[str]:
         for proc in Path("/proc").iterdir():
             try:
                 inside = Path(os.readlink(proc / "cwd")).is_relative_to(folder)
-                title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+                title = _title(proc)
             except (OSError, ValueError):  # not a process, ended meanwhile, or not ours
                 continue
             if inside and title.startswith("ray::"):
@@ -126,7 +132,7 @@ def test_a_clusters_leftover_workers_are_killed_and_nothing_else(tmp_path):
     procs = [start(*a) for a in [("ray::Monitor", root), ("ray::Monitor", other), ("me", root)]]
     try:
         deadline = time.monotonic() + 10  # until exec has retitled the first
-        while not _leftovers_titled(procs[0].pid, "ray::Monitor"):
+        while not _titled(procs[0].pid, "ray::Monitor"):
             assert time.monotonic() < deadline, "the process never took its title"
             time.sleep(0.05)
         _end_leftovers(str(root))
@@ -138,10 +144,10 @@ def test_a_clusters_leftover_workers_are_killed_and_nothing_else(tmp_path):
             proc.wait()
 
 
-def _leftovers_titled(pid: int, title: str) -> bool:
+def _titled(pid: int, title: str) -> bool:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == title.encode()
-    except OSError:
+        return _title(Path(f"/proc/{pid}")) == title
+    except (OSError, ValueError):  # not started yet, or ended
         return False
 
 
