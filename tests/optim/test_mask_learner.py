@@ -79,6 +79,19 @@ def test_ties_are_broken_by_id():
     assert list(top_k_rows(np.array([1.0, 1.0, 1.0, 1.0]), ids, 2)) == [1, 2]  # "a", "b"
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_group_smaller_than_one_batch_still_measures_its_coverage(n):
+    """``partial * n`` rounds to 0 below 5 documents (a sharded run's tiny group): each
+    step still averages one document's coverage, so the logged objective is a number
+    (it was the mean of nothing, NaN, with a division by zero in the gradient)."""
+    from datamask import make_clustered
+
+    learner = MaskLearner(select_ratio=0.5, n_epochs=10, seed=0, device="cpu")
+    learner.fit(make_clustered(n, 8, 2, seed=0))
+    assert np.isfinite([h["objective"] for h in learner.history_]).all()
+
+
 @pytest.mark.parametrize("term", [FacilityLocation(), PairwiseSimilarity(), DiSF()])
 def test_learner_improves_on_its_init(small_corpus, term):
     obj = Objective(term, lamb=0.5)

@@ -152,7 +152,8 @@ class Objective:
             floor = floor.to(self.features_.dtype).clamp_min(0.0)
         sizes = None
         if budget is not None:
-            sizes = torch.as_tensor(budget.sizes, dtype=torch.float64, device=self.device_)
+            # a copy: the lengths may be a read-only view of an arrow column
+            sizes = torch.tensor(budget.sizes, dtype=torch.float64, device=self.device_)
         self.budget_ = budget
         streams = seed_streams(self.seed_, 1 + len(self.terms))
         for i, (_, term) in enumerate(self.terms):

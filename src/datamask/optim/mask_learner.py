@@ -469,7 +469,7 @@ class MaskLearner(Selector):
         The same tensor ops at any size and no host read: nothing stops a GPU's queue
         (``benchmarks/learner_ops``)."""
         # 1. Sample the documents whose coverage this step measures (all when partial=1).
-        b = int(round(self.partial * n))
+        b = max(1, int(round(self.partial * n)))  # a tiny group still measures one
         gen = self._torch_gen
         clients = None if b >= n else torch.randperm(n, generator=gen, device=self.device_)[:b]
         # 2. Keep-probabilities with a budget of k documents (T tokens) in expectation.
