@@ -200,7 +200,7 @@ def check_corpus(corpus: Corpus) -> Corpus:
         count, first = _first_bad(corpus.quality[:, j])
         if count:
             raise ValueError(
-                f"{name} has {count} NaN/inf values (first at row {first} of {where}); "
+                f"{name} has {count} null, NaN or inf values (first at row {first} of {where}); "
                 "drop or fill them before selecting."
             )
         check_quality_span(corpus.quality[:, j], name, where)

@@ -279,7 +279,7 @@ def _case_nan_in_last_shard(t: Path) -> tuple[list, str]:
     q[-1] = np.nan
     root = _shards(t, quality=q)
     return ["select", "--input", root, "--output", t / "out", "--runner", "local", *FAST], (
-        "NaN/inf values (first at row 199"
+        "null, NaN or inf values (first at row 199"
     )
 
 

@@ -197,7 +197,19 @@ def _bad_files(tmp_path, reference_parquet):
                     feature_arr=pa.array([[1.0, 0.0], [0.0, 1.0]]),
                 ),
             ],
-            "quality_score has 1 NaN/inf values",
+            "quality_score has 1 null, NaN or inf values",
+        ),
+        "null score": (
+            [
+                "--input",
+                write(
+                    "nul.parquet",
+                    chunk_id=["a", "b"],
+                    quality_score=[1.0, None],
+                    feature_arr=pa.array([[1.0, 0.0], [0.0, 1.0]]),
+                ),
+            ],
+            r"quality_score has 1 null, NaN or inf values \(first at row 1 ",
         ),
         "inf feature": (
             [

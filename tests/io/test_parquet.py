@@ -74,7 +74,7 @@ def test_errors_name_the_problem(tmp_path, small_corpus, write_reference):
     )
     with pytest.raises(
         ValueError,
-        match=r"quality_score has 1 NaN/inf values \(first at row 1 "
+        match=r"quality_score has 1 null, NaN or inf values \(first at row 1 "
         r"of .*nan.parquet\); drop or fill them",
     ):
         check_corpus(read_corpus(nan))

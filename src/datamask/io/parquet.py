@@ -291,7 +291,7 @@ def check_finite_quality(quality: np.ndarray, names: Sequence[str], where: str) 
         bad = np.flatnonzero(~np.isfinite(quality[:, j]))
         if len(bad):
             raise ValueError(
-                f"{name} has {len(bad)} NaN/inf values (first at row {int(bad[0])} of "
+                f"{name} has {len(bad)} null, NaN or inf values (first at row {int(bad[0])} of "
                 f"{where}); drop or fill them before selecting."
             )
 
