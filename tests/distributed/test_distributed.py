@@ -71,6 +71,15 @@ def ray_runner():
     runner.close()
 
 
+def test_ray_steps_run_in_the_workers_its_warm_up_started(ray_runner):
+    """Connecting starts one worker per CPU slot at once (each imports datamask); the
+    steps then run in those workers, not in ones started one after another for them."""
+    warmed = ray_runner.warmed()
+    assert len(set(warmed)) == ray_runner.workers == 2
+    ran = set(ray_runner.map(os.getpid, [()] * 4))
+    assert ran <= set(warmed)
+
+
 def cli_main():
     """``datamask.cli.main``, its parser built: a broken CLI import fails, never skips."""
     from datamask.cli import build_parser, main
