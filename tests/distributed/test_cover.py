@@ -92,6 +92,25 @@ def test_sharded_cover_equals_brute_force(corpus, tmp_path, settings):
     cover = manifest["cover"]
     assert cover["rows"] == ROWS and cover["exact"] == ROWS and cover["searched_all_groups"]
     assert len(list((out / "covered").glob("part-*.parquet"))) == 3
+    # J over every document, from the cover: with every cover exact, the objective itself
+    # (brute force over the whole corpus); pairwise similarity's terms are the central
+    # round's (over the kept rows alone: exact), the cover adds none
+    terms = manifest["terms"]
+    if "algorithm" in settings:
+        assert set(terms) == {"quality", "pairwise", "J"}
+    else:
+        assert terms == pytest.approx({**terms, **brute_terms(corpus, out)}, rel=1e-6)
+
+
+def brute_terms(corpus, out: Path, lamb: float = 0.5) -> dict[str, float]:
+    """quality, facility and J of the output's kept rows over every row, in float64."""
+    kept_ids = set(pq.read_table(out / "selected").column("chunk_id").to_pylist())
+    kept = np.flatnonzero([v in kept_ids for v in np.asarray(corpus.ids).tolist()])
+    x = np.asarray(corpus.features, dtype=np.float64)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    facility = float((x @ x[kept].T).clip(min=0).max(axis=1).mean())
+    quality = float(corpus.normalized_quality()[kept].mean())
+    return {"quality": quality, "facility": facility, "J": lamb * quality + (1 - lamb) * facility}
 
 
 def test_more_groups_than_neighbours_are_flagged(corpus, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -366,7 +367,14 @@ def test_cli_directory_of_one_shard_equals_single_file(shard_dir, tmp_path, caps
     single = pq.read_table(tmp_path / "single.parquet").to_pydict()
     expected = sorted(i for i, s in zip(single["chunk_id"], single["selected"], strict=True) if s)
     assert selected_ids(tmp_path / "sharded") == expected
-    assert "docs/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "docs/s" in out
+    # the objective over every document, as the one-file run states it of the same rows
+    single_j, sharded_j = re.findall(r"quality=\S+  facility=\S+  J=\S+", out)
+    assert sharded_j == single_j
+    manifest = json.loads((tmp_path / "sharded" / "manifest.json").read_text())
+    summary = json.loads((tmp_path / "single.summary.json").read_text())
+    assert manifest["terms"]["J"] == pytest.approx(summary["terms"]["J"], abs=1e-6)
 
 
 # --- resume ---------------------------------------------------------------------------------

@@ -268,6 +268,7 @@ def test_cli_select_given_on_shards_and_its_one_line_error(data, tmp_path, capsy
     manifest = json.loads((tmp_path / "sel" / "manifest.json").read_text())
     assert manifest["totals"]["k"] == 7 and manifest["given"]["n_kept"] == N_KEPT
     assert manifest["terms_union"] is None
+    assert "J" not in (manifest["terms"] or {})  # KEPT covers too: the cover gives no J
     capsys.readouterr()
     overlap = write(reference_table([3], [1.0], data["xk"][:1]), tmp_path / "o.parquet")
     bad = ["select", "--input", str(data["shards"]), "--given", str(overlap), "--k", "7"]

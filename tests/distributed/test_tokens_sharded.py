@@ -107,6 +107,11 @@ def test_sharded_j_close_to_one_file(tmp_path):
     j_one = _exact_j(table, one_ids, spec)
     j_sharded = _exact_j(table, _kept_ids(tmp_path / "out"), spec)
     assert j_sharded >= 0.998 * j_one
+    # the manifest's J over every document, per token, from the cover: exact here (every
+    # group compared with every other), so the objective itself
+    cover = manifest["cover"]
+    assert cover["searched_all_groups"] and cover["exact"] == cover["rows"] == 300
+    assert manifest["terms"]["J"] == pytest.approx(j_sharded, rel=1e-6)
 
 
 def test_resume_reuses_every_group(tmp_path):

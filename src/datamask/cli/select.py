@@ -115,6 +115,14 @@ def _print_manifest(m: dict[str, Any]) -> None:
         f"{t['groups_reused']} reused) in {t['seconds']['total']:.1f}s: "
         f"{t['docs_per_second']:,.0f} docs/s overall"
     )
+    terms = m.get("terms") or {}
+    if "J" in terms:  # over every document, from the cover (exact where the cover is)
+        c = m["cover"]
+        print(
+            f"over every document: quality={terms['quality']:.4f}  "
+            f"facility={terms['facility']:.4f}  J={terms['J']:.4f} "
+            f"(cover exact for {c['exact']:,} of {c['rows']:,} rows)"
+        )
     line = (
         f"per group: median {gs['median']:.2f}s (min {gs['min']:.2f}, max {gs['max']:.2f}); "
         f"peak RSS per worker {format_mib(s['peak_rss_mb_per_worker'])}"

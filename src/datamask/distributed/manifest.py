@@ -15,6 +15,7 @@ from ..io.provenance import record_inputs
 from ..pipeline.writer import run_record
 from .check.validate import QualityRange
 from .context import Checked, RunContext
+from .finish.cover import corpus_terms
 from .plan.partition import Group
 
 __all__ = ["Outcome", "build_manifest"]
@@ -36,6 +37,7 @@ class Outcome:
     k_selected: int
     n_pending_docs: int
     seconds: dict[str, float]  # plan, select, global, total
+    budget_tokens: float | None = None  # T of a token budget
 
     @property
     def two_rounds(self) -> bool:
@@ -47,14 +49,11 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
     spec, infos, global_stats = run.spec, checked.infos, done.global_stats
     n_total, groups, ordered = checked.n_total, done.groups, done.ordered
     computed = [s for s in ordered if not s["reused"]]
+    terms = dict(global_stats["terms"]) if global_stats else {}
+    if done.cover_facts is not None:  # J over every document, from the cover
+        terms |= corpus_terms(spec, done.cover_facts.get("objective_sums"), done.budget_tokens)
     manifest = {
-        **run_record(
-            spec,
-            n_docs=n_total,
-            k=done.k_selected,
-            terms=global_stats["terms"] if global_stats else None,
-            sharded=True,
-        ),
+        **run_record(spec, n_docs=n_total, k=done.k_selected, terms=terms or None, sharded=True),
         **checked.record,
         "complete": True,
         "input": {"source": str(run.source), "n_shards": len(infos), "n_docs": n_total},

@@ -498,6 +498,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         k_selected,
         n_pending_docs,
         seconds,
+        budget_tokens=plan.total,
     )
     manifest = build_manifest(run, checked, done)
     tokens = plan.summary(kept)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -139,7 +140,9 @@ class Objective:
         self.device_ = torch.device(device)
         self.k_ = int(k)
         self.seed_ = int(seed)
-        self.features_ = torch.as_tensor(corpus.features, device=self.device_)
+        with warnings.catch_warnings():  # a read-only arrow buffer: never written, not copied
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            self.features_ = torch.as_tensor(corpus.features, device=self.device_)
         self.quality_ = torch.as_tensor(
             corpus.normalized_quality(), dtype=torch.float32, device=self.device_
         )

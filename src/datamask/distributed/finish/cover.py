@@ -66,7 +66,7 @@ from ...coverage import nearest_kept
 from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ...io.shards import read_rows
 from ...neighbors import resolve_knn
-from ...objectives.facility_location import facility_term
+from ...objectives.facility_location import FacilityLocation, facility_term
 from ...pipeline.writer import COVER_COLUMNS, cover_columns
 from ..check.validate import QualityRange
 from ..combine.exchange import exchange_neighbors
@@ -81,10 +81,12 @@ from ..select.steps import read_group, saved_graph
 __all__ = [
     "COVER_NEIGHBORS",
     "COVER_PROBE_FRACTION",
+    "corpus_terms",
     "cover_round",
     "CoverGroup",
     "CoverJob",
     "KeptRows",
+    "objective_sums",
 ]
 
 #: A group's rows are compared with the kept rows of this many nearest groups (by the
@@ -111,11 +113,58 @@ def _kept_ids(dirs: WorkDir, gid: int, id_col: str) -> pa.Array:
 
 def _read_unit_rows(
     group: Group, spec: SelectSpec, quality_range: QualityRange
-) -> tuple[np.ndarray, pa.Array]:
-    """The group's unit embeddings and ids as stored."""
+) -> tuple[Any, pa.Array]:
+    """The group's rows (unit embeddings, quality on the corpus' scale, lengths under a
+    token budget) and its ids as stored."""
     corpus, ids = read_group(group, spec, quality_range)
-    corpus = check_corpus(corpus)  # L2-normalised, as the selection saw them
-    return corpus.features, ids
+    return check_corpus(corpus), ids  # L2-normalised, as the selection saw them
+
+
+def objective_sums(corpus: Any, kept: np.ndarray, sim: np.ndarray) -> dict[str, float]:
+    """One group's share of the objective over every document (:func:`corpus_terms`):
+    its rows and kept rows, the sum of its rows' cover (``sim``, the cosine of each row's
+    nearest kept row, clipped at 0 as facility location counts it; 0 where nothing is
+    kept) and of its kept rows' quality; under a token budget the same weighted by each
+    row's length, and the lengths' sum."""
+    cover = np.nan_to_num(np.asarray(sim, dtype=np.float64), nan=0.0).clip(min=0.0)
+    quality = corpus.normalized_quality()[kept]
+    sums = {
+        "rows": float(len(cover)),
+        "kept": float(len(kept)),
+        "cover": float(cover.sum()),
+        "quality": float(quality.sum()),
+    }
+    if corpus.lengths is not None:
+        lengths = np.asarray(corpus.lengths, dtype=np.float64)
+        sums["lengths"] = float(lengths.sum())
+        sums["cover_tokens"] = float(lengths @ cover)
+        sums["quality_tokens"] = float(lengths[kept] @ quality)
+    return sums
+
+
+def corpus_terms(
+    spec: SelectSpec, sums: dict[str, float] | None, tokens: float | None = None
+) -> dict[str, float]:
+    """``quality``, ``facility`` and ``J`` over every document of the corpus, from the
+    groups' :func:`objective_sums` (the cover's cosines): what one selection over the
+    whole corpus reports of the same rows, where the cover is exact (``covered_exact``);
+    elsewhere the facility term is a lower bound (a nearer kept row the search missed
+    only raises it). ``tokens``: the budget T of a token budget (quality per T tokens,
+    coverage per token). Empty where the cover does not give the objective: a diversity
+    term other than one facility location, or ``--given`` (KEPT covers too, and its rows
+    are not in the budget)."""
+    objective = spec.objective.make()
+    diversity = objective.diversity
+    facility_only = len(diversity) == 1 and isinstance(diversity[0], FacilityLocation)
+    if not sums or not facility_only or spec.selector.given is not None or not sums["kept"]:
+        return {}
+    if tokens is None:
+        quality, facility = sums["quality"] / sums["kept"], sums["cover"] / sums["rows"]
+    else:
+        quality = sums["quality_tokens"] / tokens
+        facility = sums["cover_tokens"] / sums["lengths"]
+    lamb = objective.lamb
+    return {"quality": quality, "facility": facility, "J": lamb * quality + (1 - lamb) * facility}
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +199,8 @@ class KeptRows(Step[CoverJob]):
         group, id_col = job.group, job.spec.columns.id_col
         stored = _stored_kept_rows(job)
         if stored is None:  # no stored embeddings of its kept rows: read the group
-            x, ids = _read_unit_rows(group, job.spec, job.quality_range)
+            corpus, ids = _read_unit_rows(group, job.spec, job.quality_range)
+            x = corpus.features
             rows = np.flatnonzero(pc.is_in(ids, value_set=_kept_ids(job.dirs, group.gid, id_col)))
             table = pa.table(
                 {id_col: ids.take(pa.array(rows)), "features": features_column(x[rows])}
@@ -245,7 +295,8 @@ def _cover(job: CoverJob) -> dict[str, Any]:
     group, spec, dirs, neighbors = job.group, job.spec, job.dirs, job.neighbors
     started = time.perf_counter()
     id_col = spec.columns.id_col
-    x, ids = _read_unit_rows(group, spec, job.quality_range)
+    corpus, ids = _read_unit_rows(group, spec, job.quality_range)
+    x = corpus.features
     own = read_table(dirs.kept_rows(group.gid), columns=[id_col])
     kept = np.flatnonzero(pc.is_in(ids, value_set=own.column(0).combine_chunks()))
     read_s = time.perf_counter() - started
@@ -304,6 +355,7 @@ def _cover(job: CoverJob) -> dict[str, Any]:
         "routes": dict(cover.counts),
         "floor_routes": floor_routes,  # how the neighbours' kept rows were searched
         "neighbors": list(neighbors),
+        "objective": objective_sums(corpus, kept, cover.sim),
         "seconds": {
             "read": read_s,
             "search": time.perf_counter() - started - read_s,
@@ -345,6 +397,13 @@ def cover_round(
                 into[key] = into.get(key, 0) + int(v)
     rows = sum(r["rows"] for r in done)
     exact = sum(r["exact"] for r in done)
+    # a marker of an earlier version has no sums: then the run reports no corpus J
+    sums = None
+    if all("objective" in r for r in done):
+        sums = {
+            key: float(sum(r["objective"].get(key, 0.0) for r in done))
+            for key in done[0]["objective"]
+        }
     rss = [r["peak_rss_mb"] for r in [*kept.values(), *done] if r.get("peak_rss_mb")]
     read: dict[str, int] = {}
     for r in kept.values():  # where the kept rows' embeddings came from
@@ -360,6 +419,7 @@ def cover_round(
         "floor_routes": floor_routes,
         "neighbors": COVER_NEIGHBORS,
         "searched_all_groups": searched_all,
+        "objective_sums": sums,  # corpus_terms' input
         "seconds": {
             "kept_rows": kept_s,
             "cover": time.perf_counter() - started - kept_s,
