@@ -116,11 +116,12 @@ def _print_manifest(m: dict[str, Any]) -> None:
         f"{t['docs_per_second']:,.0f} docs/s overall"
     )
     terms = m.get("terms") or {}
-    if "J" in terms:  # over every document, from the cover (exact where the cover is)
+    if "J" in terms:  # over every document, from the cover: exact where the cover is
         c = m["cover"]
+        bound = "=" if c["exact"] == c["rows"] else ">="  # a missed nearer row only adds
         print(
             f"over every document: quality={terms['quality']:.4f}  "
-            f"facility={terms['facility']:.4f}  J={terms['J']:.4f} "
+            f"facility{bound}{terms['facility']:.4f}  J{bound}{terms['J']:.4f} "
             f"(cover exact for {c['exact']:,} of {c['rows']:,} rows)"
         )
     line = (
