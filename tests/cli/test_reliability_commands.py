@@ -124,7 +124,7 @@ def test_a_real_sharded_selection_is_named_as_one_by_report(tmp_path, capsys):
         write_docs(root / f"s{s}.parquet", n=100, seed=s)
     out = _select(root, tmp_path / "sel", partition="shard", budget="group", runner="local")
     argv = _report(root, out, tmp_path / "rep")
-    check_refused(argv, tmp_path, capsys, "a sharded `datamask select` output); give one")
+    check_refused(argv, tmp_path, capsys, "a sharded `datamask select` output; its manifest")
 
 
 # --- class 2: a selection is read by its rows, never by its summary -------------------------

@@ -98,7 +98,10 @@ def folder_kind(loc: Location) -> str:
     ``manifest.json`` or ``selected/``), the keep lists of one (``<stem>.keep/`` or
     ``OUT/keep/``, holding ``_index.json``), a ``datamask apply`` output; else ``""``."""
     if loc.join("manifest.json").is_file() or loc.join("selected").is_dir():
-        return "a sharded `datamask select` output"
+        return (
+            "a sharded `datamask select` output; its manifest.json holds the run's terms, "
+            "for facility location its J over every document"
+        )
     if loc.join("_index.json").is_file() or loc.path.rstrip("/").endswith((".keep", "/keep")):
         stem = loc.uri.rstrip("/").removesuffix(".keep")
         own = (
