@@ -625,6 +625,21 @@ def test_bad_settings_fail_before_writing(shard_dir, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("algorithm", ["Facility", "Pair_simi"])
+def test_cli_selected_only_states_no_objective_over_every_document(
+    algorithm, shard_dir, tmp_path, capsys
+):
+    """Without a cover (``--selected-only``) there is no J over every document to print;
+    pairwise similarity's central round has terms of its own, which are not it."""
+    argv = ["select", "--input", str(shard_dir), "--output", str(tmp_path / "out")]
+    argv += ["--runner", "local", "--workers", "1", "--selected-only", "--no-progress"]
+    argv += ["--algorithm", algorithm, "--select-ratio", "0.2", "--n-epochs", "5"]
+    argv += ["--partition", "shard"]  # a group per shard: the central round of Pair_simi
+    assert cli_main()(argv) == 0
+    out = capsys.readouterr().out
+    assert "docs/s overall" in out and "over every document" not in out
+
+
 def test_cli_bad_shard_exits_2_naming_it(shard_dir, tmp_path, capsys):
     main = cli_main()
     root = tmp_path / "in"

@@ -115,9 +115,9 @@ def _print_manifest(m: dict[str, Any]) -> None:
         f"{t['groups_reused']} reused) in {t['seconds']['total']:.1f}s: "
         f"{t['docs_per_second']:,.0f} docs/s overall"
     )
-    terms = m.get("terms") or {}
-    if "J" in terms:  # over every document, from the cover: exact where the cover is
-        c = m["cover"]
+    c = m.get("cover") or {}
+    terms = c.get("objective")
+    if terms:  # J over every document, from the cover: exact where the cover is
         bound = "=" if c["exact"] == c["rows"] else ">="  # a missed nearer row only adds
         print(
             f"over every document: quality={terms['quality']:.4f}  "

@@ -50,8 +50,10 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
     n_total, groups, ordered = checked.n_total, done.groups, done.ordered
     computed = [s for s in ordered if not s["reused"]]
     terms = dict(global_stats["terms"]) if global_stats else {}
-    if done.cover_facts is not None:  # J over every document, from the cover
-        terms |= corpus_terms(spec, done.cover_facts.get("objective_sums"), done.budget_tokens)
+    cover = done.cover_facts
+    if cover is not None:  # J over every document, from the cover (empty: not derived)
+        cover["objective"] = corpus_terms(spec, cover.get("objective_sums"), done.budget_tokens)
+        terms |= cover["objective"]
     manifest = {
         **run_record(spec, n_docs=n_total, k=done.k_selected, terms=terms or None, sharded=True),
         **checked.record,
