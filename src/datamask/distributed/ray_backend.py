@@ -23,8 +23,10 @@ asks for:
   per task).
 
 Ray starts a job's worker processes as its tasks ask for them, and each imports datamask
-first (~2.5 s on 2 cores): on connecting, one no-op task per CPU slot starts them all at
-once (:meth:`RayRunner._warm_up`), and the steps run in them.
+first (~2.5 s on 2 cores): on starting or joining a local Ray, one no-op task per CPU slot
+starts them all at once (:meth:`RayRunner._warm_up`), and the steps run in them. Not on a
+cluster (``address``): there, with it, a two-node test cluster once ran every group step on
+one node (the steps are meant to spread), so it is left as Ray schedules.
 
 Steps are idempotent, so Ray's retries are safe: a task is retried after a lost worker or
 node and after an ``OSError`` (storage hiccups), up to ``MAX_RETRIES`` times.
@@ -316,7 +318,8 @@ class RayRunner:
         self.node_cpus = max(node_cpus or [self.n_cpus]) or 1
         self.node_memory = max([int(r.get("memory", 0)) for r in nodes] or [0])
         self._connected = True
-        self._warm_up()
+        if not address:  # a local Ray: one node (a cluster's steps are spread as they come)
+            self._warm_up()
 
     def _warm_up(self) -> None:
         """Start the workers of the first steps now, in parallel, and do not wait for them.
