@@ -26,6 +26,7 @@ __all__ = [
     "check_count",
     "COUNT",
     "check_corpus",
+    "check_finite_quality",
     "check_quality_span",
     "check_unique_ids",
     "first_duplicate",
@@ -106,6 +107,18 @@ def _first_bad(values: np.ndarray) -> tuple[int, int]:
         bad = bad.any(axis=tuple(range(1, bad.ndim)))
     rows = np.flatnonzero(bad)
     return len(rows), (int(rows[0]) if len(rows) else -1)
+
+
+def check_finite_quality(quality: np.ndarray, names: Sequence[str], where: str) -> None:
+    """Refuse NaN/inf (and null) quality scores, naming the column, the first bad row and
+    ``where``."""
+    for j, name in enumerate(names):
+        count, first = _first_bad(quality[:, j])
+        if count:
+            raise ValueError(
+                f"{name} has {count} null, NaN or inf values (first at row {first} of "
+                f"{where}); drop or fill them before selecting."
+            )
 
 
 def first_duplicate(ids: np.ndarray) -> tuple[int, int] | None:
@@ -197,12 +210,7 @@ def check_corpus(corpus: Corpus) -> Corpus:
     if corpus.quality.shape[0] != n:
         raise ValueError(f"quality has {corpus.quality.shape[0]} rows but there are {n} ids.")
     for j, name in enumerate(corpus.quality_names):
-        count, first = _first_bad(corpus.quality[:, j])
-        if count:
-            raise ValueError(
-                f"{name} has {count} null, NaN or inf values (first at row {first} of {where}); "
-                "drop or fill them before selecting."
-            )
+        check_finite_quality(corpus.quality[:, j : j + 1], [name], where)
         check_quality_span(corpus.quality[:, j], name, where)
     count, first = _first_bad(feats)
     if count:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._validation import check_finite_quality
 from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
@@ -282,18 +283,6 @@ def check_id_type(typ: pa.DataType, id_col: str, where: str) -> None:
         return
     if not ok:
         raise ValueError(f"column {id_col!r} in {where} must hold integers or strings; got {typ}.")
-
-
-def check_finite_quality(quality: np.ndarray, names: Sequence[str], where: str) -> None:
-    """Refuse NaN/inf (and null) quality scores, naming the column, the first bad row and
-    ``where``."""
-    for j, name in enumerate(names):
-        bad = np.flatnonzero(~np.isfinite(quality[:, j]))
-        if len(bad):
-            raise ValueError(
-                f"{name} has {len(bad)} null, NaN or inf values (first at row {int(bad[0])} of "
-                f"{where}); drop or fill them before selecting."
-            )
 
 
 def arrays_from_table(
