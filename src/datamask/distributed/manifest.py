@@ -52,8 +52,8 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
     terms = dict(global_stats["terms"]) if global_stats else {}
     cover = done.cover_facts
     if cover is not None:  # J over every document, from the cover (empty: not derived)
-        cover["objective"] = corpus_terms(spec, cover.get("objective_sums"), done.budget_tokens)
-        terms |= cover["objective"]
+        objective = corpus_terms(spec, cover.get("objective_sums"), done.budget_tokens)
+        cover, terms = {**cover, "objective": objective}, terms | objective
     manifest = {
         **run_record(spec, n_docs=n_total, k=done.k_selected, terms=terms or None, sharded=True),
         **checked.record,
@@ -76,7 +76,7 @@ def build_manifest(run: RunContext, checked: Checked, done: Outcome) -> dict[str
         },
         "totals": _totals(checked, done, computed),
         "max_similarity": done.cap_facts,
-        "cover": done.cover_facts,
+        "cover": cover,
         "selection_digest": done.keep["selection"],
         "provenance": record_inputs(  # what `apply` and `evaluate` check their input against
             [i.path for i in infos],

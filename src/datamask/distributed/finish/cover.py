@@ -63,6 +63,7 @@ from ..._memory import peak_rss_mb, release_heap
 from ..._validation import check_corpus
 from ...config import SelectSpec
 from ...coverage import nearest_kept
+from ...data import Corpus
 from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ...io.shards import read_rows
 from ...neighbors import resolve_knn
@@ -113,14 +114,14 @@ def _kept_ids(dirs: WorkDir, gid: int, id_col: str) -> pa.Array:
 
 def _read_unit_rows(
     group: Group, spec: SelectSpec, quality_range: QualityRange
-) -> tuple[Any, pa.Array]:
+) -> tuple[Corpus, pa.Array]:
     """The group's rows (unit embeddings, quality on the corpus' scale, lengths under a
     token budget) and its ids as stored."""
     corpus, ids = read_group(group, spec, quality_range)
     return check_corpus(corpus), ids  # L2-normalised, as the selection saw them
 
 
-def objective_sums(corpus: Any, kept: np.ndarray, sim: np.ndarray) -> dict[str, float]:
+def objective_sums(corpus: Corpus, kept: np.ndarray, sim: np.ndarray) -> dict[str, float]:
     """One group's share of the objective over every document (:func:`corpus_terms`):
     its rows and kept rows, the sum of its rows' cover (``sim``, the cosine of each row's
     nearest kept row, clipped at 0 as facility location counts it; 0 where nothing is
