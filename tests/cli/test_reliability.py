@@ -919,15 +919,19 @@ def test_id_hashes_equal_exactly_for_equal_ids(kind):
 
 # --- issue 20, class 2: signals end a run cleanly; workers die with their driver ------------
 def _children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (from /proc: no extra dependency)."""
-    out = []
+    """Pids descended from ``pid`` (from /proc: no extra dependency): the pool's workers
+    are the children of its forkserver, itself a child of the driver."""
+    parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
+        parents[int(stat.parent.name)] = int(fields[1])
+    out, frontier = [], {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        out += sorted(frontier)
     return out
 
 

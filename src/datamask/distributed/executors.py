@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from .._device import set_threads
 from .._memory import bound_heap, release_heap
-from .lifecycle import abort_pool, worker_init
+from .lifecycle import abort_pool, pool_context, worker_init
 
 __all__ = [
     "LocalRunner",
@@ -105,9 +105,10 @@ def _call_with_threads(fn: Callable[..., Any], n_threads: int, *args: Any) -> An
 class LocalRunner:
     """Run steps on this machine: in this process, or in a pool of ``workers`` processes.
 
-    The pool is the standard library's :class:`concurrent.futures.ProcessPoolExecutor`
-    with the ``spawn`` start method (safe with torch's threads), started on first use and
-    kept until :meth:`close`. Each step pins torch to ``cores // workers`` threads, so the
+    The pool is the standard library's :class:`concurrent.futures.ProcessPoolExecutor`,
+    its workers forked by a forkserver that imported datamask once per process (``spawn``
+    where there is no forkserver: :func:`~.lifecycle.pool_context`), started on first use
+    and kept until :meth:`close`. Each step pins torch to ``cores // workers`` threads, so the
     workers do not oversubscribe the cores; a ``whole_machine`` step gets every core.
     Steps are pure, so results do not depend on ``workers``.
 
@@ -146,14 +147,13 @@ class LocalRunner:
         from concurrent.futures import FIRST_COMPLETED, wait
 
         if self._pool is None:
-            import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=pool_context(),
                 initializer=worker_init,  # workers die with this process (lifecycle.py)
-                initargs=(os.getpid(),),
+                initargs=(os.getpid(), dict(os.environ), list(sys.path)),
             )
         cores = available_cpus()
         threads = cores if whole_machine else max(1, cores // self.workers)
@@ -188,7 +188,7 @@ class LocalRunner:
         """Shut the worker pool down (a no-op in-process); when called while Ctrl-C or
         SIGTERM unwinds, kill the workers instead of waiting for their groups. With
         ``wait=False`` the pool's processes end in the background: a worker still
-        starting (a spawned process imports datamask first, ~2.4 s on 2 cores) is not
+        starting (the first pool's forkserver imports datamask, ~2.4 s on 2 cores) is not
         waited for."""
         if self._pool is not None:
             if isinstance(sys.exc_info()[1], KeyboardInterrupt):

@@ -4,10 +4,15 @@ Kept apart from :mod:`.runner` so the scheduling code stays about scheduling:
 
 - :func:`read_marker`: a completion marker of an earlier run, or None when it is missing
   or unreadable (the group is then computed again, with a warning naming the file).
-- :func:`worker_init`: the process pool's initializer. On Linux a worker gets SIGKILL
-  when its driver dies (``prctl(PR_SET_PDEATHSIG)``, :func:`die_with_parent`), whatever
-  killed the driver (SIGTERM, ``kill -9``, the OOM killer), so no worker outlives it
-  holding its stdout (``datamask select ... | tee log`` returns). Workers ignore SIGINT:
+- :func:`pool_context`: how the pool's workers start: forked from a forkserver that
+  imported datamask once (where the platform has one), else spawned.
+- :func:`worker_init`: the process pool's initializer. It gives a worker the driver's
+  environment and ``sys.path`` as of the pool's start (a forked worker has its server's).
+  A worker ends at once when
+  its driver dies (:func:`watch_driver`: a thread waiting on the driver's pidfd; on
+  Linux also ``prctl(PR_SET_PDEATHSIG)`` against its parent, :func:`die_with_parent`),
+  whatever killed the driver (SIGTERM, ``kill -9``, the OOM killer), so no worker
+  outlives it holding its stdout (``datamask select ... | tee log`` returns). Workers ignore SIGINT:
   Ctrl-C reaches the whole process group, and the driver alone decides what happens.
 - :func:`abort_pool`: what the driver does when interrupted: kill the workers at once
   (a group's files are written to temporaries and renamed, its marker last, so a killed
@@ -26,9 +31,12 @@ import contextlib
 import ctypes
 import hashlib
 import json
+import multiprocessing
 import os
+import select
 import signal
 import sys
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -48,7 +56,9 @@ __all__ = [
     "claim",
     "die_with_parent",
     "fingerprint",
+    "pool_context",
     "read_marker",
+    "watch_driver",
     "worker_init",
 ]
 
@@ -75,7 +85,8 @@ def read_marker(path: Path) -> dict[str, Any] | None:
 
 def die_with_parent(parent_pid: int | None = None) -> None:
     """Ask the kernel to SIGKILL this process when its parent exits (Linux; elsewhere a
-    no-op). ``parent_pid``: the driver's pid, to catch a driver that died before the call."""
+    no-op). ``parent_pid``: the driver's pid, to catch a driver that died before the call
+    (the parent itself, or, for a worker forked by a forkserver, the server's client)."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -83,18 +94,86 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # no prctl: workers end when their pipe closes
         return
-    if parent_pid is not None and os.getppid() != parent_pid:
+    if parent_pid is not None and os.getppid() != parent_pid and not _alive(parent_pid):
         os._exit(1)  # the driver died before prctl took effect
 
 
-def worker_init(parent_pid: int) -> None:
-    """Initializer of the local process pool (see the module docstring)."""
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process took the pid
+        return False
+    return True
+
+
+def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread:
+    """End this process (SIGKILL) as soon as process ``pid`` ends: a daemon thread that
+    waits on its pidfd (Linux 5.3+), else polls it every ``poll_seconds``.
+
+    A worker forked by a forkserver is its server's child, not the driver's, and the
+    server outlives the driver while any worker holds its "alive" pipe (every worker
+    does: multiprocessing passes it), so ``PR_SET_PDEATHSIG`` alone never fires: the
+    workers of a killed driver would wait on their call queue forever."""
+
+    def wait_and_die() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # no pidfds (not Linux, old kernel): poll
+            while _alive(pid):
+                threading.Event().wait(poll_seconds)
+        else:
+            select.select([fd], [], [])  # readable once the process has ended
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    watcher = threading.Thread(target=wait_and_die, name="datamask-watch-driver", daemon=True)
+    watcher.start()
+    return watcher
+
+
+#: What the local pool's forkserver imports before it forks a worker: the caller's main
+#: module (as a spawned worker would import it) and the steps. A spawned worker imported
+#: them itself: 2.4-5 s of CPU per worker for every pool (two interpreters importing
+#: torch on 2 cores); forked, a pool after the first starts in ~0.15 s.
+POOL_PRELOAD = ("__main__", "datamask.distributed")
+
+
+def pool_context() -> multiprocessing.context.BaseContext:
+    """The start method of the local process pool: ``forkserver`` where the platform has
+    it (Linux, macOS), its server importing :data:`POOL_PRELOAD` once per driver process,
+    else ``spawn``. Never ``fork``: the driver's threads (torch's, pyarrow's, tqdm's) may
+    hold locks at the fork; the server forks from a process that ran none of them.
+
+    The preload list is the process's forkserver setting
+    (:func:`multiprocessing.set_forkserver_preload`); it counts only before the server
+    starts, so a server started earlier (by the caller) is used as it is."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(POOL_PRELOAD))
+    return context
+
+
+def worker_init(
+    parent_pid: int, environ: dict[str, str] | None = None, path: list[str] | None = None
+) -> None:
+    """Initializer of the local process pool (see the module docstring): ``environ`` and
+    ``path`` are the driver's ``os.environ`` and ``sys.path`` at the pool's start (a
+    worker forked by the forkserver has the server's, from the driver's first pool)."""
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+        tempfile.tempdir = None  # found again from TMPDIR (the preload may have asked)
+    if path is not None:
+        sys.path[:] = path
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # tqdm's default lock is a multiprocessing RLock, a named semaphore registered with the
     # driver's resource tracker; a worker killed by abort_pool never unregisters it and the
     # tracker prints a warning at exit. A worker's bars need only a thread lock.
     tqdm.set_lock(threading.RLock())
     die_with_parent(parent_pid)
+    watch_driver(parent_pid)
 
 
 def abort_pool(pool: Any) -> None:
