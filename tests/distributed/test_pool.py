@@ -1,0 +1,75 @@
+"""The local process pool: how its workers start and end (``distributed/lifecycle.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from datamask.distributed import LocalRunner
+from datamask.distributed.lifecycle import pool_context
+
+pytestmark = pytest.mark.slow  # starts process pools
+
+
+def _worker_view(name: str) -> tuple[int, str | None, bool]:
+    return os.getpid(), os.environ.get(name), "/dm-extra-path" in sys.path
+
+
+def test_a_later_pool_sees_the_environment_and_path_of_its_start(monkeypatch):
+    """A forked worker starts from the forkserver's state (the driver's at its first
+    pool); it is given the driver's environment and sys.path as of its own pool's start,
+    as a spawned worker would have them."""
+    first = LocalRunner(2)
+    try:
+        assert list(first.map(_worker_view, [("DM_POOL_TEST",)]))[0][1:] == (None, False)
+    finally:
+        first.close()
+    monkeypatch.setenv("DM_POOL_TEST", "later")
+    monkeypatch.syspath_prepend("/dm-extra-path")
+    second = LocalRunner(2)
+    try:
+        (pid, value, on_path), *_ = second.map(_worker_view, [("DM_POOL_TEST",)] * 2)
+    finally:
+        second.close()
+    assert pid != os.getpid() and value == "later" and on_path
+
+
+def test_the_pool_forks_from_a_server_where_there_is_one():
+    import multiprocessing
+
+    expected = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    assert pool_context().get_start_method() == expected
+
+
+WORKER_OF = """
+import sys, time
+from datamask.distributed.lifecycle import watch_driver
+watch_driver(int(sys.argv[1]))
+print("watching", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_worker_ends_when_its_driver_does_even_when_not_its_parent():
+    """A forked worker's parent is the forkserver, which outlives the driver while any
+    worker lives: the worker watches the driver itself and ends with it, at once."""
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    worker = subprocess.Popen(  # a sibling of the driver, not its child
+        [sys.executable, "-c", WORKER_OF, str(driver.pid)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stdout.readline().strip() == "watching"
+        time.sleep(0.5)
+        assert worker.poll() is None  # the driver lives: so does the worker
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+        assert worker.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for proc in (driver, worker):
+            if proc.poll() is None:
+                proc.kill()
