@@ -47,20 +47,23 @@ def test_the_pool_forks_from_a_server_where_there_is_one():
 
 
 WORKER_OF = """
-import sys, time
+import os, sys, time
 from datamask.distributed.lifecycle import watch_driver
+if sys.argv[2] == "poll":  # no pidfds (macOS, Linux before 5.3)
+    del os.pidfd_open
 watch_driver(int(sys.argv[1]))
 print("watching", flush=True)
 time.sleep(120)
 """
 
 
-def test_a_worker_ends_when_its_driver_does_even_when_not_its_parent():
+@pytest.mark.parametrize("how", ["pidfd", "poll"])
+def test_a_worker_ends_when_its_driver_does_even_when_not_its_parent(how):
     """A forked worker's parent is the forkserver, which outlives the driver while any
     worker lives: the worker watches the driver itself and ends with it, at once."""
     driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     worker = subprocess.Popen(  # a sibling of the driver, not its child
-        [sys.executable, "-c", WORKER_OF, str(driver.pid)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", WORKER_OF, str(driver.pid), how], stdout=subprocess.PIPE, text=True
     )
     try:
         assert worker.stdout.readline().strip() == "watching"

@@ -108,14 +108,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread:
+def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread | None:
     """End this process (SIGKILL) as soon as process ``pid`` ends: a daemon thread that
-    waits on its pidfd (Linux 5.3+), else polls it every ``poll_seconds``.
+    waits on its pidfd (Linux 5.3+), else polls it every ``poll_seconds`` (POSIX; None
+    elsewhere, where no thread is started).
 
     A worker forked by a forkserver is its server's child, not the driver's, and the
     server outlives the driver while any worker holds its "alive" pipe (every worker
     does: multiprocessing passes it), so ``PR_SET_PDEATHSIG`` alone never fires: the
     workers of a killed driver would wait on their call queue forever."""
+
+    if os.name != "posix":  # on Windows os.kill(pid, 0) would end the driver itself
+        return None
 
     def wait_and_die() -> None:
         try:
