@@ -46,6 +46,40 @@ def test_the_pool_forks_from_a_server_where_there_is_one():
     assert pool_context().get_start_method() == expected
 
 
+MAIN_SCRIPT = """
+import os, sys
+with open(sys.argv[1], "a") as f:  # module level: runs wherever this module is imported
+    f.write(f"{os.getpid()}\\n")
+
+def worker_pid(_):
+    return os.getpid()
+
+if __name__ == "__main__":
+    from datamask.distributed import LocalRunner
+    runner = LocalRunner(2)
+    print(sorted(set(runner.map(worker_pid, [(i,) for i in range(8)]))))
+    runner.close()
+"""
+
+
+def test_the_server_never_runs_the_callers_main_module(tmp_path):
+    """The caller's script is imported by the driver and by each worker (as with spawn),
+    never by the forkserver: a script that starts CUDA at module level would leave no
+    forked worker able to use the GPU. (Python 3.11's multiprocessing never hands the
+    server the main script's path, whatever the preload: the key it reads is not the one
+    it writes; this guards a version that does.)"""
+    script, ran = tmp_path / "job.py", tmp_path / "ran.txt"
+    script.write_text(MAIN_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(ran)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    workers = eval(proc.stdout.strip().splitlines()[-1])  # noqa: S307 (our own list of ints)
+    pids = [int(line) for line in ran.read_text().split()]
+    # the driver's line first, then one per worker: no line of the server's
+    assert sorted(pids[1:]) == workers and len(pids) == 1 + len(workers)
+
+
 WORKER_OF = """
 import os, sys, time
 from datamask.distributed.lifecycle import watch_driver

@@ -153,7 +153,7 @@ class LocalRunner:
                 self.workers,
                 mp_context=pool_context(),
                 initializer=worker_init,  # workers die with this process (lifecycle.py)
-                initargs=(os.getpid(), dict(os.environ), list(sys.path)),
+                initargs=(os.getpid(), dict(os.environ)),
             )
         cores = available_cpus()
         threads = cores if whole_machine else max(1, cores // self.workers)

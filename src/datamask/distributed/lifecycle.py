@@ -7,13 +7,13 @@ Kept apart from :mod:`.runner` so the scheduling code stays about scheduling:
 - :func:`pool_context`: how the pool's workers start: forked from a forkserver that
   imported datamask once (where the platform has one), else spawned.
 - :func:`worker_init`: the process pool's initializer. It gives a worker the driver's
-  environment and ``sys.path`` as of the pool's start (a forked worker has its server's).
-  A worker ends at once when
-  its driver dies (:func:`watch_driver`: a thread waiting on the driver's pidfd; on
-  Linux also ``prctl(PR_SET_PDEATHSIG)`` against its parent, :func:`die_with_parent`),
-  whatever killed the driver (SIGTERM, ``kill -9``, the OOM killer), so no worker
-  outlives it holding its stdout (``datamask select ... | tee log`` returns). Workers ignore SIGINT:
-  Ctrl-C reaches the whole process group, and the driver alone decides what happens.
+  environment as of the pool's start (a forked worker has its server's). A worker ends
+  at once when its driver dies (:func:`watch_driver`, a thread waiting on the driver's
+  pidfd; on Linux also ``prctl(PR_SET_PDEATHSIG)`` against its parent,
+  :func:`die_with_parent`), whatever killed the driver (SIGTERM, ``kill -9``, the OOM
+  killer), so no worker outlives it holding its stdout (``datamask select ... | tee log``
+  returns). Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the
+  driver alone decides what happens.
 - :func:`abort_pool`: what the driver does when interrupted: kill the workers at once
   (a group's files are written to temporaries and renamed, its marker last, so a killed
   group leaves nothing a rerun reuses; its temporaries are removed by the rerun) instead
@@ -136,11 +136,14 @@ def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread | None
     return watcher
 
 
-#: What the local pool's forkserver imports before it forks a worker: the caller's main
-#: module (as a spawned worker would import it) and the steps. A spawned worker imported
-#: them itself: 2.4-5 s of CPU per worker for every pool (two interpreters importing
-#: torch on 2 cores); forked, a pool after the first starts in ~0.15 s.
-POOL_PRELOAD = ("__main__", "datamask.distributed")
+#: What the local pool's forkserver imports before it forks a worker: the steps. A
+#: spawned worker imported them itself: 2.4-5 s of CPU per worker for every pool (two
+#: interpreters importing torch on 2 cores); forked, a pool after the first starts in
+#: ~0.15 s. Not the caller's ``__main__`` (multiprocessing's default): a script that asks
+#: ``torch.cuda.is_available()`` at module level would start CUDA in the server, and no
+#: worker forked from it could use the GPU. Each worker imports ``__main__`` itself after
+#: the fork, as a spawned one does.
+POOL_PRELOAD = ("datamask.distributed",)
 
 
 def pool_context() -> multiprocessing.context.BaseContext:
@@ -159,18 +162,15 @@ def pool_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def worker_init(
-    parent_pid: int, environ: dict[str, str] | None = None, path: list[str] | None = None
-) -> None:
-    """Initializer of the local process pool (see the module docstring): ``environ`` and
-    ``path`` are the driver's ``os.environ`` and ``sys.path`` at the pool's start (a
-    worker forked by the forkserver has the server's, from the driver's first pool)."""
+def worker_init(parent_pid: int, environ: dict[str, str] | None = None) -> None:
+    """Initializer of the local process pool (see the module docstring): ``environ`` is
+    the driver's ``os.environ`` at the pool's start (a worker forked by the forkserver has
+    the server's, from the driver's first pool; multiprocessing itself gives it the
+    driver's ``sys.path``, ``sys.argv`` and working directory)."""
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
         tempfile.tempdir = None  # found again from TMPDIR (the preload may have asked)
-    if path is not None:
-        sys.path[:] = path
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # tqdm's default lock is a multiprocessing RLock, a named semaphore registered with the
     # driver's resource tracker; a worker killed by abort_pool never unregisters it and the
