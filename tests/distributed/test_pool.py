@@ -80,6 +80,41 @@ def test_the_server_never_runs_the_callers_main_module(tmp_path):
     assert sorted(pids[1:]) == workers and len(pids) == 1 + len(workers)
 
 
+FORKED_CHILD = """
+import os
+from datamask.distributed import LocalRunner
+
+def worker_pid(_):
+    return os.getpid()
+
+def pool_pids():
+    runner = LocalRunner(2)
+    try:
+        return set(runner.map(worker_pid, [(i,) for i in range(4)]))
+    finally:
+        runner.close()
+
+if __name__ == "__main__":
+    pool_pids()  # this process starts its forkserver
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if pool_pids() else 1)
+    _, status = os.waitpid(child, 0)
+    print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_of_a_driver_starts_its_own_pool(tmp_path):
+    """A process made by fork inherits its parent's forkserver, which it cannot use
+    (multiprocessing raised ChildProcessError): its pool spawns."""
+    script = tmp_path / "job.py"
+    script.write_text(FORKED_CHILD)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.split() == ["0"], proc.stderr[-2000:]
+
+
 WORKER_OF = """
 import os, sys, time
 from datamask.distributed.lifecycle import watch_driver

@@ -146,6 +146,18 @@ def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread | None
 POOL_PRELOAD = ("datamask.distributed",)
 
 
+_forked = False  # set in a child made by fork: see pool_context
+
+
+def _mark_forked() -> None:
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
+
+
 def pool_context() -> multiprocessing.context.BaseContext:
     """The start method of the local process pool: ``forkserver`` where the platform has
     it (Linux, macOS), its server importing :data:`POOL_PRELOAD` once per driver process,
@@ -154,8 +166,11 @@ def pool_context() -> multiprocessing.context.BaseContext:
 
     The preload list is the process's forkserver setting
     (:func:`multiprocessing.set_forkserver_preload`); it counts only before the server
-    starts, so a server started earlier (by the caller) is used as it is."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    starts, so a server started earlier (by the caller) is used as it is. A process made
+    by ``fork`` (``os.fork``, multiprocessing's ``fork`` start method) spawns: it inherits
+    its parent's server, which it cannot use (``ChildProcessError`` from multiprocessing
+    when the parent had started one)."""
+    if _forked or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(POOL_PRELOAD))
