@@ -60,12 +60,13 @@ def demo_table() -> pa.Table:
 
 @pytest.fixture(scope="session")
 def local_pool():
-    """A started ``LocalRunner(2)``: two spawned workers, shared by the tests that run
-    sharded selects on local files through it (``scheduler=`` / ``runner=``). Starting a
-    pool (two interpreters importing torch) costs 5-10 s on 2 cores, most tests' steps on
-    it under one. Its workers keep the environment and module state of their start: a
-    test that sets storage variables, patches a module or registers a term in this
-    process starts its own pool."""
+    """A started ``LocalRunner(2)``: two forked workers, shared by the tests that run
+    sharded selects on local files through it (``scheduler=`` / ``runner=``). The first
+    pool of a test process waits for its forkserver to import torch and datamask (~3 s on
+    2 cores; a spawned pool's two interpreters took 5-10 s), later pools start in ~0.15 s.
+    Its workers keep the environment and module state of their start: a test that sets
+    storage variables, patches a module or registers a term in this process starts its
+    own pool."""
     from datamask.distributed import LocalRunner
 
     runner = LocalRunner(2)
