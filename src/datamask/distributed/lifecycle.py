@@ -45,7 +45,7 @@ from typing import Any
 from tqdm.std import tqdm  # the base class: every tqdm subclass shares its lock
 
 from ..config import SelectSpec
-from ..io.atomic import atomic_write_json
+from ..io.atomic import _pid_alive, atomic_write_json
 from ..io.fs import storage_path
 from ..io.shards import ShardInfo
 from .paths import WorkDir
@@ -94,18 +94,8 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # no prctl: workers end when their pipe closes
         return
-    if parent_pid is not None and os.getppid() != parent_pid and not _alive(parent_pid):
+    if parent_pid is not None and os.getppid() != parent_pid and not _pid_alive(parent_pid):
         os._exit(1)  # the driver died before prctl took effect
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process took the pid
-        return False
-    return True
 
 
 def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread | None:
@@ -125,7 +115,7 @@ def watch_driver(pid: int, poll_seconds: float = 0.5) -> threading.Thread | None
         try:
             fd = os.pidfd_open(pid)
         except (AttributeError, OSError):  # no pidfds (not Linux, old kernel): poll
-            while _alive(pid):
+            while _pid_alive(pid):
                 threading.Event().wait(poll_seconds)
         else:
             select.select([fd], [], [])  # readable once the process has ended
