@@ -4,7 +4,7 @@ budget, output, timings, provenance and per-group stats, built from what the pha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,8 +23,9 @@ __all__ = ["Outcome", "build_manifest"]
 
 @dataclass
 class Outcome:
-    """Phases 2 to 5's facts: the groups and their stats (in group order, with their
-    shares), how they were combined, and the rounds' facts and seconds."""
+    """A run's facts: the groups and their stats (in group order, with their shares), how
+    they were combined, the rounds' facts; the cover's, the keep lists' and the phases'
+    seconds are filled in by the runner's last phases."""
 
     groups: list[Group]
     ordered: list[dict[str, Any]]
@@ -32,12 +33,12 @@ class Outcome:
     combine: str
     global_stats: dict[str, Any] | None
     cap_facts: dict[str, Any] | None
-    cover_facts: dict[str, Any] | None
-    keep: dict[str, Any]
     k_selected: int
     n_pending_docs: int
-    seconds: dict[str, float]  # plan, select, global, total
     budget_tokens: float | None = None  # T of a token budget
+    cover_facts: dict[str, Any] | None = None  # the cover's, where it ran
+    keep: dict[str, Any] = field(default_factory=dict)  # the keep lists' facts
+    seconds: dict[str, float] = field(default_factory=dict)  # plan, select, global, total
 
     @property
     def two_rounds(self) -> bool:

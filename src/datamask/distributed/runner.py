@@ -347,9 +347,8 @@ def _made_remote_dropped(work: Path | Location) -> Iterator[None]:
 
 
 def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
-    """:func:`run_selection` once the output is claimed: five phases."""
-    dirs, spec = run.dirs, run.spec
-    runner, progress = run.runner, run.progress
+    """:func:`run_selection` once the output is claimed: six phases."""
+    dirs, spec, progress = run.dirs, run.spec, run.progress
     # 1. Check every row, claim the work dir.
     checked = _check_and_claim(run)
     if spec.selector.token_budget:
@@ -401,28 +400,12 @@ def _run_claimed(run: RunContext, started: float) -> dict[str, Any]:
     k_selected = global_stats["k"] if global_stats else int(sum(s["k"] for s in ordered))
     if k_selected != k_total:  # every path guarantees it; check before marking complete
         raise RuntimeError(f"selected {k_selected} documents, not {k_total}; please report this.")
-    # 6. Cover: every row's nearest kept row, written by the groups (OUT/covered/).
-    cover_facts = None
-    if not spec.run.selected_only:
-        clean_stale_temporaries(dirs.covered())
-        cover_facts = cover_round(run, groups, quality_range)
-    keep = keep_round(groups, checked.infos, spec.columns.id_col, run, runner, progress)
+    # 6. Cover (every row's nearest kept row: OUT/covered/), keep lists and the manifest.
     seconds = {"plan": plan_s, "select": select_s, "global": global_s}
-    seconds["total"] = time.perf_counter() - started
     done = Outcome(
-        groups,
-        ordered,
-        plan_facts,
-        combine,
-        global_stats,
-        cap_facts,
-        cover_facts,
-        keep,
-        k_selected,
-        n_pending_docs,
-        seconds,
+        groups, ordered, plan_facts, combine, global_stats, cap_facts, k_selected, n_pending_docs
     )
-    manifest = build_manifest(run, checked, done)
+    manifest = _finish(run, checked, done, seconds, started)
     atomic_write_json(manifest, dirs.manifest())
     return manifest
 
@@ -434,7 +417,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     budget allocates by gains, else one central round (:func:`~.select.tokens.token_combine`;
     for a modular method or one group, every group keeps its share and one fill spends
     what they left); then the cover, the keep lists and the manifest as ever."""
-    dirs, spec, runner, progress = run.dirs, run.spec, run.runner, run.progress
+    dirs, spec = run.dirs, run.spec
     plan = checked.tokens
     assert plan is not None  # counted by the check pass
     groups, shares, plan_facts, _ = plan_groups(run, checked.infos, checked.k_total, checked.fitted)
@@ -479,13 +462,7 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
     cap_facts = None
     if spec.selector.max_similarity is not None:  # token_combine: the central round
         cap_facts = {"applied_in": "global round", "threshold": spec.selector.max_similarity}
-    cover_facts = None
-    if not spec.run.selected_only:
-        clean_stale_temporaries(dirs.covered())
-        cover_facts = cover_round(run, groups, checked.quality_range)
-    keep = keep_round(groups, checked.infos, spec.columns.id_col, run, runner, progress)
     seconds = {"plan": plan_s, "select": select_s, "global": time.perf_counter() - global_started}
-    seconds["total"] = time.perf_counter() - started
     done = Outcome(
         groups,
         ordered,
@@ -493,19 +470,34 @@ def _run_tokens(run: RunContext, checked: Checked, started: float) -> dict[str, 
         combine,
         global_stats,
         cap_facts,
-        cover_facts,
-        keep,
         k_selected,
         n_pending_docs,
-        seconds,
         budget_tokens=plan.total,
     )
-    manifest = build_manifest(run, checked, done)
+    manifest = _finish(run, checked, done, seconds, started)
     tokens = plan.summary(kept)
     manifest["totals"]["tokens"] = tokens
     manifest["tokens"] = {**tokens, "allocation": TOKEN_ALLOCATIONS[combine], "fill": fill}
     atomic_write_json(manifest, dirs.manifest())
     return manifest
+
+
+def _finish(
+    run: RunContext, checked: Checked, done: Outcome, seconds: dict[str, float], started: float
+) -> dict[str, Any]:
+    """The last phases of either path, once the selection is final: the cover (every
+    row's nearest kept row, written by the groups to ``OUT/covered/``), the keep lists for
+    ``apply``, and the manifest (returned; the caller writes it, last). ``seconds`` holds
+    the phases before (plan, select, global); the total runs from ``started``."""
+    spec = run.spec
+    if not spec.run.selected_only:
+        clean_stale_temporaries(run.dirs.covered())
+        done.cover_facts = cover_round(run, done.groups, checked.quality_range)
+    done.keep = keep_round(
+        done.groups, checked.infos, spec.columns.id_col, run, run.runner, run.progress
+    )
+    done.seconds = {**seconds, "total": time.perf_counter() - started}
+    return build_manifest(run, checked, done)
 
 
 #: How a token run's groups became one selection, as its manifest says (by combine).
