@@ -158,6 +158,42 @@ def test_one_file_selection_records_every_rows_cover(tmp_path, method):
     assert summary["seconds"]["cover"] >= 0
 
 
+def test_one_file_cover_read_from_the_pass_that_scored_j(tmp_path):
+    """On an ivf graph the cover once read most rows from it (a kept neighbour it lists,
+    not always the nearest: ``covered_exact`` False); the exact J has compared every row
+    with every kept row already, and the cover is read from that pass: exact everywhere."""
+    corpus = make_clustered(600, 16, 8, seed=5)
+    path = write_reference_layout(tmp_path / "docs.parquet", corpus)
+    out = tmp_path / "sel.parquet"
+    summary = datamask.select(path, out, select_ratio=0.1, knn="ivf", n_neighbors=8, progress=False)
+    assert summary["graph"]["method"] == "ivf"
+    table = pq.read_table(out)
+    kept = np.flatnonzero(table["selected"].to_numpy())
+    row_of = {v: i for i, v in enumerate(table["chunk_id"].to_pylist())}
+    index = np.asarray([row_of[v] for v in table["covered_by"].to_pylist()])
+    check_against_brute(index, table["covered_sim"].to_numpy(), np.asarray(corpus.features), kept)
+    assert table["covered_exact"].to_numpy().all()
+    routes = summary["cover"]["routes"]
+    assert routes["exact_search"] == 600 - len(kept) and routes["graph"] == 0
+
+
+def test_nearest_given_is_the_exact_search(points):
+    """``nearest`` (the J pass's every-pair maxima) gives what the exact search gives, copies
+    of one kept vector to the first of them."""
+    x, kept = points
+    x = x.copy()
+    x[kept[7]] = x[kept[3]]  # two kept rows hold one vector: every row ties on them
+    base = torch.from_numpy(x[kept])
+    sims, index = (torch.from_numpy(x) @ base.T).max(1)
+    a = nearest_kept(x, kept, nearest=(sims, index))
+    b = nearest_kept(x, kept)  # 600 x 45 pairs: the exact search
+    assert np.array_equal(a.index, b.index) and np.array_equal(a.sim, b.sim)
+    assert a.exact.all() and a.counts == b.counts
+    assert not np.isin(kept[7], a.index[np.setdiff1d(np.arange(600), kept)])
+    with pytest.raises(ValueError, match="need kept"):
+        nearest_kept(x, kept_features=x[kept], nearest=(sims, index))
+
+
 def test_select_table_records_the_cover_by_id_and_by_row(demo_table):
     sel = datamask.select_table(demo_table, select_ratio=0.1, method="greedy")
     x = np.stack(demo_table["feature_arr"].to_numpy(zero_copy_only=False)).astype(np.float32)

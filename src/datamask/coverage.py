@@ -66,6 +66,7 @@ def nearest_kept(
     probe_fraction: float = FLOOR_PROBE_FRACTION,
     generator: torch.Generator | None = None,
     search_device: torch.device | str | None = None,
+    nearest: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Cover:
     """Every row's nearest kept row by cosine (what ``covered_by``, ``covered_sim`` hold).
 
@@ -78,7 +79,9 @@ def nearest_kept(
        at 0), the most similar listed neighbour that is kept, at a positive similarity.
     3. Rows the graph does not resolve are compared with every kept row when
        ``rows x kept <= exact_pairs`` or on ``search_device`` (blocked matmul, exact), else
-       by :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed).
+       by :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed);
+       given ``nearest`` (every row compared with every kept row already), read from it,
+       exact, for every row (rule 2 is then not needed).
     4. Where ``floor[i]`` (the best cosine to kept rows held elsewhere, e.g. another
        group's) is strictly above the cosine found, the floor wins: ``floor_index[i]``.
 
@@ -104,6 +107,11 @@ def nearest_kept(
     generator, search_device : torch.Generator, torch.device or str, optional
         The ivf search's k-means draws (default: seeded with 0); where given, the device
         (a GPU) rule 3 compares every pair on, exact whatever their count.
+    nearest : (cosines, positions) tensors of shape (n,), optional
+        Only with ``kept``: each row's most similar kept row over every pair, as a
+        position among the sorted kept rows, ties to the first
+        (:meth:`~datamask.objectives.facility_location.FacilityLocation.nearest`: the pass
+        that scored the selection's J found them).
 
     Returns
     -------
@@ -118,14 +126,16 @@ def nearest_kept(
     """
     if (kept is None) == (kept_features is None):
         raise ValueError("give exactly one of kept (rows of features) and kept_features.")
-    if graph is not None and kept is None:
-        raise ValueError("graph lists rows of features; it needs kept, not kept_features.")
+    if (graph is not None or nearest is not None) and kept is None:
+        raise ValueError("graph and nearest name rows of features; they need kept.")
     x = _as_tensor(features)
     kept, base = _kept_base(x, kept, kept_features)
     m = base.shape[0]
     found = _Found.empty(x.shape[0])  # index: into base's rows until the end
     if kept is not None and m:
         found.todo[kept] = False
+    if nearest is not None and m:  # rule 3, done: every pair compared already
+        _from_nearest(found, base, nearest)
     if graph is not None and m and found.todo.any():  # rule 2
         _from_graph(found, x, base, kept, graph, graph_exact)
     rest = np.flatnonzero(found.todo)
@@ -252,6 +262,21 @@ def _from_graph(
         found.exact[rows] = graph_exact
         found.todo[rows] = False
         found.counts["graph"] += len(rows)
+
+
+def _from_nearest(
+    found: _Found, base: torch.Tensor, nearest: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    """Rule 3 read from every row's exact nearest kept row, found already; copies of one
+    vector go to the first, as :func:`~datamask.neighbors.best_match` gives them."""
+    sims, index = (t.detach().cpu() for t in nearest)
+    rest = np.flatnonzero(found.todo)
+    at = torch.from_numpy(rest)
+    found.index[rest] = first_identical(base, index[at]).numpy()
+    found.sim[rest] = sims[at].float().numpy()
+    found.exact[rest] = True
+    found.todo[rest] = False
+    found.counts["exact_search"] += len(rest)
 
 
 def _search_rest(

@@ -199,6 +199,7 @@ class FacilityLocation(Term):
         kk = self.n_neighbors_
         self.exact_rounding_ = kk < n and kk * self.k_ < KEPT_NEIGHBORS * n
         self._covers: list[ExactCover] = []
+        self._nearest: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._cover_base: ExactCover | None = None
         return self
 
@@ -308,20 +309,43 @@ class FacilityLocation(Term):
         maximise); never above :meth:`value` on an exact graph."""
         return float(self.graph_coverage(selected).double().mean())
 
-    def coverage(self, selected: torch.Tensor) -> torch.Tensor:
-        """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks; above
-        the floor when there is one, ``max(0, max_{j in S} sim - floor_i)``."""
-        xs = self.features_[selected]
-        if len(selected) == 0:
-            return torch.zeros(self.n_docs, dtype=self.features_.dtype, device=xs.device)
+    def nearest(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every document's most similar row of ``selected`` (a non-empty 1-D tensor of
+        rows), compared with every one of them in blocks: ``(cosine, position in
+        selected)``, shape (n,) each, unclipped, ties to the first position.
+
+        The answer is kept (:meth:`exact_nearest`): the selection a run has just scored
+        (:meth:`value` reads this) is covered from it, not searched again.
+        """
+        x = self.features_
+        xs = x[selected]
+        sims = torch.empty(self.n_docs, dtype=x.dtype, device=x.device)
+        index = torch.empty(self.n_docs, dtype=torch.long, device=x.device)
         # 16 MB blocks on the CPU, 1 GiB on CUDA: O(1) memory either way
-        step = block_rows(len(selected), budget=1 << 22, device=xs.device)
-        cover = torch.cat(
-            [
-                (self.features_[lo : lo + step] @ xs.T).amax(1).clamp_min(0.0)
-                for lo in range(0, self.n_docs, step)
-            ]
-        )
+        step = block_rows(len(selected), budget=1 << 22, device=x.device)
+        for lo in range(0, self.n_docs, step):
+            hi = lo + step
+            torch.max(x[lo:hi] @ xs.T, dim=1, out=(sims[lo:hi], index[lo:hi]))
+        self._nearest = (selected.detach().clone(), sims, index)
+        return sims, index
+
+    def exact_nearest(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """:meth:`nearest` of ``selected`` if its last call was for these very rows, else
+        None (nothing is computed here)."""
+        if self._nearest is None:
+            return None
+        rows, sims, index = self._nearest
+        same = rows.shape == selected.shape and torch.equal(rows.cpu(), selected.cpu())
+        return (sims, index) if same else None
+
+    def coverage(self, selected: torch.Tensor) -> torch.Tensor:
+        """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks
+        (:meth:`nearest`); above the floor when there is one, ``max(0, max_{j in S} sim -
+        floor_i)``."""
+        if len(selected) == 0:
+            x = self.features_
+            return torch.zeros(self.n_docs, dtype=x.dtype, device=x.device)
+        cover = self.nearest(selected)[0].clamp_min(0.0)
         if self.floor_ is not None:
             cover = (cover - self.floor_).clamp_min_(0.0)
         return cover if self.weights_ is None else cover * self.weights_
