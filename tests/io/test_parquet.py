@@ -9,7 +9,7 @@ import pytest
 
 from datamask._validation import check_corpus
 from datamask.columns import Columns
-from datamask.io.parquet import corpus_from_tables, read_corpus, read_table
+from datamask.io.parquet import corpus_from_tables, read_corpus, read_in_parallel, read_table
 from tests._data import write, write_columns, write_not_parquet
 
 
@@ -178,3 +178,41 @@ def test_packed_work_features_round_trip_and_a_user_binary_column_is_refused(tmp
     plain = back.cast(pa.schema([f.remove_metadata() for f in back.schema]))
     with pytest.raises(ValueError, match="must be a list of floats"):
         corpus_from_tables([(plain, "user.parquet")], cols, source="user")
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7, 50])
+def test_read_in_parallel_is_the_whole_read(tmp_path, threads):
+    """Shares of row groups read by threads of their own (uneven groups, more threads
+    than groups) give the table one read gives, in order; a corrupt page still names
+    the file."""
+    rng = np.random.default_rng(0)
+    n = 1_000
+    table = pa.table(
+        {
+            "id": pa.array([f"d{i}" for i in range(n)]),
+            "q": pa.array(rng.random(n)),
+            "emb": pa.array(list(rng.random((n, 4), dtype=np.float32)), pa.list_(pa.float32())),
+        }
+    )
+    path = tmp_path / "t.parquet"
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for lo, hi in [(0, 10), (10, 400), (400, 401), (401, 1000)]:
+            writer.write_table(table.slice(lo, hi - lo))
+    pf = pq.ParquetFile(path)
+    got = read_in_parallel(path, pf, ["id", "emb"], threads=threads)
+    assert got.equals(pf.read(columns=["id", "emb"]))
+    assert got.schema.metadata == pf.read(columns=["id", "emb"]).schema.metadata
+    corpus = read_corpus(path, Columns("id", ("q",), feature_col="emb"))
+    assert corpus.ids.tolist() == table.column("id").to_pylist()
+    # a page of the last share's row group fails its checksum: the read names the file
+    plain = {"compression": "none", "use_dictionary": False, "write_page_checksum": True}
+    with pq.ParquetWriter(path, table.schema, **plain) as writer:
+        for lo in range(0, n, 250):
+            writer.write_table(table.slice(lo, 250))
+    col = pq.ParquetFile(path).metadata.row_group(3).column(1)
+    data = bytearray(path.read_bytes())
+    mid = col.data_page_offset + col.total_compressed_size // 2
+    data[mid : mid + 8] = b"\x3f" * 8  # finite values: only the checksum tells
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="t.parquet"):
+        read_corpus(path, Columns("id", ("q",), feature_col="emb"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from .text import text_array
 
 __all__ = [
     "read_corpus",
+    "read_in_parallel",
     "corpus_from_table",
     "corpus_from_tables",
     "read_table",
@@ -468,11 +470,40 @@ def read_corpus(
     _require(schema, wanted, where)
     extras = [c for c in extra_cols if c in schema.names and c not in wanted]
     with parquet_errors(where):
-        table = pf.read(columns=wanted + extras)
+        table = read_in_parallel(path, pf, wanted + extras)
     corpus = corpus_from_table(table, where, columns, extra_cols=extras)
     if expected_dim is not None and corpus.dim != expected_dim:
         raise ValueError(f"embedding width {corpus.dim} in {where} does not match {expected_dim}.")
     return corpus
+
+
+def read_in_parallel(
+    path: str | Path | Location,
+    pf: pq.ParquetFile,
+    columns: Sequence[str],
+    threads: int | None = None,
+) -> pa.Table:
+    """``columns`` of every row group of ``pf`` (the file at ``path``), by up to
+    ``threads`` threads (default: pyarrow's CPU count), each reading its contiguous share
+    of the row groups through a handle of its own; the same table as ``pf.read``.
+
+    pyarrow decodes a column chunk in one thread, and an embedding column (a list of
+    floats, its levels decoded value by value) is most of a file: a 1M x 384 file (200
+    row groups) read in 4.4-5.2 s whole and 2.2-3.9 s in two shares on 2 cores.
+    """
+    n_groups = pf.num_row_groups
+    workers = min(threads or pa.cpu_count(), n_groups)
+    if workers < 2:
+        return pf.read(columns=list(columns))
+    rows = np.cumsum([pf.metadata.row_group(i).num_rows for i in range(n_groups)])
+    cuts = np.searchsorted(rows, np.arange(1, workers) * rows[-1] / workers, side="right")
+    shares = [s.tolist() for s in np.split(np.arange(n_groups), cuts) if len(s)]
+
+    def read(share: list[int]) -> pa.Table:
+        return _open(path).read_row_groups(share, columns=list(columns), use_threads=False)
+
+    with ThreadPoolExecutor(len(shares), thread_name_prefix="datamask-read") as pool:
+        return pa.concat_tables(pool.map(read, shares))
 
 
 #: Compression of the work dir's row copies (the spills, the group objects): lz4 writes a
