@@ -212,13 +212,8 @@ def check_corpus(corpus: Corpus) -> Corpus:
     for j, name in enumerate(corpus.quality_names):
         check_finite_quality(corpus.quality[:, j : j + 1], [name], where)
         check_quality_span(corpus.quality[:, j], name, where)
-    count, first = _first_bad(feats)
-    if count:
-        raise ValueError(
-            f"features have {count} rows with NaN/inf values (first at row {first} of {where}); "
-            "drop or fix them before selecting."
-        )
     check_unique_ids(corpus.ids, where)
+    # NaN/inf and all-zero rows are refused by the norms taken there (no pass of its own)
     features = np.require(unit_rows(feats, where), requirements=["C", "W"])
     w = np.asarray(corpus.quality_weights, dtype=np.float64)
     if w.shape != (corpus.quality.shape[1],) or not np.all(np.isfinite(w)) or (w < 0).any():

@@ -246,9 +246,12 @@ def features_from_arrow(
     with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused just below
         flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     feats = flat.reshape(n, width) if n else np.zeros((0, width), np.float32)
-    finite = np.isfinite(feats).all(axis=1)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
+    # A NaN or inf makes its row's sum non-finite; a sum that overflowed float32 is checked
+    # value by value (one float per row, not a boolean per value: 0.1 s against 1 s at 1M)
+    with np.errstate(over="ignore", invalid="ignore"):
+        suspect = np.flatnonzero(~np.isfinite(feats.sum(axis=1)))
+    bad = suspect[~np.isfinite(feats[suspect]).all(axis=1)]
+    if len(bad):
         raise ValueError(
             f"features have {len(bad)} rows with NaN/inf values (first at row {int(bad[0])} "
             f"of {where}, column {name!r}; float32 holds up to 3.4e38); drop or fix them "
