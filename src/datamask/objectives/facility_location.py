@@ -310,40 +310,31 @@ class FacilityLocation(Term):
         return float(self.graph_coverage(selected).double().mean())
 
     def nearest(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every document's most similar row of ``selected`` (a non-empty 1-D tensor of
-        rows), compared with every one of them in blocks: ``(cosine, position in
-        selected)``, shape (n,) each, unclipped, ties to the first position.
-
-        The answer is kept (:meth:`exact_nearest`): the selection a run has just scored
-        (:meth:`value` reads this) is covered from it, not searched again.
-        """
+        """Every document's most similar row of ``selected`` (non-empty), every pair in
+        blocks: ``(cosine, position in selected)``, unclipped, ties to the first. Kept for
+        :meth:`exact_nearest`: the cover of a selection just scored is read from it."""
         x = self.features_
         xs = x[selected]
         sims = torch.empty(self.n_docs, dtype=x.dtype, device=x.device)
         index = torch.empty(self.n_docs, dtype=torch.long, device=x.device)
-        # 16 MB blocks on the CPU, 1 GiB on CUDA: O(1) memory either way
-        step = block_rows(len(selected), budget=1 << 22, device=x.device)
+        step = block_rows(len(selected), budget=1 << 22, device=x.device)  # 16 MB CPU, 1 GiB CUDA
         for lo in range(0, self.n_docs, step):
             hi = lo + step
-            torch.max(x[lo:hi] @ xs.T, dim=1, out=(sims[lo:hi], index[lo:hi]))
+            torch.max(x[lo:hi] @ xs.T, 1, out=(sims[lo:hi], index[lo:hi]))
         self._nearest = (selected.detach().clone(), sims, index)
         return sims, index
 
     def exact_nearest(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """:meth:`nearest` of ``selected`` if its last call was for these very rows, else
-        None (nothing is computed here)."""
-        if self._nearest is None:
-            return None
-        rows, sims, index = self._nearest
-        same = rows.shape == selected.shape and torch.equal(rows.cpu(), selected.cpu())
-        return (sims, index) if same else None
+        """:meth:`nearest` of ``selected`` if its last call was for these rows, else None."""
+        done = self._nearest
+        same = done is not None and torch.equal(done[0].cpu(), selected.cpu())
+        return (done[1], done[2]) if same else None
 
     def coverage(self, selected: torch.Tensor) -> torch.Tensor:
-        """Per-document ``max(0, max_{j in S} sim)`` (shape (n,)), dense, in blocks
-        (:meth:`nearest`); above the floor when there is one, ``max(0, max_{j in S} sim -
-        floor_i)``."""
+        """Per-document ``max(0, max_{j in S} sim)`` over every pair (:meth:`nearest`);
+        above the floor when there is one, ``max(0, max_{j in S} sim - floor_i)``."""
+        x = self.features_
         if len(selected) == 0:
-            x = self.features_
             return torch.zeros(self.n_docs, dtype=x.dtype, device=x.device)
         cover = self.nearest(selected)[0].clamp_min(0.0)
         if self.floor_ is not None:
