@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,24 +71,20 @@ def nearest_kept(
 ) -> Cover:
     """Every row's nearest kept row by cosine (what ``covered_by``, ``covered_sim`` hold).
 
-    The kept rows are either rows of ``features`` (``kept``: each points to itself) or a
-    separate matrix ``kept_features`` (a kept set held elsewhere: other groups' kept rows,
-    an existing corpus). The rule, row by row:
+    The kept rows are rows of ``features`` (``kept``) or a matrix held apart
+    (``kept_features``: other groups' kept rows, an existing corpus). Row by row:
 
     1. A kept row of ``features`` covers itself (sim 1.0).
-    2. With ``graph`` (the K-NN graph over ``features`` the selection used, sims clipped
-       at 0), the most similar listed neighbour that is kept, at a positive similarity.
-    3. Rows the graph does not resolve are compared with every kept row when
-       ``rows x kept <= exact_pairs`` or on ``search_device`` (blocked matmul, exact), else
-       by :func:`ivf_search` (``sqrt(kept)`` lists, ``probe_fraction`` of them probed);
-       given ``nearest`` (every row compared with every kept row already), read from it,
-       exact, for every row (rule 2 is then not needed).
+    2. With ``graph`` (the selection's K-NN graph, sims clipped at 0): the most similar
+       listed neighbour that is kept, at a positive similarity.
+    3. The rest: compared with every kept row (exact) when ``rows x kept <= exact_pairs``
+       or on ``search_device``, else by :func:`ivf_search` (``sqrt(kept)`` lists,
+       ``probe_fraction`` of them probed). Given ``nearest``, every row is read from it.
     4. Where ``floor[i]`` (the best cosine to kept rows held elsewhere, e.g. another
        group's) is strictly above the cosine found, the floor wins: ``floor_index[i]``.
 
-    Ties between equal float32 cosines go to the lowest kept row (of ``features`` or of
-    ``kept_features``), between a found row and the floor to the found row; a cosine read
-    from the graph is recomputed, so every ``sim`` is the cosine of the pair named.
+    Equal float32 cosines go to the lowest kept row, a found row beats an equal floor; a
+    cosine read from the graph is recomputed: every ``sim`` is its pair's cosine.
 
     Parameters
     ----------
@@ -98,20 +95,17 @@ def nearest_kept(
     graph : (indices, sims), optional
         K-NN graph over ``features`` (only with ``kept``), most similar first.
     graph_exact : bool, default=False
-        Whether ``graph`` lists the exact K nearest (then a listed kept row is exact).
+        Whether ``graph`` lists the exact K nearest (a listed kept row is then exact).
     floor, floor_index, floor_exact : ndarray of shape (n,), optional
-        Best cosine to kept rows elsewhere, which row that is (any numbering), and
-        whether it is exact (a bool for all, default False).
+        Best cosine to kept rows elsewhere, its row (any numbering), whether exact (one
+        bool for all: default False).
     exact_pairs, probe_fraction : int, float
         Largest ``rows x kept`` compared exactly; lists the ivf search probes.
     generator, search_device : torch.Generator, torch.device or str, optional
-        The ivf search's k-means draws (default: seeded with 0); where given, the device
-        (a GPU) rule 3 compares every pair on, exact whatever their count.
+        The ivf k-means' draws (default: seeded 0); the device rule 3 compares every pair on.
     nearest : (cosines, positions) tensors of shape (n,), optional
-        Only with ``kept``: each row's most similar kept row over every pair, as a
-        position among the sorted kept rows, ties to the first
-        (:meth:`~datamask.objectives.facility_location.FacilityLocation.nearest`: the pass
-        that scored the selection's J found them).
+        With ``kept``: each row's most similar kept row over every pair (its position
+        among the sorted kept rows; :meth:`FacilityLocation.nearest`, scoring J).
 
     Returns
     -------
@@ -124,10 +118,7 @@ def nearest_kept(
     >>> c.index.tolist(), [round(float(s), 2) for s in c.sim]
     ([0, 0, 2], [1.0, 0.8, 1.0])
     """
-    if (kept is None) == (kept_features is None):
-        raise ValueError("give exactly one of kept (rows of features) and kept_features.")
-    if (graph is not None or nearest is not None) and kept is None:
-        raise ValueError("graph and nearest name rows of features; they need kept.")
+    _check_kept_args(kept, kept_features, graph is not None or nearest is not None)
     x = _as_tensor(features)
     kept, base = _kept_base(x, kept, kept_features)
     m = base.shape[0]
@@ -142,6 +133,15 @@ def nearest_kept(
     if m and len(rest):  # rule 3
         _search_rest(found, x, base, rest, exact_pairs, probe_fraction, generator, search_device)
     return _finish(found, kept, m, floor, floor_index, floor_exact)
+
+
+def _check_kept_args(kept: Any, kept_features: Any, rows_named: bool) -> None:
+    """:func:`nearest_kept`'s kept set given once; a graph or ``nearest`` (``rows_named``)
+    names rows of ``features``, so only with ``kept``."""
+    if (kept is None) == (kept_features is None):
+        raise ValueError("give exactly one of kept (rows of features) and kept_features.")
+    if rows_named and kept is None:
+        raise ValueError("graph and nearest name rows of features; they need kept.")
 
 
 def _finish(
