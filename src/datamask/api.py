@@ -51,7 +51,7 @@ from .io.remote import overlaps, staged_paths
 from .io.shards import list_shards, literal_or_glob
 from .io.text import lengths_from_arrow
 from .pipeline.given import budget_and_given, given_terms
-from .pipeline.step import fit_and_cover, graph_summary
+from .pipeline.step import cover_rows, fit_and_cover, graph_summary
 from .pipeline.tokens import token_length_column, token_summary
 from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
 
@@ -335,24 +335,17 @@ def _select_file(
         provenance = (
             pool.submit(_file_provenance, source, names, spec, kept) if keep_lists else None
         )
+        cover = not spec.run.selected_only  # the kept rows alone: each covers itself
         selection, objective = fit_and_cover(
             corpus,
             k,
             fit_spec,
-            cover=not spec.run.selected_only,  # the kept rows alone: each covers itself
-            floor=kept_cover,
+            cover=cover and kept is None,  # given KEPT: read from the scoring pass below
             progress=spec.run.progress,
             evaluate=kept is None,  # given KEPT, the terms are scored below instead
         )
         selection.meta["graph"] = None if objective is None else graph_summary(objective)
         del objective
-    table = selection_table(
-        selection,
-        id_col=cols.id_col,
-        cover_external_ids=None if kept is None else pa.array(kept.corpus.ids),
-        kept_only=spec.run.selected_only,
-        logit=not spec.run.selected_only,
-    )
     terms = selection.meta["terms"]
     if kept is not None:
         scoring = time.perf_counter()
@@ -362,6 +355,19 @@ def _select_file(
             "read_and_floors": given_seconds,
             "score": time.perf_counter() - scoring,
         }
+        if cover:  # every new row against S in that pass; KEPT's rows as the floor
+            covering = time.perf_counter()
+            selection.meta["cover"] = cover_rows(
+                corpus, selection.selected, floor=kept_cover, nearest=scored["nearest"]
+            )
+            selection.meta.setdefault("seconds", {})["cover"] = time.perf_counter() - covering
+    table = selection_table(
+        selection,
+        id_col=cols.id_col,
+        cover_external_ids=None if kept is None else pa.array(kept.corpus.ids),
+        kept_only=spec.run.selected_only,
+        logit=not spec.run.selected_only,
+    )
     places = (source, output)
     summary = _file_summary(spec, corpus, selection, terms, places, read_seconds, started)
     summary["settings"]["threads"] = threads  # the count used, not None

@@ -293,3 +293,29 @@ def test_covered_by_names_the_nearest_of_kept_and_selected(tmp_path, kept_sel):
     assert all(table["covered_exact"].to_pylist())
     in_memory = datamask.select_table(pq.read_table(new), **args)
     assert in_memory["covered_by"].to_pylist() == want
+
+
+def test_given_cover_read_from_the_pass_that_scores_j_given(tmp_path):
+    """On an ivf graph the --given cover once read rows from it (``covered_exact`` false
+    there); J given KEPT compares every new row with every row of S, and the cover reads
+    that pass: exact for every row, KEPT still winning where it is nearer."""
+    kept, new, (xk, _), (xn, _) = _pair(tmp_path, n_kept=40, n_new=600, dim=8, seed=5)
+    out = tmp_path / "sel.parquet"
+    args = {"given": kept, "select_ratio": 0.1, "knn": "ivf", "n_neighbors": 8}
+    summary = datamask.select(new, out, progress=False, **args)
+    assert summary["graph"]["method"] == "ivf"
+    table = pq.read_table(out)
+    chosen = table.filter(table["selected"])["chunk_id"].to_pylist()
+    base = np.concatenate([xk, xn[chosen]]).astype(np.float64)
+    sims = xn.astype(np.float64) @ base.T
+    top2 = np.sort(sims, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-5  # a near tie may go either way in float32
+    ids = list(range(1000, 1040)) + chosen
+    want = np.asarray([ids[j] for j in sims.argmax(1)])
+    assert clear.mean() > 0.95
+    assert (np.asarray(table["covered_by"].to_pylist())[clear] == want[clear]).all()
+    np.testing.assert_allclose(table["covered_sim"].to_numpy(), sims.max(1), atol=1e-5)
+    assert all(table["covered_exact"].to_pylist())
+    routes = summary["cover"]["routes"]
+    assert routes["graph"] == 0 and routes["exact_search"] == 600 - len(chosen)
+    assert routes["floor"] > 0  # KEPT covers some new documents best

@@ -306,25 +306,28 @@ def given_spec(spec: SelectSpec, k: float, n_new: float, given: Given) -> Select
     return out
 
 
-def given_terms(
-    corpus: Corpus, given: Given, selected: np.ndarray, lamb: float
-) -> dict[str, dict[str, float]]:
+def given_terms(corpus: Corpus, given: Given, selected: np.ndarray, lamb: float) -> dict[str, Any]:
     """``J`` of the new rows ``selected`` given KEPT (the floor as :func:`prepare_given`
     set it), exact where the floor is (dense, in blocks).
 
-    Returns ``{"given": {"quality", "facility", "J"}, "union": {...}}``: ``given`` is
+    Returns ``{"given": {"quality", "facility", "J"}, "union": {...}, "nearest": ...}``:
+    ``given`` is
     ``lamb * mean_{S} q + (1 - lamb) * mean_{i new} max(0, cover_S(i) - floor_i)``;
     ``union`` is ``J(KEPT ∪ S)`` over every document of ``--given`` and of the input (a
     kept document covers itself at 1; a dropped one by its best cosine to KEPT ∪ S), what
     ``datamask evaluate`` of the two files together reports. Under a token budget (both
     corpora with ``lengths``) every mean is per token: quality over the kept tokens,
-    coverage over the documents' tokens (docs/method.md "Token budgets").
+    coverage over the documents' tokens (docs/method.md "Token budgets"). ``nearest`` is
+    every new row's most similar row of ``selected`` as that pass found it
+    (:meth:`~datamask.objectives.facility_location.FacilityLocation.nearest`; None when
+    nothing is selected): the cover of ``select --given`` is read from it.
     """
     sel = np.asarray(selected, dtype=np.int64)
     x = torch.from_numpy(corpus.features)
     floor = None if corpus.floor is None else torch.from_numpy(corpus.floor).to(x.dtype)
     term = FacilityLocation().bind(TermContext.create(x, None, max(len(sel), 1), floor=floor))
-    above = term.coverage(torch.from_numpy(sel)).double().numpy()
+    rows = torch.from_numpy(sel)
+    above = term.coverage(rows).double().numpy()
     covered = above + (0.0 if floor is None else floor.double().numpy())
     # --given's own documents: kept ones at 1, dropped ones by their best cosine to KEPT ∪ S
     docs_cover = np.zeros(given.n_docs)
@@ -360,6 +363,7 @@ def given_terms(
             "facility": union_facility,
             "J": lamb * union_quality + (1 - lamb) * union_facility,
         },
+        "nearest": term.exact_nearest(rows),
     }
 
 

@@ -80,18 +80,21 @@ def cover_rows(
     selected: np.ndarray,
     objective: Any = None,
     floor: tuple[np.ndarray, np.ndarray, bool] | None = None,
+    nearest: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Cover:
     """Every row's nearest kept row (:func:`~datamask.coverage.nearest_kept`): where the
-    bound ``objective``'s facility-location term has just scored this selection (its
-    exact J compares every row with every kept row), read from that pass, exact for every
-    row; else from its graph where it has one (exact when that graph is), searched for
-    the rest. ``corpus.features`` must be unit rows. ``floor`` is ``(best cosine, row,
-    exact)`` to documents kept elsewhere (``--given``): where it is higher, the cover
-    names that row (``Cover.external``)."""
+    pass that scored this selection's exact J compared every row with every kept row
+    (``nearest``, else the bound ``objective``'s facility-location term's), read from it,
+    exact for every row; else from its graph where it has one (exact when that graph
+    is), searched for the rest. ``corpus.features`` must be unit rows. ``floor`` is
+    ``(best cosine, row, exact)`` to documents kept elsewhere (``--given``): where it is
+    higher, the cover names that row (``Cover.external``)."""
     term = None if objective is None else facility_term(objective)
     graph = None if term is None else term.graph_
     kept = np.asarray(selected, dtype=np.int64)
-    done = None if term is None else term.exact_nearest(torch.from_numpy(np.unique(kept)))
+    done = nearest
+    if done is None and term is not None:
+        done = term.exact_nearest(torch.from_numpy(np.unique(kept)))
     names = ("floor", "floor_index", "floor_exact")
     ext = {} if floor is None else dict(zip(names, floor, strict=True))
     return nearest_kept(
