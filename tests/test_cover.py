@@ -13,7 +13,7 @@ import torch
 import datamask
 from datamask import make_clustered
 from datamask.coverage import nearest_kept
-from datamask.neighbors import knn_graph
+from datamask.neighbors import best_match, knn_graph
 from tests._data import write_reference_layout
 
 
@@ -178,13 +178,13 @@ def test_one_file_cover_read_from_the_pass_that_scored_j(tmp_path):
 
 
 def test_nearest_given_is_the_exact_search(points):
-    """``nearest`` (the J pass's every-pair maxima) gives what the exact search gives, copies
-    of one kept vector to the first of them."""
+    """``nearest`` (the J pass's every-pair maxima, as best_match finds them) gives what
+    the exact search gives, copies of one kept vector to the first of them."""
     x, kept = points
     x = x.copy()
     x[kept[7]] = x[kept[3]]  # two kept rows hold one vector: every row ties on them
     base = torch.from_numpy(x[kept])
-    sims, index = (torch.from_numpy(x) @ base.T).max(1)
+    sims, index, _ = best_match(torch.from_numpy(x), base, method="exact")
     a = nearest_kept(x, kept, nearest=(sims, index))
     b = nearest_kept(x, kept)  # 600 x 45 pairs: the exact search
     assert np.array_equal(a.index, b.index) and np.array_equal(a.sim, b.sim)

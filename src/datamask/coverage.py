@@ -104,8 +104,8 @@ def nearest_kept(
     generator, search_device : torch.Generator, torch.device or str, optional
         The ivf k-means' draws (default: seeded 0); the device rule 3 compares every pair on.
     nearest : (cosines, positions) tensors of shape (n,), optional
-        With ``kept``: each row's most similar kept row over every pair (its position
-        among the sorted kept rows; :meth:`FacilityLocation.nearest`, scoring J).
+        With ``kept``: each row's most similar kept row over every pair, its position
+        among the sorted kept rows, as :func:`best_match` gives it (scoring J finds it).
 
     Returns
     -------
@@ -126,7 +126,7 @@ def nearest_kept(
     if kept is not None and m:
         found.todo[kept] = False
     if nearest is not None and m:  # rule 3, done: every pair compared already
-        _from_nearest(found, base, nearest)
+        _from_nearest(found, nearest)
     if graph is not None and m and found.todo.any():  # rule 2
         _from_graph(found, x, base, kept, graph, graph_exact)
     rest = np.flatnonzero(found.todo)
@@ -264,15 +264,13 @@ def _from_graph(
         found.counts["graph"] += len(rows)
 
 
-def _from_nearest(
-    found: _Found, base: torch.Tensor, nearest: tuple[torch.Tensor, torch.Tensor]
-) -> None:
-    """Rule 3 read from every row's exact nearest kept row, found already; copies of one
-    vector go to the first, as :func:`~datamask.neighbors.best_match` gives them."""
+def _from_nearest(found: _Found, nearest: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Rule 3 read from every row's exact nearest kept row, found already (copies of one
+    vector to the first, as :func:`~datamask.neighbors.best_match` gives them)."""
     sims, index = (t.detach().cpu() for t in nearest)
     rest = np.flatnonzero(found.todo)
     at = torch.from_numpy(rest)
-    found.index[rest] = first_identical(base, index[at]).numpy()
+    found.index[rest] = index[at].numpy()
     found.sim[rest] = sims[at].float().numpy()
     found.exact[rest] = True
     found.todo[rest] = False

@@ -10,7 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import Interval, Options, check_count
-from ..neighbors import KNN_METHODS, block_rows, column_lists, knn_graph, resolve_knn
+from ..neighbors import (
+    KNN_METHODS,
+    best_match,
+    block_rows,
+    column_lists,
+    knn_graph,
+    resolve_knn,
+)
 from .base import HostGains, Term, TermContext
 from .cover_state import CoverState, ExactCover, _gather, _GraphGains, graph_top2
 from .registry import register_term
@@ -310,17 +317,10 @@ class FacilityLocation(Term):
         return float(self.graph_coverage(selected).double().mean())
 
     def nearest(self, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every document's most similar row of ``selected`` (non-empty), every pair in
-        blocks: ``(cosine, position in selected)``, unclipped, ties to the first. Kept for
+        """Every document's most similar row of ``selected`` (non-empty) by ``best_match``'s
+        exact search: ``(cosine, position in selected)``, copies to the first. Kept for
         :meth:`exact_nearest`: the cover of a selection just scored is read from it."""
-        x = self.features_
-        xs = x[selected]
-        sims = torch.empty(self.n_docs, dtype=x.dtype, device=x.device)
-        index = torch.empty(self.n_docs, dtype=torch.long, device=x.device)
-        step = block_rows(len(selected), budget=1 << 22, device=x.device)  # 16 MB CPU, 1 GiB CUDA
-        for lo in range(0, self.n_docs, step):
-            hi = lo + step
-            torch.max(x[lo:hi] @ xs.T, 1, out=(sims[lo:hi], index[lo:hi]))
+        sims, index, _ = best_match(self.features_, self.features_[selected], method="exact")
         self._nearest = (selected.detach().clone(), sims, index)
         return sims, index
 
