@@ -258,6 +258,41 @@ def test_ivf_bf16_screen_finds_the_same_neighbours_as_the_fp32_search(data, monk
     )
 
 
+@pytest.mark.parametrize("k", [1, 64])
+def test_ivf_bf16_search_of_large_lists_keeps_the_fp32_top_k_and_its_fp32_sims(k, monkeypatch):
+    """``precision="bf16"``: the lists' candidates by one bf16 product, re-ranked in fp32.
+    Every list re-ranked here however small: the similarities are fp32 ones of real pairs,
+    sorted, and the members are the fp32 search's of the same lists for nearly every row
+    (dense clusters: many near-equal similarities for bf16 rounding to reorder)."""
+    from datamask import _ivf_lists
+
+    monkeypatch.setattr(_ivf_lists, "RERANK_MEMBERS", 0)
+    x = torch.as_tensor(make_clustered(6000, 96, 40, spread=0.4, seed=2).features)
+    args = dict(n_probe=24, n_lists=77, screen=False)
+    idx, sim = ivf_search(x, x, k, precision="fp32", **args)
+    idx_b, sim_b = ivf_search(x, x, k, precision="bf16", **args)
+    assert torch.allclose(sim_b, (x[:, None, :] * x[idx_b]).sum(-1), atol=1e-5)
+    assert bool((sim_b[:, :-1] >= sim_b[:, 1:]).all())
+    assert bool((sim_b <= sim + 1e-5).all())  # never above the fp32 search's k-th best, etc.
+    found = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(idx, idx_b, strict=True))
+    assert found / idx.numel() >= 0.995
+    assert float((sim - sim_b).abs().max()) < 5e-3  # what a bf16 rounding can swap
+
+
+def test_ivf_precision_auto_is_bf16_only_where_bf16_products_are_fast():
+    """``auto`` never makes the exact search bf16 on a CPU (the exact J depends on it);
+    the ivf's large lists go bf16 where the CPU has AVX512-BF16."""
+    from datamask._ivf_lists import bf16_fast
+    from datamask.neighbors import resolve_precision
+
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == "fp32"
+    assert resolve_precision("auto", cpu, "ivf") == ("bf16" if bf16_fast(cpu) else "fp32")
+    assert resolve_precision("fp32", cpu, "ivf") == "fp32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        resolve_precision("fp16", cpu)
+
+
 @pytest.mark.parametrize("kk", [1, 2, 7, 160])
 def test_the_screens_floor_is_the_kth_largest_of_its_strided_chunk_maxima(kk):
     """The floor the bf16 screen starts from, against its definition written out: chunk

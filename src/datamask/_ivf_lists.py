@@ -1,8 +1,8 @@
 """The inverted lists of the ivf search (:func:`datamask.neighbors.ivf_search`, which
 imports this module): rows' lists turned into columns' lists (:func:`column_lists`, also
 the reverse K-NN graph of facility location and the near-duplicate search's cells), and the
-(queries, list members) products, with the bf16 screen where the CPU has AVX512-BF16
-(:class:`ListBlocks`)."""
+(queries, list members) products, with the bf16 screen where the CPU has AVX512-BF16 and
+the bf16 search of large lists (:class:`ListBlocks`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import torch
 
 __all__ = [
     "LIST_BLOCK",
+    "RERANK_MARGIN",
+    "RERANK_MEMBERS",
     "SCREEN_KEEP",
     "SCREEN_PAIRS",
     "ListBlocks",
+    "bf16_fast",
     "column_lists",
     "screen_available",
 ]
@@ -54,12 +57,20 @@ def column_lists(lists: torch.Tensor, n_cols: int) -> tuple[torch.Tensor, torch.
     return torch.from_numpy(by_col.indptr.astype(np.int64)), torch.from_numpy(by_col.data)
 
 
+def bf16_fast(device: torch.device) -> bool:
+    """Whether bf16 products (accumulated in fp32) beat float32 ones on ``device``: CUDA,
+    or a CPU with AVX512-BF16 (about half the time of a float32 product there; elsewhere
+    on a CPU they can be slower)."""
+    if device.type == "cuda":
+        return True
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return device.type == "cpu" and bool(check and check())
+
+
 def screen_available(x: torch.Tensor) -> bool:
     """Whether the ivf search screens with bf16 products on ``x``'s device: float32
-    rows on a CPU with AVX512-BF16 (there a bf16 product, accumulated in fp32, runs in
-    about half the time of a float32 one; elsewhere bf16 products can be slower)."""
-    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return x.device.type == "cpu" and x.dtype == torch.float32 and bool(check and check())
+    rows on a CPU where :func:`bf16_fast`."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and bf16_fast(x.device)
 
 
 #: How far a bf16 product of unit rows may lie from the float32 one: each row rounded to bf16
@@ -73,6 +84,24 @@ SCREEN_ERROR = 2.0**-8 + 2.0**-9 + 2.0**-14
 #: below SCREEN_PAIRS similarities are not screened: a small product of the kept members
 #: may round differently in the last bit (MKL's small-matrix kernels; at d = 12 it did).
 SCREEN_KEEP, SCREEN_PAIRS = 0.3, 1 << 20
+
+#: The bf16 search of a large list (``precision="bf16"``, :meth:`ListBlocks.top`): each
+#: row's top ``kk + max(RERANK_MARGIN, kk)`` members by one bf16 product, re-ranked by
+#: their float32 similarities. bf16 rounding moves a similarity by about 1e-4 (at most
+#: :data:`SCREEN_ERROR`), so a member of the float32 top ``kk`` is lost only when that many
+#: others lie within the rounding of it: on dense generated rows (a row's 1st and 80th
+#: neighbours 0.016 apart) 99.5-99.9% of the float32 top 80 kept, the best member kept for
+#: 99.97% of rows with ``kk = 1`` (at most 2.2e-4 lower); benchmarks/graph/RESULTS.md.
+RERANK_MARGIN = 7
+
+#: ... run only where a list has at least this many members per candidate row re-ranked:
+#: the gather of the candidates' float32 rows costs about as much per candidate as 170
+#: members' share of the float32 product, so smaller lists gain nothing (27,000 members
+#: and 160 candidates: 0.96 of the float32 time; 90,000: 0.39; 5,000 members and 8: 0.6).
+RERANK_MEMBERS = 256
+
+#: Query rows whose candidates' float32 rows are gathered at once (a buffer reused).
+RERANK_ROWS = 32
 
 
 def _chunk_floor(low: torch.Tensor, kk: int) -> torch.Tensor:
@@ -114,6 +143,7 @@ class ListBlocks:
         counts: torch.Tensor,
         q_counts: torch.Tensor,
         screen: bool | None,
+        rerank: bool = False,
     ) -> None:
         self.queries, self.base = queries, base
         self.steps = (LIST_BLOCK // counts.clamp_min(1)).clamp(1, 65536)  # block_rows
@@ -121,22 +151,28 @@ class ListBlocks:
         self.listed_buf = base.new_empty(most * d)
         self.block_buf = base.new_empty(int((torch.minimum(q_counts, self.steps) * counts).max()))
         self.screen = screen_available(base) if screen is None else screen
+        self.rerank, self.rerank_buf = rerank, base.new_empty(0)
         self.screened = self.kept = 0
         if self.screen:
             norms = queries.norm(dim=1).max() * base.norm(dim=1).max()
             self.gap = 2 * SCREEN_ERROR * max(1.0, float(norms)) + 2.0**-8  # 2^-8: the cast
+        if self.screen or self.rerank:
             self.q_low, self.base_low = queries.bfloat16(), base.bfloat16()
             self.low_buf = self.base_low.new_empty(most * d)
             self.low_block_buf = self.base_low.new_empty(self.block_buf.numel())
 
     def load(self, members: torch.Tensor) -> None:
-        """Gather one list's members into the buffers: bf16 rows where the screen runs
-        (float32 rows then only of the members it keeps), float32 rows otherwise."""
-        m, d = len(members), self.base.shape[1]
-        self.members, self.listed = members, None
-        if self.screen:
+        """Take one list's members; their rows are gathered into the buffers on first use
+        (bf16 rows for the screen and the bf16 search, float32 rows for the products)."""
+        self.members, self.listed, self.low = members, None, None
+
+    def _low(self) -> torch.Tensor:
+        """The bf16 rows of the loaded list's members, gathered on first use."""
+        if self.low is None:
+            m, d = len(self.members), self.base.shape[1]
             self.low = self.low_buf[: m * d].view(m, d)
-            torch.index_select(self.base_low, 0, members, out=self.low)
+            torch.index_select(self.base_low, 0, self.members, out=self.low)
+        return self.low
 
     def _listed(self) -> torch.Tensor:
         """The float32 rows of the loaded list's members, gathered on first use."""
@@ -149,12 +185,14 @@ class ListBlocks:
     def top(self, rows: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The top ``kk`` members (float32 similarities, positions in the list) of each of
         the query rows ``rows``, most similar first."""
-        m = len(self.members)
+        m, wide = len(self.members), kk + max(RERANK_MARGIN, kk)
+        if self.rerank and m >= RERANK_MEMBERS * wide:
+            return self._reranked(rows, kk, wide)
         if not self.screen or m < 16 * kk or len(rows) * m < SCREEN_PAIRS:
             block = self.block_buf[: len(rows) * m].view(len(rows), m)
             return torch.mm(self.queries[rows], self._listed().T, out=block).topk(kk, dim=1)
         low = self.low_block_buf[: len(rows) * m].view(len(rows), m)
-        torch.mm(self.q_low[rows], self.low.T, out=low)
+        torch.mm(self.q_low[rows], self._low().T, out=low)
         floor = _chunk_floor(low, kk) - self.gap
         # Members at or above some row's floor. The bf16 difference keeps its sign, and
         # its column maxima are one pass (a compare then ``any(0)`` was two, twice as long).
@@ -164,3 +202,25 @@ class ListBlocks:
             self.screen = False  # the rest of this search: float32 products alone
         s, i = (self.queries[rows] @ self.base[self.members[keep]].T).topk(kk, dim=1)
         return s, keep[i]
+
+    def _reranked(
+        self, rows: torch.Tensor, kk: int, wide: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`top` by the bf16 search: each row's ``wide`` best members by the bf16
+        product, then their float32 similarities (the rows gathered :data:`RERANK_ROWS`
+        queries at a time into one reused buffer) and the top ``kk`` of those."""
+        d = self.base.shape[1]
+        low = self.low_block_buf[: len(rows) * len(self.members)].view(len(rows), -1)
+        cand = torch.mm(self.q_low[rows], self._low().T, out=low).topk(wide, 1, sorted=False)[1]
+        if self.rerank_buf.numel() < RERANK_ROWS * wide * d:
+            self.rerank_buf = self.base.new_empty(RERANK_ROWS * wide * d)
+        queries, sims = self.queries[rows], self.base.new_empty(len(rows), kk)
+        top = torch.empty(len(rows), kk, dtype=torch.long, device=rows.device)
+        for lo in range(0, len(rows), RERANK_ROWS):
+            part = cand[lo : lo + RERANK_ROWS]
+            near = self.rerank_buf[: part.numel() * d].view(len(part), wide, d)
+            torch.index_select(self.base, 0, self.members[part.reshape(-1)], out=near.view(-1, d))
+            exact = torch.bmm(near, queries[lo : lo + RERANK_ROWS, :, None])[:, :, 0]
+            s, i = exact.topk(kk, dim=1)
+            sims[lo : lo + RERANK_ROWS], top[lo : lo + RERANK_ROWS] = s, part.gather(1, i)
+        return sims, top

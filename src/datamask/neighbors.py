@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._copies import first_identical, identical_leads
-from ._ivf_lists import ListBlocks, column_lists
+from ._ivf_lists import ListBlocks, bf16_fast, column_lists
 from ._validation import check_count
 
 __all__ = [
@@ -35,8 +35,8 @@ __all__ = [
 
 KNN_METHODS = ("auto", "exact", "ivf", "faiss")
 
-#: Arithmetic of the exact search's similarity blocks: ``fp32``, or ``bf16`` blocks whose
-#: candidates are re-ranked in fp32 (``auto``: bf16 on CUDA, fp32 on CPU).
+#: Arithmetic of the searches' similarity blocks: ``fp32``, or ``bf16`` blocks whose
+#: candidates are re-ranked in fp32 (``auto``: :func:`resolve_precision`).
 PRECISIONS = ("auto", "fp32", "bf16")
 
 #: Candidates per row the bf16 search keeps beyond K for its fp32 re-rank: bf16 keeps 8
@@ -109,13 +109,17 @@ def resolve_knn(method: str, n: int, device: torch.device) -> str:
     return method
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
+def resolve_precision(precision: str, device: torch.device, method: str = "exact") -> str:
     """``auto`` -> ``bf16`` on CUDA (the matrix units run bf16 about 15 times faster than
-    fp32), ``fp32`` on CPU (where bf16 products are slower than fp32 ones)."""
+    fp32); on a CPU ``fp32`` for the ``exact`` search (its blocks are too small for the
+    re-rank to pay: every row's candidates are gathered) and, for the ``ivf`` search,
+    ``bf16`` where the CPU has AVX512-BF16 (:func:`~datamask._ivf_lists.bf16_fast`: only
+    its large lists are searched so, :data:`~datamask._ivf_lists.RERANK_MEMBERS`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}; got {precision!r}.")
     if precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
+        fast = device.type == "cuda" or (method == "ivf" and bf16_fast(device))
+        return "bf16" if fast else "fp32"
     return precision
 
 
@@ -273,8 +277,9 @@ def knn_graph(
         Draws of the ivf k-means. Default: a generator seeded with 0, so the graph depends
         on the input alone, never on torch's global random state.
     precision : {"auto", "fp32", "bf16"}, default="auto"
-        Arithmetic of the ``exact`` search, see :func:`exact_graph`; ``auto`` is bf16 on
-        CUDA and fp32 on CPU (:func:`resolve_precision`). The other searches are fp32.
+        Arithmetic of the ``exact`` search (:func:`exact_graph`) and of the ``ivf``
+        search's large lists (:func:`ivf_search`); ``auto``: :func:`resolve_precision`.
+        faiss is fp32.
 
     Returns
     -------
@@ -284,14 +289,16 @@ def knn_graph(
     k = min(n_neighbors, n)
     n_clusters = max(1, min(n, int(math.sqrt(n)) if n_lists is None else int(n_lists)))
     method = resolve_knn(method, n, x.device)
-    precision = resolve_precision(precision, x.device)
+    precision = resolve_precision(precision, x.device, method)
     n_probe = default_n_probe(n_clusters, method) if n_probe is None else n_probe
     check_count("n_probe", n_probe)
     if method == "faiss":
         return _faiss_graph(x, k, n_probe, n_clusters)
     if method == "exact":
         return exact_graph(x, k, precision=precision)
-    return ivf_search(x, x, k, n_probe=n_probe, n_lists=n_clusters, generator=generator)
+    return ivf_search(
+        x, x, k, n_probe=n_probe, n_lists=n_clusters, generator=generator, precision=precision
+    )
 
 
 def row_topk(scores: torch.Tensor, k: int, chunk: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -378,6 +385,7 @@ def ivf_search(
     n_lists: int,
     generator: torch.Generator | None = None,
     screen: bool | None = None,
+    precision: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` most similar rows of ``base`` for every row of ``queries`` (unit rows), by
     our ivf: ``base`` is clustered (spherical k-means, ``n_lists`` clusters), every base row
@@ -393,6 +401,12 @@ def ivf_search(
     first, then the fp32 one of only the members that can still be in a row's top ``k``
     (:class:`~datamask._ivf_lists.ListBlocks`): the same neighbours as without it, up to the
     choice among exactly equal similarities.
+
+    ``precision="bf16"`` (``auto``: where bf16 products are fast, :func:`resolve_precision`)
+    searches a list with at least :data:`~datamask._ivf_lists.RERANK_MEMBERS` members per
+    candidate by one bf16 product, its ``k + max(7, k)`` best members re-ranked by their
+    fp32 similarities: the similarities returned are fp32 ones of real pairs, and a member
+    of the fp32 top ``k`` is missed only when bf16 rounding puts that many others above it.
     """
     n, nb = queries.shape[0], base.shape[0]
     out_idx = torch.empty(n, k, dtype=torch.long, device=queries.device)
@@ -420,7 +434,8 @@ def ivf_search(
     owners.div_(per_row, rounding_mode="floor")
     q_order = torch.argsort(home, stable=True)
     q_bounds = torch.searchsorted(home[q_order], torch.arange(n_lists + 1, device=home.device))
-    blocks = ListBlocks(queries, base, counts, q_bounds.diff(), screen)
+    bf16 = resolve_precision(precision, base.device, "ivf") == "bf16"
+    blocks = ListBlocks(queries, base, counts, q_bounds.diff(), screen, rerank=bf16)
     for c in range(n_lists):
         in_list = q_order[q_bounds[c] : q_bounds[c + 1]]
         if len(in_list) == 0:
