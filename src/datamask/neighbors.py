@@ -402,11 +402,9 @@ def ivf_search(
     (:class:`~datamask._ivf_lists.ListBlocks`): the same neighbours as without it, up to the
     choice among exactly equal similarities.
 
-    ``precision="bf16"`` (``auto``: where bf16 products are fast, :func:`resolve_precision`)
-    searches a list with at least :data:`~datamask._ivf_lists.RERANK_MEMBERS` members per
-    candidate by one bf16 product, its ``k + max(7, k)`` best members re-ranked by their
-    fp32 similarities: the similarities returned are fp32 ones of real pairs, and a member
-    of the fp32 top ``k`` is missed only when bf16 rounding puts that many others above it.
+    ``precision="bf16"`` (``auto``: :func:`resolve_precision`): where the screen stops, a
+    long list's top ``k + max(7, k)`` by one bf16 product, re-ranked in fp32 (approximate:
+    :class:`~datamask._ivf_lists.ListBlocks`).
     """
     n, nb = queries.shape[0], base.shape[0]
     out_idx = torch.empty(n, k, dtype=torch.long, device=queries.device)
