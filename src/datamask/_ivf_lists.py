@@ -92,7 +92,7 @@ SCREEN_KEEP, SCREEN_PAIRS = 0.3, 1 << 20
 #: top ``kk`` is lost only when that many others lie within the rounding of it: on dense
 #: generated rows (a row's 1st and 80th neighbours 0.016 apart) 99.5-99.9% of the
 #: float32 top 80 kept, the best member kept for 99.97% of rows with ``kk = 1`` (at most
-#: 2.2e-4 lower); benchmarks/graph/RESULTS.md.
+#: 2.2e-4 lower): benchmarks/graph/rerank_micro.py, its figures in benchmarks/graph/RESULTS.md.
 RERANK_MARGIN = 7
 
 #: ... run only where a list has at least this many members per candidate row re-ranked:
