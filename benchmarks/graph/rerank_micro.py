@@ -12,6 +12,7 @@ timings of each and how many of the float32 top ``kk`` the bf16 search kept.
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 
@@ -82,6 +83,7 @@ def case(gen: torch.Generator, m: int, r: int, kk: int, wide: int) -> str:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
     for m, r, kk, wide in CASES:
