@@ -19,6 +19,7 @@ __all__ = [
     "ListBlocks",
     "bf16_fast",
     "column_lists",
+    "fp32_rerank",
     "screen_available",
 ]
 
@@ -103,6 +104,18 @@ RERANK_MEMBERS = 256
 
 #: Query rows whose candidates' float32 rows are gathered at once (a buffer reused).
 RERANK_ROWS = 32
+
+
+def fp32_rerank(
+    queries: torch.Tensor, base: torch.Tensor, cand: torch.Tensor, kk: int, out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bf16 searches' re-rank: each row of ``queries`` against its own candidate rows of
+    ``base`` (``cand``, shape (rows, wide)), gathered into ``out`` (``rows * wide * d``
+    floats at least); returns the top ``kk`` float32 similarities and their columns of
+    ``cand``, most similar first."""
+    near = out[: cand.numel() * base.shape[1]].view(*cand.shape, base.shape[1])
+    torch.index_select(base, 0, cand.reshape(-1), out=near.view(-1, base.shape[1]))
+    return torch.bmm(near, queries[:, :, None])[:, :, 0].topk(kk, dim=1)
 
 
 def _chunk_floor(low: torch.Tensor, kk: int) -> torch.Tensor:
@@ -226,9 +239,7 @@ class ListBlocks:
         top = torch.empty(len(rows), kk, dtype=torch.long, device=rows.device)
         for lo in range(0, len(rows), RERANK_ROWS):
             part = cand[lo : lo + RERANK_ROWS]
-            near = self.rerank_buf[: part.numel() * d].view(len(part), wide, d)
-            torch.index_select(self.base, 0, self.members[part.reshape(-1)], out=near.view(-1, d))
-            exact = torch.bmm(near, queries[lo : lo + RERANK_ROWS, :, None])[:, :, 0]
-            s, i = exact.topk(kk, dim=1)
+            q = queries[lo : lo + RERANK_ROWS]
+            s, i = fp32_rerank(q, self.base, self.members[part], kk, self.rerank_buf)
             sims[lo : lo + RERANK_ROWS], top[lo : lo + RERANK_ROWS] = s, part.gather(1, i)
         return sims, top

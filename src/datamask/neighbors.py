@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._copies import first_identical, identical_leads
-from ._ivf_lists import ListBlocks, bf16_fast, column_lists
+from ._ivf_lists import ListBlocks, bf16_fast, column_lists, fp32_rerank
 from ._validation import check_count
 
 __all__ = [
@@ -367,12 +367,11 @@ def exact_graph(
     low = x.to(torch.bfloat16)  # one bf16 copy: half the bytes of x
     wide = min(n, k + max(BF16_MARGIN[0], int(k * BF16_MARGIN[1])))
     step = max(1, min(step, budget // (wide * x.shape[1])))  # the re-rank's gather, bounded
+    gathered = x.new_empty(step * wide * x.shape[1])  # the re-rank's rows, one buffer
     for lo in range(0, n, step):
         cand = row_topk(low[lo : lo + step] @ low.T, wide, topk_chunk)[1]
-        # fp32 re-rank: each row against its own candidates, (rows, wide, d) at most.
-        exact = torch.bmm(x[cand], x[lo : lo + step, :, None]).squeeze(2)
-        torch.topk(exact, k, dim=1, out=(sim[lo : lo + step], idx[lo : lo + step]))
-        idx[lo : lo + step] = cand.gather(1, idx[lo : lo + step])
+        s, i = fp32_rerank(x[lo : lo + step], x, cand, k, gathered)
+        sim[lo : lo + step], idx[lo : lo + step] = s, cand.gather(1, i)
     return idx, sim
 
 
