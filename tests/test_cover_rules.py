@@ -222,6 +222,9 @@ def test_sharded_cover_against_brute_force(tmp_path, given):
         cover, {v: v for v in range(n)} | {v: v for v in 1000 + np.arange(9)}
     )
     assert exact.all()  # 3 groups: every group searched, exact searches
+    floor_routes = json.loads((out / "manifest.json").read_text())["cover"]["floor_routes"]
+    # the neighbours' kept rows searched for the dropped rows only: a kept row covers itself
+    assert floor_routes.get("exact_search", 0) + floor_routes.get("ivf_search", 0) == n - len(kept)
     for g in range(3):  # per group: its own kept rows first, then the others by group, KEPT last
         rows = np.flatnonzero(group == g)
         order = [kept[group[kept] == g]] + [kept[group[kept] == h] for h in range(3) if h != g]
