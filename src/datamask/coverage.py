@@ -289,7 +289,8 @@ def _search_rest(
 ) -> None:
     """Rule 3: the rows left compared with every kept row (exact: few pairs, or on
     ``device``, where the search runs) or found by ivf."""
-    q = x[torch.from_numpy(rest)]
+    # every row left (a search against rows held apart): the rows themselves, not a copy
+    q = x if len(rest) == x.shape[0] else x[torch.from_numpy(rest)]
     how = "exact" if len(rest) * base.shape[0] <= exact_pairs else "ivf"
     if device is not None:
         q, base, how = q.to(device), base.to(device), "exact"
