@@ -296,9 +296,11 @@ def _floor(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
     """Each row's best cosine to the rows of ``others`` (the neighbours' kept rows, and
     KEPT's), the row, whether exact, and the rows by route: searched for the rows the
-    group does not keep only (a kept row covers itself, the floor never wins there: 10-20%
-    of a group's rows at the default ratio, and of this search's time). Kept rows get
-    ``-inf`` and row -1."""
+    group does not keep only (a kept row covers itself, the floor never wins there). At the
+    default ratio that is 12% fewer rows and 5% less time for a 1M run's group (the ivf's
+    k-means and filing of ``others`` do not shrink); where rows x ``others`` falls under
+    ``COVER_EXACT_PAIRS`` the search compares every pair. Kept rows get ``-inf`` and row
+    -1."""
     rows = np.setdiff1d(np.arange(len(x)), kept, assume_unique=True)
     floor = np.full(len(x), -np.inf, dtype=np.float32)
     index = np.full(len(x), -1, dtype=np.int64)
