@@ -178,7 +178,9 @@ class ListBlocks:
             norms = queries.norm(dim=1).max() * base.norm(dim=1).max()
             self.gap = 2 * SCREEN_ERROR * max(1.0, float(norms)) + 2.0**-8  # 2^-8: the cast
         if self.screen or self.rerank:
-            self.q_low, self.base_low = queries.bfloat16(), base.bfloat16()
+            self.q_low = queries.bfloat16()
+            # one bf16 copy for a graph's search (the rows against themselves), not two
+            self.base_low = self.q_low if base is queries else base.bfloat16()
             self.low_buf = self.base_low.new_empty(most * d)
             self.low_block_buf = self.base_low.new_empty(self.block_buf.numel())
 
