@@ -64,6 +64,7 @@ def _sharded(
 ) -> float:
     from datamask.config import SelectSpec
     from datamask.distributed import LocalRunner, run_selection
+    from datamask.distributed.manifest import step_seconds
 
     work = Path(args.work)
     for old in work.glob("shards-*"):  # one corpus on disk at a time (10M x 1536 is 61 GB)
@@ -106,7 +107,7 @@ def _sharded(
         group_seconds=s["group_seconds"],
         # where the group steps' time went, summed over the groups (proposals again too)
         group_phase_sums={
-            key: round(sum((g.get("seconds") or {}).get(key) or 0.0 for g in m["groups"]), 3)
+            key: round(sum(step_seconds(g, key) for g in m["groups"]), 3)
             for key in ("read", "fit_graph", "fit_optimise", "fit_gain_order", "write", "total")
         },
         gpu_peak_mb_per_worker=s["gpu_peak_mb_per_worker"],

@@ -33,6 +33,7 @@ import torch
 
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, RayRunner, run_selection
+from datamask.distributed.manifest import step_seconds
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "_lib"))
@@ -98,8 +99,10 @@ def phase_facts(m: dict, out: Path) -> dict:
                 "gid": g["gid"],
                 "n": g["n"],
                 "k": g["k"],
-                "seconds": g["seconds"]["total"],
-                "graph": g["seconds"].get("fit_graph"),  # the K-NN graph, inside the fit
+                # every proposal of the group (one that proposed again: its first too)
+                "seconds": step_seconds(g, "total"),
+                "graph": step_seconds(g, "fit_graph"),  # the K-NN graph, inside the fit
+                "proposals": 1 + len(g.get("earlier", ())),
             }
             for g in m["groups"]
         ],

@@ -30,6 +30,7 @@ from datamask.distributed import (
     run_selection,
 )
 from datamask.distributed.executors import largest_first
+from datamask.distributed.manifest import step_seconds
 from datamask.distributed.plan.partition import plan_by_chunk
 from datamask.distributed.select.steps import candidate_count
 from datamask.io.parquet import read_corpus
@@ -848,6 +849,12 @@ def test_a_group_proposing_again_reuses_its_saved_graph(shard_dir, tmp_path, mon
     again = [g for g in reused["groups"] if g["graph_reused"]]
     assert again and all(g["graph_reused"] is False for g in reused["groups"] if g not in again)
     assert all(g["seconds"]["fit_graph"] == 0.0 for g in again)  # given: no graph built
+    # the manifest counts both proposals: the first's graph and seconds are kept
+    assert all(e["seconds"]["fit_graph"] > 0 for g in again for e in g["earlier"])
+    assert not any("earlier" in g for g in reused["groups"] if g not in again)
+    every = sum(step_seconds(g, "total") for g in reused["groups"])
+    assert reused["summary"]["group_seconds"]["sum"] == pytest.approx(every)
+    assert every > sum(g["seconds"]["total"] for g in reused["groups"])
     monkeypatch.setattr(steps, "saved_graph", lambda path: None)
     built = run_selection(shard_dir, tmp_path / "built", settings, progress=False)
     assert not any(g["graph_reused"] for g in built["groups"])

@@ -18,7 +18,7 @@ from .context import Checked, RunContext
 from .finish.cover import corpus_terms
 from .plan.partition import Group
 
-__all__ = ["Outcome", "build_manifest"]
+__all__ = ["Outcome", "build_manifest", "step_seconds"]
 
 
 @dataclass
@@ -149,8 +149,20 @@ def _totals(checked: Checked, done: Outcome, computed: list[dict[str, Any]]) -> 
     }
 
 
+def step_seconds(stats: dict[str, Any], key: str) -> float:
+    """A group's ``seconds[key]`` summed over its proposals: the latest (``stats``) and
+    those before it (``stats["earlier"]``); a part a step did not time counts 0.
+
+    >>> step_seconds({"seconds": {"total": 3.0}, "earlier": [{"seconds": {"total": 9.0}}]}, "total")
+    12.0
+    """
+    runs = [stats, *stats.get("earlier", ())]
+    return float(sum(r["seconds"].get(key) or 0.0 for r in runs))
+
+
 def _summary(stats: list[dict[str, Any]]) -> dict[str, Any]:
-    secs = np.asarray([s["seconds"]["total"] for s in stats], dtype=np.float64)
+    # every proposal of a group that proposed again (:func:`~.combine.rounds.earlier_proposals`)
+    secs = np.asarray([step_seconds(s, "total") for s in stats], dtype=np.float64)
     rss = [s["peak_rss_mb"] for s in stats if s.get("peak_rss_mb") is not None]
     gpu = [s["gpu_peak_mb"] for s in stats if s.get("gpu_peak_mb") is not None]
     return {

@@ -178,9 +178,20 @@ def _allocate_until_settled(
         select_round(run, again, quality_range, fresh, propose=True, totals=totals, desc=desc)
         for gid, s in fresh.items():
             curves.knots[gid], curves.centroids[gid] = knots_of(s), s.pop("centroid", None)
+            s["earlier"] = earlier_proposals(curves.stats[gid])
             curves.stats[gid] = s
         rounds += 1
     return counts, rounds
+
+
+def earlier_proposals(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a group's stats keep of the proposals before its latest (``k`` and
+    ``seconds`` each), oldest first: the manifest's group seconds count every proposal.
+
+    >>> earlier_proposals({"k": 4, "seconds": {"total": 2.0}, "earlier": [{"k": 2}]})
+    [{'k': 2}, {'k': 4, 'seconds': {'total': 2.0}}]
+    """
+    return [*stats.get("earlier", ()), {"k": stats["k"], "seconds": stats["seconds"]}]
 
 
 def central_round(
