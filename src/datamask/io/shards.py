@@ -310,34 +310,51 @@ def read_ranges(
     row_group_rows: Sequence[int] | None = None,
 ) -> list[pa.Table]:
     """:func:`read_rows` of several row ranges of one file, which is opened once (one
-    footer read, however many ranges): a gather step reads many groups' rows from each
-    spill this way. Returns one table per range, in the order given."""
+    footer read, however many ranges) and read once: the row groups any range touches, in
+    one call, each range a slice of them. A gather step reads many groups' rows from each
+    spill this way (a spill's row groups hold many leaves each: a read a range would
+    decode each row group once per range in it). Returns one table per range, in the
+    order given."""
     pf = _open(path)
-    out = []
     try:
         if row_group_rows is None:
             meta = pf.metadata
             row_group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         starts = np.concatenate([[0], np.cumsum(row_group_rows, dtype=np.int64)])
-        for start, stop in ranges:
-            if not 0 <= start <= stop <= starts[-1]:
-                raise ValueError(
-                    f"rows [{start}, {stop}) are out of range for {str(path)!r} "
-                    f"({int(starts[-1])} rows); was the shard rewritten during the run?"
-                )
-            if start == stop:
-                out.append(pf.schema_arrow.empty_table().select(list(columns)))
-                continue
-            first = int(np.searchsorted(starts, start, side="right") - 1)
-            last = int(np.searchsorted(starts, stop, side="left"))  # exclusive
-            table = pf.read_row_groups(list(range(first, last)), columns=list(columns))
-            out.append(table.slice(start - int(starts[first]), stop - start))
+        spans = [_row_groups_of(start, stop, starts, path) for start, stop in ranges]
+        wanted = sorted({g for first, last in spans for g in range(first, last)})
+        if not wanted:
+            empty = pf.schema_arrow.empty_table().select(list(columns))
+            return [empty for _ in ranges]
+        table = pf.read_row_groups(wanted, columns=list(columns))
     except ValueError:
         raise
     except Exception as exc:  # decompression and decoding errors of a corrupt page
         raise_if_unavailable(exc, f"reading {str(path)!r}")
         raise ValueError(f"cannot read {str(path)!r} as parquet: {exc}") from None
-    return out
+    # where each row group read begins in ``table`` (a range's row groups are consecutive)
+    sizes = np.asarray(row_group_rows, dtype=np.int64)[wanted]
+    at = dict(zip(wanted, np.concatenate([[0], np.cumsum(sizes)]).tolist(), strict=False))
+    return [
+        table.slice(at[first] + start - int(starts[first]), stop - start)
+        if stop > start
+        else table.slice(0, 0)
+        for (start, stop), (first, _) in zip(ranges, spans, strict=True)
+    ]
+
+
+def _row_groups_of(start: int, stop: int, starts: np.ndarray, path: str | Path) -> tuple[int, int]:
+    """The row groups ``[first, last)`` that rows ``[start, stop)`` lie in (``starts``: the
+    row groups' first rows, then the row count); ``(0, 0)`` for no rows."""
+    if not 0 <= start <= stop <= starts[-1]:
+        raise ValueError(
+            f"rows [{start}, {stop}) are out of range for {str(path)!r} "
+            f"({int(starts[-1])} rows); was the shard rewritten during the run?"
+        )
+    if start == stop:
+        return 0, 0
+    first = int(np.searchsorted(starts, start, side="right") - 1)
+    return first, int(np.searchsorted(starts, stop, side="left"))  # last: exclusive
 
 
 # --- validation pass --------------------------------------------------------------------------

@@ -9,8 +9,8 @@ selects from. Three ways to form groups:
   sampled share of the corpus is above ``chunk_size`` is split, on the same sample, by a
   k-means of its own rows and a balanced assignment (a :class:`ClusterTree`); then one
   pass files every row under its leaf. The pass writes, per shard, a copy of the needed
-  columns sorted by leaf (``clusters/shard-NNNNN.parquet``, one row group per leaf, with
-  each row's place in its shard) and the per-leaf counts. The driver plans groups from
+  columns sorted by leaf (``clusters/shard-NNNNN.parquet``, row groups of whole leaves,
+  with each row's place in its shard) and the per-leaf counts. The driver plans groups from
   the leaves' totals alone (:func:`plan_by_cluster`): splits the counts do not need are
   undone, a leaf still above ``chunk_size`` (the sample was off) is cut across its own
   axis, never by row order, and small neighbouring units are merged up to
@@ -91,6 +91,13 @@ def kmeans_generator(seed: int, *stream: int) -> torch.Generator:
     gen.manual_seed(int(state[0]))
     return gen
 
+
+#: Rows a spill's row group holds at least (whole leaves; the last may hold fewer): a row
+#: group a leaf cost 0.23 ms of writing each, 0.21 s a 10,000-row shard of 690 leaves
+#: against 0.056 s as one (10M rows at --chunk-size 50,000: 160 CPU-s of the check pass).
+#: A gather step reads the row groups its ranges touch, once a spill
+#: (:func:`~datamask.io.shards.read_ranges`), so a leaf no longer needs its own.
+SPILL_ROW_GROUP_ROWS = 1024
 
 #: A (sub)cluster is cut when the sample says it holds more than this share of
 #: ``chunk_size`` rows: the margin keeps a leaf under ``chunk_size`` when the sample's
@@ -393,8 +400,9 @@ class SpillJob:
 class SpillShard(Step[SpillJob]):
     """File every row of one shard under its leaf of the tree.
 
-    Writes ``clusters/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf, one
-    row group per leaf, and inside a leaf along its axis when the tree is ``ordered``;
+    Writes ``clusters/shard-NNNNN.parquet`` (the shard's ``columns`` sorted by leaf, in
+    row groups of whole leaves (:func:`spill_row_groups`), and inside a leaf along its
+    axis when the tree is ``ordered``;
     plus :data:`ROW_COLUMN`, each row's place in the shard); the engine writes
     ``shard-NNNNN.json`` with the per-leaf row counts last (O(leaves) per shard: the
     driver never reads them, :func:`~.gather.index_spills` does).
@@ -456,11 +464,26 @@ def spill_table(job: SpillJob, table: pa.Table) -> dict:
             tmp, table.schema, compression=WORK_COMPRESSION, write_page_checksum=True
         ) as writer,
     ):
-        offset = 0
-        for c in np.flatnonzero(counts):
-            writer.write_table(table.slice(offset, int(counts[c])))
-            offset += int(counts[c])
+        for start, stop in spill_row_groups(counts):
+            writer.write_table(table.slice(start, stop - start))
     return {"shard": info.path, "counts": counts.tolist()}
+
+
+def spill_row_groups(counts: np.ndarray) -> list[tuple[int, int]]:
+    """The row groups of a spill, ``[start, stop)`` rows of its leaf-sorted rows: runs of
+    whole leaves (``counts``: rows per leaf), each closed once it holds
+    :data:`SPILL_ROW_GROUP_ROWS` rows; the last holds the rest.
+
+    >>> spill_row_groups(np.array([600, 0, 500, 2000, 10]))
+    [(0, 1100), (1100, 3100), (3100, 3110)]
+    """
+    ends = np.cumsum(counts[counts > 0]).tolist()
+    groups, start = [], 0
+    for end in ends:
+        if end - start >= SPILL_ROW_GROUP_ROWS or end == ends[-1]:
+            groups.append((start, end))
+            start = end
+    return groups
 
 
 def part_rows(n: int, n_parts: int) -> list[int]:
