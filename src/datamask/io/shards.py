@@ -312,9 +312,9 @@ def read_ranges(
     """:func:`read_rows` of several row ranges of one file, which is opened once (one
     footer read, however many ranges) and read once: the row groups any range touches, in
     one call, each range a slice of them. A gather step reads many groups' rows from each
-    spill this way (a spill's row groups hold many leaves each: a read a range would
-    decode each row group once per range in it). Returns one table per range, in the
-    order given."""
+    spill this way (a spill's row groups hold many leaves each: reading each range on its
+    own would decode a shared row group once per range). Returns one table per range, in
+    the order given."""
     pf = _open(path)
     try:
         if row_group_rows is None:
