@@ -241,6 +241,8 @@ def allocate_tokens_round(
         select_round(
             run, again, quality_range, fresh, propose=True, totals=totals, desc=desc, tokens=plan
         )
+        for gid, s in fresh.items():
+            s["earlier"] = earlier_proposals(stats[gid])
         stats.update(fresh)
         rounds += 1
     allocate_s = time.perf_counter() - started
