@@ -145,21 +145,9 @@ def test_bad_length_refused_naming_shard_and_row(tmp_path):
 
 
 def test_groups_proposing_more_tokens_keep_their_earlier_proposals(tmp_path):
-    """One cluster's documents score far above the rest: its groups' whole curves are kept
-    and they propose twice their tokens, again; the manifest counts every proposal."""
-    rng = np.random.default_rng(0)
-    n, dim = 600, 8
-    labels = rng.integers(0, 6, n)
-    emb = (rng.normal(size=(6, dim))[labels] * 3 + rng.normal(size=(n, dim))).astype(np.float32)
-    table = pa.table(
-        {
-            "chunk_id": pa.array([f"d{i:05d}" for i in range(n)]),
-            "quality_score": pa.array(rng.random(n) + 5.0 * (labels == 0)),
-            "n_chars": pa.array(rng.integers(20, 400, n)),
-            "feature_arr": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), dim),
-        }
-    )
-    shards = _shards(table, tmp_path / "in")
+    """Clusters whose documents score above the rest have their whole curves kept and
+    propose twice their tokens, again; the manifest counts every proposal."""
+    shards = _shards(_corpus(0, n=600, n_clusters=6), tmp_path / "in")
     spec = _spec(method="mask", partition="cluster", chunk_size=120, oversample=1.0, lamb=0.9)
     manifest = run_selection(shards, tmp_path / "out", spec, progress=False)
     assert manifest["budget"]["global_round"]["rounds"] > 1
