@@ -171,7 +171,7 @@ def test_a_document_budget_is_unchanged_by_the_new_parameters():
         ({"budget_tokens": 5.0}, "ok", "shorter than every document"),
         ({"budget_tokens": 1e12}, "ok", "holds all"),
         ({"select_token_ratio": 0.1, "k": 3}, "ok", "either as k or as a token budget"),
-        ({"select_token_ratio": 0.1}, "zero", r"not numbers > 0 \(first at row 4"),
+        ({"select_token_ratio": 0.1}, "zero", r"not numbers > 0 \(first at row 4: 0\.0\)"),
     ],
 )
 def test_token_budget_errors_name_the_flag(settings, lengths, message):

@@ -143,9 +143,11 @@ def check_unique_ids(ids: np.ndarray, where: str, id_col: str = "id") -> None:
     dup = first_duplicate(ids)
     if dup is not None:
         first, again = dup
-        count = len(ids) - len(np.unique(np.asarray(ids).astype(str)))
+        ids = np.asarray(ids)
+        count = len(ids) - len(np.unique(ids.astype(str)))
+        value = ids[again : again + 1].tolist()[0]  # a Python value: 'b', not np.str_('b')
         raise ValueError(
-            f"{id_col} {np.asarray(ids)[again]!r} occurs more than once (rows {first} and "
+            f"{id_col} {value!r} occurs more than once (rows {first} and "
             f"{again} of {where}; {count} repeated ids in all); ids must be unique."
         )
 

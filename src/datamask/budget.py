@@ -66,7 +66,7 @@ def check_lengths(lengths: np.ndarray, where: str, first_row: int = 0) -> np.nda
         row = int(rows[0])
         raise ValueError(
             f"the length column of {where} has {len(rows)} value(s) that are not numbers > 0 "
-            f"(first at row {first_row + row}: {values[row]!r}); a token budget needs every "
+            f"(first at row {first_row + row}: {float(values[row])!r}); a token budget needs every "
             "document's length: drop empty documents or fill the column first."
         )
     return values

@@ -233,7 +233,16 @@ def _case_duplicate_ids(t: Path) -> tuple[list, str]:
     ids[41] = "d7"
     docs = write_docs(t / "docs.parquet", n=60, ids=pa.array(ids))
     return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], (
-        "'d7' occurs more than once (rows 7 and 41"
+        "error: id 'd7' occurs more than once (rows 7 and 41"  # the id as written, no np.str_
+    )
+
+
+def _case_duplicate_int_ids(t: Path) -> tuple[list, str]:
+    ids = np.arange(60, dtype=np.int64)
+    ids[41] = 7
+    docs = write_docs(t / "docs.parquet", n=60, ids=pa.array(ids))
+    return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], (
+        "error: id 7 occurs more than once (rows 7 and 41"  # 7, not np.int64(7)
     )
 
 
@@ -572,6 +581,7 @@ CASES = {
     "config-bad-choice": _config_case("method: fastest\n", "method in config file"),
     "config-bad-yaml": _config_case("lamb: [0.5\nseed: 1\n", "cannot parse config file"),
     "duplicate-ids": _case_duplicate_ids,
+    "duplicate-int-ids": _case_duplicate_int_ids,
     "duplicate-ids-across-shards": _case_duplicate_ids_across_shards,
     "struct-ids": _case_struct_ids,
     "width-mismatch-shard": _width_case("shard"),

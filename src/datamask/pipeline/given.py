@@ -203,8 +203,9 @@ def _check_pair(new: Corpus, kept: Corpus, id_col: str) -> None:
     else:
         where = f"row {first} of {kept.source} and row {again - nk} of {new.source}"
     count = len(both) - len(np.unique(both.astype(str)))
+    value = both[again : again + 1].tolist()[0]  # a Python value: 'b', not np.str_('b')
     raise ValueError(
-        f"{id_col} {both[again]!r} occurs more than once ({where}; {count} repeated ids in "
+        f"{id_col} {value!r} occurs more than once ({where}; {count} repeated ids in "
         "all); ids must be unique across --given and --input: drop the documents already "
         "kept from the input."
     )
