@@ -173,13 +173,16 @@ def compare(data: Path, work: Path, results_path: Path, args: argparse.Namespace
                      "--no-progress"],
                     {**os.environ, "PYTHONPATH": tree},
                 )  # fmt: skip
-                m.update(round=r + 1, mode=mode, tree=label, src=tree, load_before=load)
+                written = [f for d in (out, Path(str(out) + "-rm")) for f in d.rglob("*")]
+                size = sum(f.stat().st_size for f in written if f.is_file())
+                m.update(round=r + 1, mode=mode, tree=label, src=tree, load_before=load,
+                         out_bytes=size)  # fmt: skip
                 print(json.dumps(m), flush=True)
                 rows.append(m)
     results_path.write_text(json.dumps(rows, indent=2) + "\n")
     print("| mode | tree | apply s per round | fastest | CPU s (user+sys) per round | least "
-          "| load 1m per round |")  # fmt: skip
-    print("|---|---|---|---:|---|---:|---|")
+          "| load 1m per round | MB written |")  # fmt: skip
+    print("|---|---|---|---:|---|---:|---|---:|")
     for mode, _ in modes:
         for label, tree in trees.items():
             mine = [m for m in rows if m["mode"] == mode and m["tree"] == label]
@@ -188,8 +191,9 @@ def compare(data: Path, work: Path, results_path: Path, args: argparse.Namespace
             loads = ", ".join(f"{m['load_before']:.1f}" for m in mine)
             fastest = min(m["apply_s"] for m in mine)
             least = min(m["cpu_s"] for m in mine)
+            written = mine[-1]["out_bytes"] / 1e6
             print(f"| {mode} | {label} ({tree}) | {secs} | {fastest:.1f} | {cpus} | {least:.1f} "
-                  f"| {loads} |")  # fmt: skip
+                  f"| {loads} | {written:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

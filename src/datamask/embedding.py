@@ -31,6 +31,7 @@ from ._device import check_device_name, resolve_device
 from ._validation import Interval, Options
 from .columns import _preset_names, get_preset
 from .io.atomic import atomic_write
+from .io.dictionary import dictionary_columns
 from .io.text import file_kind, footer_rows, iter_text_chunks, list_text_files, text_array
 from .io.text import raise_nulls as _raise_nulls
 from .quality import heuristic_quality_batch
@@ -504,7 +505,11 @@ def _write_chunk(run: _EmbedRun, table: pa.Table, tmp: Any, chunk: Any) -> None:
         run.schema = table.schema
         if run.out_kind == "parquet":
             run.writer = pq.ParquetWriter(
-                tmp, run.schema, compression="zstd", write_page_checksum=True
+                tmp,
+                run.schema,
+                compression="zstd",
+                write_page_checksum=True,
+                use_dictionary=dictionary_columns(run.schema),
             )
         else:
             run.writer = open(tmp, "w", encoding="utf-8")  # noqa: SIM115

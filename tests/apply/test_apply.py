@@ -77,6 +77,25 @@ def test_apply_keeps_every_column_of_the_selected_rows(selected, tmp_path):
         assert gone.equals(source.filter(pa.compute.invert(mask)).column("chunk_id"))
 
 
+def _dictionary_encoded(path: Path) -> dict[str, bool]:
+    """Whether each leaf column of the file's first row group has dictionary pages."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    cols = (meta.column(i) for i in range(meta.num_columns))
+    return {c.path_in_schema: "RLE_DICTIONARY" in c.encodings for c in cols}
+
+
+def test_written_floats_have_no_dictionary(selected, tmp_path):
+    """Embeddings and scores are written plain (a dictionary of distinct floats only costs
+    time and bytes: io/dictionary.py); ids and other columns keep theirs."""
+    root, files, out, _ = selected
+    apply_selection(root / "data", out, tmp_path / "kept", progress=False)
+    kept = _dictionary_encoded(tmp_path / "kept" / files[0].relative_to(root / "data"))
+    assert kept["chunk_id"] and not kept["quality_score"]
+    assert not kept["feature_arr.list.element"]
+    covered = _dictionary_encoded(next((out / "covered").glob("*.parquet")))
+    assert covered["chunk_id"] and not covered["covered_sim"]
+
+
 def test_one_file_select_writes_keep_list_beside_it(tmp_path, selected):
     root, files, _, _ = selected
     sel = tmp_path / "sel.parquet"

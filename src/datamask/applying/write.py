@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from ..io.dictionary import dictionary_columns
 from ..io.fs import Location
 from ..io.parquet import parquet_batches
 from .inputs import _ids_of_lines, _json_lines
@@ -96,7 +97,10 @@ class _ParquetShard:
                     schema = schema.remove(schema.get_field_index(name))
                 schema = schema.append(pa.field(name, col.type))
         writer = pq.ParquetWriter(
-            stack.enter_context(loc.open_atomic()), schema, compression="zstd"
+            stack.enter_context(loc.open_atomic()),
+            schema,
+            compression="zstd",
+            use_dictionary=dictionary_columns(schema),
         )
         stack.callback(writer.close)  # closed (idempotent) before its file, even on errors
         id_col = self.id_col
@@ -213,4 +217,10 @@ def _write_removed_ids(
         table = pa.table({id_col: ids, **(cover.columns_for(ids) if cover is not None else {})})
         row_group = None
     with loc.open_atomic() as fh:
-        pq.write_table(table, fh, compression="zstd", row_group_size=row_group)
+        pq.write_table(
+            table,
+            fh,
+            compression="zstd",
+            row_group_size=row_group,
+            use_dictionary=dictionary_columns(table.schema),
+        )

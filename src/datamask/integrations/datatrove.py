@@ -58,6 +58,7 @@ from ..config import SelectSpec
 from ..distributed import group_seeds
 from ..embedding import embed_texts
 from ..io.atomic import atomic_write
+from ..io.dictionary import dictionary_columns
 from ..quality import heuristic_quality_batch
 
 __all__ = ["DatamaskFeatures", "DatamaskSelect", "DatamaskFilter", "group_seed"]
@@ -90,7 +91,9 @@ def _sink(folder: Any, name: str) -> Iterator[Any]:
 
 def _write_table(folder: Any, name: str, table: pa.Table) -> None:
     with _sink(folder, name) as where:
-        pq.write_table(table, where, compression="zstd")
+        pq.write_table(
+            table, where, compression="zstd", use_dictionary=dictionary_columns(table.schema)
+        )
 
 
 def _read_table(folder: Any, name: str) -> pa.Table:
@@ -248,7 +251,9 @@ class DatamaskFeatures(PipelineStep):
                 )
             )
             schema = schema.with_metadata({WORLD_SIZE_KEY: str(world_size).encode()})
-            writer = pq.ParquetWriter(where, schema, compression="zstd")
+            writer = pq.ParquetWriter(
+                where, schema, compression="zstd", use_dictionary=dictionary_columns(schema)
+            )
         if table is not None:
             writer.write_table(table.replace_schema_metadata(writer.schema.metadata))
             self.stat_update("features_written", value=table.num_rows)

@@ -18,6 +18,7 @@ from .._validation import check_finite_quality
 from ..columns import Columns
 from ..data import Corpus
 from .atomic import atomic_write, atomic_write_group, atomic_write_json, to_json
+from .dictionary import dictionary_columns
 from .fs import Location, expect_file, open_input, storage_path
 from .retry import raise_if_unavailable
 from .text import text_array
@@ -518,7 +519,13 @@ WORK_COMPRESSION = "lz4"
 def atomic_write_table(table: pa.Table, path: str | Path | Location) -> None:
     """Write ``table`` as zstd parquet to ``path`` atomically (see :mod:`datamask.io.atomic`)."""
     with atomic_write(storage_path(path)) as tmp:
-        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            write_page_checksum=True,
+            use_dictionary=dictionary_columns(table.schema),
+        )
 
 
 #: Key of the selection summary (JSON) in the output parquet's schema metadata.
@@ -554,7 +561,13 @@ def write_selection(
     meta = {**(table.schema.metadata or {}), SUMMARY_KEY: text.encode()}
     table = table.replace_schema_metadata(meta)
     with atomic_write_group([path, summary_path(path)]) as (tmp_table, tmp_json):
-        pq.write_table(table, tmp_table, compression="zstd", write_page_checksum=True)
+        pq.write_table(
+            table,
+            tmp_table,
+            compression="zstd",
+            write_page_checksum=True,
+            use_dictionary=dictionary_columns(table.schema),
+        )
         tmp_json.write_text(text, encoding="utf-8")
 
 

@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from ..._memory import peak_rss_mb
 from ...io.atomic import atomic_write, atomic_write_json
+from ...io.dictionary import dictionary_columns
 from ...io.fs import names_in, open_input
 from ...io.parquet import WORK_COMPRESSION
 from ...io.shards import iter_files, read_ranges
@@ -383,7 +384,11 @@ def _stream_rows(
         writers = [
             open_writers.enter_context(
                 pq.ParquetWriter(
-                    tmp, schema, compression=WORK_COMPRESSION, write_page_checksum=True
+                    tmp,
+                    schema,
+                    compression=WORK_COMPRESSION,
+                    write_page_checksum=True,
+                    use_dictionary=dictionary_columns(schema),
                 )
             )
             for tmp in tmps

@@ -39,6 +39,7 @@ import torch
 from ..._validation import unit_rows
 from ...data import apportion
 from ...io.atomic import atomic_write
+from ...io.dictionary import dictionary_columns
 from ...io.parquet import WORK_COMPRESSION, features_from_arrow, pack_features
 from ...io.shards import ShardInfo, read_rows
 from ...neighbors import assign_clusters, spherical_kmeans
@@ -461,7 +462,11 @@ def spill_table(job: SpillJob, table: pa.Table) -> dict:
     with (
         atomic_write(out) as tmp,
         pq.ParquetWriter(
-            tmp, table.schema, compression=WORK_COMPRESSION, write_page_checksum=True
+            tmp,
+            table.schema,
+            compression=WORK_COMPRESSION,
+            write_page_checksum=True,
+            use_dictionary=dictionary_columns(table.schema),
         ) as writer,
     ):
         for start, stop in spill_row_groups(counts):
