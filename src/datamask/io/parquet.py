@@ -519,13 +519,19 @@ WORK_COMPRESSION = "lz4"
 def atomic_write_table(table: pa.Table, path: str | Path | Location) -> None:
     """Write ``table`` as zstd parquet to ``path`` atomically (see :mod:`datamask.io.atomic`)."""
     with atomic_write(storage_path(path)) as tmp:
-        pq.write_table(
-            table,
-            tmp,
-            compression="zstd",
-            write_page_checksum=True,
-            use_dictionary=dictionary_columns(table.schema),
-        )
+        _write_output(table, tmp)
+
+
+def _write_output(table: pa.Table, where: Any) -> None:
+    """``table`` as the parquet of an output (zstd, page checksums, floats without a
+    dictionary: :mod:`.dictionary`) to ``where``, a path or file."""
+    pq.write_table(
+        table,
+        where,
+        compression="zstd",
+        write_page_checksum=True,
+        use_dictionary=dictionary_columns(table.schema),
+    )
 
 
 #: Key of the selection summary (JSON) in the output parquet's schema metadata.
@@ -561,13 +567,7 @@ def write_selection(
     meta = {**(table.schema.metadata or {}), SUMMARY_KEY: text.encode()}
     table = table.replace_schema_metadata(meta)
     with atomic_write_group([path, summary_path(path)]) as (tmp_table, tmp_json):
-        pq.write_table(
-            table,
-            tmp_table,
-            compression="zstd",
-            write_page_checksum=True,
-            use_dictionary=dictionary_columns(table.schema),
-        )
+        _write_output(table, tmp_table)
         tmp_json.write_text(text, encoding="utf-8")
 
 
