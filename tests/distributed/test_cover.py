@@ -127,11 +127,16 @@ def test_a_rerun_reuses_the_cover_and_redoes_a_lost_part(corpus, tmp_path):
     assert not list(cover_dir.glob("rows-*")) and not list(cover_dir.glob("ids-*"))  # used
     again, table2, _ = run(corpus, tmp_path, 3, budget="group")
     assert table2.equals(table)
-    # a part lost after its rows were deleted: pass 2 reads the group again
+    # a part lost after its rows and its group's graph were deleted: pass 2 reads the
+    # group again and searches its own kept rows, which the graph gave the first time: the
+    # same rows named, each cosine a matmul's instead of a row-wise product (the last bit)
     (out / "covered" / "part-00001.parquet").unlink()
     (cover_dir / "00001.json").unlink()
     _, table3, _ = run(corpus, tmp_path, 3, budget="group")
-    assert table3.sort_by("chunk_id").equals(table.sort_by("chunk_id"))
+    a, b = table3.sort_by("chunk_id"), table.sort_by("chunk_id")
+    assert a.drop_columns(["covered_sim"]).equals(b.drop_columns(["covered_sim"]))
+    sim_a, sim_b = a.column("covered_sim").to_numpy(), b.column("covered_sim").to_numpy()
+    np.testing.assert_allclose(sim_a, sim_b, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -174,6 +179,25 @@ def test_the_cover_reads_the_own_group_from_its_graph(corpus, tmp_path):
     assert cover["routes"]["graph"] > ROWS // 2 and cover["exact"] == ROWS
     against_brute(corpus, table, out)
     assert not list((out / "_work" / "graphs").glob("*.npz"))
+
+
+def test_one_group_covers_from_its_graph(corpus, tmp_path):
+    """One group (the corpus within --chunk-size: no exchange round): its select step
+    keeps its graph for the cover, which reads each row's nearest kept row from it
+    (exact: 480 rows) instead of searching every row, equals brute force, and deletes it.
+    With ``selected_only`` there is no cover, and no graph is left behind."""
+    manifest, table, out = run(corpus, tmp_path / "a", 3, partition="cluster", chunk_size=ROWS)
+    cover = manifest["cover"]
+    assert manifest["partition"]["n_groups"] == 1
+    assert cover["routes"]["graph"] > ROWS // 2 and cover["exact"] == ROWS
+    against_brute(corpus, table, out)
+    assert not list((out / "_work" / "graphs").glob("*.npz"))
+    spec = SelectSpec.from_mapping(
+        {"partition": "cluster", "chunk_size": ROWS, "selected_only": True, **FAST}
+    )
+    only = run_selection(tmp_path / "a" / "in", tmp_path / "b", spec, progress=False)
+    assert only["selection_digest"] == manifest["selection_digest"]
+    assert not list((tmp_path / "b" / "_work").glob("graphs/*.npz"))
 
 
 def test_a_run_killed_between_exchange_and_cover_resumes_from_the_graphs(corpus, tmp_path):

@@ -155,3 +155,19 @@ def test_groups_proposing_more_tokens_keep_their_earlier_proposals(tmp_path):
     assert again and all(e["seconds"]["total"] > 0 for g in again for e in g["earlier"])
     every = sum(step_seconds(g, "total") for g in manifest["groups"])
     assert manifest["summary"]["group_seconds"]["sum"] == pytest.approx(every)
+
+
+@pytest.mark.parametrize("method", ["greedy", "mask"])
+def test_one_group_covers_from_its_graph(tmp_path, method):
+    """One group under a token budget (no central round): its select step keeps its graph
+    for the cover, which reads each row's nearest kept row from it (exact at 240 rows),
+    and deletes it."""
+    table = _corpus(3)
+    spec = _spec(method=method, partition="cluster", chunk_size=240)
+    manifest = run_selection(
+        _shards(table, tmp_path / "in"), tmp_path / "out", spec, progress=False
+    )
+    cover = manifest["cover"]
+    assert manifest["totals"]["n_groups"] == 1
+    assert cover["routes"]["graph"] > 0 and cover["exact"] == cover["rows"] == 240
+    assert not list((tmp_path / "out" / "_work").glob("graphs/*.npz"))

@@ -53,7 +53,8 @@ from ..engine import Step, run_steps
 from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.given import group_floor
-from ..select.steps import read_group, saved_graph
+from ..select.graphs import saved_graph
+from ..select.steps import read_group
 from .allocate import allocate_counts, knots_of, read_gains
 from .gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
 

@@ -78,7 +78,8 @@ from ..lifecycle import read_marker
 from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.given import kept_table
-from ..select.steps import read_group, saved_graph
+from ..select.graphs import saved_graph
+from ..select.steps import read_group
 
 __all__ = [
     "COVER_NEIGHBORS",

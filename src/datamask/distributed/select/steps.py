@@ -11,8 +11,9 @@ Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
     WORK/groups/NNNNN.parquet         every row of the group: id, logit, probability, rank,
                                       selected (skipped with ``selected_only``)
     WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
-    WORK/graphs/NNNNN.npz             allocated by gains: the group's neighbour graph, kept
-                                      for the exchange round and the cover (which deletes it)
+    WORK/graphs/NNNNN.npz             the group's neighbour graph (allocated by gains, or one
+                                      group), kept for the exchange round and the cover (which
+                                      deletes it): :mod:`.graphs`
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
     OUT/selected/part-NNNNN.parquet   the group's kept ids (budget="group", or allocated)
 """
@@ -36,8 +37,6 @@ from ..._memory import peak_rss_mb, release_heap
 from ..._validation import check_corpus
 from ...config import SelectSpec
 from ...data import Corpus, Selection, rank_order
-from ...io.atomic import atomic_write
-from ...io.fs import open_whole
 from ...io.parquet import atomic_write_table, features_column, features_matrix, read_table
 from ...io.shards import (
     corpus_from_tables,
@@ -55,13 +54,13 @@ from ..plan.partition import (
     Group,
 )
 from .given import group_floor, kept_counts
+from .graphs import keep_for_cover, save_graph, saved_graph
 from .tokens import TokenPlan, select_tokens, wanted_tokens
 
 __all__ = [
     "candidate_count",
     "gain_table",
     "read_group",
-    "save_graph",
     "GlobalJob",
     "GroupJob",
     "SelectGlobal",
@@ -70,26 +69,6 @@ __all__ = [
 
 
 # --- the pure step --------------------------------------------------------------------------
-def saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The graph :func:`save_graph` wrote to ``path``, if it is there."""
-    try:
-        with open_whole(path) as fh, np.load(fh) as saved:
-            return torch.from_numpy(saved["indices"]).long(), torch.from_numpy(saved["sims"])
-    except FileNotFoundError:
-        return None
-
-
-def save_graph(graph: tuple[Any, Any], path: Path) -> None:
-    """Write a (indices, sims) graph to ``path`` atomically (uncompressed npz)."""
-    idx, sim = graph
-    with atomic_write(path) as tmp, open(tmp, "wb") as f:
-        np.savez(
-            f,
-            indices=idx.cpu().numpy().astype(np.int32),
-            sims=sim.cpu().numpy().astype(np.float32, copy=False),
-        )
-
-
 def read_group(
     group: Group, spec: SelectSpec, quality_range: QualityRange | None = None
 ) -> tuple[Any, pa.Array]:
@@ -268,6 +247,7 @@ class SelectGroup(Step[GroupJob]):
         )
         if job.totals is not None:  # proposing by gains: the candidates' curve
             gain_curve(corpus, sel, objective, fit_spec, group.seed)
+        keep_for_cover(job, corpus, objective)
         del objective
         fit_s = time.perf_counter() - started - read_s
 
