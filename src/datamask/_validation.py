@@ -214,7 +214,7 @@ def check_corpus(corpus: Corpus) -> Corpus:
     for j, name in enumerate(corpus.quality_names):
         check_finite_quality(corpus.quality[:, j : j + 1], [name], where)
         check_quality_span(corpus.quality[:, j], name, where)
-    check_unique_ids(corpus.ids, where)
+    check_unique_ids(corpus.ids, where, corpus.id_name)
     # NaN/inf and all-zero rows are refused by the norms taken there (no pass of its own)
     features = np.require(unit_rows(feats, where), requirements=["C", "W"])
     w = np.asarray(corpus.quality_weights, dtype=np.float64)

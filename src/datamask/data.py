@@ -44,6 +44,8 @@ class Corpus:
     lengths : ndarray of shape (n_docs,), optional
         Each document's length in tokens (or characters, or bytes), for a token budget
         (:mod:`datamask.budget`, ``--length-col``). Default: none (document budgets).
+    id_name : str, default="id"
+        The id column's name, for error messages (``--id-col``).
     """
 
     ids: np.ndarray
@@ -56,6 +58,7 @@ class Corpus:
     quality_range: tuple[np.ndarray, np.ndarray] | None = None
     floor: np.ndarray | None = None
     lengths: np.ndarray | None = None
+    id_name: str = "id"
 
     def __post_init__(self) -> None:
         self.quality = np.asarray(self.quality, dtype=np.float64)

@@ -233,7 +233,7 @@ def _case_duplicate_ids(t: Path) -> tuple[list, str]:
     ids[41] = "d7"
     docs = write_docs(t / "docs.parquet", n=60, ids=pa.array(ids))
     return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], (
-        "error: id 'd7' occurs more than once (rows 7 and 41"  # the id as written, no np.str_
+        "error: chunk_id 'd7' occurs more than once (rows 7 and 41"  # the column, the id as written
     )
 
 
@@ -242,7 +242,7 @@ def _case_duplicate_int_ids(t: Path) -> tuple[list, str]:
     ids[41] = 7
     docs = write_docs(t / "docs.parquet", n=60, ids=pa.array(ids))
     return ["select", "--input", docs, "--output", t / "o.parquet", *FAST], (
-        "error: id 7 occurs more than once (rows 7 and 41"  # 7, not np.int64(7)
+        "error: chunk_id 7 occurs more than once (rows 7 and 41"  # 7, not np.int64(7)
     )
 
 

@@ -413,10 +413,9 @@ def corpus_from_tables(
         quality=np.concatenate(q_parts),
         features=features,
         quality_names=list(columns.quality_cols),
-        quality_weights=None
-        if columns.quality_weights is None
-        else np.asarray(columns.quality_weights, float),
+        quality_weights=None if (w := columns.quality_weights) is None else np.asarray(w, float),
         source=source,
+        id_name=columns.id_col,
         extra=extra,
         quality_range=None
         if quality_range is None

@@ -465,6 +465,7 @@ def _select_global(
             if spec.columns.quality_weights is None
             else np.asarray(spec.columns.quality_weights, float),
             source="the candidates of every group",
+            id_name=spec.columns.id_col,
             quality_range=(np.asarray(quality_range[0]), np.asarray(quality_range[1])),
             extra={
                 name: table.column(f"extra_{name}").to_numpy(zero_copy_only=False)
