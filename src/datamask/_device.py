@@ -22,6 +22,8 @@ __all__ = [
     "seed_streams",
     "resolve_threads",
     "set_threads",
+    "set_worker_slot",
+    "slot_gpu",
 ]
 
 
@@ -59,16 +61,46 @@ def check_device_name(device: str | torch.device, *, also: tuple[str, ...] = ())
     raise ValueError(f"device must be {allowed}; got {device!r}.")
 
 
+#: This process's place in a local process pool (:func:`set_worker_slot`), or None.
+_worker_slot: int | None = None
+
+
+def set_worker_slot(slot: int) -> None:
+    """Record this process as worker ``slot`` (0, 1, ...) of a local process pool
+    (:func:`~datamask.distributed.lifecycle.worker_init`), so that ``"cuda"`` and
+    ``"auto"`` resolve to GPU ``slot_gpu(slot, count)`` here: the pool's workers spread over
+    a machine's GPUs instead of all sharing the first."""
+    global _worker_slot
+    _worker_slot = int(slot)
+
+
+def slot_gpu(slot: int | None, count: int) -> int:
+    """The GPU a pool worker in ``slot`` uses among ``count`` (round robin; GPU 0 outside
+    a pool or with one GPU).
+
+    >>> [slot_gpu(s, 4) for s in range(6)], slot_gpu(None, 4), slot_gpu(5, 1)
+    ([0, 1, 2, 3, 0, 1], 0, 0)
+    """
+    return 0 if slot is None or count <= 1 else slot % count
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` -> cuda when available, else cpu; ``"cuda:N"`` checked to exist.
 
     The one device resolver of datamask: the learner, the selectors, evaluation and
     :mod:`datamask.embedding` (which passes ``str()`` of the result to sentence-transformers)
-    all call it. Names are checked by :func:`check_device_name` first.
+    all call it. Names are checked by :func:`check_device_name` first. In a worker of a
+    local process pool on a machine with several GPUs, ``"cuda"`` and ``"auto"`` name the
+    worker's own GPU (:func:`slot_gpu`), made the process's current device; ``"cuda:N"``
+    stays GPU N.
     """
     if isinstance(device, torch.device):
         return device
     name = check_device_name(device)
+    if name in ("auto", "cuda") and _worker_slot is not None and torch.cuda.is_available():
+        index = slot_gpu(_worker_slot, torch.cuda.device_count())
+        torch.cuda.set_device(index)  # what an unindexed "cuda" tensor lands on, here too
+        return torch.device("cuda", index)
     if name == "auto":
         chosen = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         logger.info("device=auto -> %s (cuda available: %s)", chosen, torch.cuda.is_available())

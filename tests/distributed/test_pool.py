@@ -20,6 +20,29 @@ def _worker_view(name: str) -> tuple[int, str | None, bool]:
     return os.getpid(), os.environ.get(name), "/dm-extra-path" in sys.path
 
 
+def _worker_slot(pause: float) -> tuple[int, int | None]:
+    from datamask import _device
+
+    time.sleep(pause)  # both workers take items
+    return os.getpid(), _device._worker_slot
+
+
+def test_each_worker_has_its_own_slot_and_so_its_own_gpu():
+    """The pool numbers its workers 0, 1, ... as they start: on a machine with several
+    GPUs, ``device="cuda"`` resolves to GPU ``slot % n_gpus`` in each (``slot_gpu``), so
+    the workers spread over the GPUs instead of sharing the first. The driver has none."""
+    from datamask import _device
+
+    runner = LocalRunner(2)
+    try:
+        seen = dict(runner.map(_worker_slot, [(0.2,)] * 6))
+    finally:
+        runner.close()
+    assert sorted(seen.values()) == [0, 1] and os.getpid() not in seen
+    assert _device._worker_slot is None
+    assert [_device.slot_gpu(slot, 2) for slot in sorted(seen.values())] == [0, 1]
+
+
 def test_a_later_pool_sees_the_environment_and_path_of_its_start(monkeypatch):
     """A forked worker starts from the forkserver's state (the driver's at its first
     pool); it is given the driver's environment and sys.path as of its own pool's start,

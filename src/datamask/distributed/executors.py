@@ -109,7 +109,9 @@ class LocalRunner:
     its workers forked by a forkserver that imported datamask once per process (``spawn``
     where there is no forkserver: :func:`~.lifecycle.pool_context`), started on first use
     and kept until :meth:`close`. Each step pins torch to ``cores // workers`` threads, so the
-    workers do not oversubscribe the cores; a ``whole_machine`` step gets every core.
+    workers do not oversubscribe the cores; a ``whole_machine`` step gets every core. On a
+    machine with several GPUs the workers spread over them, worker ``i`` on GPU
+    ``i % n_gpus`` for ``device="cuda"`` or ``"auto"`` (:func:`~datamask._device.slot_gpu`).
     Steps are pure, so results do not depend on ``workers``.
 
     Parameters
@@ -149,11 +151,13 @@ class LocalRunner:
         if self._pool is None:
             from concurrent.futures import ProcessPoolExecutor
 
+            context = pool_context()
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=pool_context(),
-                initializer=worker_init,  # workers die with this process (lifecycle.py)
-                initargs=(os.getpid(), dict(os.environ)),
+                mp_context=context,
+                # workers die with this process, each with its slot: its GPU (lifecycle.py)
+                initializer=worker_init,
+                initargs=(os.getpid(), dict(os.environ), context.Value("i", 0)),
             )
         cores = available_cpus()
         threads = cores if whole_machine else max(1, cores // self.workers)

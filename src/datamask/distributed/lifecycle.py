@@ -7,7 +7,9 @@ Kept apart from :mod:`.runner` so the scheduling code stays about scheduling:
 - :func:`pool_context`: how the pool's workers start: forked from a forkserver that
   imported datamask once (where the platform has one), else spawned.
 - :func:`worker_init`: the process pool's initializer. It gives a worker the driver's
-  environment as of the pool's start (a forked worker has its server's). A worker ends
+  environment as of the pool's start (a forked worker has its server's) and its slot in
+  the pool, which spreads the workers over the machine's GPUs
+  (:func:`~datamask._device.set_worker_slot`). A worker ends
   at once when its driver dies (:func:`watch_driver`, a thread waiting on the driver's
   pidfd; on Linux also ``prctl(PR_SET_PDEATHSIG)`` against its parent,
   :func:`die_with_parent`), whatever killed the driver (SIGTERM, ``kill -9``, the OOM
@@ -44,6 +46,7 @@ from typing import Any
 
 from tqdm.std import tqdm  # the base class: every tqdm subclass shares its lock
 
+from .._device import set_worker_slot
 from ..config import SelectSpec
 from ..io.atomic import _pid_alive, atomic_write_json
 from ..io.fs import storage_path
@@ -167,15 +170,20 @@ def pool_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def worker_init(parent_pid: int, environ: dict[str, str] | None = None) -> None:
+def worker_init(parent_pid: int, environ: dict[str, str] | None = None, slots: Any = None) -> None:
     """Initializer of the local process pool (see the module docstring): ``environ`` is
     the driver's ``os.environ`` at the pool's start (a worker forked by the forkserver has
     the server's, from the driver's first pool; multiprocessing itself gives it the
-    driver's ``sys.path``, ``sys.argv`` and working directory)."""
+    driver's ``sys.path``, ``sys.argv`` and working directory); ``slots`` a shared counter
+    (``multiprocessing.Value``) that numbers the workers 0, 1, ... as they start."""
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
         tempfile.tempdir = None  # found again from TMPDIR (the preload may have asked)
+    if slots is not None:
+        with slots.get_lock():
+            set_worker_slot(slots.value)
+            slots.value += 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # tqdm's default lock is a multiprocessing RLock, a named semaphore registered with the
     # driver's resource tracker; a worker killed by abort_pool never unregisters it and the
