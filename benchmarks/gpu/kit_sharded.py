@@ -102,6 +102,12 @@ def _sharded(
         docs_per_second=round(t["n_docs"] / wall),
         docs_per_second_per_gpu=round(t["n_docs"] / wall / gpus) if device.type == "cuda" else None,
         phases={key: round(v, 3) for key, v in t["seconds"].items() if isinstance(v, float)},
+        # the plan's parts (check, k-means sample + fit, spill, gather) and the cover's
+        plan_split={k: round(v, 3) for k, v in (m["partition"].get("seconds") or {}).items()},
+        cover_split={
+            k: round(v, 3) for k, v in ((m.get("cover") or {}).get("seconds") or {}).items()
+        },
+        cover_routes=(m.get("cover") or {}).get("routes"),
         n_groups=t["n_groups"],
         k=t["k"],
         group_seconds=s["group_seconds"],
