@@ -31,6 +31,26 @@ def test_check_device_name_refuses(name):
         resolve_device(name)
 
 
+def test_a_pool_worker_resolves_cuda_to_its_own_gpu(monkeypatch):
+    """A pool worker in slot 5 of a machine with 4 GPUs (CUDA's answers stood in for: this
+    machine has none): ``"cuda"`` and ``"auto"`` are GPU 1, made current; ``"cuda:3"`` is
+    GPU 3; ``"cpu"`` stays the CPU; outside a pool ``"cuda"`` is torch's current GPU."""
+    import torch
+
+    from datamask import _device
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    assert resolve_device("cuda") == torch.device("cuda") and not current
+    monkeypatch.setattr(_device, "_worker_slot", 5)
+    assert resolve_device("cuda") == resolve_device(" AUTO ") == torch.device("cuda", 1)
+    assert current == [1, 1]
+    assert resolve_device("cuda:3") == torch.device("cuda", 3)
+    assert resolve_device("cpu") == torch.device("cpu") and current == [1, 1]
+
+
 def test_embed_device_goes_through_resolve_device():
     assert _resolve_device("cpu") == "cpu"
     assert _resolve_device(" AUTO ") == str(resolve_device("auto"))
