@@ -171,3 +171,19 @@ def test_one_group_covers_from_its_graph(tmp_path, method):
     assert manifest["totals"]["n_groups"] == 1
     assert cover["routes"]["graph"] > 0 and cover["exact"] == cover["rows"] == 240
     assert not list((tmp_path / "out" / "_work").glob("graphs/*.npz"))
+
+
+def test_groups_allocated_by_gains_per_token_cover_from_their_graphs(tmp_path):
+    """Several groups under a token budget, allocated by gains per token: each keeps its
+    graph for the cover, which reads the rows' nearest kept rows of their own group from
+    it (and equals the exact search: every group compared with every other), then deletes
+    the graphs."""
+    table = _corpus(7, n=300, n_clusters=5)
+    spec = _spec(chunk_size=100)
+    manifest = run_selection(
+        _shards(table, tmp_path / "in"), tmp_path / "out", spec, progress=False
+    )
+    cover = manifest["cover"]
+    assert manifest["totals"]["n_groups"] > 1 and manifest["budget"]["allocation"] == "gains"
+    assert cover["routes"]["graph"] > 0 and cover["exact"] == cover["rows"] == 300
+    assert not list((tmp_path / "out" / "_work").glob("graphs/*.npz"))

@@ -39,16 +39,21 @@ def save_graph(graph: tuple[Any, Any], path: Path) -> None:
 
 
 def keep_for_cover(job: Any, corpus: Corpus, objective: Any) -> None:
-    """Save the graph of a group that writes its kept rows itself (``job.propose`` false:
-    one group, so no exchange round saved it) for the group's cover step, which then
-    reads each row's nearest kept row from the graph and searches only the rows whose
-    neighbours hold none, instead of every row against the kept ones (a 1M-row group on
-    an H200: a cover of 21.9 s). Not with ``--given`` (the cover does not read the graph
-    then) nor without a cover (``selected_only``), nor where no selector ran (``objective``
-    None: the group keeps none of its rows or all of them, and built no graph)."""
+    """Save the group's graph for its cover step, which then reads each row's nearest kept
+    row of the group from it and searches only the rows whose neighbours hold none,
+    instead of every row against the group's kept rows (a 1M-row group on an H200: a cover
+    of 21.9 s). For every group whose graph no other step saves: one group, ``--budget
+    group``, the central round's proposals, token budgets; a group allocated by gains
+    under a document budget saves it itself, for the exchange round too
+    (:func:`~.steps._propose_by_gains`). Not with ``--given`` (the cover does not read the
+    graph then), nor without a cover (``selected_only``), nor where no selector ran
+    (``objective`` None: the group keeps none of its rows or all of them, and built no
+    graph)."""
     spec = job.spec
-    if job.propose or spec.run.selected_only or spec.selector.given is not None:
+    if spec.run.selected_only or spec.selector.given is not None:
         return
+    if job.tokens is None and job.propose and job.totals is not None:
+        return  # allocated by gains: its select step saves the graph with its candidates
     graph = None if objective is None or not corpus.n_docs else facility_graph(objective)
     if graph is not None:
         save_graph(graph, job.dirs.graph(job.group.gid))
