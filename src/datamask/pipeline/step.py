@@ -266,10 +266,10 @@ def gain_curve(
     """Order the selected rows by lazy greedy on the objective :func:`fit_group` bound
     (coverage over every row; :func:`~datamask.greedy.lazy.gain_order`), per token under
     a token budget: ``selection.meta["gain_order"]`` is ``(rows in pick order, marginal
-    gains)``, what a sharded run allocates its budget with, and ``meta["neighbor_graph"]``
-    the graph of :func:`facility_graph` (None without one), which the exchange round
-    re-uses. Where no selector ran (``objective`` None: ``k`` of 0 or ``n``), the objective
-    is bound here, as the selector would have bound it, and no graph is kept."""
+    gains)``, what a sharded run allocates its budget with (its graph, which the exchange
+    round re-uses, is :func:`facility_graph` of ``objective``). Where no selector ran
+    (``objective`` None: ``k`` of 0 or ``n``), the objective is bound here, as the
+    selector would have bound it."""
     started = time.perf_counter()
     meta, bound = selection.meta, objective
     if bound is None:  # every row kept, or none: the order still prices them
@@ -286,6 +286,5 @@ def gain_curve(
         )
     sizes = None if bound.budget_ is None else bound.budget_.sizes  # the token budget's
     meta["gain_order"] = gain_order(bound, selection.selected, sizes=sizes)
-    if objective is not None:  # a selector ran: its time and its graph, the exchange's
+    if objective is not None:  # a selector ran: its time
         meta["seconds"]["gain_order"] = time.perf_counter() - started
-        meta["neighbor_graph"] = facility_graph(objective)

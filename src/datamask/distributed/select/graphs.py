@@ -15,7 +15,7 @@ from ...io.atomic import atomic_write
 from ...io.fs import open_whole
 from ...pipeline.step import facility_graph
 
-__all__ = ["keep_for_cover", "save_graph", "saved_graph"]
+__all__ = ["keep_graph", "save_graph", "saved_graph"]
 
 
 def saved_graph(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -38,22 +38,26 @@ def save_graph(graph: tuple[Any, Any], path: Path) -> None:
         )
 
 
-def keep_for_cover(job: Any, corpus: Corpus, objective: Any) -> None:
-    """Save the group's graph for its cover step, which then reads each row's nearest kept
-    row of the group from it and searches only the rows whose neighbours hold none,
-    instead of every row against the group's kept rows (a 1M-row group on an H200: a cover
-    of 21.9 s). For every group whose graph no other step saves: one group, ``--budget
-    group``, the central round's proposals, token budgets; a group allocated by gains
-    under a document budget saves it itself, for the exchange round too
-    (:func:`~.steps._propose_by_gains`). Not with ``--given`` (the cover does not read the
-    graph then), nor without a cover (``selected_only``), nor where no selector ran
+def keep_graph(job: Any, corpus: Corpus, objective: Any) -> None:
+    """Save the group's graph (``WORK/graphs/NNNNN.npz``) for the steps after the group's
+    own that read it, where one will: the exchange round (a group allocated by gains under
+    a document budget, with ``--exchange-neighbors`` above 0), and the group's cover step,
+    which reads each row's nearest kept row of the group from it and searches only the
+    rows whose neighbours hold none, instead of every row against the group's kept rows (a
+    1M-row group on an H200: a cover of 21.9 s). The cover does not read it with
+    ``--given``, nor runs with ``selected_only``. Nothing is saved where no selector ran
     (``objective`` None: the group keeps none of its rows or all of them, and built no
     graph)."""
     spec = job.spec
-    if spec.run.selected_only or spec.selector.given is not None:
-        return
-    if job.tokens is None and job.propose and job.totals is not None:
-        return  # allocated by gains: its select step saves the graph with its candidates
+    by_gains = job.tokens is None and job.propose and job.totals is not None
+    exchange = by_gains and spec.partition.exchange_neighbors > 0
+    cover = not spec.run.selected_only and spec.selector.given is None
     graph = None if objective is None or not corpus.n_docs else facility_graph(objective)
-    if graph is not None:
-        save_graph(graph, job.dirs.graph(job.group.gid))
+    if graph is None or not (exchange or cover):
+        return
+    if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in place;
+        # store max(sim, floor), which the exchange round, binding it with the same floor,
+        # raises back to max(0, sim - floor) (not twice)
+        idx, sim = graph
+        graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
+    save_graph(graph, job.dirs.graph(job.group.gid))

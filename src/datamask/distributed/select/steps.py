@@ -11,9 +11,8 @@ Layout of a group's files (``OUT`` is ``--output``, ``WORK`` the work dir)::
     WORK/groups/NNNNN.parquet         every row of the group: id, logit, probability, rank,
                                       selected (skipped with ``selected_only``)
     WORK/candidates/NNNNN.parquet     budget="global", round 1: the group's candidates
-    WORK/graphs/NNNNN.npz             the group's neighbour graph (allocated by gains, or one
-                                      group), kept for the exchange round and the cover (which
-                                      deletes it): :mod:`.graphs`
+    WORK/graphs/NNNNN.npz             the group's neighbour graph, kept for the exchange round
+                                      and the cover (which deletes it): :mod:`.graphs`
     WORK/completions/NNNNN            JSON stats; written last, after the group's files
     OUT/selected/part-NNNNN.parquet   the group's kept ids (budget="group", or allocated)
 """
@@ -31,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from ..._memory import peak_rss_mb, release_heap
 from ..._validation import check_corpus
@@ -54,7 +52,7 @@ from ..plan.partition import (
     Group,
 )
 from .given import group_floor, kept_counts
-from .graphs import keep_for_cover, save_graph, saved_graph
+from .graphs import keep_graph, saved_graph
 from .tokens import TokenPlan, select_tokens, wanted_tokens
 
 __all__ = [
@@ -247,7 +245,7 @@ class SelectGroup(Step[GroupJob]):
         )
         if job.totals is not None:  # proposing by gains: the candidates' curve
             gain_curve(corpus, sel, objective, fit_spec, group.seed)
-        keep_for_cover(job, corpus, objective)
+        keep_graph(job, corpus, objective)
         del objective
         fit_s = time.perf_counter() - started - read_s
 
@@ -309,8 +307,8 @@ def _propose_by_gains(
     sel: Selection, job: GroupJob, fit_spec: SelectSpec, corpus: Corpus, ids: pa.Array
 ) -> dict[str, Any]:
     """Write the group's candidates in greedy order with their marginal gains in ``J``
-    units, and its neighbour graph for the exchange round. Returns what the stats add:
-    ``gain_knots`` (what the allocation reads first) and ``centroid``."""
+    units (its graph, for the exchange round: :func:`.graphs.keep_graph`). Returns what
+    the stats add: ``gain_knots`` (what the allocation reads first) and ``centroid``."""
     group, spec, dirs = job.group, job.spec, job.dirs
     assert job.totals is not None  # proposing by gains
     n = corpus.n_docs
@@ -322,14 +320,6 @@ def _propose_by_gains(
     # corpus.features are unit rows: checked after the read
     table = gain_table(ids, order, group.gid, logits, gains, corpus.features, id_col)
     atomic_write_table(table, dirs.candidates(group.gid))
-    graph = sel.meta.pop("neighbor_graph", None)
-    if graph is not None and spec.partition.exchange_neighbors > 0:
-        if corpus.floor is not None:  # given KEPT: the graph was raised by the floor in
-            # place; store max(sim, floor), which the exchange round, binding it with
-            # the same floor, raises back to max(0, sim - floor) (not twice)
-            idx, sim = graph
-            graph = (idx, sim + torch.from_numpy(corpus.floor).to(sim)[:, None])
-        save_graph(graph, dirs.graph(group.gid))
     return {
         "gain_knots": [a.tolist() for a in gain_knots(gains)],
         "centroid": corpus.features.mean(0).tolist(),  # where the exchange round looks

@@ -70,7 +70,7 @@ from ..engine import Step, run_steps
 from ..executors import Runner
 from ..lifecycle import read_marker
 from ..paths import WorkDir
-from .graphs import keep_for_cover
+from .graphs import keep_graph
 
 __all__ = [
     "FillSlack",
@@ -381,7 +381,7 @@ def select_tokens(
     sel, objective = fit_group(corpus, k, fit_spec, seed=group.seed, evaluate=False)
     if by_gains:
         gain_curve(corpus, sel, objective, fit_spec, group.seed)
-    keep_for_cover(job, corpus, objective)
+    keep_graph(job, corpus, objective)
     del objective
     fit_s = time.perf_counter() - started - read_s
     id_col = spec.columns.id_col
