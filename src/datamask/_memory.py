@@ -37,6 +37,7 @@ __all__ = [
     "heap_for_repeats",
     "load_average",
     "measure_peak_rss",
+    "available_bytes",
     "peak_rss_mb",
     "release_heap",
     "rss_mb",
@@ -197,6 +198,18 @@ def cpu_seconds() -> float:
     """User + system CPU time of this process, every thread included."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def available_bytes() -> int | None:
+    """Memory the machine can still give (``MemAvailable``); None where /proc is not."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def load_average() -> float:

@@ -42,7 +42,13 @@ from .distributed.executors import LocalRunner, available_cpus
 from .distributed.runner import run_selection
 from .io.atomic import OutputLock, check_no_overlap, check_writable
 from .io.claim import claim_output
-from .io.datasets import input_column_names, is_save_to_disk, read_input_corpus, resolve_input
+from .io.datasets import (
+    input_column_names,
+    is_save_to_disk,
+    is_sharded,
+    read_input_corpus,
+    resolve_input,
+)
 from .io.fs import check_reachable, is_uri, open_input, resolve
 from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection_digest
 from .io.parquet import corpus_from_table, summary_path, write_selection
@@ -56,17 +62,6 @@ from .pipeline.tokens import token_length_column, token_summary
 from .pipeline.writer import cover_summary, run_record, selection_table, warn_ignored
 
 __all__ = ["is_sharded", "make_runner", "select", "select_table"]
-
-
-def is_sharded(source: Any) -> bool:
-    """A list of files, a folder (not a save_to_disk one) or a glob; a file whose name holds
-    ``[``, ``*`` or ``?`` is taken literally."""
-    if isinstance(source, list | tuple):
-        return True
-    path = str(source)
-    if is_save_to_disk(path):
-        return False
-    return Path(path).is_dir() or literal_or_glob(path) == "glob"
 
 
 def make_runner(spec: SelectSpec) -> Any:

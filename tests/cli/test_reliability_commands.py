@@ -118,13 +118,19 @@ def test_apply_names_a_folder_that_is_not_a_sharded_selection(tmp_path, capsys, 
 
 
 @pytest.mark.slow  # a real sharded select starts a process pool
-def test_a_real_sharded_selection_is_named_as_one_by_report(tmp_path, capsys):
+def test_a_real_sharded_selection_is_reported_and_its_other_folders_refused(tmp_path, capsys):
+    """report reads a sharded run's output folder as a selection (its selected/ rows, its
+    covered/ pairs); a folder inside it is named for what it is."""
     root = tmp_path / "in"
     for s in range(2):
         write_docs(root / f"s{s}.parquet", n=100, seed=s)
     out = _select(root, tmp_path / "sel", partition="shard", budget="group", runner="local")
-    argv = _report(root, out, tmp_path / "rep")
-    check_refused(argv, tmp_path, capsys, "a sharded `datamask select` output; its manifest")
+    assert main([str(a) for a in _report(root, out, tmp_path / "rep")]) == 0
+    assert "200 documents, 1 selection" in capsys.readouterr().out
+    shown = build_report(str(root), [str(out)], progress=False)["selections"][0]
+    assert shown["covers"] and all(0 < c["cosine"] <= 1 for c in shown["covers"])  # covered/
+    argv = _report(root, out / "keep", tmp_path / "rep2")
+    check_refused(argv, tmp_path, capsys, "the keep lists of a `datamask select` output")
 
 
 # --- class 2: a selection is read by its rows, never by its summary -------------------------

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..io.fs import Location, folder_kind
+from ..io.fs import Location
 from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
 from ..io.parquet import SUMMARY_KEY, parquet_errors, read_table
 from ..io.provenance import TRUST_FLAG, id_kind
-from ..io.selection import read_selection_ids, summary_is_current
+from ..io.selection import output_manifest, read_selection_ids, summary_is_current
 from .inputs import _id_batches
 
 
@@ -100,26 +100,7 @@ def _selection_meta(sel: Location) -> tuple[bool, dict[str, Any] | None]:
     if info.type.name == "NotFound":
         raise ValueError(f"--selection {sel.uri!r} does not exist.")
     if info.type.name == "Directory":
-        manifest_loc = sel.join("manifest.json")
-        if not (manifest_loc.is_file() or sel.join("selected").is_dir()):
-            found = folder_kind(sel)
-            raise ValueError(
-                f"--selection {sel.uri!r} is a folder ({found or 'no manifest.json'}), not a "
-                f"sharded `datamask select` output; give {SELECTIONS}."
-            )
-        manifest = _read_json(manifest_loc)
-        if manifest is None and manifest_loc.is_file():
-            raise ValueError(
-                f"{manifest_loc.uri} is not readable JSON; it is not a finished `datamask "
-                "select` output. Rerun the select command that made it."
-            )
-        if manifest is not None and manifest.get("complete") is not True:
-            parts = [f for f in sel.join("selected").walk() if f.path.endswith(".parquet")]
-            raise ValueError(
-                f"--selection {sel.uri!r} is an unfinished `datamask select` run (its "
-                f"manifest.json says complete: false; {len(parts)} selected part(s) so far); "
-                "rerun the same select command to finish it, then apply."
-            )
+        manifest = output_manifest(sel, what="--selection", accepted=SELECTIONS, then="apply")
         return True, manifest
     with parquet_errors(sel.uri, "--selection "), sel.open_input_file() as fh:
         meta = pq.read_schema(fh).metadata or {}

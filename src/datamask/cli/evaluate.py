@@ -1,6 +1,7 @@
 """``datamask evaluate``: score a selection with the objective, every term and diagnostics.
 
 datamask evaluate --input docs.parquet --selection out/selection.parquet
+datamask evaluate --input shards/ --selection out/   # a sharded run, J over every document
 
 The flags are made from the declarations of
 :class:`~datamask.evaluation.evaluate_spec.EvaluateSpec` (and the objective's, the columns');
@@ -41,12 +42,16 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "made under). Prints a table and writes JSON.",
     )
     add_config_argument(p)
-    p.add_argument("--input", help="the parquet the selection was made from")
+    p.add_argument(
+        "--input",
+        help="the parquet file, or the folder or glob of parquet shards, the selection was "
+        "made from (read whole, into memory)",
+    )
     p.add_argument(
         "--selection",
         help="`datamask select` output (parquet with the id column and a boolean "
-        "`selected` column), a parquet of selected ids only, or a text file with "
-        "one id per line",
+        "`selected` column, or a sharded run's output folder), a parquet of selected ids "
+        "only, or a text file with one id per line",
     )
     p.add_argument(
         "--output", default=None, help="JSON report path (default: <selection>.eval.json beside it)"

@@ -58,7 +58,8 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     )
     p.add_argument(
         "--selection",
-        help="`datamask select` output, a parquet of selected ids, or a text file of ids",
+        help="`datamask select` output (a parquet file, or a sharded run's output folder), "
+        "a parquet of selected ids, or a text file of ids",
     )
     p.add_argument(
         "--compare",

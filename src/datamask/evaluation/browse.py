@@ -42,11 +42,9 @@ import pyarrow.parquet as pq
 
 from ..columns import Columns
 from ..io.datasets import input_column_names, input_files
-from ..io.fs import expect_file
 from ..io.keep import IdSet, selection_digest
-from ..io.parquet import read_summary
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
-from ..io.selection import SELECTION_FILES, read_selection_ids, summary_is_current
+from ..io.selection import read_selection_ids, selection_summary, summary_is_current
 from ..io.shards import inspect_shards
 from ..io.text import is_text_type, lengths_from_arrow, text_array
 from .page import REPORT_SECTIONS, render_html, write_report
@@ -71,13 +69,16 @@ COVER_HIGH, COVER_LOW = 4, 2
 
 
 def _cover_pairs(path: str, id_col: str) -> tuple[pa.Array, pa.Array, np.ndarray] | None:
-    """``(dropped ids, their covered_by, covered_sim)`` shown for a selection file: the
+    """``(dropped ids, their covered_by, covered_sim)`` shown for a selection file (a
+    sharded run's output folder: its ``covered/`` dataset): the
     :data:`COVER_HIGH` highest ``covered_sim`` and the :data:`COVER_LOW` lowest, ties by
     row order; None when the file has no cover (ids only, or made before covered_by)."""
-    if not path.endswith(".parquet"):
-        return None
     wanted = [id_col, "selected", "covered_by", "covered_sim"]
-    if not set(wanted) <= set(pq.read_schema(path).names):
+    if Path(path).is_dir():  # a sharded run's: its cover dataset
+        path = str(Path(path) / "covered")
+        if not Path(path).is_dir():
+            return None
+    elif not path.endswith(".parquet") or not set(wanted) <= set(pq.read_schema(path).names):
         return None
     t = pq.read_table(path, columns=wanted)
     t = t.filter(pc.and_(pc.invert(t.column("selected")), pc.is_valid(t.column("covered_by"))))
@@ -87,6 +88,11 @@ def _cover_pairs(path: str, id_col: str) -> tuple[pa.Array, pa.Array, np.ndarray
     rows = np.concatenate([order[:n_high], order[n_high:][::-1][:COVER_LOW][::-1]])
     pick = pa.array(rows.astype(np.int64))
     return t.column(id_col).take(pick), t.column("covered_by").take(pick), sims[rows]
+
+
+def _id_list(path: str) -> bool:
+    """Whether a selection is a text file of ids (compared with the data's as text)."""
+    return not Path(path).is_dir() and not str(path).endswith(".parquet")
 
 
 def _label(path: str, summary: dict[str, Any] | None, taken: set[str]) -> str:
@@ -201,13 +207,12 @@ def _load_selections(run: ReportRun, selections: Sequence[str]) -> None:
     spec, id_col = run.spec, run.cols.id_col
     for i, path in enumerate(selections):
         what = "selection" if i == 0 else "compared selection"
-        expect_file(path, what=what, accepted=SELECTION_FILES)  # before its provenance
+        summary = selection_summary(path, what=what, then="report it")  # then provenance
         if not spec.trust_selection:  # before the passes: is this what it was made from?
             verify_selection_file(path, run.source, split=spec.split)
         elif selection_record(path) is None:
             warn_trust_unused(str(path), "it holds no provenance record to check")
-        summary = read_summary(path) if str(path).endswith(".parquet") else None
-        ids = read_selection_ids(path, id_col=id_col, what=what)
+        ids = read_selection_ids(path, id_col=id_col, what=what, folder=True)
         if len(ids) == 0:
             raise ValueError(f"{path} selects no documents.")
         if not summary_is_current(summary, selection_digest(ids), f"{what} {str(path)!r}"):
@@ -220,7 +225,7 @@ def _load_selections(run: ReportRun, selections: Sequence[str]) -> None:
                 "set": IdSet(ids),
                 "n_ids": len(ids),
                 # a text file lists ids as text: compare them with the data's as text
-                "as_text": pa.types.is_string(ids.type) and not str(path).endswith(".parquet"),
+                "as_text": pa.types.is_string(ids.type) and _id_list(path),
             }
         )
     run.covers = [_cover_pairs(sel["path"], id_col) for sel in run.sels]

@@ -1,11 +1,13 @@
-"""One ``datamask evaluate`` run: :func:`evaluate_file` scores a selection file of an input
-and writes the JSON report, as named phases over one :class:`EvaluateRun`.
+"""One ``datamask evaluate`` run: :func:`evaluate_file` scores a selection of an input (a
+file, or parquet shards read whole) and writes the JSON report, as named phases over one
+:class:`EvaluateRun`.
 
     >>> evaluation_path("out/selection.parquet")
     PosixPath('out/selection.eval.json')
 
 :func:`_open` checks the places before any work (the report never overwrites the data or
-the selection; a folder named as a selection file is refused); :func:`_verify` checks that
+the selection; a folder is refused unless it is a finished sharded ``datamask select``
+output, whose ``selected/`` rows are then scored); :func:`_verify` checks that
 the input is what the selection was made from (docs/provenance.md); :func:`_score` reads the
 corpus and the selection and scores it (and ``given`` when set); the report is written
 atomically under the output's lock.
@@ -13,6 +15,7 @@ atomically under the output's lock.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,11 +23,11 @@ from typing import Any
 from ..columns import Columns
 from ..data import Corpus
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
-from ..io.datasets import input_column_names, is_save_to_disk, read_input_corpus
+from ..io.datasets import input_column_names, is_sharded, read_input_corpus
 from ..io.fs import expect_file
 from ..io.parquet import read_summary
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
-from ..io.selection import SELECTION_FILES, read_selection
+from ..io.selection import SELECTION_FILES, read_selection, selection_summary
 from ..pipeline.given import evaluate_given, read_given
 from .evaluate_spec import EvaluateSpec
 from .scores import LENGTH_COLUMNS, evaluate_selection
@@ -66,10 +69,14 @@ def evaluate_file(
     Parameters
     ----------
     input : str or Path
-        The file (or save_to_disk folder) the selection was made from.
+        The file (or save_to_disk folder), or the parquet shards (a folder or glob), the
+        selection was made from: read whole, into memory (refused, before reading, where
+        its embeddings would not fit).
     selection : str or Path
-        ``datamask select``'s output for one input file, a parquet of selected ids, or a
-        text file of ids (one per line).
+        ``datamask select``'s output for one input file, a sharded run's output folder (its
+        ``selected/`` rows: J computed over every document, not the lower bound its
+        manifest may hold), a parquet of selected ids, or a text file of ids (one per
+        line).
     output : str or Path, optional
         The JSON report (default: ``<selection>.eval.json`` beside it).
     spec : EvaluateSpec, optional
@@ -103,9 +110,9 @@ def _open(
     check_writable(out)
     read = [input, selection, spec.given, spec.given_selection]
     check_no_overlap([out], [path for path in read if path is not None])
-    for path, what in ((selection, "--selection"), (spec.given_selection, "--given-selection")):
-        if path is not None:
-            expect_file(path, what=what, accepted=SELECTION_FILES)
+    selection_summary(selection, what="--selection", then="evaluate it")
+    if spec.given_selection is not None:
+        expect_file(spec.given_selection, what="--given-selection", accepted=SELECTION_FILES)
     return EvaluateRun(spec, str(input), str(selection), out)
 
 
@@ -130,7 +137,7 @@ def _score(run: EvaluateRun) -> dict[str, Any]:
     corpus, columns = read_scored_corpus(
         run.input, spec.columns, split=spec.split, length_col=length_col
     )
-    rows = read_selection(run.selection, corpus.ids, id_col=columns.id_col)
+    rows = read_selection(run.selection, corpus.ids, id_col=columns.id_col, folder=True)
     report = evaluate_selection(
         corpus,
         rows,
@@ -152,8 +159,12 @@ def _score(run: EvaluateRun) -> dict[str, Any]:
 
 
 def _token_record(selection: str) -> dict[str, Any] | None:
-    """The token budget a selection file's summary records (``tokens``: kept, budget,
-    corpus, length_col), or None (a document budget, or a plain list of ids)."""
+    """The token budget a selection's summary (a sharded output's manifest) records
+    (``tokens``: kept, budget, corpus, length_col), or None (a document budget, or a plain
+    list of ids)."""
+    if Path(selection).is_dir():
+        manifest = Path(selection) / "manifest.json"
+        return json.loads(manifest.read_text()).get("tokens") if manifest.is_file() else None
     if not str(selection).endswith(".parquet"):
         return None
     return (read_summary(selection) or {}).get("tokens")
@@ -165,11 +176,12 @@ def read_scored_corpus(
     """The corpus at ``path`` with ``columns`` (names not given: from the preset, else the
     schema), and those columns resolved (what the selection's ids are matched with); one
     length source is read too (``length_col``, else the first of ``LENGTH_COLUMNS``)."""
-    names = input_column_names(path, split=split) if Path(path).exists() else []
+    here = Path(path).exists() or is_sharded(path)
+    names = input_column_names(str(path), split=split) if here else []
     columns = columns.resolve(names, where=str(path))
     extra: list[str] = []
     wanted = [length_col] if length_col else list(LENGTH_COLUMNS)
-    if Path(path).is_file() or is_save_to_disk(path):
+    if here:
         present = [c for c in wanted if c in names]
         if length_col and not present and names:
             raise ValueError(

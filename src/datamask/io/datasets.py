@@ -26,12 +26,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._memory import available_bytes
 from ..columns import Columns
 from ..data import Corpus
-from .parquet import corpus_from_table, parquet_errors, read_corpus
-from .shards import PARQUET_SUFFIXES, list_shards
+from .parquet import (
+    corpus_from_table,
+    corpus_from_tables,
+    feature_width,
+    parquet_errors,
+    read_corpus,
+    read_table,
+)
+from .shards import PARQUET_SUFFIXES, list_shards, literal_or_glob
 
 __all__ = [
+    "is_sharded",
     "SPLIT_NAMES",
     "is_save_to_disk",
     "save_to_disk_files",
@@ -52,6 +61,17 @@ def is_save_to_disk(path: str | Path) -> bool:
     """True for a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``."""
     p = Path(path)
     return p.is_dir() and ((p / "state.json").is_file() or (p / "dataset_dict.json").is_file())
+
+
+def is_sharded(source: Any) -> bool:
+    """A list of files, a folder (not a save_to_disk one) or a glob; a file whose name holds
+    ``[``, ``*`` or ``?`` is taken literally."""
+    if isinstance(source, list | tuple):
+        return True
+    path = str(source)
+    if is_save_to_disk(path):
+        return False
+    return Path(path).is_dir() or literal_or_glob(path) == "glob"
 
 
 def _read_json(path: Path, pick: Callable[[Any], Any]) -> Any:
@@ -236,9 +256,12 @@ def read_input_corpus(
     split: str | None = None,
     extra_cols: Sequence[str] = (),
 ) -> Corpus:
-    """A parquet file (see :func:`~datamask.io.parquet.read_corpus`) or a ``save_to_disk``
-    folder read into a :class:`~datamask.data.Corpus` (not yet validated); ``columns`` not
-    given are resolved against its schema."""
+    """A parquet file (see :func:`~datamask.io.parquet.read_corpus`), a ``save_to_disk``
+    folder, or parquet shards (a folder, glob or list, as ``select`` takes them; read whole,
+    in order, quality scaled over all of them) read into a :class:`~datamask.data.Corpus`
+    (not yet validated); ``columns`` not given are resolved against its schema."""
+    if is_sharded(path):
+        return _read_shards(path, columns, split, extra_cols)
     if not is_save_to_disk(path):
         return read_corpus(path, columns, extra_cols=extra_cols)
     where = str(path)
@@ -249,6 +272,63 @@ def read_input_corpus(
     return corpus_from_table(
         read_save_to_disk(path, wanted + extras, split=split), where, columns, extra_cols=extras
     )
+
+
+def _read_shards(
+    path: Any, columns: Columns | None, split: str | None, extra_cols: Sequence[str]
+) -> Corpus:
+    """:func:`read_input_corpus` of parquet shards (a folder, glob or list), once their
+    rows are known to fit in memory (:func:`_check_fits`)."""
+    many = isinstance(path, list | tuple)
+    source = [str(p) for p in path] if many else str(path)
+    where = f"the {len(source)} input files" if many else str(path)
+    files = list_shards(source) if many else input_files(str(path), split=split)[1]
+    names = input_column_names(source, split=split)
+    columns = (columns or Columns()).resolve(names, where=where)
+    wanted = columns.read
+    extras = [c for c in extra_cols if c in names and c not in wanted]
+    _check_fits(files, columns.feature_col, where)
+    tables = [(read_table(f, wanted + extras), str(f)) for f in files]
+    corpus, _ = corpus_from_tables(tables, columns, source=where, extra_cols=extras)
+    return corpus
+
+
+#: Bytes held per embedding value while shards are read into one corpus: the arrow
+#: column and the float32 matrix made from it.
+_BYTES_PER_VALUE = 8
+
+
+def _check_fits(files: Sequence[Path], feature_col: str, where: str) -> None:
+    """Refuse shards whose embeddings would not fit in the memory available (a corpus read
+    whole), before reading them: counted from their footers."""
+    free = available_bytes()
+    if free is None:
+        return
+    rows, width = 0, 0
+    for f in files:
+        meta = pq.read_metadata(f)
+        rows += meta.num_rows
+        if not width:
+            schema = meta.schema.to_arrow_schema()
+            if feature_col in schema.names:
+                width = feature_width(schema.field(feature_col)) or 0
+    need = rows * max(width, 1) * _BYTES_PER_VALUE
+    if need > free:
+        raise ValueError(
+            f"{where} holds {rows:,} rows of {width}-d embeddings: about {_size(need)} to "
+            f"read whole, more than the {_size(free)} of memory available. Score "
+            "a sample of its shards, or read the J a sharded `datamask select` run "
+            "computed over every document in its manifest.json."
+        )
+
+
+def _size(n_bytes: float) -> str:
+    """A byte count as a message says it.
+
+    >>> _size(3.2e9), _size(5e5)
+    ('3.2 GB', '0.5 MB')
+    """
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.1f} MB"
 
 
 def input_files(path: str, *, split: str | None = None) -> tuple[str, list[Path]]:

@@ -19,6 +19,7 @@ their ids instead.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Sequence
@@ -230,8 +231,14 @@ def warn_trust_unused(selection: str, why: str) -> None:
 
 
 def selection_record(selection: str | Path) -> dict[str, Any] | None:
-    """The ``provenance`` block of a selection parquet's summary; None for a selection
-    without one (a text file of ids, a hand-made parquet of ids, a file made before)."""
+    """The ``provenance`` block of a selection parquet's summary, or of a sharded output
+    folder's manifest; None for a selection without one (a text file of ids, a hand-made
+    parquet of ids, a file made before)."""
+    if Path(selection).is_dir():
+        manifest = Path(selection) / "manifest.json"
+        if not manifest.is_file():
+            return None
+        return json.loads(manifest.read_text()).get("provenance")
     if not Path(selection).is_file():
         return None
     try:

@@ -3,6 +3,7 @@ of ids, as rows of the corpus it was made from (``datamask evaluate``)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,11 +13,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .fs import Location, expect_file, resolve
+from .fs import Location, expect_file, folder_kind, resolve
+from .parquet import read_summary
 from .retry import raise_if_unavailable
 
 __all__ = [
     "SELECTION_FILES",
+    "SELECTIONS",
+    "selection_summary",
+    "output_manifest",
     "read_selection",
     "read_selection_ids",
     "rows_from_ids",
@@ -28,6 +33,59 @@ SELECTION_FILES = (
     "one selection file: the parquet `datamask select` writes for one input file, a "
     "parquet of ids, or a text file of ids (one per line)"
 )
+
+
+#: What ``evaluate`` and ``report`` take as a selection, as refusals say it.
+SELECTIONS = f"{SELECTION_FILES}, or a sharded `datamask select` output folder"
+
+
+def selection_summary(path: str | Path, *, what: str, then: str) -> dict[str, Any] | None:
+    """A selection argument checked before any work, and its summary: a sharded run's
+    output folder (finished: its manifest, :func:`output_manifest`) or a file (the summary
+    of a ``datamask select`` parquet; None for a list of ids). Anything else is refused,
+    named for what it is, with what :data:`SELECTIONS` are accepted."""
+    loc = resolve(str(path), what=what)
+    if loc.is_dir():
+        return output_manifest(loc, what=what, accepted=SELECTIONS, then=then)
+    expect_file(loc, what=what, accepted=SELECTIONS)
+    return read_summary(path) if str(path).endswith(".parquet") else None
+
+
+def output_manifest(loc: Location, *, what: str, accepted: str, then: str) -> dict[str, Any] | None:
+    """The ``manifest.json`` of the folder ``loc``, a finished sharded ``datamask select``
+    output (None for one with ``selected/`` parts but no manifest, made before it).
+
+    Raises
+    ------
+    ValueError
+        ``loc`` is another folder (named for what it is, with what ``what`` ``accepted``),
+        its manifest is not JSON, or the run is unfinished (rerun it, ``then`` do what was
+        asked).
+    """
+    manifest_loc = loc.join("manifest.json")
+    if not (manifest_loc.is_file() or loc.join("selected").is_dir()):
+        found = folder_kind(loc)
+        raise ValueError(
+            f"{what} {loc.uri!r} is a folder ({found or 'no manifest.json'}), not a "
+            f"sharded `datamask select` output; give {accepted}."
+        )
+    if not manifest_loc.is_file():
+        return None
+    try:
+        manifest = json.loads(manifest_loc.read_text())
+    except ValueError:
+        raise ValueError(
+            f"{manifest_loc.uri} is not readable JSON; it is not a finished `datamask "
+            "select` output. Rerun the select command that made it."
+        ) from None
+    if manifest.get("complete") is not True:
+        parts = [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
+        raise ValueError(
+            f"{what} {loc.uri!r} is an unfinished `datamask select` run (its "
+            f"manifest.json says complete: false; {len(parts)} selected part(s) so far); "
+            f"rerun the same select command to finish it, then {then}."
+        )
+    return manifest
 
 
 def summary_is_current(summary: dict[str, Any] | None, rows_digest: str, where: str) -> bool:
@@ -153,9 +211,9 @@ def _parquet_ids(loc: Location, id_col: str) -> pa.Array:
 
 
 def read_selection(
-    path: str | Path, data_ids: np.ndarray, *, id_col: str = "chunk_id"
+    path: str | Path, data_ids: np.ndarray, *, id_col: str = "chunk_id", folder: bool = False
 ) -> np.ndarray:
-    """Rows of the data kept by the selection file ``path`` (any form
-    :func:`read_selection_ids` reads)."""
-    ids = read_selection_ids(path, id_col=id_col).to_pylist()
+    """Rows of the data kept by the selection ``path`` (any form :func:`read_selection_ids`
+    reads; with ``folder``, a sharded output too)."""
+    ids = read_selection_ids(path, id_col=id_col, folder=folder).to_pylist()
     return rows_from_ids(data_ids, ids, str(path))
