@@ -14,8 +14,7 @@ from datamask import make_clustered
 from datamask.cli.main import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
-from datamask.evaluation import evaluate_file
-from datamask.io import datasets
+from datamask.evaluation import evaluate_file, evaluate_run
 from tests._data import write_corpus_shards
 
 ROWS = 600
@@ -92,7 +91,7 @@ def test_other_shards_and_unfinished_runs_are_refused(sharded, tmp_path):
 
 def test_shards_too_large_for_memory_are_refused_before_reading(sharded, tmp_path, monkeypatch):
     root, _, _ = sharded
-    monkeypatch.setattr(datasets, "available_bytes", lambda: 10_000)
-    refused = r"600 rows of 12-d embeddings: about 0.1 MB .* than the 0.0 MB"
+    monkeypatch.setattr(evaluate_run, "available_bytes", lambda: 10_000)
+    refused = r"600 rows of 12-d embeddings: about 0.2 MB to evaluate whole, more than the 0.0 MB"
     with pytest.raises(ValueError, match=refused):
         evaluate_file(root / "in", root / "out", tmp_path / "e.json")

@@ -26,7 +26,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._memory import available_bytes
 from ..columns import Columns
 from ..data import Corpus
 from .parquet import (
@@ -40,6 +39,7 @@ from .parquet import (
 from .shards import PARQUET_SUFFIXES, list_shards, literal_or_glob
 
 __all__ = [
+    "embedding_size",
     "is_sharded",
     "SPLIT_NAMES",
     "is_save_to_disk",
@@ -277,58 +277,38 @@ def read_input_corpus(
 def _read_shards(
     path: Any, columns: Columns | None, split: str | None, extra_cols: Sequence[str]
 ) -> Corpus:
-    """:func:`read_input_corpus` of parquet shards (a folder, glob or list), once their
-    rows are known to fit in memory (:func:`_check_fits`)."""
-    many = isinstance(path, list | tuple)
-    source = [str(p) for p in path] if many else str(path)
-    where = f"the {len(source)} input files" if many else str(path)
-    files = list_shards(source) if many else input_files(str(path), split=split)[1]
+    """:func:`read_input_corpus` of parquet shards (a folder, glob or list)."""
+    source, files = _shards(path, split)
+    where = str(path) if isinstance(source, str) else f"the {len(source)} input files"
     names = input_column_names(source, split=split)
     columns = (columns or Columns()).resolve(names, where=where)
     wanted = columns.read
     extras = [c for c in extra_cols if c in names and c not in wanted]
-    _check_fits(files, columns.feature_col, where)
     tables = [(read_table(f, wanted + extras), str(f)) for f in files]
     corpus, _ = corpus_from_tables(tables, columns, source=where, extra_cols=extras)
     return corpus
 
 
-#: Bytes held per embedding value while shards are read into one corpus: the arrow
-#: column and the float32 matrix made from it.
-_BYTES_PER_VALUE = 8
+def _shards(path: Any, split: str | None) -> tuple[str | list[str], list[Path]]:
+    """Parquet shards (a folder, glob or list) as a source :func:`input_column_names`
+    takes, and their files in order."""
+    if isinstance(path, list | tuple):
+        source = [str(p) for p in path]
+        return source, list_shards(source)
+    return str(path), input_files(str(path), split=split)[1]
 
 
-def _check_fits(files: Sequence[Path], feature_col: str, where: str) -> None:
-    """Refuse shards whose embeddings would not fit in the memory available (a corpus read
-    whole), before reading them: counted from their footers."""
-    free = available_bytes()
-    if free is None:
-        return
+def embedding_size(source: Any, feature_col: str, *, split: str | None = None) -> tuple[int, int]:
+    """Rows and embedding width of parquet shards (a folder, glob or list), from their
+    footers: no row is read."""
     rows, width = 0, 0
-    for f in files:
+    for f in _shards(source, split)[1]:
         meta = pq.read_metadata(f)
         rows += meta.num_rows
-        if not width:
-            schema = meta.schema.to_arrow_schema()
-            if feature_col in schema.names:
-                width = feature_width(schema.field(feature_col)) or 0
-    need = rows * max(width, 1) * _BYTES_PER_VALUE
-    if need > free:
-        raise ValueError(
-            f"{where} holds {rows:,} rows of {width}-d embeddings: about {_size(need)} to "
-            f"read whole, more than the {_size(free)} of memory available. Score "
-            "a sample of its shards, or read the J a sharded `datamask select` run "
-            "computed over every document in its manifest.json."
-        )
-
-
-def _size(n_bytes: float) -> str:
-    """A byte count as a message says it.
-
-    >>> _size(3.2e9), _size(5e5)
-    ('3.2 GB', '0.5 MB')
-    """
-    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.1f} MB"
+        schema = meta.schema.to_arrow_schema()
+        if not width and feature_col in schema.names:
+            width = feature_width(schema.field(feature_col)) or 0
+    return rows, width
 
 
 def input_files(path: str, *, split: str | None = None) -> tuple[str, list[Path]]:
