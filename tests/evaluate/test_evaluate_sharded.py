@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -95,3 +96,38 @@ def test_shards_too_large_for_memory_are_refused_before_reading(sharded, tmp_pat
     refused = r"600 rows of 12-d embeddings: about 0.2 MB to evaluate whole, more than the 0.0 MB"
     with pytest.raises(ValueError, match=refused):
         evaluate_file(root / "in", root / "out", tmp_path / "e.json")
+
+
+def test_a_token_budget_run_is_scored_per_token(tmp_path):
+    """Under a token budget the objective is J per token, as the run's manifest reports it
+    (quality per budget token, coverage per token): exact here, against brute force, and
+    never below the manifest's, a lower bound."""
+    corpus = make_clustered(ROWS, 12, 6, seed=7)
+    paths = write_corpus_shards(tmp_path / "in", corpus, 3)
+    rng = np.random.default_rng(0)
+    lengths = []
+    for path in paths:
+        table = pq.read_table(path)
+        n_chars = rng.integers(50, 3000, table.num_rows)
+        pq.write_table(table.append_column("n_chars", pa.array(n_chars)), path)
+        lengths.append(n_chars)
+    lengths = np.concatenate(lengths).astype(np.float64)
+    spec = SelectSpec.from_mapping(
+        {"partition": "cluster", "chunk_size": 200, "n_epochs": 20}
+        | {"select_token_ratio": 0.1, "length_col": "n_chars"}
+    )
+    out = tmp_path / "out"
+    manifest = run_selection(tmp_path / "in", out, spec, runner=LocalRunner(workers=1))
+    report = evaluate_file(tmp_path / "in", out, tmp_path / "e.json")
+    budget = manifest["tokens"]["budget"]
+    assert report["objective"]["per"] == "token"
+    assert report["objective"]["budget_tokens"] == budget
+    chosen = set(pq.read_table(out / "selected").column("chunk_id").to_pylist())
+    kept = np.flatnonzero([i in chosen for i in corpus.ids])
+    x = np.asarray(corpus.features, dtype=np.float64)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cover = (x @ x[kept].T).max(1).clip(min=0)
+    quality = (corpus.normalized_quality()[kept] * lengths[kept]).sum() / budget
+    j = 0.5 * quality + 0.5 * (lengths * cover).sum() / lengths.sum()
+    assert report["objective"]["J"] == pytest.approx(j, abs=1e-6)
+    assert report["objective"]["J"] >= manifest["terms"]["J"] - 1e-6

@@ -149,6 +149,7 @@ def _score(run: EvaluateRun) -> dict[str, Any]:
         dup_thresholds=spec.dup_thresholds,
         dup_search=spec.dup_search,
         progress=spec.progress,
+        budget_tokens=None if budget is None else budget.get("budget"),
     )
     report["selection"] = run.selection
     if budget is not None and report["length"] is not None:

@@ -18,7 +18,7 @@ import torch
 
 from .._device import resolve_device
 from .._validation import check_corpus
-from ..budget import LENGTH_COLUMNS
+from ..budget import LENGTH_COLUMNS, TokenBudget
 from ..data import Corpus
 from ..io.selection import read_selection, rows_from_ids
 from ..io.text import lengths_from_arrow
@@ -122,6 +122,7 @@ def evaluate_selection(
     dup_search: str = "auto",
     dup_all: bool = True,
     progress: bool = False,
+    budget_tokens: float | None = None,
 ) -> dict[str, Any]:
     """Score the rows ``selected`` of ``corpus``.
 
@@ -153,6 +154,11 @@ def evaluate_selection(
     progress : bool, default=False
         A progress bar (stderr) over the whole input's pair search, the long loop (O(N^2 d)
         exact, up to 100,000 rows by default).
+    budget_tokens : float, optional
+        The token budget T the selection was made under: the objective is then bound with
+        it, every document counting by its length (``length_col``), and its terms and J
+        are per token, as the selection's own run reports them (``objective["per"]``:
+        ``"token"``). The diagnostics (``metrics``) stay per document.
 
     Returns
     -------
@@ -170,7 +176,10 @@ def evaluate_selection(
     n, k = corpus.n_docs, len(rows)
     dev = resolve_device(device)
     objective, settings = _objective_settings(objective, algorithm, lamb)
-    objective.bind(corpus, k, dev)
+    budget = _token_budget(corpus, length_col, budget_tokens)
+    if budget is not None:
+        settings.update(per="token", budget_tokens=budget.total)
+    objective.bind(corpus, k, dev, budget=budget)
     terms = {name: float(v) for name, v in objective.term_values(rows).items()}
     metrics = _metrics(objective, rows, dev)
     mask = np.zeros(n, dtype=bool)
@@ -206,6 +215,22 @@ def _redundancy(
         return {"selected": selected, "all": None}
     every = redundancy(x, thresholds=thresholds, method=dup_search, progress=progress)
     return {"selected": selected, "all": every}
+
+
+def _token_budget(
+    corpus: Corpus, length_col: str | None, total: float | None
+) -> TokenBudget | None:
+    """The token budget the objective is bound with (its lengths: :func:`_lengths`), or
+    None for a document budget."""
+    if total is None:
+        return None
+    found = _lengths(corpus, length_col)
+    if found is None:
+        raise ValueError(
+            f"a token budget's J counts each document by its length; no length column "
+            f"({length_col or ', '.join(LENGTH_COLUMNS)}) was read from {corpus.source}."
+        )
+    return TokenBudget(found[1], float(total))
 
 
 def _checked_rows(selected: np.ndarray, n: int) -> np.ndarray:
@@ -315,8 +340,9 @@ def format_report(report: dict[str, Any]) -> str:
     rows: list[tuple[str, str, str]] = [
         ("documents", f"{report['k']}", f"{report['n_docs']}"),
     ]
+    per = " per token" if report["objective"].get("per") == "token" else ""
     for name, value in report["objective"]["terms"].items():
-        label = "objective J" if name == "J" else f"term {name}"
+        label = f"objective J{per}" if name == "J" else f"term {name}{per}"
         rows.append((label, f"{value:.4f}", ""))
     rows += [
         ("quality mean (normalised)", f"{m['quality_mean']:.4f}", f"{m['quality_mean_all']:.4f}"),
