@@ -117,6 +117,13 @@ def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch, capsys):
                  f"{uri}/kept", "--removed", f"{uri}/rm", "--removed-format", "curator",
                  "--no-progress"]) == 0  # fmt: skip
     assert "using keep lists" in capsys.readouterr().out  # select's lists, read from S3
+    # evaluate reads the shards and the run's folder from S3, its provenance checked there
+    assert main(["evaluate", "--input", f"{uri}/data/", "--selection", f"{uri}/sel",
+                 "--format", "json"]) == 0  # fmt: skip
+    report = json.loads(_get(client, "sel.eval.json"))
+    manifest = json.loads(_get(client, "sel/manifest.json"))
+    assert report["k"] == len(selected) and report["provenance"]["verified_files"] == 3
+    assert report["objective"]["J"] >= manifest["terms"]["J"] - 1e-6
     removed = set()
     for key, table in shards.items():
         mask = pc.is_in(table.column("chunk_id"), pa.array(sorted(selected)))

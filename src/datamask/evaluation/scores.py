@@ -152,13 +152,10 @@ def evaluate_selection(
     dup_all : bool, default=True
         Also measure the whole input (``redundancy["all"]``; None when False).
     progress : bool, default=False
-        A progress bar (stderr) over the whole input's pair search, the long loop (O(N^2 d)
-        exact, up to 100,000 rows by default).
+        A progress bar (stderr) over the whole input's pair search, the long loop.
     budget_tokens : float, optional
-        The token budget T the selection was made under: the objective is then bound with
-        it, every document counting by its length (``length_col``), and its terms and J
-        are per token, as the selection's own run reports them (``objective["per"]``:
-        ``"token"``). The diagnostics (``metrics``) stay per document.
+        The token budget the selection was made under: terms and J per token, as its run
+        reports them (``objective["per"]``); the ``metrics`` stay per document.
 
     Returns
     -------
@@ -173,31 +170,47 @@ def evaluate_selection(
     thresholds = check_thresholds(dup_thresholds)
     corpus = check_corpus(corpus)
     rows = _checked_rows(selected, corpus.n_docs)
-    n, k = corpus.n_docs, len(rows)
-    dev = resolve_device(device)
-    objective, settings = _objective_settings(objective, algorithm, lamb)
-    budget = _token_budget(corpus, length_col, budget_tokens)
-    if budget is not None:
-        settings.update(per="token", budget_tokens=budget.total)
-    objective.bind(corpus, k, dev, budget=budget)
-    terms = {name: float(v) for name, v in objective.term_values(rows).items()}
-    metrics = _metrics(objective, rows, dev)
+    n, k, dev = corpus.n_docs, len(rows), resolve_device(device)
+    objective, scored = _scored(
+        corpus, rows, dev, objective, algorithm, lamb, length_col, budget_tokens
+    )
     mask = np.zeros(n, dtype=bool)
     mask[rows] = True
-    quality_columns = _quality_columns(corpus, mask)
-    length = _length_section(corpus, length_col, mask)
-    dup = _redundancy(objective.features_, rows, thresholds, dup_search, dup_all, progress)
     return {
         "source": corpus.source,
         "n_docs": n,
         "k": k,
         "select_ratio": k / n,
-        "objective": {**settings, "terms": terms, "J": terms["J"]},
-        "metrics": metrics,
-        "quality_columns": quality_columns,
-        "length": length,
-        "redundancy": dup,
+        "objective": scored,
+        "metrics": _metrics(objective, rows, dev),
+        "quality_columns": _quality_columns(corpus, mask),
+        "length": _length_section(corpus, length_col, mask),
+        "redundancy": _redundancy(
+            objective.features_, rows, thresholds, dup_search, dup_all, progress
+        ),
     }
+
+
+def _scored(
+    corpus: Corpus,
+    rows: np.ndarray,
+    dev: torch.device,
+    objective: Objective | None,
+    algorithm: str | Sequence[str] | None,
+    lamb: float | None,
+    length_col: str | None,
+    budget_tokens: float | None,
+) -> tuple[Objective, dict[str, Any]]:
+    """The objective bound to ``corpus`` and the report's ``objective``: its settings, its
+    terms over ``rows`` and ``J``; per token under a token budget (the objective the
+    selection was made under)."""
+    objective, settings = _objective_settings(objective, algorithm, lamb)
+    budget = _token_budget(corpus, length_col, budget_tokens)
+    if budget is not None:
+        settings.update(per="token", budget_tokens=budget.total)
+    objective.bind(corpus, len(rows), dev, budget=budget)
+    terms = {name: float(v) for name, v in objective.term_values(rows).items()}
+    return objective, {**settings, "terms": terms, "J": terms["J"]}
 
 
 def _redundancy(

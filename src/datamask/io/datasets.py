@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from ..columns import Columns
 from ..data import Corpus
+from .fs import Location, storage_path
 from .parquet import (
     corpus_from_table,
     corpus_from_tables,
@@ -64,11 +65,14 @@ def is_save_to_disk(path: str | Path) -> bool:
 
 
 def is_sharded(source: Any) -> bool:
-    """A list of files, a folder (not a save_to_disk one) or a glob; a file whose name holds
-    ``[``, ``*`` or ``?`` is taken literally."""
+    """A list of files, a folder (not a save_to_disk one) or a glob, local or remote; a file
+    whose name holds ``[``, ``*`` or ``?`` is taken literally."""
     if isinstance(source, list | tuple):
         return True
     path = str(source)
+    loc = storage_path(path)
+    if isinstance(loc, Location):  # a URI: a glob in its path, or a folder
+        return literal_or_glob(loc.path) == "glob" or loc.is_dir()
     if is_save_to_disk(path):
         return False
     return Path(path).is_dir() or literal_or_glob(path) == "glob"
