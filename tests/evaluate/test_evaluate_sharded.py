@@ -16,6 +16,7 @@ from datamask.cli.main import main
 from datamask.config import SelectSpec
 from datamask.distributed import LocalRunner, run_selection
 from datamask.evaluation import evaluate_file, evaluate_run
+from datamask.io.selection import selection_summary
 from tests._data import write_corpus_shards
 
 ROWS = 600
@@ -131,3 +132,17 @@ def test_a_token_budget_run_is_scored_per_token(tmp_path):
     j = 0.5 * quality + 0.5 * (lengths * cover).sum() / lengths.sum()
     assert report["objective"]["J"] == pytest.approx(j, abs=1e-6)
     assert report["objective"]["J"] >= manifest["terms"]["J"] - 1e-6
+
+
+def test_a_selection_argument_is_checked_before_any_work(sharded, tmp_path):
+    """A finished run's folder gives its manifest; a folder that looks like one but holds
+    neither a manifest nor selected parts, or any other folder, is refused by name."""
+    root, _, manifest = sharded
+    read = selection_summary(root / "out", what="--selection", then="x")
+    assert read["complete"] and read["selection_digest"] == manifest["selection_digest"]
+    empty = tmp_path / "empty"
+    (empty / "selected").mkdir(parents=True)
+    with pytest.raises(ValueError, match="without manifest.json or selected parts"):
+        selection_summary(empty, what="--selection", then="x")
+    with pytest.raises(ValueError, match=r"is a folder \(no manifest.json\), not a sharded"):
+        selection_summary(tmp_path, what="--given-selection", then="x")

@@ -25,10 +25,9 @@ from ..columns import Columns
 from ..data import Corpus
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
 from ..io.datasets import embedding_size, input_column_names, is_sharded, read_input_corpus
-from ..io.fs import expect_file
 from ..io.parquet import read_summary
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
-from ..io.selection import SELECTION_FILES, read_selection, selection_summary
+from ..io.selection import read_selection, selection_summary
 from ..pipeline.given import evaluate_given, read_given
 from .evaluate_spec import EvaluateSpec
 from .scores import LENGTH_COLUMNS, evaluate_selection
@@ -112,8 +111,8 @@ def _open(
     read = [input, selection, spec.given, spec.given_selection]
     check_no_overlap([out], [path for path in read if path is not None])
     selection_summary(selection, what="--selection", then="evaluate it")
-    if spec.given_selection is not None:
-        expect_file(spec.given_selection, what="--given-selection", accepted=SELECTION_FILES)
+    if spec.given_selection is not None:  # as select reads it: a run's folder too
+        selection_summary(spec.given_selection, what="--given-selection", then="evaluate")
     return EvaluateRun(spec, str(input), str(selection), out)
 
 

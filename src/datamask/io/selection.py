@@ -69,7 +69,12 @@ def output_manifest(loc: Location, *, what: str, accepted: str, then: str) -> di
             f"{what} {loc.uri!r} is a folder ({found or 'no manifest.json'}), not a "
             f"sharded `datamask select` output; give {accepted}."
         )
-    if not manifest_loc.is_file():
+    if not manifest_loc.is_file():  # made before the manifest: its parts, if any
+        if not any(f.path.endswith(".parquet") for f in loc.join("selected").walk()):
+            raise ValueError(
+                f"{what} {loc.uri!r} is a folder (a sharded `datamask select` output without "
+                f"manifest.json or selected parts: an unfinished run); give {accepted}."
+            )
         return None
     try:
         manifest = json.loads(manifest_loc.read_text())
