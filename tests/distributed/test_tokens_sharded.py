@@ -105,6 +105,12 @@ def test_sharded_j_close_to_one_file(tmp_path):
     manifest = run_selection(shards, tmp_path / "out", sharded, progress=False)
     assert manifest["totals"]["n_groups"] > 1
     assert manifest["budget"]["allocation"] == "gains"
+    # the exchange round re-priced every group above its lower neighbours' kept rows, per
+    # token, and the parts were written from its candidates
+    assert manifest["budget"]["global_round"]["seconds"]["exchange"] > 0
+    exchanged = sorted((tmp_path / "out" / "_work" / "exchange").glob("[0-9]*.parquet"))
+    assert len(exchanged) == manifest["totals"]["n_groups"]
+    assert {"length", "price"} <= set(pq.read_schema(exchanged[-1]).names)
     j_one = _exact_j(table, one_ids, spec)
     j_sharded = _exact_j(table, _kept_ids(tmp_path / "out"), spec)
     assert j_sharded >= 0.998 * j_one
@@ -187,3 +193,37 @@ def test_groups_allocated_by_gains_per_token_cover_from_their_graphs(tmp_path):
     assert manifest["totals"]["n_groups"] > 1 and manifest["budget"]["allocation"] == "gains"
     assert cover["routes"]["graph"] > 0 and cover["exact"] == cover["rows"] == 300
     assert not list((tmp_path / "out" / "_work").glob("graphs/*.npz"))
+
+
+def test_a_saved_graph_holds_cosines_under_a_token_budget(tmp_path):
+    """The graph a group saves for the exchange round and its cover holds each pair's
+    cosine, not the token budget's weighted rows: binding weighs it again (it was weighed
+    twice, and the exchange round's prices per token with it)."""
+    from types import SimpleNamespace
+
+    from datamask.budget import TokenBudget
+    from datamask.data import Corpus
+    from datamask.distributed.paths import WorkDir
+    from datamask.distributed.select.graphs import keep_graph, saved_graph
+    from datamask.objectives.facility_location import facility_term
+
+    table = _corpus(3, n=200)
+    x = np.asarray(table.column("feature_arr").to_pylist(), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    lengths = table.column("n_chars").to_numpy().astype(np.float64)
+    corpus = Corpus(ids=np.arange(200), quality=np.ones((200, 1)), features=x)
+    objective = _spec().objective.make()
+    objective.bind(corpus, 20, "cpu", budget=TokenBudget(lengths, 0.1 * lengths.sum()))
+    facility_term(objective).build_graph()  # as the selector's fit builds it
+    job = SimpleNamespace(
+        spec=_spec(),
+        propose=True,
+        totals=(1.0, 1.0),
+        tokens=object(),
+        dirs=WorkDir.of(tmp_path / "out"),
+        group=SimpleNamespace(gid=0),
+    )
+    keep_graph(job, corpus, objective)
+    idx, sims = saved_graph(job.dirs.graph(0))
+    cosines = np.einsum("ij,ikj->ik", x, x[idx.numpy()]).clip(min=0)
+    np.testing.assert_allclose(sims.numpy(), cosines, atol=1e-5)

@@ -21,6 +21,13 @@ SHARDED.md``). After the first allocation every group re-prices its candidates o
 4. The driver allocates the budget again over the new curves and writes the parts from
    them (:mod:`..runner`).
 
+Under a token budget the same round runs after the price settles
+(:func:`~.rounds.allocate_tokens_round`): the neighbours' kept rows are the prefixes the
+price kept (not the few rows its fill added), the objective is bound with the group's
+proposed tokens, the candidates are ordered by gain per token (the cost-benefit lazy
+greedy) and priced again (:func:`~.gains.with_prices`), and one price over the new
+candidates keeps the budget.
+
 Files: ``WORK/exchange/NNNNN.parquet`` (the candidates re-ordered, the layout of
 ``WORK/candidates/``) and its marker ``WORK/exchange/NNNNN.json`` (knots), written last.
 """
@@ -41,6 +48,7 @@ import torch
 from ..._device import accelerator, resolve_device
 from ..._memory import bound_heap, peak_rss_mb, release_heap
 from ..._validation import check_corpus
+from ...budget import TokenBudget
 from ...config import SelectSpec
 from ...greedy.lazy import gain_order
 from ...io.parquet import atomic_write_table, features_matrix, read_table
@@ -56,7 +64,14 @@ from ..select.given import group_floor
 from ..select.graphs import saved_graph
 from ..select.steps import read_group
 from .allocate import allocate_counts, knots_of, read_gains
-from .gains import gain_knots, gain_table, gains_in_j_units, group_spec, monotone
+from .gains import (
+    gain_knots,
+    gain_table,
+    gains_in_j_units,
+    group_spec,
+    monotone,
+    with_prices,
+)
 
 __all__ = [
     "EXACT_NEIGHBORS_MAX",
@@ -66,6 +81,7 @@ __all__ = [
     "ExchangeJob",
     "exchange_neighbors",
     "exchange_round",
+    "exchange_steps",
 ]
 
 
@@ -160,14 +176,16 @@ def _floors(
 class ExchangeJob:
     """One group's exchange: its neighbours ``(gid, m)`` (a neighbouring group and how
     many of its candidates the first allocation kept), the run's spec and work dir, the
-    corpus-wide quality range and the ``(k, N)`` of the rate."""
+    corpus-wide quality range and the ``(k, N)`` of the rate (``(T, L)`` in tokens);
+    ``budget_tokens``: under a token budget, the tokens the group proposed."""
 
     group: Group
     neighbors: tuple[tuple[int, int], ...]
     spec: SelectSpec
     dirs: WorkDir
     quality_range: QualityRange
-    totals: tuple[int, int]
+    totals: tuple[float, float]
+    budget_tokens: float | None = None
 
 
 class ExchangeGroup(Step[ExchangeJob]):
@@ -240,32 +258,20 @@ def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarra
     floor = _floors(x, kept, accelerator(spec.selector.device))
     floors_s = time.perf_counter() - started - read_s
     # 3. The group's objective at the rate it proposed with, coverage above the floor.
-    c = len(rows)
-    fit = group_spec(spec, c, n, *totals)
-    objective = fit.objective.make()
-    saved = facility_term(objective)
-    if saved is not None:  # the graph the group's learner used, when its step saved it
-        saved.graph = saved_graph(dirs.graph(group.gid))
-    objective = objective.bind(  # bound as the group's selector bound it
-        corpus,
-        c,
-        resolve_device(spec.selector.device),
-        seed=group.seed,
-        max_neighbors=SELECTORS[spec.selector.method].max_neighbors,
-    )
+    objective, lamb_g, c, size, sizes, saved = _group_objective(job, corpus, len(rows))
     for _, term in objective.terms:
         if isinstance(term, FacilityLocation):
             term.raise_floor(floor)  # builds the graph first
     graph_s = time.perf_counter() - started - read_s - floors_s
-    order, raw = gain_order(objective, rows)
+    order, raw = gain_order(objective, rows, sizes=sizes)  # per token: cost-benefit
     order_s = time.perf_counter() - started - read_s - floors_s - graph_s
-    lamb, lamb_g = spec.objective.lamb, fit.objective.lamb
-    gains = monotone(gains_in_j_units(raw, lamb, lamb_g, c, n, *totals))
+    gains = gains_in_j_units(raw, spec.objective.lamb, lamb_g, c, size, *totals)
+    if sizes is None:  # per token the prices are made non-increasing (with_prices)
+        gains = monotone(gains)
     logits = np.zeros(n, np.float32)
     logits[rows] = own.column("logit").to_numpy()
-    atomic_write_table(
-        gain_table(ids, order, group.gid, logits, gains, corpus.features, id_col), out
-    )
+    table = gain_table(ids, order, group.gid, logits, gains, corpus.features, id_col)
+    atomic_write_table(table if sizes is None else with_prices(table, gains, sizes[order]), out)
     stats = {
         "gid": group.gid,
         "floors": int((floor > 0).sum()),
@@ -282,6 +288,37 @@ def _reprice(own: pa.Table, job: ExchangeJob, started: float) -> tuple[np.ndarra
     return gains, stats
 
 
+def _group_objective(
+    job: ExchangeJob, corpus: Any, n_candidates: int
+) -> tuple[Any, float, float, float, np.ndarray | None, Any]:
+    """The group's objective bound as its select step bound it, with its saved graph:
+    ``(objective, group lamb, c, n, sizes, facility term)``, ``c`` and ``n`` what its gains
+    were put in ``J`` units with (candidates and rows; under a token budget the tokens it
+    proposed and its tokens, ``sizes`` its lengths, gains per token)."""
+    spec, group = job.spec, job.group
+    budget, sizes, k = None, None, n_candidates
+    c, size = n_candidates, corpus.n_docs
+    if job.budget_tokens is not None:
+        sizes = np.asarray(corpus.lengths, dtype=np.float64)
+        c, size = float(job.budget_tokens), float(sizes.sum())
+        budget = TokenBudget(sizes, c)
+        k = budget.expected_count()
+    fit = group_spec(spec, c, size, *job.totals)
+    objective = fit.objective.make()
+    saved = facility_term(objective)
+    if saved is not None:  # the graph the group's learner used, when its step saved it
+        saved.graph = saved_graph(job.dirs.graph(group.gid))
+    objective = objective.bind(  # bound as the group's selector bound it
+        corpus,
+        k,
+        resolve_device(spec.selector.device),
+        seed=group.seed,
+        max_neighbors=SELECTORS[spec.selector.method].max_neighbors,
+        budget=budget,
+    )
+    return objective, fit.objective.lamb, c, size, sizes, saved
+
+
 def exchange_round(
     run: RunContext,
     groups: list[Group],
@@ -295,29 +332,45 @@ def exchange_round(
     the cover of its nearest lower groups' kept rows, then the budget ``k_total`` is
     allocated again. ``totals`` is the ``(k, N)`` of the rate
     (:func:`~..select.given.rate_totals`)."""
+    done = exchange_steps(run, groups, counts, centroids, quality_range, totals)
+    return allocate_counts(
+        [knots_of(done[g.gid]) for g in groups],
+        [g.k for g in groups],
+        lambda i, lo, hi: read_gains(run.dirs.exchange(groups[i].gid), lo, hi),
+        k_total,
+    )
+
+
+def exchange_steps(
+    run: RunContext,
+    groups: list[Group],
+    counts: np.ndarray,
+    centroids: dict[int, Any],
+    quality_range: QualityRange,
+    totals: tuple[float, float],
+    budgets: dict[int, float] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """Every group's :class:`ExchangeGroup` step (its neighbours: the nearest lower groups
+    by ``centroids``, with the ``counts`` of candidates the allocation kept of them); under
+    a token budget ``budgets`` holds the tokens each group proposed. Returns the steps'
+    stats by gid; the re-ordered candidates are in ``WORK/exchange/``."""
     near = exchange_neighbors(  # it stacks them into its own copy: no second one here
         [centroids[g.gid] for g in groups], run.spec.partition.exchange_neighbors
     )
-    dirs = run.dirs
     jobs = [
         ExchangeJob(
             g,
             tuple((groups[h].gid, int(counts[h])) for h in near[i]),
             run.spec,
-            dirs,
+            run.dirs,
             quality_range,
             totals,
+            None if budgets is None else float(budgets[g.gid]),
         )
         for i, g in enumerate(groups)
     ]
     results = run_steps(run.runner, ExchangeGroup(), jobs, progress=run.progress)
-    done = {r["gid"]: r for r in results}
-    return allocate_counts(
-        [knots_of(done[g.gid]) for g in groups],
-        [g.k for g in groups],
-        lambda i, lo, hi: read_gains(dirs.exchange(groups[i].gid), lo, hi),
-        k_total,
-    )
+    return {r["gid"]: r for r in results}
 
 
 def exchange_applies(spec: SelectSpec) -> bool:

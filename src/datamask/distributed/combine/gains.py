@@ -31,6 +31,7 @@ __all__ = [
     "gains_in_j_units",
     "group_spec",
     "monotone",
+    "with_prices",
 ]
 
 
@@ -131,3 +132,12 @@ def gain_table(
             "features": features_column(features[order]),
         }
     )
+
+
+def with_prices(table: pa.Table, gains: np.ndarray, lengths: np.ndarray) -> pa.Table:
+    """A token budget's candidates (``table``, :func:`gain_table`'s, in pick order) with
+    each one's ``length`` (``lengths``, in that order) and ``price``: its gain per token,
+    made non-increasing (:func:`monotone`), what the allocation by gains per token reads."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    price = monotone(np.asarray(gains, np.float64) / lengths)
+    return table.append_column("length", pa.array(lengths)).append_column("price", pa.array(price))

@@ -41,7 +41,7 @@ from .allocate import (
     read_gains,
     saturated,
 )
-from .exchange import exchange_applies, exchange_round
+from .exchange import exchange_applies, exchange_round, exchange_steps
 
 __all__ = ["allocate_round", "allocate_tokens_round", "central_round", "select_round"]
 
@@ -213,38 +213,26 @@ def allocate_tokens_round(
 ) -> dict[str, Any]:
     """Round 2 of a token budget allocated by gains per token (:mod:`..select.tokens`): one price
     over every group's candidates (:func:`~..select.tokens.allocate_tokens`), again after groups
-    whose every candidate was kept propose twice their tokens, then every group's kept
-    prefix written as its part; the marker last (its ``tokens_kept``)."""
+    whose every candidate was kept propose twice their tokens; then, as under a document
+    budget, the exchange round (every group re-prices its candidates above its lower
+    neighbours' kept rows, :mod:`.exchange`) and the price again; every group's kept prefix
+    written as its part; the marker last (its ``tokens_kept``)."""
     dirs = run.dirs
     done = read_marker(dirs.global_marker())
     if done is not None:
         return {**done, "reused": True}
-    started, rounds = time.perf_counter(), 1
-    while True:
-        tables = [read_table(dirs.candidates(g.gid), columns=["price", "length"]) for g in groups]
-        prices = [t.column("price").to_numpy() for t in tables]
-        lengths = [t.column("length").to_numpy() for t in tables]
-        counts, filled, kept = allocate_tokens(prices, lengths, plan.total)
-        cut_off = [
-            i
-            for i, (g, m, f, t) in enumerate(zip(groups, counts, filled, tables, strict=True))
-            if 0 < t.num_rows == m + len(f) < g.n
-        ]
-        if not cut_off:
-            break
-        for i in cut_off:  # its curve may go on above the price: twice its tokens
-            gid = groups[i].gid
-            ask_for_tokens(dirs, gid, 2.0 * stats[gid]["tokens"]["budget"])
-        fresh: dict[int, dict[str, Any]] = {}
-        again = [groups[i] for i in cut_off]
-        desc = f"propose more ({rounds})"
-        select_round(
-            run, again, quality_range, fresh, propose=True, totals=totals, desc=desc, tokens=plan
-        )
-        for gid, s in fresh.items():
-            s["earlier"] = earlier_proposals(stats[gid])
-        stats.update(fresh)
-        rounds += 1
+    started = time.perf_counter()
+    (counts, filled, kept, prices), rounds = _settle_tokens(
+        run, groups, quality_range, stats, plan, totals
+    )
+    source, exchange_started = WorkDir.candidates, time.perf_counter()
+    if exchange_applies(run.spec):  # coverage across borders, priced per token
+        centroids = _centroids(groups, stats)
+        budgets = {g.gid: float(stats[g.gid]["tokens"]["budget"]) for g in groups}
+        exchange_steps(run, groups, counts, centroids, quality_range, totals, budgets)
+        source = WorkDir.exchange
+        counts, filled, kept, prices = _priced_allocation(dirs, groups, plan, source)
+    exchange_s = time.perf_counter() - exchange_started
     allocate_s = time.perf_counter() - started
     jobs = [
         AllocatedJob(
@@ -252,14 +240,15 @@ def allocate_tokens_round(
             int(m),
             run.spec,
             str(dirs.part(g.gid)),
-            str(dirs.candidates(g.gid)),
+            str(source(dirs, g.gid)),
             tuple(int(p) for p in f),
         )
         for g, m, f in zip(groups, counts, filled, strict=True)
     ]
     written = run_steps(run.runner, WriteAllocated(), jobs, progress=run.progress)
     seconds = {
-        "allocate": allocate_s,
+        "allocate": allocate_s - exchange_s,
+        "exchange": exchange_s,
         "write": time.perf_counter() - started - allocate_s,
         "total": time.perf_counter() - started,
     }
@@ -274,6 +263,67 @@ def allocate_tokens_round(
         dirs, kept_per_group, written, n_candidates, rounds, seconds, extra
     )
     return {**global_stats, "reused": False}
+
+
+def _priced_allocation(
+    dirs: WorkDir, groups: list[Group], plan: TokenPlan, source: Any
+) -> tuple[np.ndarray, list[np.ndarray], float, list[np.ndarray]]:
+    """:func:`~..select.tokens.allocate_tokens` over the groups' priced candidates in
+    ``source`` (``WorkDir.candidates`` or ``WorkDir.exchange``): the kept prefixes, the
+    filled positions, the tokens kept, and the prices read."""
+    tables = [read_table(source(dirs, g.gid), columns=["price", "length"]) for g in groups]
+    prices = [t.column("price").to_numpy() for t in tables]
+    lengths = [t.column("length").to_numpy() for t in tables]
+    counts, filled, kept = allocate_tokens(prices, lengths, plan.total)
+    return counts, filled, kept, prices
+
+
+def _settle_tokens(
+    run: RunContext,
+    groups: list[Group],
+    quality_range: QualityRange,
+    stats: dict[int, dict[str, Any]],
+    plan: TokenPlan,
+    totals: tuple[float, float],
+) -> tuple[tuple[np.ndarray, list[np.ndarray], float, list[np.ndarray]], int]:
+    """The price over the groups' candidates, until no group is cut off by its own
+    candidates (each such group proposes twice its tokens: ``stats`` updated in place).
+    Returns the allocation (:func:`_priced_allocation`) and the rounds."""
+    rounds = 1
+    while True:
+        allocation = _priced_allocation(run.dirs, groups, plan, WorkDir.candidates)
+        counts, filled, _, prices = allocation
+        cut_off = [
+            i
+            for i, (g, m, f, p) in enumerate(zip(groups, counts, filled, prices, strict=True))
+            if 0 < len(p) == m + len(f) < g.n
+        ]
+        if not cut_off:
+            return allocation, rounds
+        for i in cut_off:  # its curve may go on above the price: twice its tokens
+            gid = groups[i].gid
+            ask_for_tokens(run.dirs, gid, 2.0 * stats[gid]["tokens"]["budget"])
+        fresh: dict[int, dict[str, Any]] = {}
+        again = [groups[i] for i in cut_off]
+        desc = f"propose more ({rounds})"
+        select_round(
+            run, again, quality_range, fresh, propose=True, totals=totals, desc=desc, tokens=plan
+        )
+        for gid, s in fresh.items():
+            s["earlier"] = earlier_proposals(stats[gid])
+        stats.update(fresh)
+        rounds += 1
+
+
+def _centroids(groups: list[Group], stats: dict[int, dict[str, Any]]) -> dict[int, np.ndarray]:
+    """Each group's centroid from its select step's stats; zeros (nobody's neighbour, and
+    without neighbours) for a group that had no rows or a marker without one."""
+    found = {g.gid: stats[g.gid].get("centroid") for g in groups}
+    width = next((len(c) for c in found.values() if c is not None), 1)
+    return {
+        gid: np.zeros(width, np.float32) if c is None else np.asarray(c, np.float32)
+        for gid, c in found.items()
+    }
 
 
 def _last_price(prices: list[Any], counts: Any) -> float | None:

@@ -65,7 +65,13 @@ from ...io.shards import ShardScan
 from ...io.text import lengths_from_arrow
 from ...pipeline.step import MODULAR, fit_group, gain_curve
 from ...pipeline.writer import selection_table
-from ..combine.gains import allocates_by_gains, gain_table, gains_in_j_units, group_spec, monotone
+from ..combine.gains import (
+    allocates_by_gains,
+    gain_table,
+    gains_in_j_units,
+    group_spec,
+    with_prices,
+)
 from ..engine import Step, run_steps
 from ..executors import Runner
 from ..lifecycle import read_marker
@@ -391,8 +397,10 @@ def select_tokens(
             job.dirs.group_rows(group.gid),
         )
     kept = float(lengths[sel.selected].sum()) if corpus.n_docs else 0.0
+    centroid = None
     if by_gains:
         write_priced(sel, corpus, ids, job, fit_spec.objective.lamb, budget)
+        centroid = corpus.features.mean(0).tolist() if corpus.n_docs else None
     elif propose is not None:  # the central round's candidates; no offers
         propose(sel)
     else:
@@ -404,6 +412,8 @@ def select_tokens(
         token_plan=[plan.total, plan.corpus],
         tokens={"group": float(lengths.sum()), "budget": budget, "kept": kept, "wanted": want},
     )
+    if centroid is not None:  # where the exchange round looks (unit rows: checked)
+        stats["centroid"] = centroid
     return stats
 
 
@@ -420,10 +430,6 @@ def write_priced(
     if len(order):
         lamb = spec.objective.lamb
         gains = gains_in_j_units(gains, lamb, lamb_g, budget, float(lengths.sum()), *job.totals)
-    price = monotone(np.asarray(gains, np.float64) / lengths[order])
     logits = sel.logits if sel.logits is not None else sel.scores
     table = gain_table(ids, order, group.gid, logits, gains, corpus.features, spec.columns.id_col)
-    table = table.append_column("length", pa.array(lengths[order]))
-    atomic_write_table(
-        table.append_column("price", pa.array(price)), job.dirs.candidates(group.gid)
-    )
+    atomic_write_table(with_prices(table, gains, lengths[order]), job.dirs.candidates(group.gid))
