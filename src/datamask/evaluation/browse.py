@@ -72,22 +72,44 @@ def _cover_pairs(path: str, id_col: str) -> tuple[pa.Array, pa.Array, np.ndarray
     """``(dropped ids, their covered_by, covered_sim)`` shown for a selection file (a
     sharded run's output folder: its ``covered/`` dataset): the
     :data:`COVER_HIGH` highest ``covered_sim`` and the :data:`COVER_LOW` lowest, ties by
-    row order; None when the file has no cover (ids only, or made before covered_by)."""
+    row order; None when the file has no cover (ids only, or made before covered_by).
+    Streamed by batches, holding only the rows that can still be shown (:func:`_extremes`):
+    a sharded run's cover has a row per document of the corpus."""
     wanted = [id_col, "selected", "covered_by", "covered_sim"]
     if Path(path).is_dir():  # a sharded run's: its cover dataset
-        path = str(Path(path) / "covered")
-        if not Path(path).is_dir():
-            return None
-    elif not path.endswith(".parquet") or not set(wanted) <= set(pq.read_schema(path).names):
+        files = sorted((Path(path) / "covered").glob("*.parquet"))
+    elif path.endswith(".parquet") and set(wanted) <= set(pq.read_schema(path).names):
+        files = [Path(path)]
+    else:
         return None
-    t = pq.read_table(path, columns=wanted)
-    t = t.filter(pc.and_(pc.invert(t.column("selected")), pc.is_valid(t.column("covered_by"))))
-    sims = t.column("covered_sim").to_numpy()
+    pool: pa.Table | None = None
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(columns=wanted):
+            t = pa.Table.from_batches([batch])
+            dropped = pc.and_(pc.invert(t.column("selected")), pc.is_valid(t.column("covered_by")))
+            pool = (
+                t.filter(dropped) if pool is None else pa.concat_tables([pool, t.filter(dropped)])
+            )
+            pool = _extremes(pool)
+    if pool is None:
+        return None
+    sims = pool.column("covered_sim").to_numpy()
     order = np.argsort(-sims, kind="stable")
     n_high = min(COVER_HIGH, len(order))
     rows = np.concatenate([order[:n_high], order[n_high:][::-1][:COVER_LOW][::-1]])
     pick = pa.array(rows.astype(np.int64))
-    return t.column(id_col).take(pick), t.column("covered_by").take(pick), sims[rows]
+    return pool.column(id_col).take(pick), pool.column("covered_by").take(pick), sims[rows]
+
+
+def _extremes(t: pa.Table) -> pa.Table:
+    """The rows of ``t`` (in its order) among the ``COVER_HIGH + COVER_LOW`` highest or
+    lowest ``covered_sim`` (ties by row order): every row :func:`_cover_pairs` can still
+    show, whatever rows follow."""
+    keep = COVER_HIGH + COVER_LOW
+    if t.num_rows <= 4 * keep:
+        return t
+    order = np.argsort(-t.column("covered_sim").to_numpy(), kind="stable")
+    return t.take(pa.array(np.sort(np.concatenate([order[:keep], order[-keep:]]))))
 
 
 def _id_list(path: str) -> bool:
