@@ -399,3 +399,12 @@ def test_a_missing_remote_given_is_refused_at_the_door(s3, tmp_path, monkeypatch
         datamask.select(f"{uri}/in/", f"{uri}/out", given="s3://no-such-bucket/k/", k=3,
                         progress=False)  # fmt: skip
     assert _keys(client, "nogiven/out") == []
+
+
+def test_the_columns_of_a_folder_of_shards_on_s3(s3, shards):
+    """input_column_names of a URI folder reads its first shard's schema (it once said the
+    folder held no parquet files, naming each character of its URI)."""
+    from datamask.io.datasets import input_column_names
+
+    names = input_column_names(f"s3://{BUCKET}/data/")
+    assert names == next(iter(shards.values())).schema.names

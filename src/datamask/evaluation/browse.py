@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from ..columns import Columns
 from ..io.datasets import input_column_names, input_files
+from ..io.fs import resolve
 from ..io.keep import IdSet, selection_digest
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import read_selection_ids, selection_summary, summary_is_current
@@ -76,21 +77,27 @@ def _cover_pairs(path: str, id_col: str) -> tuple[pa.Array, pa.Array, np.ndarray
     Streamed by batches, holding only the rows that can still be shown (:func:`_extremes`):
     a sharded run's cover has a row per document of the corpus."""
     wanted = [id_col, "selected", "covered_by", "covered_sim"]
-    if Path(path).is_dir():  # a sharded run's: its cover dataset
-        files = sorted((Path(path) / "covered").glob("*.parquet"))
-    elif path.endswith(".parquet") and set(wanted) <= set(pq.read_schema(path).names):
-        files = [Path(path)]
-    else:
+    loc = resolve(path, what="selection")  # local or remote
+    if loc.is_dir():  # a sharded run's: its cover dataset, its parts in order
+        cover = loc.join("covered")
+        parts = cover.walk() if cover.is_dir() else []
+        files = sorted((f for f in parts if f.path.endswith(".parquet")), key=lambda f: f.path)
+    elif not path.endswith(".parquet"):
         return None
+    else:
+        with loc.open_input_file() as fh:
+            files = [loc] if set(wanted) <= set(pq.read_schema(fh).names) else []
+        if not files:
+            return None
     pool: pa.Table | None = None
     for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(columns=wanted):
-            t = pa.Table.from_batches([batch])
-            dropped = pc.and_(pc.invert(t.column("selected")), pc.is_valid(t.column("covered_by")))
-            pool = (
-                t.filter(dropped) if pool is None else pa.concat_tables([pool, t.filter(dropped)])
-            )
-            pool = _extremes(pool)
+        with f.open_input_file() as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(columns=wanted):
+                t = pa.Table.from_batches([batch])
+                kept = t.column("selected")
+                dropped = pc.and_(pc.invert(kept), pc.is_valid(t.column("covered_by")))
+                t = t.filter(dropped)
+                pool = _extremes(t if pool is None else pa.concat_tables([pool, t]))
     if pool is None:
         return None
     sims = pool.column("covered_sim").to_numpy()

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from ..columns import Columns
 from ..data import Corpus
-from .fs import Location, storage_path
+from .fs import Location, open_input, storage_path
 from .parquet import (
     corpus_from_table,
     corpus_from_tables,
@@ -243,12 +243,14 @@ def input_column_names(source: str | Sequence[str], *, split: str | None = None)
         files = [str(f) for fs in hub_splits(source).values() for f in fs]
     else:
         files = sorted(glob.glob(source, recursive=True))
-    if not files:  # an empty folder or glob is said so, not as a column it lacks
-        if isinstance(source, str):
-            list_shards(source)  # raises naming the folder or glob and what it looks for
+    if not files and isinstance(source, str):  # a URI, or an empty folder or glob: said
+        # so, naming it and what it looks for, not as a column it lacks
+        files = [str(f) for f in list_shards(source)]
+    if not files:
         raise ValueError(f"the input {list(source)!r} holds no parquet files.")
     try:
-        return list(pq.read_schema(sorted(files)[0]).names)
+        with open_input(sorted(files)[0]) as fh:
+            return list(pq.read_schema(fh).names)
     except Exception:  # the reader words the error later
         return []
 
