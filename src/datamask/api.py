@@ -54,7 +54,7 @@ from .io.keep import input_names, keep_dir_for, keep_lists_for_output, selection
 from .io.parquet import corpus_from_table, summary_path, write_selection
 from .io.provenance import record_inputs
 from .io.remote import overlaps, staged_paths
-from .io.shards import list_shards, literal_or_glob
+from .io.shards import list_shards
 from .io.text import lengths_from_arrow
 from .pipeline.given import budget_and_given, given_terms
 from .pipeline.step import cover_rows, fit_and_cover, graph_summary
@@ -170,11 +170,9 @@ def _in_place(source: Any, output: Any, work_dir: Any, shards: bool | None, *giv
         return False
     if shards or isinstance(source, list | tuple):
         return True
-    if not _remote(source):
-        return is_sharded(source)
-    loc = resolve(source, what="--input")
-    check_reachable(loc, what="--input")
-    return literal_or_glob(loc.path) == "glob" or loc.is_dir()
+    if _remote(source):  # refused by name where it cannot be reached
+        check_reachable(resolve(source, what="--input"), what="--input")
+    return is_sharded(source)
 
 
 def _select_in_place(

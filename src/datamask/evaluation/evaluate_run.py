@@ -15,7 +15,6 @@ atomically under the output's lock.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from ..columns import Columns
 from ..data import Corpus
 from ..io.atomic import OutputLock, atomic_write_json, check_no_overlap, check_writable
 from ..io.datasets import embedding_size, input_column_names, is_sharded, read_input_corpus
-from ..io.parquet import read_summary
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import read_selection, selection_summary
 from ..pipeline.given import evaluate_given, read_given
@@ -45,14 +43,15 @@ def evaluation_path(selection: str | Path, output: str | Path | None = None) -> 
 
 @dataclass
 class EvaluateRun:
-    """One evaluation's state, as its phases fill it: the places (:func:`_open`), the
-    number of input files whose fingerprints were checked (:func:`_verify`), then the
-    report (:func:`_score`)."""
+    """One evaluation's state, as its phases fill it: the places and the selection's
+    summary or manifest (:func:`_open`), the number of input files whose fingerprints were
+    checked (:func:`_verify`), then the report (:func:`_score`)."""
 
     spec: EvaluateSpec
     input: str
     selection: str
     output: Path
+    summary: dict[str, Any] | None = None
     verified: int = 0
     report: dict[str, Any] | None = None
 
@@ -110,10 +109,10 @@ def _open(
     check_writable(out)
     read = [input, selection, spec.given, spec.given_selection]
     check_no_overlap([out], [path for path in read if path is not None])
-    selection_summary(selection, what="--selection", then="evaluate it")
+    summary = selection_summary(selection, what="--selection", then="evaluate it")
     if spec.given_selection is not None:  # as select reads it: a run's folder too
         selection_summary(spec.given_selection, what="--given-selection", then="evaluate")
-    return EvaluateRun(spec, str(input), str(selection), out)
+    return EvaluateRun(spec, str(input), str(selection), out, summary)
 
 
 def _verify(run: EvaluateRun) -> None:
@@ -128,7 +127,9 @@ def _verify(run: EvaluateRun) -> None:
 def _score(run: EvaluateRun) -> dict[str, Any]:
     """The corpus read, the selection matched to its rows and scored (``given`` too)."""
     spec = run.spec
-    budget = _token_record(run.selection)
+    # the token budget its summary (a sharded run's manifest) records: kept, budget,
+    # corpus, length_col; None for a document budget or a list of ids
+    budget = (run.summary or {}).get("tokens")
     length_col = spec.length_col
     if length_col is None and budget is not None and budget.get("length_col"):
         names = input_column_names(run.input, split=spec.split)
@@ -159,28 +160,17 @@ def _score(run: EvaluateRun) -> dict[str, Any]:
     return report
 
 
-def _token_record(selection: str) -> dict[str, Any] | None:
-    """The token budget a selection's summary (a sharded output's manifest) records
-    (``tokens``: kept, budget, corpus, length_col), or None (a document budget, or a plain
-    list of ids)."""
-    if Path(selection).is_dir():
-        manifest = Path(selection) / "manifest.json"
-        return json.loads(manifest.read_text()).get("tokens") if manifest.is_file() else None
-    if not str(selection).endswith(".parquet"):
-        return None
-    return (read_summary(selection) or {}).get("tokens")
-
-
 def read_scored_corpus(
     path: str | Path, columns: Columns, *, split: str | None = None, length_col: str | None = None
 ) -> tuple[Corpus, Columns]:
     """The corpus at ``path`` with ``columns`` (names not given: from the preset, else the
     schema), and those columns resolved (what the selection's ids are matched with); one
     length source is read too (``length_col``, else the first of ``LENGTH_COLUMNS``)."""
-    here = Path(path).exists() or is_sharded(path)
+    sharded = is_sharded(path)
+    here = sharded or Path(path).exists()
     names = input_column_names(str(path), split=split) if here else []
     columns = columns.resolve(names, where=str(path))
-    if is_sharded(path):  # read whole: refused before reading where it would not fit
+    if sharded:  # read whole: refused before reading where it would not fit
         _check_fits(path, columns.feature_col, split)
     extra: list[str] = []
     wanted = [length_col] if length_col else list(LENGTH_COLUMNS)
