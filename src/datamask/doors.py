@@ -136,21 +136,27 @@ def report(
     Returns
     -------
     dict
-        What the page shows (:func:`~datamask.evaluation.build_report`), and ``page``, the
-        path of the page written.
+        What the page shows (:func:`~datamask.evaluation.build_report`), ``page``, the
+        path or URI of the page written, and ``page_bytes``, its size.
     """
     spec = ReportSpec.of(spec, settings, where="report's arguments")
     single = isinstance(selection, str | os.PathLike)
     selections = [str(s) for s in ([selection] if single else selection)]
-    page = Path(output) / "index.html"
-    # Before any computation: the page never overwrites the data or a selection.
-    check_writable(page)
-    check_no_overlap([page], [input, *selections])
-    set_threads(spec.threads)
-    with OutputLock(page):
-        built = build_report(str(input), selections, spec)
-        path = write_report(built, output)
-    return {**built, "page": str(path)}
+    # Before any computation: the page never overwrites the data or a selection. The
+    # input and the selections are read where they lie; a remote page is written locally
+    # and uploaded once complete.
+    check_no_overlap([f"{os.fspath(output).rstrip('/')}/index.html"], [input, *selections])
+    with staged_paths({"output": output}, inputs=(), folders=("output",)) as local:
+        page = Path(local["output"]) / "index.html"
+        check_writable(page)
+        set_threads(spec.threads)
+        with OutputLock(page):
+            built = build_report(str(input), selections, spec)
+            path = write_report(built, local["output"])
+            size = Path(path).stat().st_size
+    if os.fspath(output) != os.fspath(local["output"]):  # uploaded: named where it is
+        path = f"{os.fspath(output).rstrip('/')}/{Path(path).name}"
+    return {**built, "page": str(path), "page_bytes": size}
 
 
 def bench(

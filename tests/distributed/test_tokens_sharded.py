@@ -227,3 +227,28 @@ def test_a_saved_graph_holds_cosines_under_a_token_budget(tmp_path):
     idx, sims = saved_graph(job.dirs.graph(0))
     cosines = np.einsum("ij,ikj->ik", x, x[idx.numpy()]).clip(min=0)
     np.testing.assert_allclose(sims.numpy(), cosines, atol=1e-5)
+
+
+def test_copied_shards_match_the_provenance_of_a_token_run(tmp_path):
+    """The manifest's checksums cover the columns it records (the lengths too), so the
+    same shards copied elsewhere (new paths, new mtimes) are still the selection's input:
+    before, the scan's checksum left the length column out and `apply` of a copy refused
+    it as "its content differs"."""
+    from datamask.cli import main
+    from datamask.io.shards import content_checksum
+
+    src = _shards(_corpus(4), tmp_path / "shards")
+    out = tmp_path / "out"
+    run_selection(src, out, _spec(), progress=False)
+    record = json.loads((out / "manifest.json").read_text())["provenance"]
+    assert "n_chars" in record["columns"]
+    for name, entry in record["files"].items():
+        assert entry["checksum"] == content_checksum(src / name, record["columns"])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in sorted(src.glob("*.parquet")):
+        (copy / f.name).write_bytes(f.read_bytes())
+    argv = ["--input", str(copy), "--selection", str(out), "--no-progress"]
+    assert main(["apply", *argv, "--output", str(tmp_path / "kept")]) == 0
+    assert main(["evaluate", *argv, "--output", str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["k"] == len(_kept_ids(out))

@@ -133,6 +133,13 @@ def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch, capsys):
         removed |= set(_table(client, k).column("id").to_pylist())
     everything = {i for t in shards.values() for i in t.column("chunk_id").to_pylist()}
     assert removed == everything - selected
+    # report streams the shards and the run's folder from S3 and uploads its page (it once
+    # opened the shards as local files, and wrote the page under a local "s3:" folder)
+    assert main(["report", "--input", f"{uri}/data/", "--selection", f"{uri}/sel",
+                 "--output", f"{uri}/page", "--topics", "2", "--no-progress"]) == 0  # fmt: skip
+    assert f"wrote {uri}/page/index.html" in capsys.readouterr().out
+    assert _keys(client, "page/") == ["page/index.html"]
+    assert f"{len(selected):,}" in _get(client, "page/index.html").decode()
     assert not list(tmp_path.iterdir())  # nothing local, in particular no "s3:" folder
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from .._units import format_bytes
 from ..doors import report
@@ -93,9 +92,9 @@ def run_report(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     selections = [places["selection"], *(places["compare"] or [])]
     built = report(places["input"], selections, places["output"], spec)
-    path = Path(built["page"])
     print(
-        f"wrote {path} ({format_bytes(path.stat().st_size)}): {built['n_docs']:,} documents, "
+        f"wrote {built['page']} ({format_bytes(built['page_bytes'])}): {built['n_docs']:,} "
+        "documents, "
         f"{len(selections)} selection{'s' if len(selections) > 1 else ''}, "
         f"{len(built['topics'])} topics, in {time.perf_counter() - start:.1f}s"
     )

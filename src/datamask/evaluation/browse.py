@@ -44,6 +44,7 @@ from ..columns import Columns
 from ..io.datasets import input_column_names, input_files
 from ..io.fs import resolve
 from ..io.keep import IdSet, selection_digest
+from ..io.parquet import open_parquet
 from ..io.provenance import selection_record, verify_selection_file, warn_trust_unused
 from ..io.selection import read_selection_ids, selection_summary, summary_is_current
 from ..io.shards import inspect_shards
@@ -402,7 +403,7 @@ def _covers_shown(run: ReportRun, s: int) -> list[dict[str, Any]] | None:
 def _schema(path: Path, kind: str) -> pa.Schema:
     """The schema of the input's first file (what its text and length columns hold)."""
     if kind == "parquet":
-        return pq.read_schema(path)
+        return open_parquet(path).schema_arrow  # local or remote
     return pa.ipc.open_stream(pa.memory_map(str(path), "r")).schema
 
 

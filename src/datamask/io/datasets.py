@@ -33,7 +33,7 @@ from .parquet import (
     corpus_from_table,
     corpus_from_tables,
     feature_width,
-    parquet_errors,
+    open_parquet,
     read_corpus,
     read_table,
 )
@@ -352,8 +352,7 @@ def input_batches(
             reader = _open_stream(f)
             names = reader.schema.names
         else:
-            with parquet_errors(where):
-                pf = pq.ParquetFile(f)
+            pf = open_parquet(f)  # local or remote
             names = pf.schema_arrow.names
         for c in wanted:
             if c not in names:

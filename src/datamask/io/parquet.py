@@ -31,6 +31,7 @@ __all__ = [
     "read_table",
     "parquet_batches",
     "parquet_num_rows",
+    "open_parquet",
     "features_from_arrow",
     "features_column",
     "features_matrix",
@@ -57,11 +58,13 @@ def open_remote_parquet(loc: Location, what: str = "input file") -> pq.ParquetFi
         return pq.ParquetFile(fh, page_checksum_verification=True)
 
 
-def _open(path: str | Path | Location) -> pq.ParquetFile:
+def open_parquet(path: str | Path | Location, what: str = "input file") -> pq.ParquetFile:
+    """A parquet file, local or on object storage (:func:`open_remote_parquet`), its pages'
+    checksums verified; a missing one, or a folder, is named as ``what``."""
     p = storage_path(path)
     if isinstance(p, Location):
-        return open_remote_parquet(p)
-    expect_file(p, what="input file", accepted="one parquet file")
+        return open_remote_parquet(p, what)
+    expect_file(p, what=what, accepted="one parquet file")
     with parquet_errors(str(p)):
         return pq.ParquetFile(p, page_checksum_verification=True)
 
@@ -97,7 +100,7 @@ def read_table(
                 small = fh.size() <= WHOLE_READ_MAX
                 pf = pq.ParquetFile(pa.BufferReader(fh.read()) if small else fh)
         else:
-            pf = _open(source)
+            pf = open_parquet(source)
         if columns is not None:  # a missing column is named, with the file, not a KeyError
             _require(pf.schema_arrow, columns, where or name)
         with parquet_errors(name):
@@ -466,7 +469,7 @@ def read_corpus(
         Refuse embeddings of another width (used when reading many shards).
     """
     where = str(path)
-    pf = _open(path)
+    pf = open_parquet(path)
     schema = pf.schema_arrow
     columns = (columns or Columns()).resolve(schema.names, where=where)
     wanted = [columns.id_col, *columns.quality_cols, columns.feature_col]
@@ -503,7 +506,7 @@ def read_in_parallel(
     shares = [s.tolist() for s in np.split(np.arange(n_groups), cuts) if len(s)]
 
     def read(share: list[int]) -> pa.Table:
-        return _open(path).read_row_groups(share, columns=list(columns), use_threads=False)
+        return open_parquet(path).read_row_groups(share, columns=list(columns), use_threads=False)
 
     with ThreadPoolExecutor(len(shares), thread_name_prefix="datamask-read") as pool:
         return pa.concat_tables(pool.map(read, shares))
@@ -572,6 +575,6 @@ def write_selection(
 
 def read_summary(path: str | Path) -> dict[str, Any] | None:
     """The summary stored inside a selection parquet by :func:`write_selection`, or None."""
-    meta = _open(path).schema_arrow.metadata or {}
+    meta = open_parquet(path).schema_arrow.metadata or {}
     text = meta.get(SUMMARY_KEY)
     return None if text is None else json.loads(text)

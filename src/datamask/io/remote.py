@@ -120,15 +120,20 @@ def overlaps(a: Location, b: Location) -> bool:
 
 @contextmanager
 def staged_paths(
-    paths: Mapping[str, Any], *, inputs: Sequence[str], suffixes: tuple[str, ...] = ("",)
+    paths: Mapping[str, Any],
+    *,
+    inputs: Sequence[str],
+    suffixes: tuple[str, ...] = ("",),
+    folders: Sequence[str] = _FOLDERS,
 ) -> Iterator[dict[str, Any]]:
     """Local stand-ins for the remote paths of a command, around its body.
 
     ``paths`` maps each argument's name to a path, a URI or None; the names in ``inputs``
-    are read, the others written. Inputs are downloaded before the body (``suffixes``: the
-    files a remote folder or glob holds), outputs uploaded after it, only when it
-    succeeds. ``file://`` URIs become plain local paths; local paths, None and lists pass
-    unchanged. Yields the same names with local paths.
+    are read, the others written (``folders`` name folders, the others files unless they
+    end with "/"). Inputs are downloaded before the body (``suffixes``: the files a remote
+    folder or glob holds), outputs uploaded after it, only when it succeeds. ``file://``
+    URIs become plain local paths; local paths, None and lists pass unchanged. Yields the
+    same names with local paths.
 
     Raises
     ------
@@ -163,7 +168,7 @@ def staged_paths(
     with ExitStack() as claims:  # one run per remote output, from any host (io/claim.py)
         for name in outputs:
             if name in remote:
-                folder = name in _FOLDERS or remote[name].uri.endswith("/")
+                folder = name in folders or remote[name].uri.endswith("/")
                 claims.enter_context(claim_output(remote[name], folder=folder))
                 target = cache_dir() / "out" / _key(remote[name].uri) / remote[name].name
                 staged.append((target, remote[name]))

@@ -31,7 +31,7 @@ from .parquet import (
     check_finite_quality,
     check_id_type,
     corpus_from_tables,
-    open_remote_parquet,
+    open_parquet,
     parquet_errors,
 )
 from .retry import raise_if_unavailable
@@ -203,13 +203,7 @@ def literal_or_glob(text: str) -> str:
 
 
 def _open(path: str | Path | Location) -> pq.ParquetFile:
-    p = storage_path(path)
-    if isinstance(p, Location):
-        return open_remote_parquet(p, "input shard")
-    if not p.is_file():
-        raise ValueError(f"input shard {str(p)!r} does not exist.")
-    with parquet_errors(str(p)):
-        return pq.ParquetFile(p, page_checksum_verification=True)
+    return open_parquet(path, "input shard")
 
 
 def inspect_shards(files: Sequence[str | Path], *, columns: Sequence[str] = ()) -> list[ShardInfo]:
@@ -507,6 +501,7 @@ def scan_shard(
     batch_size: int = 65_536,
     extra: Sequence[str] = (),
     visit: Callable[[pa.RecordBatch], None] | None = None,
+    fingerprint: Sequence[str] = (),
 ) -> ShardScan:
     """Check every row of one shard, streaming; a pure step of the validation pass.
 
@@ -516,8 +511,10 @@ def scan_shard(
     columns (for the resume fingerprint). Memory is one batch plus 16 bytes per row for
     the id hashes.
 
-    ``extra``: more columns read in the same pass (not checked, not in the checksum);
-    ``visit``: called with every batch once it is checked (no second read of the rows).
+    ``extra``: more columns read in the same pass (not checked); ``visit``: called with
+    every batch once it is checked (no second read of the rows); ``fingerprint``: the
+    columns the checksum covers (default: the checked ones), the columns the run's
+    provenance records (:func:`~datamask.io.provenance.record_inputs`).
 
     Raises
     ------
@@ -572,7 +569,7 @@ def scan_shard(
         id_type=str(id_type),
         quality_min=tuple(float(v) for v in qmin),
         quality_max=tuple(float(v) for v in qmax),
-        checksum=content_checksum(path, names),
+        checksum=content_checksum(path, list(fingerprint) or names),
         id_hashes=table_h,
         bucket_counts=counts,
     )

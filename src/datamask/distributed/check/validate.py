@@ -142,10 +142,10 @@ def _drop(dirs: WorkDir) -> None:
 @dataclass(frozen=True, slots=True)
 class ScanJob:
     """One shard to scan: its place in the run, its path and rows, the columns, the id
-    buckets' count, the run's places, and the checksum an earlier run recorded for it (``""``:
-    none). ``spill``: the shard's spill, written from the rows the scan reads
-    (``--partition cluster``, the tree fitted); ``length_col``: the lengths to sum under a
-    token budget."""
+    buckets' count, the run's places, and the checksum an earlier run recorded for it
+    (``""``: none), taken over ``fingerprint`` (the columns the run's provenance records).
+    ``spill``: the shard's spill, written from the rows the scan reads (``--partition
+    cluster``, the tree fitted); ``length_col``: the lengths to sum under a token budget."""
 
     index: int
     path: str
@@ -156,6 +156,7 @@ class ScanJob:
     expect: str = ""
     spill: SpillJob | None = None
     length_col: str | None = None
+    fingerprint: tuple[str, ...] = ()
 
 
 class ScanShard(Step[ScanJob]):
@@ -222,7 +223,13 @@ def scan_step(job: ScanJob) -> ShardScan:
         batches.append(batch.select(list(dict.fromkeys(extra))))
 
     scan = scan_shard(
-        job.index, job.path, job.columns, job.n_buckets, extra=extra, visit=visit if extra else None
+        job.index,
+        job.path,
+        job.columns,
+        job.n_buckets,
+        extra=extra,
+        visit=visit if extra else None,
+        fingerprint=job.fingerprint,
     )
     if job.expect and scan.checksum != job.expect:
         raise ValueError(
@@ -352,6 +359,9 @@ def scan_jobs(
             dirs,
             sums.get(info.path, ""),
             length_col=length_col if s < n_input else None,
+            # what the manifest's provenance records: every column the run reads of an
+            # input shard (lengths and the terms' columns too), the checked ones of --given's
+            fingerprint=tuple(spec.read_columns if s < n_input else columns.read),
         )
         for s, info in enumerate(infos)
         if info.num_rows
