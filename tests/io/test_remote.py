@@ -140,6 +140,10 @@ def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch, capsys):
     assert f"wrote {uri}/page/index.html" in capsys.readouterr().out
     assert _keys(client, "page/") == ["page/index.html"]
     assert f"{len(selected):,}" in _get(client, "page/index.html").decode()
+    # the selection's provenance is read from S3 too: shards it was not made from are refused
+    assert main(["report", "--input", f"{uri}/data/a/", "--selection", f"{uri}/sel",
+                 "--output", str(tmp_path / "other"), "--no-progress"]) == 2  # fmt: skip
+    assert "is none of the 3 file(s) it was made from" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing local, in particular no "s3:" folder
 
 

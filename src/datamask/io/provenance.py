@@ -233,13 +233,14 @@ def warn_trust_unused(selection: str, why: str) -> None:
 def selection_record(selection: str | Path) -> dict[str, Any] | None:
     """The ``provenance`` block of a selection parquet's summary, or of a sharded output
     folder's manifest; None for a selection without one (a text file of ids, a hand-made
-    parquet of ids, a file made before)."""
-    if Path(selection).is_dir():
-        manifest = Path(selection) / "manifest.json"
+    parquet of ids, a file made before). Local or remote: a remote selection is checked too."""
+    loc = resolve(str(selection), what="selection")
+    if loc.is_dir():
+        manifest = loc.join("manifest.json")
         if not manifest.is_file():
             return None
         return json.loads(manifest.read_text()).get("provenance")
-    if not Path(selection).is_file():
+    if not loc.is_file():
         return None
     try:
         summary = read_summary(selection)
