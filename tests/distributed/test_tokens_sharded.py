@@ -252,3 +252,25 @@ def test_copied_shards_match_the_provenance_of_a_token_run(tmp_path):
     assert main(["apply", *argv, "--output", str(tmp_path / "kept")]) == 0
     assert main(["evaluate", *argv, "--output", str(tmp_path / "e.json")]) == 0
     assert json.loads((tmp_path / "e.json").read_text())["k"] == len(_kept_ids(out))
+
+
+def test_a_finished_token_run_writes_a_deleted_part_again(tmp_path):
+    """A rerun of a finished run whose groups asked for more tokens, with one selected part
+    deleted (or killed before the allocation's marker): the parts come back byte for byte.
+    Before, the allocation's marker was trusted without its parts (the keep lists then
+    miscounted), and the token runs' "want" files were read as document counts
+    (KeyError: 'candidates')."""
+    shards = _shards(_corpus(0, n=600, n_clusters=6), tmp_path / "in")
+    spec = _spec(method="mask", partition="cluster", chunk_size=120, oversample=1.0, lamb=0.9)
+    out = tmp_path / "out"
+    first = run_selection(shards, out, spec, progress=False)
+    assert list((out / "_work" / "candidates").glob("*.want.json"))  # asked for more
+    parts = {p.name: p.read_bytes() for p in (out / "selected").glob("*.parquet")}
+    victim = sorted(parts)[1]
+    (out / "selected" / victim).unlink()
+    again = run_selection(shards, out, spec, progress=False)
+    assert {p.name: p.read_bytes() for p in (out / "selected").glob("*.parquet")} == parts
+    assert again["selection_digest"] == first["selection_digest"]
+    (out / "_work" / "completions" / "global").unlink()  # killed before the marker
+    third = run_selection(shards, out, spec, progress=False)
+    assert third["selection_digest"] == first["selection_digest"]

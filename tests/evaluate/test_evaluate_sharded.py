@@ -146,3 +146,32 @@ def test_a_selection_argument_is_checked_before_any_work(sharded, tmp_path):
         selection_summary(empty, what="--selection", then="x")
     with pytest.raises(ValueError, match=r"is a folder \(no manifest.json\), not a sharded"):
         selection_summary(tmp_path, what="--given-selection", then="x")
+
+
+def test_a_run_missing_a_selected_part_is_refused_then_rewritten_by_select(sharded, tmp_path):
+    """A finished run with a selected part deleted: evaluate, report, apply and
+    --given-selection refuse it, naming the parts (before, each read the parts left and
+    went on with fewer documents); select again writes the part back, byte for byte."""
+    import shutil
+
+    root, _, manifest = sharded
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out)
+    parts = {p.name: p.read_bytes() for p in (out / "selected").glob("*.parquet")}
+    assert len(parts) == manifest["output"]["parts"] > 1
+    (out / "selected" / "part-00001.parquet").unlink()
+    refused = rf"holds {len(parts) - 1} selected part\(s\) .* says the run wrote {len(parts)}"
+    with pytest.raises(ValueError, match=refused):
+        evaluate_file(root / "in", out, tmp_path / "e.json")
+    for argv in (
+        ["apply", "--input", str(root / "in"), "--selection", str(out), "--output", "kept"],
+        ["report", "--input", str(root / "in"), "--selection", str(out), "--output", "page"],
+    ):
+        assert main([*argv[:-1], str(tmp_path / argv[-1]), "--no-progress"]) == 2
+        assert not (tmp_path / argv[-1]).exists()
+    spec = SelectSpec.from_mapping(
+        {"partition": "cluster", "chunk_size": 200, "n_epochs": 20, "select_ratio": 0.1}
+    )
+    again = run_selection(root / "in", out, spec, runner=LocalRunner(workers=1), progress=False)
+    assert {p.name: p.read_bytes() for p in (out / "selected").glob("*.parquet")} == parts
+    assert again["selection_digest"] == manifest["selection_digest"]

@@ -222,8 +222,9 @@ def finish_keep_lists(index: dict[str, Any], keep_dir: str | Path) -> dict[str, 
     found = sum(f["kept"] for f in index["files"].values())
     if found != index["n_selected"]:
         raise RuntimeError(
-            f"{index['n_selected'] - found} selected ids were not found in the input files; "
-            "were they changed during the run?"
+            f"the keep lists hold {found:,} ids where the selection has "
+            f"{index['n_selected']:,}; were the input files or the selected parts changed "
+            "during the run?"
         )
     atomic_write_json(index, storage_path(keep_dir) / KEEP_INDEX)
     return index

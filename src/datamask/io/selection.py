@@ -90,7 +90,31 @@ def output_manifest(loc: Location, *, what: str, accepted: str, then: str) -> di
             f"manifest.json says complete: false; {len(parts)} selected part(s) so far); "
             f"rerun the same select command to finish it, then {then}."
         )
+    _check_parts(loc, manifest, what)
     return manifest
+
+
+def _check_parts(loc: Location, manifest: dict[str, Any], what: str) -> None:
+    """A finished run's ``selected/`` holds the parts its manifest counts: a part deleted
+    (or another added) since would silently drop (or add) selected documents."""
+    expected = (manifest.get("output") or {}).get("parts")
+    if not isinstance(expected, int):
+        return  # a manifest made before it counted them
+    found = sorted(f.name for f in loc.join("selected").walk() if f.path.endswith(".parquet"))
+    if len(found) != expected:
+        raise ValueError(
+            f"{what} {loc.uri!r} holds {len(found)} selected part(s) ({_names(found)}) where "
+            f"its manifest.json says the run wrote {expected}: parts were deleted or added "
+            "since it finished. Restore them from a copy of the output, or select again."
+        )
+
+
+def _names(found: Sequence[str], shown: int = 3) -> str:
+    if not found:
+        return "none"
+    return ", ".join(found[:shown]) + (
+        f", ... {len(found) - shown} more" if len(found) > shown else ""
+    )
 
 
 def summary_is_current(summary: dict[str, Any] | None, rows_digest: str, where: str) -> bool:
@@ -161,7 +185,8 @@ def read_selection_ids(
     loc = path if isinstance(path, Location) else resolve(str(path), what=what)
     if folder and loc.is_dir():
         parts = [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
-        if parts:
+        if parts:  # a finished run's, every part its manifest counts
+            output_manifest(loc, what=what, accepted=SELECTIONS, then="use it")
             return pa.concat_arrays([_parquet_ids(f, id_col) for f in parts])
         # no parts: refused below, the folder named for what it is
     expect_file(loc, what=what, accepted=SELECTION_FILES)

@@ -30,6 +30,7 @@ candidates (:func:`allocates_by_gains`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ __all__ = [
     "finish_allocation",
     "knots_of",
     "read_gains",
+    "reused_allocation",
     "saturated",
     "wanted",
     "AllocatedJob",
@@ -267,7 +269,7 @@ def knots_of(stats: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def wanted(dirs: WorkDir, gid: int, default: int) -> int:
     """The candidates group ``gid`` proposes: ``default`` unless an extension says more."""
     done = read_marker(dirs.want(gid))
-    return int(done["candidates"]) if done else default
+    return int(done["candidates"]) if done and "candidates" in done else default  # not tokens
 
 
 def ask_for_more(dirs: WorkDir, gid: int, candidates: int) -> None:
@@ -326,6 +328,21 @@ class WriteAllocated(Step[AllocatedJob]):
             "last_gain": float(gains[-1]) if table.num_rows else None,
             "peak_rss_mb": peak_rss_mb(),
         }
+
+
+def reused_allocation(dirs: WorkDir, groups: Sequence[Any]) -> dict[str, Any] | None:
+    """The allocation's marker (``WORK/completions/global``, :func:`finish_allocation`)
+    when it and every group's part are there (one listing of ``selected/``), else None: a
+    part deleted since is written again from the same files, not skipped by a marker that
+    no longer describes the output (its ids were then missing from the keep lists)."""
+    done = read_marker(dirs.global_marker())
+    if done is None:
+        return None
+    there = {p.name for p in dirs.selected().glob("part-*.parquet")}
+    if all(dirs.part(g.gid).name in there for g in groups):
+        return done
+    dirs.global_marker().unlink(missing_ok=True)
+    return None
 
 
 def finish_allocation(

@@ -19,7 +19,6 @@ from ...io.parquet import feature_width, read_table
 from ..check.validate import QualityRange
 from ..context import RunContext
 from ..engine import run_steps
-from ..lifecycle import read_marker
 from ..paths import WorkDir
 from ..plan.partition import Group
 from ..select.given import kept_counts
@@ -39,6 +38,7 @@ from .allocate import (
     finish_allocation,
     knots_of,
     read_gains,
+    reused_allocation,
     saturated,
 )
 from .exchange import exchange_applies, exchange_round, exchange_steps
@@ -105,7 +105,7 @@ def allocate_round(
         {g: s.pop("centroid", None) for g, s in stats.items()},
         stats,
     )
-    done = read_marker(dirs.global_marker())
+    done = reused_allocation(dirs, groups)
     if done is not None:
         return {**done, "reused": True}, groups
     started = time.perf_counter()
@@ -218,7 +218,7 @@ def allocate_tokens_round(
     neighbours' kept rows, :mod:`.exchange`) and the price again; every group's kept prefix
     written as its part; the marker last (its ``tokens_kept``)."""
     dirs = run.dirs
-    done = read_marker(dirs.global_marker())
+    done = reused_allocation(dirs, groups)
     if done is not None:
         return {**done, "reused": True}
     started = time.perf_counter()

@@ -193,7 +193,7 @@ def wanted_tokens(dirs: WorkDir, gid: int) -> float | None:
     """The tokens group ``gid`` proposes when the allocation asked it for more (else None:
     ``oversample`` times its share)."""
     done = read_marker(dirs.want(gid))
-    return float(done["tokens"]) if done else None
+    return float(done["tokens"]) if done and "tokens" in done else None
 
 
 def ask_for_tokens(dirs: WorkDir, gid: int, tokens: float) -> None:
