@@ -859,3 +859,16 @@ def test_a_group_proposing_again_reuses_its_saved_graph(shard_dir, tmp_path, mon
     built = run_selection(shard_dir, tmp_path / "built", settings, progress=False)
     assert not any(g["graph_reused"] for g in built["groups"])
     assert selected_ids(tmp_path / "reused") == selected_ids(tmp_path / "built")
+
+
+def test_a_capped_run_recomputes_a_group_whose_ranking_is_gone(shard_dir, tmp_path):
+    """The cap across groups walks every group's ranked rows (WORK/groups/): a group whose
+    file is gone is computed again on resume, not reused from its marker (which then
+    failed: "input file .../_work/groups/00000.parquet does not exist")."""
+    settings = SelectSpec.from_mapping(dict(max_similarity=0.95, budget="group", **FAST))
+    out = tmp_path / "out"
+    first = run_selection(shard_dir, out, settings, progress=False)
+    (out / "_work" / "groups" / "00000.parquet").unlink()
+    again = run_selection(shard_dir, out, settings, progress=False)
+    assert again["selection_digest"] == first["selection_digest"]
+    assert again["totals"]["groups_reused"] == again["totals"]["n_groups"] - 1

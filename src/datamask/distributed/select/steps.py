@@ -189,7 +189,10 @@ class SelectGroup(Step[GroupJob]):
         if job.tokens is not None:  # the fill step (or the central round) writes the part
             offers = () if job.propose else (dirs.offer(gid),)
             return (dirs.candidates(gid), *offers)
-        return (dirs.candidates(gid) if job.propose else dirs.part(gid),)
+        # the ranked rows too where the cap across groups reads them (a marker without them
+        # is not reused: the cap would find no ranking to walk)
+        rows = (dirs.group_rows(gid),) if job.spec.selector.max_similarity is not None else ()
+        return (dirs.candidates(gid) if job.propose else dirs.part(gid), *rows)
 
     def accepts(self, job: GroupJob, done: dict[str, Any]) -> bool:
         if job.tokens is not None:  # a token budget: done for the same budget (and ask)
