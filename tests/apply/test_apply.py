@@ -269,6 +269,25 @@ def test_keep_lists_of_another_selection_are_not_used(selected, tmp_path):
     assert result["mode"] == "keep" and result["kept"] == len(ids)
 
 
+def test_a_missing_keep_list_falls_back_to_the_selected_ids(selected, tmp_path):
+    """A keep list deleted since select wrote it: apply warns and matches rows by the
+    selection's ids, with the same output (before: it stopped at that shard, "cannot read
+    ... as parquet: No such file or directory")."""
+    import shutil
+
+    root, files, out, ids = selected
+    sel = tmp_path / "sel"
+    shutil.copytree(out, sel, ignore=shutil.ignore_patterns("_work"))
+    (sel / "keep" / "a" / "part-1.parquet").unlink()
+    with pytest.warns(UserWarning, match=r"1 keep list\(s\) .* missing \(first: 'a/part-1"):
+        result = apply_selection(root / "data", sel, tmp_path / "kept", progress=False)
+    assert result["mode"] == "ids" and result["kept"] == len(ids)
+    apply_selection(root / "data", out, tmp_path / "by_keep", progress=False)
+    for f in files:
+        name = f.relative_to(root / "data")
+        assert _rows(tmp_path / "kept" / name).equals(_rows(tmp_path / "by_keep" / name))
+
+
 def test_relative_names():
     from datamask.io.keep import relative_names
 

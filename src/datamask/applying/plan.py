@@ -4,6 +4,7 @@ and the checks that the input is what the selection was made from."""
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..io.fs import Location
-from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for
+from ..io.keep import KEEP_INDEX, IdSet, keep_dir_for, keep_file_name
 from ..io.parquet import SUMMARY_KEY, parquet_errors, read_table
 from ..io.provenance import TRUST_FLAG, id_kind
 from ..io.selection import output_manifest, read_selection_ids, summary_is_current
@@ -127,7 +128,18 @@ def _plan(
     if index is not None and index.get("selection") == ids.digest:
         listed = [n for n in names if n in index["files"]]
         if len(listed) == len(names):
-            return _Plan("keep", ids.digest, keep_dir=keep)
+            root = keep.path.rstrip("/") + "/"
+            there = {f.path[len(root) :] for f in keep.walk()}  # one listing
+            lost = [n for n in names if keep_file_name(n) not in there]
+            if not lost:
+                return _Plan("keep", ids.digest, keep_dir=keep)
+            warnings.warn(  # the lists only save reading ids: the selection's rows decide
+                f"{len(lost)} keep list(s) of {keep.uri} are missing (first: "
+                f"{keep_file_name(lost[0])!r}); applying by the selection's ids instead.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return _Plan("ids", ids.digest, ids=ids)
         if listed:
             missing = next(n for n in names if n not in index["files"])
             raise ValueError(
