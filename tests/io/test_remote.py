@@ -117,6 +117,15 @@ def test_select_and_apply_s3_to_s3(s3, shards, tmp_path, monkeypatch, capsys):
                  f"{uri}/kept", "--removed", f"{uri}/rm", "--removed-format", "curator",
                  "--no-progress"]) == 0  # fmt: skip
     assert "using keep lists" in capsys.readouterr().out  # select's lists, read from S3
+    # what a Ctrl-C would report is counted on S3 too (it said "nothing was written")
+    from argparse import Namespace
+
+    from datamask.cli.interrupt import interrupted_line
+
+    line = interrupted_line(Namespace(command="apply", output=f"{uri}/kept"), KeyboardInterrupt())
+    assert "3 finished shard(s) are kept" in line
+    line = interrupted_line(Namespace(command="select", output=f"{uri}/sel"), KeyboardInterrupt())
+    assert "1 finished group(s) are kept" in line
     # evaluate reads the shards and the run's folder from S3, its provenance checked there
     assert main(["evaluate", "--input", f"{uri}/data/", "--selection", f"{uri}/sel",
                  "--format", "json"]) == 0  # fmt: skip

@@ -9,6 +9,7 @@ disk (finished groups, applied shards); :func:`interrupted_line` counts it.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import signal
 import threading
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from types import FrameType
 
 from ..applying.core import STATE_DIR
 from ..distributed.paths import WorkDir
+from ..io.fs import Location, resolve
 
 __all__ = ["Terminated", "exit_status", "interrupted_line", "terminate_on_sigterm"]
 
@@ -49,11 +51,29 @@ def exit_status(exc: KeyboardInterrupt) -> int:
     return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
 
-def _count(folder: Path, pattern: str) -> int:
+def _place(path: str) -> Path | Location:
+    """A local path, or a remote output's :class:`~datamask.io.fs.Location`."""
+    loc = resolve(str(path))
+    return Path(loc.path) if loc.is_local else loc
+
+
+def _count(folder: Path | Location, pattern: str) -> int:
+    """Files in ``folder`` (below it, for a ``**/`` pattern) matching ``pattern``; 0 where
+    it cannot be listed (the line must still be printed)."""
     try:
+        if isinstance(folder, Location):
+            files = folder.walk() if pattern.startswith("**/") else folder.glob(pattern)
+            return sum(1 for f in files if fnmatch.fnmatchcase(f.name, pattern.split("/")[-1]))
         return sum(1 for p in folder.glob(pattern) if p.is_file())
-    except OSError:
+    except (OSError, ValueError):
         return 0
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return _place(path).is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def interrupted_line(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
@@ -62,14 +82,14 @@ def interrupted_line(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
     command = getattr(args, "command", None)
     output = getattr(args, "output", None)
     if command == "apply" and output:
-        done = _count(Path(output) / STATE_DIR / "done", "**/*.json")
+        done = _count(_place(output) / STATE_DIR / "done", "**/*.json")
         if done:
             return (
                 f"{how}; {done} finished shard(s) are kept in {output}; rerun the same command "
                 "to apply the rest (finished shards are not redone)."
             )
         return f"{how}; no shard had finished, so nothing was written to {output}."
-    if command == "select" and output and Path(output).is_dir():
+    if command == "select" and output and _is_dir(output):
         dirs = WorkDir.of(output, getattr(args, "work_dir", None))
         work = dirs.root
         # group markers only: not a marker's temporary (".NNNNN....tmp", a group still being
