@@ -282,3 +282,17 @@ def test_evaluate_command_passes_no_progress(tmp_path: Path, small_corpus, capsy
     assert "pairs" not in capsys.readouterr().err
     assert run_evaluate(_parse([*base, "--output", str(tmp_path / "b.json")])) == 0
     assert "pairs" in capsys.readouterr().err
+
+
+def test_lengths_missing_are_refused_before_scoring():
+    """A named length column that was not read, or a token budget without any length
+    column, is refused naming it (the lengths are looked up once, for the budget and the
+    length section)."""
+    corpus = make_clustered(60, 8, 3, seed=0)
+    with pytest.raises(ValueError, match="length column 'n_tok' was not read from"):
+        evaluate_selection(corpus, np.arange(6), length_col="n_tok", dup_all=False)
+    with pytest.raises(ValueError, match="a token budget's J counts each document by its length"):
+        evaluate_selection(corpus, np.arange(6), budget_tokens=100.0, dup_all=False)
+    corpus.extra["n_chars"] = np.arange(60, dtype=np.int64) + 1
+    report = evaluate_selection(corpus, np.arange(6), budget_tokens=21.0, dup_all=False)
+    assert report["objective"]["per"] == "token" and report["length"]["tokens"]["kept"] == 21.0

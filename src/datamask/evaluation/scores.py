@@ -171,8 +171,11 @@ def evaluate_selection(
     corpus = check_corpus(corpus)
     rows = _checked_rows(selected, corpus.n_docs)
     n, k, dev = corpus.n_docs, len(rows), resolve_device(device)
+    lengths = _lengths(corpus, length_col)  # read once: the budget's and the section's
+    if lengths is None and length_col:
+        raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     objective, scored = _scored(
-        corpus, rows, dev, objective, algorithm, lamb, length_col, budget_tokens
+        corpus, rows, dev, objective, algorithm, lamb, lengths, budget_tokens
     )
     mask = np.zeros(n, dtype=bool)
     mask[rows] = True
@@ -184,7 +187,7 @@ def evaluate_selection(
         "objective": scored,
         "metrics": _metrics(objective, rows, dev),
         "quality_columns": _quality_columns(corpus, mask),
-        "length": _length_section(corpus, length_col, mask),
+        "length": _length_section(lengths, mask),
         "redundancy": _redundancy(
             objective.features_, rows, thresholds, dup_search, dup_all, progress
         ),
@@ -198,14 +201,14 @@ def _scored(
     objective: Objective | None,
     algorithm: str | Sequence[str] | None,
     lamb: float | None,
-    length_col: str | None,
+    lengths: tuple[str, np.ndarray] | None,
     budget_tokens: float | None,
 ) -> tuple[Objective, dict[str, Any]]:
     """The objective bound to ``corpus`` and the report's ``objective``: its settings, its
     terms over ``rows`` and ``J``; per token under a token budget (the objective the
-    selection was made under)."""
+    selection was made under; ``lengths``: :func:`_lengths`' answer)."""
     objective, settings = _objective_settings(objective, algorithm, lamb)
-    budget = _token_budget(corpus, length_col, budget_tokens)
+    budget = _token_budget(lengths, str(corpus.source), budget_tokens)
     if budget is not None:
         settings.update(per="token", budget_tokens=budget.total)
     objective.bind(corpus, len(rows), dev, budget=budget)
@@ -231,19 +234,18 @@ def _redundancy(
 
 
 def _token_budget(
-    corpus: Corpus, length_col: str | None, total: float | None
+    lengths: tuple[str, np.ndarray] | None, source: str, total: float | None
 ) -> TokenBudget | None:
-    """The token budget the objective is bound with (its lengths: :func:`_lengths`), or
-    None for a document budget."""
+    """The token budget the objective is bound with (``lengths``: :func:`_lengths`'
+    answer), or None for a document budget."""
     if total is None:
         return None
-    found = _lengths(corpus, length_col)
-    if found is None:
+    if lengths is None:
         raise ValueError(
             f"a token budget's J counts each document by its length; no length column "
-            f"({length_col or ', '.join(LENGTH_COLUMNS)}) was read from {corpus.source}."
+            f"({', '.join(LENGTH_COLUMNS)}) was read from {source}."
         )
-    return TokenBudget(found[1], float(total))
+    return TokenBudget(lengths[1], float(total))
 
 
 def _checked_rows(selected: np.ndarray, n: int) -> np.ndarray:
@@ -304,12 +306,12 @@ def _quality_columns(corpus: Corpus, mask: np.ndarray) -> dict[str, dict[str, fl
 
 
 def _length_section(
-    corpus: Corpus, length_col: str | None, mask: np.ndarray
+    lengths: tuple[str, np.ndarray] | None, mask: np.ndarray
 ) -> dict[str, Any] | None:
-    """The length distribution of the kept rows and of all (None: no length column read)."""
-    found = _lengths(corpus, length_col)
-    if found is not None:
-        name, values = found
+    """The length distribution of the kept rows and of all (``lengths``: :func:`_lengths`'
+    answer; None: no length column read)."""
+    if lengths is not None:
+        name, values = lengths
         return {
             "column": name,
             "selected": length_stats(values[mask]),
@@ -317,8 +319,6 @@ def _length_section(
             # the kept tokens beside the kept documents (a token budget's figure)
             "tokens": {"kept": float(values[mask].sum()), "all": float(values.sum())},
         }
-    if length_col:
-        raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     return None
 
 
