@@ -97,6 +97,10 @@ def length_stats(lengths: np.ndarray) -> dict[str, float]:
 
 
 def _lengths(corpus: Corpus, length_col: str | None) -> tuple[str, np.ndarray] | None:
+    """``(name, lengths)`` of the column ``length_col`` (refused when it was not read), else
+    of the first of :data:`LENGTH_COLUMNS` read; None when none is."""
+    if length_col and length_col not in corpus.extra:
+        raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     names = [length_col] if length_col else list(LENGTH_COLUMNS)
     for name in names:
         if name in corpus.extra:
@@ -172,13 +176,10 @@ def evaluate_selection(
     rows = _checked_rows(selected, corpus.n_docs)
     n, k, dev = corpus.n_docs, len(rows), resolve_device(device)
     lengths = _lengths(corpus, length_col)  # read once: the budget's and the section's
-    if lengths is None and length_col:
-        raise ValueError(f"length column {length_col!r} was not read from {corpus.source}.")
     objective, scored = _scored(
         corpus, rows, dev, objective, algorithm, lamb, lengths, budget_tokens
     )
-    mask = np.zeros(n, dtype=bool)
-    mask[rows] = True
+    mask = np.isin(np.arange(n), rows)
     return {
         "source": corpus.source,
         "n_docs": n,
