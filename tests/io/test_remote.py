@@ -428,3 +428,9 @@ def test_the_columns_of_a_folder_of_shards_on_s3(s3, shards):
 
     names = input_column_names(f"s3://{BUCKET}/data/")
     assert names == next(iter(shards.values())).schema.names
+    # and their rows and width from the footers (it read local files only)
+    from datamask.io.datasets import embedding_size
+
+    rows = sum(t.num_rows for t in shards.values())
+    width = len(next(iter(shards.values())).column("feature_arr")[0])
+    assert embedding_size(f"s3://{BUCKET}/data/", "feature_arr") == (rows, width)

@@ -309,7 +309,7 @@ def embedding_size(source: Any, feature_col: str, *, split: str | None = None) -
     footers: no row is read."""
     rows, width = 0, 0
     for f in _shards(source, split)[1]:
-        meta = pq.read_metadata(f)
+        meta = open_parquet(f, "input shard").metadata  # local or remote
         rows += meta.num_rows
         schema = meta.schema.to_arrow_schema()
         if not width and feature_col in schema.names:
