@@ -208,3 +208,25 @@ def test_on_ray_the_bucket_and_keep_steps_match_the_local_pool(shards, tmp_path,
             run_selection(data, tmp_path / "bad", settings, runner=runner, progress=False)
     finally:
         runner.close()
+
+
+def test_a_bucket_no_group_kept_a_row_of_gets_empty_keep_lists(tmp_path, monkeypatch):
+    """Buckets of 1 shard, and a shard whose rows all score lowest under topk: its bucket
+    has no group part, so its keep list is empty, with the id type read from the shard's
+    footer (through io.parquet.open_parquet, local or remote)."""
+    corpus = make_clustered(300, 8, 3, seed=2)
+    files = write_corpus_shards(tmp_path / "in", corpus, 3)
+    low = pq.read_table(files[2])
+    low = low.set_column(low.schema.get_field_index("quality_score"), "quality_score",
+                         pa.array(np.full(low.num_rows, -5.0)))  # fmt: skip
+    pq.write_table(low, files[2])
+    monkeypatch.setattr(keeplists, "BUCKET_SHARDS", 1)
+    settings = SelectSpec.from_mapping(dict(method="topk", select_ratio=0.2))
+    run_selection(tmp_path / "in", tmp_path / "out", settings, progress=False)
+    index = json.loads((tmp_path / "out" / "keep" / "_index.json").read_text())
+    assert index["files"][files[2].name]["kept"] == 0
+    empty = pq.read_table(tmp_path / "out" / "keep" / files[2].name)
+    assert (
+        empty.num_rows == 0
+        and empty.schema.field("chunk_id").type == low.schema.field("chunk_id").type
+    )

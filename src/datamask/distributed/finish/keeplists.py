@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ...io.fs import names_in, storage_path
 from ...io.keep import (
@@ -48,7 +47,7 @@ from ...io.keep import (
     selection_digest,
     write_keep_list,
 )
-from ...io.parquet import atomic_write_table, read_table
+from ...io.parquet import atomic_write_table, open_parquet, read_table
 from ...io.shards import ShardInfo, read_rows
 from ..context import RunContext
 from ..engine import Step, run_steps
@@ -199,7 +198,8 @@ class BucketKeepLists(Step[BucketJob]):
             of, rows, ids = of[order], rows[order], ids.take(pa.array(order))
         else:  # no group kept a row of these shards: the id type from the first's schema
             of, rows = np.zeros(0, np.int32), np.zeros(0, np.int64)
-            ids = pa.array([], type=pq.read_schema(job.shards[0][1]).field(id_col).type)
+            first = open_parquet(job.shards[0][1], "input shard")  # local or remote
+            ids = pa.array([], type=first.schema_arrow.field(id_col).type)
         counts, keep_dir = [], job.dirs.keep_lists()
         for s, path, name, num_rows in job.shards:
             lo, hi = np.searchsorted(of, s, "left"), np.searchsorted(of, s, "right")
