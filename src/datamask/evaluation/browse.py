@@ -82,18 +82,18 @@ def _cover_pairs(path: str, id_col: str) -> tuple[pa.Array, pa.Array, np.ndarray
     if loc.is_dir():  # a sharded run's: its cover dataset, its parts in order
         cover = loc.join("covered")
         parts = cover.walk() if cover.is_dir() else []
-        files = sorted((f for f in parts if f.path.endswith(".parquet")), key=lambda f: f.path)
+        files = [f for f in parts if f.path.endswith(".parquet")]  # walk sorts by path
     elif not path.endswith(".parquet"):
         return None
     else:
-        with loc.open_input_file() as fh:
-            files = [loc] if set(wanted) <= set(pq.read_schema(fh).names) else []
-        if not files:
-            return None
+        files = [loc]
     pool: pa.Table | None = None
     for f in files:
         with f.open_input_file() as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(columns=wanted):
+            pf = pq.ParquetFile(fh)
+            if not set(wanted) <= set(pf.schema_arrow.names):
+                return None  # ids only, or made before covered_by
+            for batch in pf.iter_batches(columns=wanted):
                 t = pa.Table.from_batches([batch])
                 kept = t.column("selected")
                 dropped = pc.and_(pc.invert(kept), pc.is_valid(t.column("covered_by")))

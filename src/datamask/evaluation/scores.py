@@ -149,8 +149,7 @@ def evaluate_selection(
     device : str, default="cpu"
         Where the metrics are computed.
     dup_thresholds : sequence of float, default=(0.9, 0.95, 0.99)
-        Cosine thresholds of the near-duplicate figures (see
-        :mod:`datamask.evaluation.redundancy`).
+        Cosine thresholds of the near-duplicate figures (:mod:`datamask.evaluation.redundancy`).
     dup_search : {"auto", "exact", "ivf"}, default="auto"
         Pair search over the whole input (the selection is always searched exactly).
     dup_all : bool, default=True
@@ -179,7 +178,8 @@ def evaluate_selection(
     objective, scored = _scored(
         corpus, rows, dev, objective, algorithm, lamb, lengths, budget_tokens
     )
-    mask = np.isin(np.arange(n), rows)
+    mask = np.zeros(n, dtype=bool)
+    mask[rows] = True
     return {
         "source": corpus.source,
         "n_docs": n,

@@ -70,7 +70,7 @@ def output_manifest(loc: Location, *, what: str, accepted: str, then: str) -> di
             f"sharded `datamask select` output; give {accepted}."
         )
     if not manifest_loc.is_file():  # made before the manifest: its parts, if any
-        if not any(f.path.endswith(".parquet") for f in loc.join("selected").walk()):
+        if not _selected_parts(loc):
             raise ValueError(
                 f"{what} {loc.uri!r} is a folder (a sharded `datamask select` output without "
                 f"manifest.json or selected parts: an unfinished run); give {accepted}."
@@ -84,7 +84,7 @@ def output_manifest(loc: Location, *, what: str, accepted: str, then: str) -> di
             "select` output. Rerun the select command that made it."
         ) from None
     if manifest.get("complete") is not True:
-        parts = [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
+        parts = _selected_parts(loc)
         raise ValueError(
             f"{what} {loc.uri!r} is an unfinished `datamask select` run (its "
             f"manifest.json says complete: false; {len(parts)} selected part(s) so far); "
@@ -94,13 +94,18 @@ def output_manifest(loc: Location, *, what: str, accepted: str, then: str) -> di
     return manifest
 
 
+def _selected_parts(loc: Location) -> list[Location]:
+    """The parquet parts of a sharded run's ``selected/`` folder (one listing, by path)."""
+    return [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
+
+
 def _check_parts(loc: Location, manifest: dict[str, Any], what: str) -> None:
     """A finished run's ``selected/`` holds the parts its manifest counts: a part deleted
     (or another added) since would silently drop (or add) selected documents."""
     expected = (manifest.get("output") or {}).get("parts")
     if not isinstance(expected, int):
         return  # a manifest made before it counted them
-    found = sorted(f.name for f in loc.join("selected").walk() if f.path.endswith(".parquet"))
+    found = [f.name for f in _selected_parts(loc)]
     if len(found) != expected:
         raise ValueError(
             f"{what} {loc.uri!r} holds {len(found)} selected part(s) ({_names(found)}) where "
@@ -184,7 +189,7 @@ def read_selection_ids(
     """
     loc = path if isinstance(path, Location) else resolve(str(path), what=what)
     if folder and loc.is_dir():
-        parts = [f for f in loc.join("selected").walk() if f.path.endswith(".parquet")]
+        parts = _selected_parts(loc)
         if parts:  # a finished run's, every part its manifest counts
             output_manifest(loc, what=what, accepted=SELECTIONS, then="use it")
             return pa.concat_arrays([_parquet_ids(f, id_col) for f in parts])

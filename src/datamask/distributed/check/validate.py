@@ -349,6 +349,9 @@ def scan_jobs(
     columns = spec.columns
     n_input = len(infos) if n_input is None else n_input
     length_col = spec.selector.length_col if spec.selector.token_budget else None
+    # what the manifest's provenance records: every column the run reads of an input shard
+    # (lengths and the terms' columns too), the checked ones of --given's
+    of_input, of_given = tuple(spec.read_columns), tuple(columns.read)
     return [
         ScanJob(
             s,
@@ -359,9 +362,7 @@ def scan_jobs(
             dirs,
             sums.get(info.path, ""),
             length_col=length_col if s < n_input else None,
-            # what the manifest's provenance records: every column the run reads of an
-            # input shard (lengths and the terms' columns too), the checked ones of --given's
-            fingerprint=tuple(spec.read_columns if s < n_input else columns.read),
+            fingerprint=of_input if s < n_input else of_given,
         )
         for s, info in enumerate(infos)
         if info.num_rows
